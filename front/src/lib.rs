@@ -1,0 +1,1 @@
+//! front (being built)

@@ -1,0 +1,126 @@
+//! Supervisor ↔ front control messages: rare operations (open and close a session, report a worker's
+//! death) over a `SOCK_SEQPACKET` socket pair, one postcard message per packet, with fds passed by
+//! `SCM_RIGHTS`. Job traffic never goes this way: it goes through the session's region.
+//!
+//! The supervisor creates the socket pair and hands one end to the front it spawns (fd 3). Each request
+//! carries a `req` number that the answer echoes; `WorkerDied` and `Shutdown` are unsolicited.
+
+use serde::{Deserialize, Serialize};
+#[cfg(not(loom))]
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+/// The largest control packet either side sends or accepts.
+pub const MAX_CONTROL_PACKET: usize = 64 * 1024;
+
+/// The fds that accompany [`FromSupervisor::SessionOpened`], in this order.
+pub const SESSION_FDS: [&str; 5] = ["memfd", "cmd_data", "cmd_space", "evt_data", "evt_space"];
+
+/// Front → supervisor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToSupervisor {
+    /// Create a session's cgroup subtree, region and eventfds; spawn its worker.
+    OpenSession {
+        req: u64,
+        session: String,
+        /// The uid of the client that asked (the worker's default uid when it is not root).
+        client_uid: u32,
+    },
+    /// Kill everything in the session's cgroup subtree (worker included), verify it empty, remove it.
+    CloseSession { req: u64, session: String },
+    /// Ask for the supervisor's own facts.
+    Describe { req: u64 },
+}
+
+/// A process found in a cgroup.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcInfo {
+    pub pid: u32,
+    pub cmdline: String,
+}
+
+/// Supervisor → front.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromSupervisor {
+    /// The session is up. Carries the fds named in [`SESSION_FDS`].
+    SessionOpened {
+        req: u64,
+        session: String,
+        worker_pid: u32,
+        worker_uid: u32,
+        /// The session's cgroup directory.
+        cgroup: String,
+    },
+    /// The session could not be opened; nothing of it remains.
+    SessionFailed { req: u64, session: String, error: String },
+    /// The session's subtree was killed and removed.
+    SessionClosed {
+        req: u64,
+        session: String,
+        /// Processes that were alive in the subtree (worker excluded) and were killed.
+        killed: Vec<ProcInfo>,
+        /// True once the subtree was verified empty and removed.
+        verified_empty: bool,
+    },
+    /// A session's worker died without being asked to; its subtree was killed.
+    WorkerDied {
+        session: String,
+        code: Option<i32>,
+        signal: Option<i32>,
+        /// Processes that were still alive in the session's job cgroups and were killed.
+        killed: Vec<ProcInfo>,
+    },
+    /// Answer to `Describe`.
+    Info {
+        req: u64,
+        supervisor_pid: u32,
+        cgroup_root: String,
+        /// `"v2"` or `"hybrid"`.
+        cgroup_mode: String,
+    },
+    /// An error answering a request.
+    Error { req: u64, error: String },
+    /// The supervisor is shutting down: stop serving and exit.
+    Shutdown,
+}
+
+/// Errors sending or receiving a control packet.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    #[error("control socket i/o failed")]
+    Io(#[source] std::io::Error),
+    #[error("control packet could not be encoded or decoded")]
+    Frame(#[source] crate::frame::FrameError),
+    #[error("control packet of {0} bytes exceeds the limit")]
+    TooLarge(usize),
+    #[error("control packet was truncated")]
+    Truncated,
+    #[error("peer closed the control socket")]
+    Closed,
+}
+
+/// Send one message with `fds` attached.
+#[cfg(not(loom))]
+pub fn send<T: Serialize>(sock: BorrowedFd<'_>, msg: &T, fds: &[BorrowedFd<'_>]) -> Result<(), ControlError> {
+    let mut buf = Vec::new();
+    crate::frame::encode(msg, &mut buf).map_err(ControlError::Frame)?;
+    if buf.len() > MAX_CONTROL_PACKET {
+        return Err(ControlError::TooLarge(buf.len()));
+    }
+    crate::sys::send_with_fds(sock, &buf, fds).map_err(ControlError::Io)
+}
+
+/// Receive one message and the fds that came with it. Blocks unless the socket is non-blocking.
+#[cfg(not(loom))]
+pub fn recv<T: serde::de::DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<(T, Vec<OwnedFd>), ControlError> {
+    let mut buf = vec![0u8; MAX_CONTROL_PACKET];
+    let (n, fds, truncated) = crate::sys::recv_with_fds(sock, &mut buf).map_err(ControlError::Io)?;
+    if truncated {
+        return Err(ControlError::Truncated);
+    }
+    if n == 0 {
+        return Err(ControlError::Closed);
+    }
+    let msg = crate::frame::decode(&buf[..n]).map_err(ControlError::Frame)?;
+    Ok((msg, fds))
+}

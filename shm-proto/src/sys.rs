@@ -1,0 +1,154 @@
+//! The crate's system calls, behind a safe API: memfd creation and sealing, eventfds, and fd passing.
+#![allow(unsafe_code)]
+
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::eventfd::{EfdFlags, EventFd as NixEventFd};
+use nix::sys::memfd::{memfd_create, MFdFlags};
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// A close-on-exec memfd that allows sealing, sized to `size` bytes.
+pub fn memfd_sized(name: &str, size: u64) -> std::io::Result<OwnedFd> {
+    let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)?;
+    nix::unistd::ftruncate(&fd, size as i64)?;
+    Ok(fd)
+}
+
+/// Seal the memfd's size for good.
+pub fn seal(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    let seals = SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL;
+    fcntl(fd, FcntlArg::F_ADD_SEALS(seals))?;
+    Ok(())
+}
+
+/// True when the fd's size can no longer shrink.
+pub fn is_sealed(fd: BorrowedFd<'_>) -> std::io::Result<bool> {
+    let seals = fcntl(fd, FcntlArg::F_GET_SEALS)?;
+    Ok(SealFlag::from_bits_truncate(seals).contains(SealFlag::F_SEAL_SHRINK))
+}
+
+/// The size of the file behind `fd`.
+pub fn fd_size(fd: BorrowedFd<'_>) -> std::io::Result<u64> {
+    Ok(nix::sys::stat::fstat(fd)?.st_size as u64)
+}
+
+/// An eventfd used as a doorbell: `notify` adds one, `drain` reads and resets the counter.
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    /// A new non-blocking, close-on-exec eventfd.
+    pub fn new() -> std::io::Result<EventFd> {
+        let efd = NixEventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?;
+        Ok(EventFd(efd.into()))
+    }
+
+    /// Wrap an fd received from another process (must be an eventfd; a wrong fd makes `notify`/`drain`
+    /// fail with an error, nothing worse).
+    pub fn from_owned(fd: OwnedFd) -> EventFd {
+        EventFd(fd)
+    }
+
+    /// Ring the doorbell.
+    pub fn notify(&self) -> std::io::Result<()> {
+        match nix::unistd::write(&self.0, &1u64.to_ne_bytes()) {
+            Ok(_) | Err(nix::errno::Errno::EAGAIN) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Reset the counter; returns how many rings were pending (0 if none).
+    pub fn drain(&self) -> std::io::Result<u64> {
+        let mut buf = [0u8; 8];
+        match nix::unistd::read(&self.0, &mut buf) {
+            Ok(8) => Ok(u64::from_ne_bytes(buf)),
+            Ok(_) => Ok(0),
+            Err(nix::errno::Errno::EAGAIN) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Block until the doorbell rings or `timeout_ms` passes (`-1`: no limit); returns true if it rang.
+    pub fn wait(&self, timeout_ms: i32) -> std::io::Result<bool> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
+        let t = if timeout_ms < 0 { PollTimeout::NONE } else { PollTimeout::try_from(timeout_ms).unwrap_or(PollTimeout::MAX) };
+        loop {
+            match poll(&mut fds, t) {
+                Ok(n) => return Ok(n > 0),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    pub fn into_owned(self) -> OwnedFd {
+        self.0
+    }
+}
+
+impl AsFd for EventFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// Send `data` as one packet with `fds` attached (SCM_RIGHTS).
+pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+    let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let cmsg = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &cmsg };
+    loop {
+        match sendmsg::<()>(sock.as_raw_fd(), &[IoSlice::new(data)], cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Receive one packet into `buf`; returns its length, the fds that came with it (close-on-exec), and
+/// whether the packet or its fds were truncated.
+pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>, bool)> {
+    let mut space = nix::cmsg_space!([i32; 16]);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = loop {
+        match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
+            Ok(m) => break m,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let truncated = msg.flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            for fd in raw {
+                // SAFETY: the kernel just installed `fd` in our table for this message; nobody else owns
+                // it, so taking ownership here is the only owner.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    Ok((msg.bytes, fds, truncated))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+
+    #[test]
+    fn fds_cross_a_socket_pair() {
+        let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
+        let efd = EventFd::new().unwrap();
+        send_with_fds(a.as_fd(), b"hi", &[efd.as_fd()]).unwrap();
+        let mut buf = [0u8; 16];
+        let (n, fds, trunc) = recv_with_fds(b.as_fd(), &mut buf).unwrap();
+        assert_eq!((&buf[..n], fds.len(), trunc), (&b"hi"[..], 1, false));
+        let got = EventFd::from_owned(fds.into_iter().next().unwrap());
+        efd.notify().unwrap();
+        assert_eq!(got.drain().unwrap(), 1);
+    }
+}
