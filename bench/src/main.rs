@@ -1,1 +1,68 @@
-fn main() {}
+//! `heddle-bench`: run one benchmark and print its figures as ratios against a baseline measured in the
+//! same run. Needs root (it starts a real heddle stack). Build with `cargo build --release --workspace
+//! --bins`, then `./target/release/heddle-bench spawn`.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use heddle_bench::{report, time_us, Summary};
+use serde_json::json;
+use std::process::{Command, Stdio};
+
+#[derive(Parser)]
+#[command(about = "heddle benchmarks (ratios against a same-run baseline)")]
+struct Args {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// `run("true")` end to end through the socket vs a bare spawn of `bash --noprofile --norc -c true`.
+    Spawn {
+        #[arg(long, default_value_t = 500)]
+        iterations: usize,
+    },
+}
+
+fn main() -> Result<()> {
+    match Args::parse().bench {
+        Bench::Spawn { iterations } => spawn(iterations),
+    }
+}
+
+fn bare_bash_true() {
+    // std spawns with posix_spawn here (no pre_exec hooks), as the design's baseline says.
+    let st = Command::new("bash")
+        .args(["--noprofile", "--norc", "-c", "true"])
+        .stdin(Stdio::null())
+        .status()
+        .expect("spawn bash");
+    assert!(st.success());
+}
+
+fn spawn(iterations: usize) -> Result<()> {
+    let h = heddle_tests::Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let mut call = || {
+        let r = c.call("run", json!({"session": s, "cmd": "true"})).expect("run");
+        assert_eq!(r["exit_code"], 0, "{r}");
+    };
+    for _ in 0..20 {
+        bare_bash_true();
+        call();
+    }
+    let (mut bare, mut heddle) = (Vec::new(), Vec::new());
+    for _ in 0..iterations {
+        bare.push(time_us(bare_bash_true));
+        heddle.push(time_us(&mut call));
+    }
+    report(
+        "run(\"true\") through the socket vs bare bash spawn+wait",
+        "bare posix_spawn(bash -c true) + wait",
+        Summary::of(bare),
+        "heddle run(\"true\"), client kept connected",
+        Summary::of(heddle),
+    );
+    Ok(())
+}

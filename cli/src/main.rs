@@ -1,1 +1,193 @@
-fn main() {}
+//! `heddle`: start the stack (`up`) and drive it over the control socket (`run`, `wait`, `kill`, `jobs`,
+//! `output`, `describe`, `close`, `call`). Glue only: the client and the launcher live in the library.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use cli::client::Client;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Exit status of `heddle run`/`heddle wait` when the job is still running after the yield.
+const EXIT_STILL_RUNNING: i32 = 75;
+
+#[derive(Parser)]
+#[command(name = "heddle", version, about = "A job system for AI agents' shell tools")]
+struct Cli {
+    /// Control socket (default: $HEDDLE_SOCKET, $XDG_RUNTIME_DIR/heddle/heddle.sock, or /run/heddle/heddle.sock for root).
+    #[arg(long, global = true, env = "HEDDLE_SOCKET")]
+    socket: Option<PathBuf>,
+    /// Session name to use (reattached by name, opened if missing).
+    #[arg(long, global = true, default_value = "default")]
+    session: String,
+    /// Print the raw JSON result instead of the job's view.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start the supervisor and the front in the foreground; SIGINT/SIGTERM stop both.
+    Up(cli::up::UpArgs),
+    /// Run a command as a job; exit with its exit status (75 if still running after the yield).
+    Run {
+        /// Milliseconds to wait before returning with the job still running.
+        #[arg(long = "yield")]
+        yield_ms: Option<u64>,
+        /// Working directory of the session when it is opened by this call (default: the current one).
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        /// The command (several words are joined with spaces).
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        cmd: Vec<String>,
+    },
+    /// Wait for a job to end.
+    Wait {
+        job: u64,
+        #[arg(long = "yield")]
+        yield_ms: Option<u64>,
+    },
+    /// Kill a job (its whole cgroup).
+    Kill {
+        job: u64,
+        /// SIGTERM first, then cgroup.kill after this many milliseconds.
+        #[arg(long)]
+        grace: Option<u64>,
+    },
+    /// List the session's jobs.
+    Jobs,
+    /// Print a job's raw stored output.
+    Output {
+        job: u64,
+        #[arg(long, default_value = "stdout")]
+        stream: String,
+    },
+    /// Describe the server and the session.
+    Describe,
+    /// Close the session, killing what still runs in it.
+    Close,
+    /// Call any method with JSON params (for scripting and debugging).
+    Call { method: String, params: Option<String> },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match real_main(cli) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("heddle: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn real_main(cli: Cli) -> Result<i32> {
+    let socket = cli.socket.clone().unwrap_or_else(cli::paths::default_socket);
+    if let Cmd::Up(args) = &cli.cmd {
+        let mut args = args.clone();
+        args.socket.get_or_insert(socket);
+        return cli::up::run_up(&args);
+    }
+    let mut client = connect(&socket, matches!(cli.cmd, Cmd::Run { .. }))?;
+    let cwd = match &cli.cmd {
+        Cmd::Run { cwd: Some(c), .. } => c.clone(),
+        _ => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+    };
+    let open = client.call("session.open", json!({"name": cli.session, "cwd": cwd}))?;
+    let session = open["session"].clone();
+    let (result, is_job) = match cli.cmd {
+        Cmd::Up(_) => unreachable!("handled above"),
+        Cmd::Run { yield_ms, cmd, .. } => {
+            (client.call("run", json!({"session": session, "cmd": cmd.join(" "), "yield_ms": yield_ms}))?, true)
+        }
+        Cmd::Wait { job, yield_ms } => {
+            (client.call("wait", json!({"session": session, "job": job, "yield_ms": yield_ms}))?, true)
+        }
+        Cmd::Kill { job, grace } => {
+            (client.call("kill", json!({"session": session, "job": job, "grace_ms": grace}))?, true)
+        }
+        Cmd::Jobs => (client.call("jobs", json!({"session": session}))?, false),
+        Cmd::Output { job, stream } => return print_output(&mut client, &session, job, &stream),
+        Cmd::Describe => (client.call("describe", json!({"session": session}))?, false),
+        Cmd::Close => (client.call("session.close", json!({"session": session}))?, false),
+        Cmd::Call { method, params } => {
+            let params: Value = match params {
+                Some(p) => serde_json::from_str(&p).context("params must be JSON")?,
+                None => json!({}),
+            };
+            (client.call(&method, params)?, false)
+        }
+    };
+    if cli.json || !is_job {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+        return Ok(0);
+    }
+    Ok(print_job(&result))
+}
+
+fn connect(socket: &std::path::Path, may_start: bool) -> Result<Client> {
+    match Client::connect(socket) {
+        Ok(c) => Ok(c),
+        Err(e)
+            if may_start
+                && matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) =>
+        {
+            eprintln!("heddle: no server answers at {}; starting one in the background", socket.display());
+            let log = cli::up::start_background(socket)?;
+            eprintln!("heddle: server started (log: {})", log.display());
+            Ok(Client::connect(socket)?)
+        }
+        Err(e) => {
+            Err(e).with_context(|| format!("cannot reach heddle at {} (start it with `heddle up`)", socket.display()))
+        }
+    }
+}
+
+/// Print a job result the way a person reads it; returns the exit status to use.
+fn print_job(r: &Value) -> i32 {
+    for a in r["announcements"].as_array().into_iter().flatten() {
+        eprintln!(
+            "heddle: job {} ({}) ended: {}",
+            a["job"],
+            a["cmd"].as_str().unwrap_or(""),
+            a["state"].as_str().unwrap_or("")
+        );
+    }
+    let _ = std::io::stdout().write_all(r["view"].as_str().unwrap_or("").as_bytes());
+    if let Some(note) = r["note"].as_str() {
+        eprintln!("heddle: {note}");
+    }
+    match r["state"].as_str() {
+        Some("running") => {
+            eprintln!("heddle: job {} is still running; `heddle wait {}` to wait more", r["job"], r["job"]);
+            EXIT_STILL_RUNNING
+        }
+        _ => match (r["exit_code"].as_i64(), r["signal"].as_i64()) {
+            (Some(code), _) => code as i32,
+            (None, Some(sig)) => 128 + sig as i32,
+            _ => 1,
+        },
+    }
+}
+
+fn print_output(client: &mut Client, session: &Value, job: u64, stream: &str) -> Result<i32> {
+    let mut offset = 0u64;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let r = client.call("output", json!({"session": session, "job": job, "stream": stream, "offset": offset}))?;
+        let data = r["data"].as_str().unwrap_or("");
+        let bytes = if r["encoding"] == "base64" {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.decode(data).context("output data is not valid base64")?
+        } else {
+            data.as_bytes().to_vec()
+        };
+        out.write_all(&bytes)?;
+        offset += bytes.len() as u64;
+        if bytes.is_empty() || offset >= r["total"].as_u64().unwrap_or(0) {
+            return Ok(0);
+        }
+    }
+}

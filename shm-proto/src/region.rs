@@ -121,11 +121,8 @@ impl Region {
         let size = align_up(evt_off + CTL_BYTES + cfg.evt_capacity, 4096);
         let fd = crate::sys::memfd_sized("heddle-session", size as u64).map_err(CreateError::Io)?;
         let map = MmapRaw::map_raw(&fd).map_err(CreateError::Io)?;
-        let region = Region {
-            map: Arc::new(Mapping(map)),
-            cmd: (cmd_off, cfg.cmd_capacity),
-            evt: (evt_off, cfg.evt_capacity),
-        };
+        let region =
+            Region { map: Arc::new(Mapping(map)), cmd: (cmd_off, cfg.cmd_capacity), evt: (evt_off, cfg.evt_capacity) };
         let h = region.header();
         h.version.store(VERSION, Ordering::Relaxed);
         h.header_size.store(HEADER_BYTES as u32, Ordering::Relaxed);

@@ -73,7 +73,11 @@ impl EventFd {
     pub fn wait(&self, timeout_ms: i32) -> std::io::Result<bool> {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
-        let t = if timeout_ms < 0 { PollTimeout::NONE } else { PollTimeout::try_from(timeout_ms).unwrap_or(PollTimeout::MAX) };
+        let t = if timeout_ms < 0 {
+            PollTimeout::NONE
+        } else {
+            PollTimeout::try_from(timeout_ms).unwrap_or(PollTimeout::MAX)
+        };
         loop {
             match poll(&mut fds, t) {
                 Ok(n) => return Ok(n > 0),

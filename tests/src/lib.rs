@@ -1,1 +1,246 @@
-//! tests (being built)
+//! Shared helpers for heddle's end-to-end tests: a [`Heddle`] fixture that starts the real stack
+//! (`heddle up` → `heddle-supervisor` → `heddle-front`) in a temp dir with a cgroup root of its own, and
+//! stops it and removes that cgroup root afterwards.
+//!
+//! The tests need root (the supervisor owns a cgroup tree). CI runs as root; elsewhere they fail with a
+//! message saying so rather than skipping. Project folders live under a world-traversable temp dir so the
+//! unprivileged worker can enter them, wherever the checkout sits.
+//!
+//! ```no_run
+//! let h = heddle_tests::Heddle::start();
+//! let mut c = h.client();
+//! let s = h.open_session(&mut c);
+//! let r = c.call("run", serde_json::json!({"session": s, "cmd": "true"})).unwrap();
+//! assert_eq!(r["exit_code"], 0);
+//! ```
+#![forbid(unsafe_code)]
+
+pub use cli::client::{CallError, Client};
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Where the v2 hierarchy is mounted on this host (hybrid: `unified`; pure v2: the root).
+pub fn cgroup2_mount() -> PathBuf {
+    if Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists() {
+        PathBuf::from("/sys/fs/cgroup/unified")
+    } else {
+        PathBuf::from("/sys/fs/cgroup")
+    }
+}
+
+/// The directory holding the workspace's built binaries: the running executable's own directory (a
+/// benchmark binary), or the one above it (a test executable sits in `deps/`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let own = exe.parent().expect("executable dir").to_path_buf();
+    let dir =
+        if own.join("heddle-supervisor").exists() { own } else { own.parent().expect("target dir").to_path_buf() };
+    for b in ["heddle", "heddle-supervisor", "heddle-front", "heddle-worker", "heddle-launch"] {
+        assert!(
+            dir.join(b).exists(),
+            "{} is missing: build the binaries first with `cargo build --workspace --bins`",
+            dir.join(b).display()
+        );
+    }
+    dir
+}
+
+/// Fail loudly (never skip) when not root: CI is root, and these tests exist to run there.
+pub fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "heddle's end-to-end tests need root (the supervisor owns a cgroup tree); run them as root, as CI does"
+    );
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A running heddle stack for one test.
+pub struct Heddle {
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+    pub cgroup_root: PathBuf,
+    /// A world-writable project folder for sessions' jobs.
+    pub project: PathBuf,
+    up: Option<Child>,
+}
+
+impl Heddle {
+    /// Start the stack and wait until its socket answers.
+    pub fn start() -> Heddle {
+        Self::start_with(&[])
+    }
+
+    /// Start the stack with extra `heddle up` flags.
+    pub fn start_with(extra: &[&str]) -> Heddle {
+        require_root();
+        let bins = bin_dir();
+        let dir = tempfile::Builder::new().prefix("heddle-e2e-").tempdir_in("/tmp").expect("temp dir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let project = dir.path().join("project");
+        std::fs::create_dir(&project).unwrap();
+        std::fs::set_permissions(&project, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let cgroup_root = cgroup2_mount().join(format!("heddle-e2e-{}-{n}", std::process::id()));
+        let socket = dir.path().join("run/heddle.sock");
+        let state_dir = dir.path().join("state");
+        let up = Command::new(bins.join("heddle"))
+            .arg("up")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--state-dir")
+            .arg(&state_dir)
+            .arg("--cgroup-root")
+            .arg(&cgroup_root)
+            .args(extra)
+            .env_remove("HEDDLE_SOCKET")
+            .spawn()
+            .expect("spawn heddle up");
+        let mut h = Heddle { dir, socket, state_dir, cgroup_root, project, up: Some(up) };
+        h.wait_for_socket();
+        h
+    }
+
+    fn wait_for_socket(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(mut c) = Client::connect(&self.socket) {
+                if c.call("describe", json!({})).is_ok() {
+                    return;
+                }
+            }
+            if let Some(st) = self.up.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("heddle up exited early with {st}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("heddle did not answer at {} within 20 s", self.socket.display());
+    }
+
+    /// A new client connection.
+    pub fn client(&self) -> Client {
+        Client::connect(&self.socket).expect("connect to heddle")
+    }
+
+    /// Open a fresh session whose jobs start in the project folder; returns its id.
+    pub fn open_session(&self, c: &mut Client) -> Value {
+        let r = c.call("session.open", json!({"cwd": self.project})).expect("session.open");
+        r["session"].clone()
+    }
+
+    /// The pid of `heddle up` (our child).
+    pub fn up_pid(&self) -> u32 {
+        self.up.as_ref().map(Child::id).unwrap_or(0)
+    }
+
+    /// Stop the stack with SIGTERM (as a user would) and return `heddle up`'s exit status.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut up = self.up.take()?;
+        let pid = nix::unistd::Pid::from_raw(up.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = up.try_wait() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = up.kill();
+        let _ = up.wait();
+        None
+    }
+}
+
+impl Drop for Heddle {
+    fn drop(&mut self) {
+        self.stop();
+        remove_cgroup_tree(&self.cgroup_root);
+    }
+}
+
+/// Kill and remove a cgroup tree this test created (leaves first). Used only on our own roots.
+pub fn remove_cgroup_tree(root: &Path) {
+    if !root.exists() {
+        return;
+    }
+    let _ = std::fs::write(root.join("cgroup.kill"), "1");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && populated(root) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    rmdir_tree(root);
+}
+
+fn rmdir_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                rmdir_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// True when `cgroup.events` of `dir` says `populated 1`.
+pub fn populated(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.events")).map(|s| s.contains("populated 1")).unwrap_or(false)
+}
+
+/// The real uid of a live process, from `/proc/PID/status`.
+pub fn proc_uid(pid: u64) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// True while `/proc/PID` exists and is not a zombie.
+pub fn alive(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')).unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Poll `f` every 10 ms until it is true or `timeout` passes; returns its last value.
+pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Read a job's whole stream through the `output` call.
+pub fn read_stream(c: &mut Client, session: &Value, job: &Value, stream: &str) -> Vec<u8> {
+    use base64::Engine;
+    let mut out = Vec::new();
+    loop {
+        let r = c
+            .call("output", json!({"session": session, "job": job, "stream": stream, "offset": out.len()}))
+            .expect("output");
+        let data = r["data"].as_str().expect("data");
+        let bytes = if r["encoding"] == "base64" {
+            base64::engine::general_purpose::STANDARD.decode(data).expect("base64")
+        } else {
+            data.as_bytes().to_vec()
+        };
+        if bytes.is_empty() {
+            return out;
+        }
+        out.extend_from_slice(&bytes);
+        if out.len() as u64 >= r["total"].as_u64().unwrap_or(0) {
+            return out;
+        }
+    }
+}

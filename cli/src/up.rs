@@ -1,0 +1,122 @@
+//! `heddle up`: start the privileged supervisor (which binds the socket and starts the unprivileged
+//! front) in the foreground, forward SIGINT/SIGTERM to it, and exit with its status. Also the background
+//! start that `heddle run` uses when no server answers.
+
+use anyhow::{bail, Context, Result};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Flags of `heddle up`, passed through to `heddle-supervisor`.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct UpArgs {
+    /// Control socket to serve (default: see `heddle --help`).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Directory for heddle's state (job output, records).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// cgroup directory heddle owns (default: `heddle` under the cgroup v2 mount).
+    #[arg(long, env = "HEDDLE_CGROUP_ROOT")]
+    pub cgroup_root: Option<PathBuf>,
+    /// User the front runs as (name or uid).
+    #[arg(long)]
+    pub front_user: Option<String>,
+    /// User workers of root-opened sessions run as (name or uid).
+    #[arg(long)]
+    pub worker_user: Option<String>,
+}
+
+impl UpArgs {
+    fn supervisor_args(&self) -> Vec<std::ffi::OsString> {
+        let mut v: Vec<std::ffi::OsString> = Vec::new();
+        let socket = self.socket.clone().unwrap_or_else(crate::paths::default_socket);
+        let state = self.state_dir.clone().unwrap_or_else(crate::paths::default_state_dir);
+        v.extend(["--socket".into(), socket.into_os_string(), "--state-dir".into(), state.into_os_string()]);
+        if let Some(c) = &self.cgroup_root {
+            v.extend(["--cgroup-root".into(), c.clone().into_os_string()]);
+        }
+        if let Some(u) = &self.front_user {
+            v.extend(["--front-user".into(), u.into()]);
+        }
+        if let Some(u) = &self.worker_user {
+            v.extend(["--worker-user".into(), u.into()]);
+        }
+        v
+    }
+}
+
+/// The directory holding heddle's binaries (the one this executable sits in).
+pub fn bin_dir() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find the heddle executable's own path")?;
+    Ok(exe.parent().map(Path::to_path_buf).unwrap_or_default())
+}
+
+/// Run the supervisor in the foreground until it exits; returns its exit code.
+pub fn run_up(args: &UpArgs) -> Result<i32> {
+    let sup = bin_dir()?.join("heddle-supervisor");
+    if !sup.exists() {
+        bail!("{} is missing: build every binary with `cargo build --workspace --bins`", sup.display());
+    }
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
+    let mut child = Command::new(&sup)
+        .args(args.supervisor_args())
+        .spawn()
+        .with_context(|| format!("starting {}", sup.display()))?;
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let handle = signals.handle();
+    let forwarder = std::thread::spawn(move || {
+        for sig in signals.forever() {
+            // The supervisor is our own child, named by the pid we spawned; it stops everything it started.
+            let sig = nix::sys::signal::Signal::try_from(sig).unwrap_or(nix::sys::signal::SIGTERM);
+            let _ = nix::sys::signal::kill(pid, sig);
+        }
+    });
+    let status = child.wait().context("waiting for the supervisor")?;
+    handle.close();
+    let _ = forwarder.join();
+    use std::os::unix::process::ExitStatusExt;
+    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+/// Start `heddle up` in the background (its own process group, output to a log file) and wait until the
+/// socket answers. Returns the log file's path.
+pub fn start_background(socket: &Path) -> Result<PathBuf> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "no heddle server answers at {} and starting one needs root (the supervisor owns the cgroup tree); \
+             ask an administrator to run `heddle up`",
+            socket.display()
+        );
+    }
+    let state = crate::paths::default_state_dir();
+    std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
+    let log_path = state.join("heddle-up.log");
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+    let exe = std::env::current_exe()?;
+    Command::new(exe)
+        .args(["up", "--socket"])
+        .arg(socket)
+        .arg("--state-dir")
+        .arg(&state)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("starting heddle up in the background")?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+            return Ok(log_path);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!(
+        "started heddle up in the background but {} did not answer within 15 s; see {}",
+        socket.display(),
+        log_path.display()
+    )
+}
