@@ -1,0 +1,72 @@
+//! `heddle-supervisor`'s command line, exactly as `docs/contract-wip.md` fixes it.
+//!
+//! ```
+//! use clap::Parser;
+//! use supervisor::cli::Args;
+//! let a = Args::parse_from(["heddle-supervisor", "--socket", "/run/h.sock", "--state-dir", "/var/lib/h"]);
+//! assert_eq!(a.worker_user, "nobody");
+//! assert!(a.cgroup_root.is_none());
+//! ```
+
+use std::path::PathBuf;
+
+/// heddle's privileged supervisor: owns the delegated cgroup tree, spawns the front and one worker per
+/// session. Must run as root.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(name = "heddle-supervisor", version)]
+pub struct Args {
+    /// The client control socket to bind (the front serves it).
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
+    /// The front's state directory (created 0700, owned by the front user).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: PathBuf,
+    /// The cgroup under which sessions are created [default: pure v2: <own cgroup>/heddle; hybrid:
+    /// /sys/fs/cgroup/unified/heddle].
+    #[arg(long, value_name = "DIR")]
+    pub cgroup_root: Option<PathBuf>,
+    /// The front's user [default: `heddle` if it exists, else `nobody`].
+    #[arg(long, value_name = "NAME|UID")]
+    pub front_user: Option<String>,
+    /// The workers' user for sessions opened by root clients (others get the client's uid).
+    #[arg(long, value_name = "NAME|UID", default_value = "nobody")]
+    pub worker_user: String,
+    /// The directory holding heddle-front and heddle-worker [default: this executable's directory].
+    #[arg(long, value_name = "DIR")]
+    pub bin_dir: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn socket_and_state_dir_are_required() {
+        assert!(Args::try_parse_from(["heddle-supervisor", "--socket", "/s"]).is_err());
+        assert!(Args::try_parse_from(["heddle-supervisor", "--state-dir", "/d"]).is_err());
+    }
+
+    #[test]
+    fn every_flag_parses() {
+        let a = Args::try_parse_from([
+            "heddle-supervisor",
+            "--socket",
+            "/s",
+            "--state-dir",
+            "/d",
+            "--cgroup-root",
+            "/sys/fs/cgroup/unified/heddle-x",
+            "--front-user",
+            "1000",
+            "--worker-user",
+            "agent",
+            "--bin-dir",
+            "/opt/heddle/bin",
+        ])
+        .unwrap();
+        assert_eq!(a.front_user.as_deref(), Some("1000"));
+        assert_eq!(a.worker_user, "agent");
+        assert_eq!(a.bin_dir, Some(PathBuf::from("/opt/heddle/bin")));
+    }
+}

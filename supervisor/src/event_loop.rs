@@ -1,0 +1,447 @@
+//! The supervisor's single-threaded main loop (mio): the front's control requests, a pidfd per worker
+//! and one for the front, and SIGINT/SIGTERM; then the orderly shutdown.
+//!
+//! Invariants: each request gets exactly one answer, sent in request order, with `WorkerDied` notices
+//! in between as deaths are seen; messages the socket cannot take yet wait in an outbox (flushed when
+//! the socket turns writable), so a slow front never blocks the loop. A front that dies is reaped and
+//! logged; its sessions stay alive (with their fds in the table) and the loop goes on. Requests are
+//! handled synchronously: a close blocks the loop for at most the teardown bound (5 s).
+//!
+//! ```no_run
+//! # fn parts() -> supervisor::event_loop::Parts<supervisor::cgroup::RealCgroups, supervisor::spawn::RealProcesses> { unimplemented!() }
+//! let event_loop = supervisor::event_loop::EventLoop::new(parts()).unwrap();
+//! event_loop.run().unwrap();
+//! ```
+
+use crate::cgroup::CgroupOps;
+use crate::sessions::{chain, log, Outgoing, Sessions};
+use crate::signals::SignalPipe;
+use crate::spawn::{reap_within, ProcessOps, Spawned};
+use crate::sys;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use shm_proto::control::{self, ControlError, FromSupervisor, ToSupervisor};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const CONTROL: Token = Token(0);
+const SIGNALS: Token = Token(1);
+const FRONT: Token = Token(2);
+const FIRST_WORKER: usize = 16;
+
+/// How long the front gets to exit after `Shutdown` before it is killed.
+pub const FRONT_GRACE: Duration = Duration::from_secs(5);
+
+/// Errors of the main loop.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoopError {
+    #[error("creating the event poller failed")]
+    Poll(#[source] io::Error),
+    #[error("registering an fd with the event poller failed")]
+    Register(#[source] io::Error),
+    #[error("making the control socket non-blocking failed")]
+    NonBlocking(#[source] nix::Error),
+    #[error("waiting for events failed")]
+    Wait(#[source] io::Error),
+}
+
+/// The client socket file, identified so that shutdown removes it only if it is still ours.
+#[derive(Debug)]
+pub struct SocketFile {
+    pub path: PathBuf,
+    /// `(dev, ino, ctime, ctime_nsec)`: inode numbers alone are reused after an unlink.
+    pub identity: (u64, u64, i64, i64),
+}
+
+impl SocketFile {
+    /// Remove the socket file if it is still the one we bound.
+    pub fn remove(&self) {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if file_identity(&m) == self.identity => {
+                if let Err(e) = std::fs::remove_file(&self.path) {
+                    log(&format!("could not remove {}: {e}", self.path.display()));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What identifies one file at one path.
+pub fn file_identity(m: &std::fs::Metadata) -> (u64, u64, i64, i64) {
+    (m.dev(), m.ino(), m.ctime(), m.ctime_nsec())
+}
+
+/// Everything the loop runs with, set up by `startup`.
+#[derive(Debug)]
+pub struct Parts<C: CgroupOps, P: ProcessOps> {
+    pub sessions: Sessions<C, P>,
+    pub front: Spawned,
+    /// Our end of the SOCK_SEQPACKET control pair.
+    pub control: OwnedFd,
+    /// The bound client socket, kept open for a front that a later version respawns.
+    pub listener: UnixListener,
+    pub signals: SignalPipe,
+    pub socket: SocketFile,
+    /// True if the supervisor created the cgroup root (and so removes it at exit, when empty).
+    pub root_created: bool,
+}
+
+/// The running supervisor.
+#[derive(Debug)]
+pub struct EventLoop<C: CgroupOps, P: ProcessOps> {
+    poll: Poll,
+    sessions: Sessions<C, P>,
+    front: Option<Spawned>,
+    control: Option<OwnedFd>,
+    _listener: UnixListener,
+    signals: SignalPipe,
+    socket: SocketFile,
+    root_created: bool,
+    outbox: VecDeque<Outgoing>,
+    workers: HashMap<Token, String>,
+    next_token: usize,
+}
+
+fn register(poll: &Poll, fd: BorrowedFd<'_>, token: Token, interest: Interest) -> Result<(), LoopError> {
+    poll.registry().register(&mut SourceFd(&fd.as_raw_fd()), token, interest).map_err(LoopError::Register)
+}
+
+impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
+    /// Register the control socket (made non-blocking), the signal pipe and the front's pidfd.
+    pub fn new(parts: Parts<C, P>) -> Result<Self, LoopError> {
+        let poll = Poll::new().map_err(LoopError::Poll)?;
+        set_nonblocking(parts.control.as_fd())?;
+        register(&poll, parts.control.as_fd(), CONTROL, Interest::READABLE | Interest::WRITABLE)?;
+        register(&poll, parts.signals.as_fd(), SIGNALS, Interest::READABLE)?;
+        register(&poll, parts.front.pidfd.as_fd(), FRONT, Interest::READABLE)?;
+        Ok(EventLoop {
+            poll,
+            sessions: parts.sessions,
+            front: Some(parts.front),
+            control: Some(parts.control),
+            _listener: parts.listener,
+            signals: parts.signals,
+            socket: parts.socket,
+            root_created: parts.root_created,
+            outbox: VecDeque::new(),
+            workers: HashMap::new(),
+            next_token: FIRST_WORKER,
+        })
+    }
+
+    /// Serve until SIGINT or SIGTERM, then shut down in order and return.
+    pub fn run(mut self) -> Result<(), LoopError> {
+        let mut events = Events::with_capacity(64);
+        while !self.turn(&mut events, None)? {}
+        self.shutdown();
+        Ok(())
+    }
+
+    /// Wait for events (at most `timeout`) and handle them; true when a signal asks to stop.
+    fn turn(&mut self, events: &mut Events, timeout: Option<Duration>) -> Result<bool, LoopError> {
+        match self.poll.poll(events, timeout) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(false),
+            Err(e) => return Err(LoopError::Wait(e)),
+        }
+        for ev in events.iter() {
+            match ev.token() {
+                SIGNALS => {
+                    if self.signals.drain() {
+                        return Ok(true);
+                    }
+                }
+                CONTROL => {
+                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        self.read_control();
+                    }
+                }
+                FRONT => self.front_died(),
+                token => self.worker_event(token),
+            }
+        }
+        self.flush();
+        Ok(false)
+    }
+
+    /// Take every pending request off the control socket and answer it.
+    fn read_control(&mut self) {
+        while let Some(fd) = self.control.as_ref() {
+            match control::recv::<ToSupervisor>(fd.as_fd()) {
+                Ok((msg, _fds)) => self.dispatch(msg),
+                Err(ControlError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(ControlError::Closed) => {
+                    log("the front closed its control socket");
+                    self.drop_control();
+                }
+                Err(ControlError::Io(e)) => {
+                    log(&format!("reading the control socket failed: {e}; closing it"));
+                    self.drop_control();
+                }
+                Err(e) => log(&format!("ignored a malformed control packet: {}", chain(&e))),
+            }
+        }
+    }
+
+    fn dispatch(&mut self, msg: ToSupervisor) {
+        let closing = match &msg {
+            ToSupervisor::CloseSession { session, .. } => Some(session.clone()),
+            _ => None,
+        };
+        let out = self.sessions.handle(msg);
+        if let FromSupervisor::SessionOpened { session, .. } = &out.msg {
+            self.watch_worker(session.clone());
+        }
+        if let Some(id) = closing {
+            self.workers.retain(|_, s| *s != id);
+        }
+        self.outbox.push_back(out);
+    }
+
+    /// Poll the new session's worker pidfd for its death.
+    fn watch_worker(&mut self, id: String) {
+        let Some(s) = self.sessions.get(&id) else { return };
+        let token = Token(self.next_token);
+        self.next_token += 1;
+        match register(&self.poll, s.worker.pidfd.as_fd(), token, Interest::READABLE) {
+            Ok(()) => {
+                self.workers.insert(token, id);
+            }
+            Err(e) => log(&format!(
+                "cannot watch the worker of session {id:?}; its death will be noticed at close only: {}",
+                chain(&e)
+            )),
+        }
+    }
+
+    fn worker_event(&mut self, token: Token) {
+        // A token of a session closed meanwhile is gone from the map: its event is stale.
+        let Some(id) = self.workers.remove(&token) else { return };
+        if let Some(s) = self.sessions.get(&id) {
+            let _ = self.poll.registry().deregister(&mut SourceFd(&s.worker.pidfd.as_raw_fd()));
+        }
+        if let Some(out) = self.sessions.worker_died(&id) {
+            self.outbox.push_back(out);
+        }
+    }
+
+    fn front_died(&mut self) {
+        let Some(front) = self.front.take() else { return };
+        let _ = self.poll.registry().deregister(&mut SourceFd(&front.pidfd.as_raw_fd()));
+        let how = match sys::wait_exit(front.pidfd.as_fd(), true) {
+            Ok(Some(exit)) => exit.to_string(),
+            Ok(None) => "an unknown status (still running?)".to_owned(),
+            Err(e) => format!("a status that could not be read ({e})"),
+        };
+        let n = self.sessions.ids().len();
+        log(&format!("the front (pid {}) exited with {how}; {n} sessions stay alive", front.pid));
+        self.drop_control();
+    }
+
+    fn drop_control(&mut self) {
+        if let Some(fd) = self.control.take() {
+            let _ = self.poll.registry().deregister(&mut SourceFd(&fd.as_raw_fd()));
+        }
+        if !self.outbox.is_empty() {
+            log(&format!("dropped {} messages for the front", self.outbox.len()));
+            self.outbox.clear();
+        }
+    }
+
+    /// Send what the socket takes now; the rest waits for the next writable event.
+    fn flush(&mut self) {
+        while let (Some(out), Some(fd)) = (self.outbox.front(), self.control.as_ref()) {
+            let fds: Vec<BorrowedFd<'_>> = out.fds.iter().map(AsFd::as_fd).collect();
+            match control::send(fd.as_fd(), &out.msg, &fds) {
+                Ok(()) => {}
+                Err(ControlError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(ControlError::Io(e)) => {
+                    log(&format!("sending to the front failed: {e}; closing the control socket"));
+                    self.drop_control();
+                    return;
+                }
+                Err(e) => log(&format!("dropped a message the front could not be sent: {}", chain(&e))),
+            }
+            self.outbox.pop_front();
+        }
+    }
+
+    /// Flush, waiting up to `timeout` for the socket to take everything.
+    fn flush_within(&mut self, timeout: Duration) {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.flush();
+            let Some(fd) = self.control.as_ref() else { return };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.outbox.is_empty() || left.is_zero() {
+                return;
+            }
+            let ms = PollTimeout::try_from(left.as_millis().max(1)).unwrap_or(PollTimeout::MAX);
+            let _ = poll(&mut [PollFd::new(fd.as_fd(), PollFlags::POLLOUT)], ms);
+        }
+    }
+
+    /// SIGINT/SIGTERM: tell the front, give it [`FRONT_GRACE`] to exit (then SIGKILL it through its
+    /// pidfd), close every session, remove the cgroup root if we created it, remove the socket.
+    fn shutdown(&mut self) {
+        log("shutting down");
+        self.outbox.push_back(Outgoing::plain(FromSupervisor::Shutdown));
+        self.flush_within(Duration::from_secs(1));
+        if let Some(front) = self.front.take() {
+            stop_front(&front);
+        }
+        self.drop_control();
+        for (id, t) in self.sessions.close_all() {
+            log(&format!(
+                "closed session {id:?}: {} processes killed, verified empty: {}",
+                t.killed.len(),
+                t.verified_empty
+            ));
+        }
+        if self.root_created {
+            let root = self.sessions.root();
+            if let Err(e) = std::fs::remove_dir(root) {
+                log(&format!("could not remove the cgroup root {}: {e}", root.display()));
+            }
+        }
+        self.socket.remove();
+    }
+}
+
+/// Wait for the front to exit; kill it through its pidfd if it does not within [`FRONT_GRACE`].
+fn stop_front(front: &Spawned) {
+    let pidfd = front.pidfd.as_fd();
+    match reap_within(pidfd, FRONT_GRACE) {
+        Ok(Some(exit)) => log(&format!("the front exited with {exit}")),
+        Ok(None) => {
+            log("the front did not exit in time; killing it");
+            if let Err(e) = sys::pidfd_send_signal(pidfd, libc::SIGKILL) {
+                log(&format!("killing the front failed: {e}"));
+            }
+            if let Err(e) = reap_within(pidfd, FRONT_GRACE) {
+                log(&format!("reaping the front failed: {e}"));
+            }
+        }
+        Err(e) => log(&format!("waiting for the front failed: {e}")),
+    }
+}
+
+fn set_nonblocking(fd: BorrowedFd<'_>) -> Result<(), LoopError> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = fcntl(fd, FcntlArg::F_GETFL).map_err(LoopError::NonBlocking)?;
+    let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+    fcntl(fd, FcntlArg::F_SETFL(flags)).map_err(LoopError::NonBlocking)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::{table, FakeCgroups, FakeProcesses, Recorder};
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType};
+    use shm_proto::control::ProcInfo;
+    use shm_proto::sys::EventFd;
+
+    struct Rig {
+        lp: EventLoop<FakeCgroups, FakeProcesses>,
+        calls: Recorder,
+        front_end: OwnedFd,
+        /// Rung to play the front's death (the fake front "pidfd" is an eventfd).
+        front_bell: EventFd,
+        events: Events,
+        _tmp: tempfile::TempDir,
+    }
+
+    fn rig() -> Rig {
+        let (sessions, calls) = table();
+        let tmp = tempfile::tempdir().unwrap();
+        let (ours, theirs) =
+            nix::sys::socket::socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+                .unwrap();
+        set_nonblocking(theirs.as_fd()).unwrap();
+        let bell = EventFd::new().unwrap();
+        let front = Spawned { pid: 1, pidfd: bell.as_fd().try_clone_to_owned().unwrap() };
+        let path = tmp.path().join("s.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let socket = SocketFile { path, identity: (0, 0, 0, 0) };
+        let signals = SignalPipe::unregistered().unwrap();
+        let parts = Parts { sessions, front, control: ours, listener, signals, socket, root_created: false };
+        let lp = EventLoop::new(parts).unwrap();
+        Rig { lp, calls, front_end: theirs, front_bell: bell, events: Events::with_capacity(16), _tmp: tmp }
+    }
+
+    impl Rig {
+        fn send(&self, msg: ToSupervisor) {
+            control::send(self.front_end.as_fd(), &msg, &[]).unwrap();
+        }
+
+        /// Turn the loop until the front's end has a message.
+        fn recv(&mut self) -> (FromSupervisor, Vec<OwnedFd>) {
+            for _ in 0..100 {
+                match control::recv(self.front_end.as_fd()) {
+                    Ok(m) => return m,
+                    Err(ControlError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+                self.lp.turn(&mut self.events, Some(Duration::from_millis(10))).unwrap();
+            }
+            panic!("no message for the front");
+        }
+    }
+
+    #[test]
+    fn answers_come_in_request_order_with_the_session_fds() {
+        let mut r = rig();
+        r.send(ToSupervisor::Describe { req: 1 });
+        r.send(ToSupervisor::OpenSession { req: 2, session: "a".into(), client_uid: 0 });
+        r.send(ToSupervisor::CloseSession { req: 3, session: "a".into() });
+        let (first, fds) = r.recv();
+        assert!(matches!(first, FromSupervisor::Info { req: 1, .. }) && fds.is_empty(), "{first:?}");
+        let (second, fds) = r.recv();
+        assert!(matches!(second, FromSupervisor::SessionOpened { req: 2, .. }), "{second:?}");
+        assert_eq!(fds.len(), 5);
+        shm_proto::region::Region::attach(fds[0].as_fd()).expect("the first fd is the session region");
+        let (third, _) = r.recv();
+        assert!(matches!(third, FromSupervisor::SessionClosed { req: 3, verified_empty: true, .. }), "{third:?}");
+    }
+
+    #[test]
+    fn worker_death_is_noticed_through_its_pidfd_and_reported() {
+        let mut r = rig();
+        r.send(ToSupervisor::OpenSession { req: 1, session: "w".into(), client_uid: 0 });
+        r.recv();
+        r.calls.set_procs(vec![ProcInfo { pid: 5, cmdline: "make".into() }]);
+        r.calls.ring_last_pidfd();
+        let (msg, _) = r.recv();
+        let want = FromSupervisor::WorkerDied {
+            session: "w".into(),
+            code: None,
+            signal: Some(libc::SIGKILL),
+            killed: vec![ProcInfo { pid: 5, cmdline: "make".into() }],
+        };
+        assert_eq!(msg, want);
+        assert!(r.lp.sessions.get("w").is_none());
+    }
+
+    #[test]
+    fn front_death_closes_the_control_socket_and_keeps_sessions() {
+        let mut r = rig();
+        r.send(ToSupervisor::OpenSession { req: 1, session: "k".into(), client_uid: 0 });
+        r.recv();
+        r.front_bell.notify().unwrap();
+        for _ in 0..10 {
+            r.lp.turn(&mut r.events, Some(Duration::from_millis(10))).unwrap();
+        }
+        assert!(r.lp.front.is_none() && r.lp.control.is_none());
+        assert!(r.lp.sessions.get("k").is_some(), "sessions outlive the front");
+        assert!(matches!(control::recv::<FromSupervisor>(r.front_end.as_fd()), Err(ControlError::Closed)));
+    }
+}

@@ -1,0 +1,116 @@
+//! A live session as the supervisor holds it: its id, cgroup directory, worker (pid, uid, pidfd) and
+//! the five fds of its shared region, kept so that a restarted front can be handed them again.
+//!
+//! Invariant: a session id is `[A-Za-z0-9_.-]{1,64}` and does not start with `.`, so
+//! `session-<ID>` is always one plain directory name under the cgroup root.
+//!
+//! ```
+//! use supervisor::session::validate_id;
+//! assert!(validate_id("demo-1").is_ok());
+//! assert!(validate_id("../x").is_err());
+//! ```
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// The longest session id.
+pub const MAX_ID_LEN: usize = 64;
+
+/// Why a session id was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "session id {0:?} is not valid: use 1 to 64 characters from A-Z, a-z, 0-9, '_', '.', '-', not starting with '.'"
+)]
+pub struct InvalidId(pub String);
+
+/// Check a session id against `[A-Za-z0-9_.-]{1,64}`, not starting with `.`.
+pub fn validate_id(id: &str) -> Result<(), InvalidId> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if id.is_empty() || id.len() > MAX_ID_LEN || id.starts_with('.') || !id.chars().all(ok_char) {
+        return Err(InvalidId(id.to_owned()));
+    }
+    Ok(())
+}
+
+/// The session's cgroup directory under `root`.
+pub fn session_dir(root: &Path, id: &str) -> PathBuf {
+    root.join(format!("session-{id}"))
+}
+
+/// The worker's leaf cgroup inside a session directory.
+pub fn worker_dir(session_dir: &Path) -> PathBuf {
+    session_dir.join("worker")
+}
+
+/// The session's region memfd and its four doorbells, in [`shm_proto::control::SESSION_FDS`] order.
+#[derive(Debug)]
+pub struct SessionFds {
+    pub memfd: OwnedFd,
+    pub cmd_data: OwnedFd,
+    pub cmd_space: OwnedFd,
+    pub evt_data: OwnedFd,
+    pub evt_space: OwnedFd,
+}
+
+impl SessionFds {
+    /// The five fds in `SESSION_FDS` order (also the worker's fds 3…7).
+    pub fn ordered(&self) -> [BorrowedFd<'_>; 5] {
+        [
+            self.memfd.as_fd(),
+            self.cmd_data.as_fd(),
+            self.cmd_space.as_fd(),
+            self.evt_data.as_fd(),
+            self.evt_space.as_fd(),
+        ]
+    }
+
+    /// Duplicates of the five fds, in `SESSION_FDS` order (to queue them for sending).
+    pub fn duplicate(&self) -> std::io::Result<Vec<OwnedFd>> {
+        self.ordered().iter().map(|fd| fd.try_clone_to_owned()).collect()
+    }
+}
+
+/// A running session's worker.
+#[derive(Debug)]
+pub struct Worker {
+    pub pid: u32,
+    pub uid: u32,
+    /// Our child's pidfd: polled for its death, used to reap it.
+    pub pidfd: OwnedFd,
+}
+
+/// A live session.
+#[derive(Debug)]
+pub struct Session {
+    pub id: String,
+    /// `<root>/session-<ID>`.
+    pub cgroup: PathBuf,
+    pub worker: Worker,
+    pub fds: SessionFds,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_of_the_allowed_alphabet_pass() {
+        for id in ["a", "s1", "A.b_c-9", &"x".repeat(64), "a..b"] {
+            assert_eq!(validate_id(id), Ok(()), "{id}");
+        }
+    }
+
+    #[test]
+    fn ids_that_could_escape_or_hide_are_refused() {
+        for id in ["", ".", "..", ".hidden", "a/b", "../x", "a b", "é", &"x".repeat(65), "a\0b", "a\n"] {
+            assert!(validate_id(id).is_err(), "{id:?}");
+        }
+    }
+
+    #[test]
+    fn session_paths_are_one_level_below_root() {
+        let dir = session_dir(Path::new("/cg/heddle"), "demo");
+        assert_eq!(dir, Path::new("/cg/heddle/session-demo"));
+        assert_eq!(worker_dir(&dir), Path::new("/cg/heddle/session-demo/worker"));
+    }
+}

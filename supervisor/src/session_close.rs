@@ -1,0 +1,186 @@
+//! Ending a session, whether the front asked (`CloseSession`), its worker died, or the supervisor is
+//! shutting down: freeze the subtree, list what is in the job cgroups, `cgroup.kill` it, reap the
+//! worker, wait for `populated 0`, and remove every directory of the subtree.
+//!
+//! Invariants: nothing is killed by pid; the subtree is only reported empty (`verified_empty`) once
+//! `cgroup.events` said `populated 0` and every directory was removed. Each step is bounded: the whole
+//! teardown waits at most [`TEARDOWN_TIMEOUT`] (it blocks the main loop meanwhile; a killed cgroup
+//! normally empties within milliseconds).
+//!
+//! ```no_run
+//! # use supervisor::{cgroup::RealCgroups, sessions::Sessions, spawn::RealProcesses};
+//! # fn table() -> Sessions<RealCgroups, RealProcesses> { unimplemented!() }
+//! let mut t = table();
+//! if let Some(done) = t.close("demo") {
+//!     println!("killed {} processes, empty: {}", done.killed.len(), done.verified_empty);
+//! }
+//! ```
+
+use crate::cgroup::CgroupOps;
+use crate::session::{self, Session};
+use crate::sessions::{chain, log, Outgoing, Sessions};
+use crate::spawn::ProcessOps;
+use crate::sys::Exit;
+use shm_proto::control::{FromSupervisor, ProcInfo};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// The longest a teardown waits for the worker to be reaped and the subtree to empty.
+pub const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a teardown found and did.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Teardown {
+    /// Processes that were in the subtree (outside the worker's leaf) when it was killed.
+    pub killed: Vec<ProcInfo>,
+    /// True once `populated 0` was seen and the subtree removed.
+    pub verified_empty: bool,
+    /// How the worker ended, when it was reaped.
+    pub exit: Option<Exit>,
+}
+
+impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
+    /// Close a live session on the front's request; `None` if there is no such session.
+    pub fn close(&mut self, id: &str) -> Option<Teardown> {
+        let s = self.live.remove(id)?;
+        Some(self.teardown(s))
+    }
+
+    /// The worker of `id` died (its pidfd turned readable): reap it, end its subtree, and tell the
+    /// front. `None` if the session is no longer in the table.
+    pub fn worker_died(&mut self, id: &str) -> Option<Outgoing> {
+        let s = self.live.remove(id)?;
+        let t = self.teardown(s);
+        let (code, signal) = t.exit.map(Exit::split).unwrap_or((None, None));
+        let how = t.exit.map_or_else(|| "an unknown status".to_owned(), |e| e.to_string());
+        log(&format!("worker of session {id:?} died with {how}; {} job processes killed", t.killed.len()));
+        Some(Outgoing::plain(FromSupervisor::WorkerDied { session: id.to_owned(), code, signal, killed: t.killed }))
+    }
+
+    /// Close every live session (at shutdown).
+    pub fn close_all(&mut self) -> Vec<(String, Teardown)> {
+        let all = std::mem::take(&mut self.live);
+        all.into_iter().map(|(id, s)| (id, self.teardown(s))).collect()
+    }
+
+    /// Kill, verify and remove one session's subtree; reap its worker.
+    pub(crate) fn teardown(&self, s: Session) -> Teardown {
+        let deadline = Instant::now() + TEARDOWN_TIMEOUT;
+        let dir = &s.cgroup;
+        let wdir = session::worker_dir(dir);
+        let warn = |what: &str, e: &dyn std::error::Error| {
+            log(&format!("session {:?}: {what} failed: {}", s.id, chain(e)));
+        };
+        // Frozen first, so no fork slips between the listing and the kill.
+        if let Err(e) = self.cg.freeze(dir) {
+            warn("freezing the cgroup", &e);
+        }
+        let killed = self.cg.procs(dir, &wdir).unwrap_or_else(|e| {
+            warn("listing the cgroup", &e);
+            Vec::new()
+        });
+        if let Err(e) = self.cg.kill(dir) {
+            warn("cgroup.kill", &e);
+        }
+        let exit = match self.procs.reap(s.worker.pidfd.as_fd(), left(deadline)) {
+            Ok(exit) => exit,
+            Err(e) => {
+                warn("reaping the worker", &e);
+                None
+            }
+        };
+        let empty = self.cg.wait_empty(dir, left(deadline)).unwrap_or_else(|e| {
+            warn("waiting for the cgroup to empty", &e);
+            false
+        });
+        let removed = empty && self.cg.remove_tree(dir).map_err(|e| warn("removing the cgroup", &e)).is_ok();
+        if !removed {
+            log(&format!("session {:?}: {} is left behind, not verified empty", s.id, dir.display()));
+        }
+        Teardown { killed, verified_empty: removed, exit }
+    }
+}
+
+fn left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fake::{table, Call};
+    use shm_proto::control::{FromSupervisor, ProcInfo, ToSupervisor};
+    use std::path::PathBuf;
+
+    fn open(t: &mut crate::fake::Table, id: &str) {
+        let out = t.handle(ToSupervisor::OpenSession { req: 1, session: id.into(), client_uid: 0 });
+        assert!(matches!(out.msg, FromSupervisor::SessionOpened { .. }), "{:?}", out.msg);
+    }
+
+    fn proc1() -> ProcInfo {
+        ProcInfo { pid: 77, cmdline: "sleep 100".into() }
+    }
+
+    #[test]
+    fn close_freezes_lists_kills_reaps_waits_removes() {
+        let (mut t, calls) = table();
+        open(&mut t, "demo");
+        calls.take();
+        calls.set_procs(vec![proc1()]);
+        let out = t.handle(ToSupervisor::CloseSession { req: 2, session: "demo".into() });
+        let dir = PathBuf::from("/cg/heddle/session-demo");
+        assert_eq!(
+            calls.take(),
+            vec![
+                Call::Freeze(dir.clone()),
+                Call::Procs(dir.clone(), dir.join("worker")),
+                Call::Kill(dir.clone()),
+                Call::Reap,
+                Call::WaitEmpty(dir.clone()),
+                Call::RemoveTree(dir),
+            ]
+        );
+        let want = FromSupervisor::SessionClosed {
+            req: 2,
+            session: "demo".into(),
+            killed: vec![proc1()],
+            verified_empty: true,
+        };
+        assert_eq!(out.msg, want);
+        assert!(t.get("demo").is_none());
+    }
+
+    #[test]
+    fn subtree_that_never_empties_is_not_removed_nor_called_empty() {
+        let (mut t, calls) = table();
+        open(&mut t, "stuck");
+        calls.take();
+        calls.never_empty();
+        let out = t.handle(ToSupervisor::CloseSession { req: 3, session: "stuck".into() });
+        assert!(matches!(out.msg, FromSupervisor::SessionClosed { verified_empty: false, .. }));
+        assert!(!calls.take().iter().any(|c| matches!(c, Call::RemoveTree(_))));
+        assert!(t.get("stuck").is_none());
+    }
+
+    #[test]
+    fn worker_death_reports_exit_and_killed_jobs() {
+        let (mut t, calls) = table();
+        open(&mut t, "w");
+        calls.set_procs(vec![proc1()]);
+        let out = t.worker_died("w").unwrap();
+        let want =
+            FromSupervisor::WorkerDied { session: "w".into(), code: None, signal: Some(9), killed: vec![proc1()] };
+        assert_eq!(out.msg, want);
+        assert!(t.worker_died("w").is_none(), "a second notice for the same worker is ignored");
+    }
+
+    #[test]
+    fn close_all_ends_every_session() {
+        let (mut t, _) = table();
+        open(&mut t, "a");
+        open(&mut t, "b");
+        let done = t.close_all();
+        assert_eq!(done.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert!(done.iter().all(|(_, td)| td.verified_empty));
+        assert!(t.ids().is_empty());
+    }
+}

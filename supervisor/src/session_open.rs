@@ -1,0 +1,219 @@
+//! Opening a session: validate its id, create `<root>/session-<ID>` and its `worker` leaf, delegate
+//! both to the worker's uid, create the region and its four eventfds, and spawn the worker into the
+//! leaf with fds 3…7.
+//!
+//! Invariant: an open either yields a live [`Session`] in the table, or leaves nothing behind (every
+//! directory it created is removed; a directory it did not create is never removed).
+//!
+//! ```no_run
+//! # use supervisor::{cgroup::RealCgroups, sessions::Sessions, spawn::RealProcesses};
+//! # fn table() -> Sessions<RealCgroups, RealProcesses> { unimplemented!() }
+//! let mut t = table();
+//! let session = t.open("demo", 1000).unwrap();
+//! println!("worker {} in {}", session.worker.pid, session.cgroup.display());
+//! ```
+
+use crate::cgroup::{CgroupError, CgroupOps};
+use crate::session::{self, InvalidId, Session, SessionFds, Worker};
+use crate::sessions::{log, Sessions};
+use crate::spawn::{ProcessOps, SpawnError, WorkerSpec};
+use crate::users::UserInfo;
+use shm_proto::region::{CreateError, Region, RegionConfig};
+use shm_proto::sys::EventFd;
+use std::io;
+use std::path::Path;
+
+/// Why a session could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    #[error(transparent)]
+    InvalidId(#[from] InvalidId),
+    #[error("a session named {0:?} is already open")]
+    Duplicate(String),
+    #[error("looking up the worker's user (uid {0}) failed")]
+    User(u32, #[source] nix::Error),
+    #[error("the client is uid {0}, and workers never run as root")]
+    RootWorker(u32),
+    #[error("setting up the session's cgroup failed")]
+    Cgroup(#[from] CgroupError),
+    #[error("creating the shared-memory region failed")]
+    Region(#[from] CreateError),
+    #[error("creating an eventfd failed")]
+    EventFd(#[source] io::Error),
+    #[error("starting the worker failed")]
+    Spawn(#[from] SpawnError),
+    #[error("duplicating the session's fds for the front failed")]
+    Dup(#[source] io::Error),
+}
+
+impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
+    /// Open session `id` for a client of uid `client_uid` (root: the worker runs as `--worker-user`).
+    pub fn open(&mut self, id: &str, client_uid: u32) -> Result<&Session, OpenError> {
+        session::validate_id(id)?;
+        if self.live.contains_key(id) {
+            return Err(OpenError::Duplicate(id.to_owned()));
+        }
+        let user = self.worker_user(client_uid)?;
+        let dir = session::session_dir(&self.root, id);
+        self.cg.create(&dir)?;
+        match self.populate(id, &dir, &user) {
+            Ok(s) => Ok(self.live.entry(id.to_owned()).or_insert(s)),
+            Err(e) => {
+                if let Err(rm) = self.cg.remove_tree(&dir) {
+                    log(&format!(
+                        "could not remove {} after a failed open: {}",
+                        dir.display(),
+                        crate::sessions::chain(&rm)
+                    ));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn worker_user(&self, client_uid: u32) -> Result<UserInfo, OpenError> {
+        if client_uid == 0 {
+            return Ok(self.default_worker.clone());
+        }
+        UserInfo::from_uid(client_uid).map_err(|e| OpenError::User(client_uid, e))
+    }
+
+    /// Everything after the session directory exists; the caller removes the directory on error.
+    fn populate(&self, id: &str, dir: &Path, user: &UserInfo) -> Result<Session, OpenError> {
+        if user.uid == 0 {
+            return Err(OpenError::RootWorker(user.uid));
+        }
+        let wdir = session::worker_dir(dir);
+        self.cg.create(&wdir)?;
+        self.delegate(dir, &wdir, user)?;
+        let fds = new_session_fds()?;
+        let spec = WorkerSpec { session: id, cgroup: dir, user, fds: fds.ordered() };
+        let spawned = self.procs.spawn_worker(&spec)?;
+        let worker = Worker { pid: spawned.pid, uid: user.uid, pidfd: spawned.pidfd };
+        Ok(Session { id: id.to_owned(), cgroup: dir.to_owned(), worker, fds })
+    }
+
+    /// Delegate the session subtree to the worker's uid, as the cgroup v2 delegation model requires.
+    fn delegate(&self, dir: &Path, wdir: &Path, user: &UserInfo) -> Result<(), CgroupError> {
+        let paths = [
+            dir.to_owned(),
+            dir.join("cgroup.procs"),
+            dir.join("cgroup.threads"),
+            dir.join("cgroup.subtree_control"),
+            wdir.to_owned(),
+            wdir.join("cgroup.procs"),
+        ];
+        paths.iter().try_for_each(|p| self.cg.chown(p, user.uid, user.gid))
+    }
+}
+
+/// A new sealed region and four doorbells.
+fn new_session_fds() -> Result<SessionFds, OpenError> {
+    let (_region, memfd) = Region::create(RegionConfig::default())?;
+    let efd = || EventFd::new().map(EventFd::into_owned).map_err(OpenError::EventFd);
+    Ok(SessionFds { memfd, cmd_data: efd()?, cmd_space: efd()?, evt_data: efd()?, evt_space: efd()? })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fake::{table, Call};
+    use shm_proto::control::{FromSupervisor, ToSupervisor};
+    use std::path::PathBuf;
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    #[test]
+    fn open_creates_delegates_and_spawns_in_order() {
+        let (mut t, calls) = table();
+        let out = t.handle(ToSupervisor::OpenSession { req: 1, session: "demo".into(), client_uid: 0 });
+        let FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup } = &out.msg else {
+            panic!("{:?}", out.msg)
+        };
+        assert_eq!((*req, session.as_str(), *worker_pid, *worker_uid), (1, "demo", 4242, 65534));
+        assert_eq!(cgroup, "/cg/heddle/session-demo");
+        assert_eq!(out.fds.len(), 5);
+        let s = "/cg/heddle/session-demo";
+        let chown = |f: &str| Call::Chown(p(f), 65534, 65534);
+        assert_eq!(
+            calls.take(),
+            vec![
+                Call::Create(p(s)),
+                Call::Create(p(&format!("{s}/worker"))),
+                chown(s),
+                chown(&format!("{s}/cgroup.procs")),
+                chown(&format!("{s}/cgroup.threads")),
+                chown(&format!("{s}/cgroup.subtree_control")),
+                chown(&format!("{s}/worker")),
+                chown(&format!("{s}/worker/cgroup.procs")),
+                Call::SpawnWorker("demo".into(), p(s), 65534),
+            ]
+        );
+        assert!(t.get("demo").is_some());
+    }
+
+    #[test]
+    fn non_root_client_gets_a_worker_of_its_own_uid() {
+        let (mut t, calls) = table();
+        let out = t.handle(ToSupervisor::OpenSession { req: 2, session: "mine".into(), client_uid: 4000123 });
+        assert!(matches!(out.msg, FromSupervisor::SessionOpened { worker_uid: 4000123, .. }));
+        assert!(calls.take().contains(&Call::SpawnWorker("mine".into(), p("/cg/heddle/session-mine"), 4000123)));
+    }
+
+    #[test]
+    fn invalid_id_fails_without_touching_anything() {
+        let (mut t, calls) = table();
+        let out = t.handle(ToSupervisor::OpenSession { req: 3, session: "../etc".into(), client_uid: 0 });
+        assert!(
+            matches!(out.msg, FromSupervisor::SessionFailed { req: 3, ref error, .. } if error.contains("not valid"))
+        );
+        assert!(out.fds.is_empty());
+        assert_eq!(calls.take(), vec![]);
+    }
+
+    #[test]
+    fn duplicate_id_is_refused_and_first_session_survives() {
+        let (mut t, calls) = table();
+        t.handle(ToSupervisor::OpenSession { req: 1, session: "a".into(), client_uid: 0 });
+        calls.take();
+        let out = t.handle(ToSupervisor::OpenSession { req: 2, session: "a".into(), client_uid: 0 });
+        assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("already open")));
+        assert_eq!(calls.take(), vec![]);
+        assert!(t.get("a").is_some());
+    }
+
+    #[test]
+    fn spawn_failure_removes_what_was_created() {
+        let (mut t, calls) = table();
+        calls.fail_spawn();
+        let out = t.handle(ToSupervisor::OpenSession { req: 5, session: "x".into(), client_uid: 0 });
+        assert!(
+            matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("starting the worker failed"))
+        );
+        let got = calls.take();
+        assert_eq!(got.last(), Some(&Call::RemoveTree(p("/cg/heddle/session-x"))));
+        assert!(t.get("x").is_none());
+    }
+
+    #[test]
+    fn existing_cgroup_dir_fails_and_is_not_removed() {
+        let (mut t, calls) = table();
+        calls.fail_create("/cg/heddle/session-old");
+        let out = t.handle(ToSupervisor::OpenSession { req: 6, session: "old".into(), client_uid: 0 });
+        assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("already exists")));
+        assert_eq!(calls.take(), vec![]);
+    }
+
+    #[test]
+    fn chown_failure_removes_the_session_dir() {
+        let (mut t, calls) = table();
+        calls.fail_chown();
+        let out = t.handle(ToSupervisor::OpenSession { req: 7, session: "c".into(), client_uid: 0 });
+        assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("cgroup")));
+        let got = calls.take();
+        assert_eq!(got.last(), Some(&Call::RemoveTree(p("/cg/heddle/session-c"))));
+        assert!(!got.iter().any(|c| matches!(c, Call::SpawnWorker(..))));
+    }
+}

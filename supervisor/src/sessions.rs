@@ -1,0 +1,180 @@
+//! The session table and the dispatch of the front's requests: each [`ToSupervisor`] gets exactly one
+//! [`FromSupervisor`] answer (with fds for `SessionOpened`). Opening lives in `session_open.rs`,
+//! closing and worker death in `session_close.rs`.
+//!
+//! Invariants: a session is in the table exactly while its worker is unreaped and its cgroup subtree
+//! exists; the table owns every session's region memfd and eventfds, so a restarted front can be given
+//! them again. All privileged work goes through [`CgroupOps`] and [`ProcessOps`], which tests replace
+//! with recording fakes.
+//!
+//! ```no_run
+//! use supervisor::cgroup::{CgroupMode, RealCgroups};
+//! use supervisor::sessions::Sessions;
+//! use supervisor::spawn::RealProcesses;
+//! use supervisor::users::UserInfo;
+//! # fn procs() -> RealProcesses { unimplemented!() }
+//! let mut table = Sessions::new(RealCgroups, procs(), "/sys/fs/cgroup/unified/heddle".into(),
+//!     CgroupMode::Hybrid, UserInfo::resolve("nobody").unwrap());
+//! let reply = table.handle(shm_proto::control::ToSupervisor::Describe { req: 1 });
+//! ```
+
+use crate::cgroup::{CgroupMode, CgroupOps};
+use crate::session::Session;
+use crate::session_open::OpenError;
+use crate::spawn::ProcessOps;
+use crate::users::UserInfo;
+use shm_proto::control::{FromSupervisor, ToSupervisor};
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+/// A message for the front and the fds that go with it.
+#[derive(Debug)]
+pub struct Outgoing {
+    pub msg: FromSupervisor,
+    pub fds: Vec<OwnedFd>,
+}
+
+impl Outgoing {
+    /// A message without fds.
+    pub fn plain(msg: FromSupervisor) -> Outgoing {
+        Outgoing { msg, fds: Vec::new() }
+    }
+}
+
+/// The live sessions and what is needed to open and close them.
+#[derive(Debug)]
+pub struct Sessions<C: CgroupOps, P: ProcessOps> {
+    pub(crate) cg: C,
+    pub(crate) procs: P,
+    pub(crate) root: PathBuf,
+    pub(crate) mode: CgroupMode,
+    /// `--worker-user`: the worker's user when the client is root.
+    pub(crate) default_worker: UserInfo,
+    pub(crate) live: BTreeMap<String, Session>,
+}
+
+impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
+    pub fn new(cg: C, procs: P, root: PathBuf, mode: CgroupMode, default_worker: UserInfo) -> Self {
+        Sessions { cg, procs, root, mode, default_worker, live: BTreeMap::new() }
+    }
+
+    /// The cgroup root every session lives under.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A live session by id.
+    pub fn get(&self, id: &str) -> Option<&Session> {
+        self.live.get(id)
+    }
+
+    /// The ids of the live sessions, sorted.
+    pub fn ids(&self) -> Vec<String> {
+        self.live.keys().cloned().collect()
+    }
+
+    /// Answer one request from the front.
+    pub fn handle(&mut self, msg: ToSupervisor) -> Outgoing {
+        match msg {
+            ToSupervisor::OpenSession { req, session, client_uid } => self.handle_open(req, session, client_uid),
+            ToSupervisor::CloseSession { req, session } => self.handle_close(req, session),
+            ToSupervisor::Describe { req } => Outgoing::plain(FromSupervisor::Info {
+                req,
+                supervisor_pid: std::process::id(),
+                cgroup_root: self.root.display().to_string(),
+                cgroup_mode: self.mode.as_str().to_owned(),
+            }),
+        }
+    }
+
+    fn handle_open(&mut self, req: u64, session: String, client_uid: u32) -> Outgoing {
+        let opened = match self.open(&session, client_uid) {
+            Ok(s) => match s.fds.duplicate() {
+                Ok(fds) => Ok((s.worker.pid, s.worker.uid, s.cgroup.display().to_string(), fds)),
+                Err(e) => Err(OpenError::Dup(e)),
+            },
+            Err(e) => Err(e),
+        };
+        match opened {
+            Ok((worker_pid, worker_uid, cgroup, fds)) => {
+                Outgoing { msg: FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup }, fds }
+            }
+            Err(e) => {
+                if let OpenError::Dup(_) = e {
+                    // Opened, but its fds could not be duplicated for the front: undo it whole.
+                    if let Some(s) = self.live.remove(&session) {
+                        self.teardown(s);
+                    }
+                }
+                let error = format!("the supervisor could not open session {session:?}: {}", chain(&e));
+                log(&error);
+                Outgoing::plain(FromSupervisor::SessionFailed { req, session, error })
+            }
+        }
+    }
+
+    fn handle_close(&mut self, req: u64, session: String) -> Outgoing {
+        match self.close(&session) {
+            Some(t) => Outgoing::plain(FromSupervisor::SessionClosed {
+                req,
+                session,
+                killed: t.killed,
+                verified_empty: t.verified_empty,
+            }),
+            None => Outgoing::plain(FromSupervisor::Error {
+                req,
+                error: format!("there is no open session {session:?}; nothing was closed"),
+            }),
+        }
+    }
+}
+
+/// An error and its causes, joined by `": "`: one line that says what happened.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
+/// One line on stderr, prefixed with the program's name.
+pub fn log(line: &str) {
+    eprintln!("heddle-supervisor: {line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::{table, Call};
+
+    #[test]
+    fn describe_reports_root_and_mode() {
+        let (mut t, _) = table();
+        let out = t.handle(ToSupervisor::Describe { req: 9 });
+        let FromSupervisor::Info { req, supervisor_pid, cgroup_root, cgroup_mode } = out.msg else {
+            panic!("{:?}", out.msg)
+        };
+        assert_eq!((req, supervisor_pid), (9, std::process::id()));
+        assert_eq!((cgroup_root.as_str(), cgroup_mode.as_str()), ("/cg/heddle", "hybrid"));
+    }
+
+    #[test]
+    fn close_of_unknown_session_is_an_error_and_touches_nothing() {
+        let (mut t, calls) = table();
+        let out = t.handle(ToSupervisor::CloseSession { req: 4, session: "nope".into() });
+        assert!(matches!(out.msg, FromSupervisor::Error { req: 4, ref error } if error.contains("nope")));
+        assert_eq!(calls.take(), Vec::<Call>::new());
+    }
+
+    #[test]
+    fn chain_joins_causes() {
+        let inner = std::io::Error::other("disk on fire");
+        let e = crate::cgroup::CgroupError::Io { op: "write", path: "/x".into(), source: inner };
+        assert_eq!(chain(&e), "cannot write /x: disk on fire");
+    }
+}

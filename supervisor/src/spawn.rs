@@ -1,0 +1,229 @@
+//! Spawning the unprivileged processes: the front (once, at start) and one worker per session, each
+//! with dropped privileges, its fds at fixed numbers and a minimal environment, exactly as
+//! `docs/contract-wip.md` fixes them. Worker spawning and reaping sit behind [`ProcessOps`] so the
+//! session logic can be tested with a fake.
+//!
+//! Invariants: a child never runs as root past exec (groups `[gid]`, gid, uid, no_new_privs); it
+//! inherits only the fds named here; a worker is in its session's `worker` cgroup before it execs.
+//!
+//! ```no_run
+//! use supervisor::spawn::worker_env;
+//! use supervisor::users::UserInfo;
+//! let env = worker_env(&UserInfo::resolve("nobody").unwrap(), std::env::vars_os());
+//! assert!(env.iter().any(|(k, _)| k == "PATH"));
+//! ```
+
+use crate::sys::{self, ChildSetup, Exit};
+use crate::users::UserInfo;
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The worker's `PATH`, fixed by the contract.
+pub const WORKER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Errors spawning a child.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    #[error("cannot open {0}")]
+    CgroupProcs(PathBuf, #[source] io::Error),
+    #[error("cannot start {0}")]
+    Spawn(&'static str, #[source] io::Error),
+    #[error("cannot open a pidfd for the new {0}")]
+    Pidfd(&'static str, #[source] io::Error),
+}
+
+/// A child we started and have not reaped.
+#[derive(Debug)]
+pub struct Spawned {
+    pub pid: u32,
+    pub pidfd: OwnedFd,
+}
+
+/// What a worker is started with.
+#[derive(Debug)]
+pub struct WorkerSpec<'a> {
+    pub session: &'a str,
+    /// The session cgroup (`--cgroup`); the worker itself goes into its `worker` child.
+    pub cgroup: &'a Path,
+    pub user: &'a UserInfo,
+    /// Region memfd and the four eventfds, in `SESSION_FDS` order: the worker's fds 3…7.
+    pub fds: [BorrowedFd<'a>; 5],
+}
+
+/// Starting and reaping workers.
+pub trait ProcessOps {
+    /// Start a session's worker in `<cgroup>/worker`.
+    fn spawn_worker(&self, spec: &WorkerSpec<'_>) -> Result<Spawned, SpawnError>;
+    /// Wait up to `timeout` for the child behind `pidfd` to exit, and reap it; `None` if it is still
+    /// running.
+    fn reap(&self, pidfd: BorrowedFd<'_>, timeout: Duration) -> io::Result<Option<Exit>>;
+}
+
+/// The real [`ProcessOps`].
+#[derive(Debug)]
+pub struct RealProcesses {
+    /// `heddle-worker`, opened once at start.
+    pub worker_exe: OwnedFd,
+}
+
+impl ProcessOps for RealProcesses {
+    fn spawn_worker(&self, spec: &WorkerSpec<'_>) -> Result<Spawned, SpawnError> {
+        let procs_path = crate::session::worker_dir(spec.cgroup).join("cgroup.procs");
+        let procs = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&procs_path)
+            .map_err(|e| SpawnError::CgroupProcs(procs_path.clone(), e))?;
+        let setup = ChildSetup {
+            exe: self.worker_exe.as_fd(),
+            arg0: "heddle-worker",
+            args: vec!["--session".into(), spec.session.into(), "--cgroup".into(), spec.cgroup.into()],
+            env: worker_env(spec.user, std::env::vars_os()),
+            uid: spec.user.uid,
+            gid: spec.user.gid,
+            cgroup_procs: Some(procs.as_fd()),
+            fds: spec.fds.iter().zip(3..).map(|(fd, n)| (*fd, n)).collect(),
+        };
+        start(&setup, "heddle-worker")
+    }
+
+    fn reap(&self, pidfd: BorrowedFd<'_>, timeout: Duration) -> io::Result<Option<Exit>> {
+        reap_within(pidfd, timeout)
+    }
+}
+
+/// Spawn `setup` and open its pidfd; a child whose pidfd cannot be opened is killed and reaped.
+fn start(setup: &ChildSetup<'_>, what: &'static str) -> Result<Spawned, SpawnError> {
+    let mut child = sys::spawn_child(setup).map_err(|e| SpawnError::Spawn(what, e))?;
+    let pid = child.id();
+    match sys::pidfd_open(pid) {
+        Ok(pidfd) => Ok(Spawned { pid, pidfd }),
+        Err(e) => {
+            // Our own unreaped child: its pid cannot have been reused, so this kill is exact.
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(SpawnError::Pidfd(what, e))
+        }
+    }
+}
+
+/// Wait up to `timeout` for the child behind `pidfd` to exit (the pidfd turns readable), then reap it.
+pub fn reap_within(pidfd: BorrowedFd<'_>, timeout: Duration) -> io::Result<Option<Exit>> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(exit) = sys::wait_exit(pidfd, true)? {
+            return Ok(Some(exit));
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        let ms = PollTimeout::try_from(left.as_millis().max(1)).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(pidfd, PollFlags::POLLIN)];
+        match poll(&mut fds, ms) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The worker's whole environment: the fixed `PATH`; `HOME`, `USER`, `LOGNAME` from `user`; `LANG`
+/// and `LC_*` copied from `inherited` (the supervisor's environment).
+pub fn worker_env(
+    user: &UserInfo,
+    inherited: impl IntoIterator<Item = (OsString, OsString)>,
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = vec![
+        ("PATH".into(), WORKER_PATH.into()),
+        ("HOME".into(), user.home.clone().into()),
+        ("USER".into(), user.name.clone().into()),
+        ("LOGNAME".into(), user.name.clone().into()),
+    ];
+    let locale = |k: &OsString| k.to_str().is_some_and(|k| k == "LANG" || k.starts_with("LC_"));
+    env.extend(inherited.into_iter().filter(|(k, _)| locale(k)));
+    env
+}
+
+/// The front's whole environment: `PATH`, `RUST_LOG` and `RUST_BACKTRACE` from `inherited` when set.
+pub fn front_env(inherited: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
+    let keep = |k: &OsString| matches!(k.to_str(), Some("PATH" | "RUST_LOG" | "RUST_BACKTRACE"));
+    inherited.into_iter().filter(|(k, _)| keep(k)).collect()
+}
+
+/// What the front is started with.
+#[derive(Debug)]
+pub struct FrontSpec<'a> {
+    /// `heddle-front`, opened once at start.
+    pub exe: BorrowedFd<'a>,
+    pub user: &'a UserInfo,
+    /// The front's end of the SOCK_SEQPACKET control pair (its fd 3).
+    pub control: BorrowedFd<'a>,
+    /// The bound, listening client socket (its fd 4).
+    pub listener: BorrowedFd<'a>,
+    pub state_dir: &'a Path,
+    pub socket: &'a Path,
+}
+
+/// Start the front: `heddle-front --control-fd 3 --listen-fd 4 --state-dir DIR --socket PATH`.
+pub fn spawn_front(spec: &FrontSpec<'_>) -> Result<Spawned, SpawnError> {
+    let args: Vec<OsString> = vec![
+        "--control-fd".into(),
+        "3".into(),
+        "--listen-fd".into(),
+        "4".into(),
+        "--state-dir".into(),
+        spec.state_dir.into(),
+        "--socket".into(),
+        spec.socket.into(),
+    ];
+    let setup = ChildSetup {
+        exe: spec.exe,
+        arg0: "heddle-front",
+        args,
+        env: front_env(std::env::vars_os()),
+        uid: spec.user.uid,
+        gid: spec.user.gid,
+        cgroup_procs: None,
+        fds: vec![(spec.control, 3), (spec.listener, 4)],
+    };
+    start(&setup, "heddle-front")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user() -> UserInfo {
+        UserInfo { uid: 1234, gid: 99, name: "agent".into(), home: "/home/agent".into() }
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
+    }
+
+    #[test]
+    fn worker_env_is_exactly_the_contract() {
+        let inherited =
+            vars(&[("PATH", "/evil"), ("LANG", "C.UTF-8"), ("LC_ALL", "C"), ("SECRET", "x"), ("LCX", "no")]);
+        let env = worker_env(&user(), inherited);
+        let want = vars(&[
+            ("PATH", WORKER_PATH),
+            ("HOME", "/home/agent"),
+            ("USER", "agent"),
+            ("LOGNAME", "agent"),
+            ("LANG", "C.UTF-8"),
+            ("LC_ALL", "C"),
+        ]);
+        assert_eq!(env, want);
+    }
+
+    #[test]
+    fn front_env_keeps_path_and_rust_diagnostics_only() {
+        let inherited = vars(&[("PATH", "/bin"), ("RUST_LOG", "debug"), ("HOME", "/root"), ("AWS_SECRET", "k")]);
+        assert_eq!(front_env(inherited), vars(&[("PATH", "/bin"), ("RUST_LOG", "debug")]));
+    }
+}

@@ -1,0 +1,294 @@
+//! Startup, in the order `docs/contract-wip.md` gives: refuse unless root, route SIGINT/SIGTERM,
+//! resolve the users, open the two binaries, find the cgroup mode and create the root, prepare the
+//! state directory and the socket's directory, bind the client socket, and spawn the front.
+//!
+//! Invariants: every check that changes nothing comes before the first change; a failed start undoes
+//! what it created (the cgroup root if it made it, the socket file). Paths given relative are made
+//! absolute against the supervisor's working directory, since the front runs in `/`.
+//!
+//! ```no_run
+//! use clap::Parser;
+//! let args = supervisor::cli::Args::parse();
+//! supervisor::startup::start(&args)?.run()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::cgroup::{self, CgroupError, CgroupMode, RealCgroups};
+use crate::cli::Args;
+use crate::event_loop::{file_identity, EventLoop, LoopError, Parts, SocketFile};
+use crate::sessions::{log, Sessions};
+use crate::signals::SignalPipe;
+use crate::spawn::{self, FrontSpec, RealProcesses, SpawnError};
+use crate::users::{UserError, UserInfo};
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use std::fs::{DirBuilder, File, OpenOptions, Permissions};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+/// Why the supervisor could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    #[error("heddle-supervisor must run as root (it owns the cgroup tree and drops privileges for its children); run it with sudo or as a root service")]
+    NotRoot,
+    #[error("cannot mark inherited fds close-on-exec")]
+    Fds(#[source] io::Error),
+    #[error("cannot route SIGINT/SIGTERM")]
+    Signals(#[source] io::Error),
+    #[error("cannot resolve the {0} user")]
+    User(&'static str, #[source] UserError),
+    #[error("cannot find this executable's directory; pass --bin-dir")]
+    BinDir(#[source] io::Error),
+    #[error("cannot open {0}")]
+    Binary(PathBuf, #[source] io::Error),
+    #[error("cannot set up the cgroup root")]
+    Cgroup(#[from] CgroupError),
+    #[error("cannot make {0} absolute")]
+    Path(PathBuf, #[source] io::Error),
+    #[error("cannot prepare the state directory {0}")]
+    StateDir(PathBuf, #[source] io::Error),
+    #[error("cannot prepare the socket {0}")]
+    Socket(PathBuf, #[source] io::Error),
+    #[error("another heddle is already listening on {0}; stop it first or choose another --socket")]
+    SocketInUse(PathBuf),
+    #[error("cannot create the control socket pair")]
+    ControlPair(#[source] nix::Error),
+    #[error("cannot start the front")]
+    Front(#[source] SpawnError),
+    #[error("cannot set up the main loop")]
+    Loop(#[from] LoopError),
+}
+
+/// The resolved, checked configuration (nothing changed yet).
+struct Plan {
+    mode: CgroupMode,
+    root: PathBuf,
+    front_user: UserInfo,
+    worker_user: UserInfo,
+    front_exe: OwnedFd,
+    worker_exe: OwnedFd,
+    state_dir: PathBuf,
+    socket: PathBuf,
+}
+
+/// Do everything up to a running front; the returned loop serves until SIGINT/SIGTERM.
+pub fn start(args: &Args) -> Result<EventLoop<RealCgroups, RealProcesses>, StartError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(StartError::NotRoot);
+    }
+    crate::sys::cloexec_inherited_fds().map_err(StartError::Fds)?;
+    let signals = SignalPipe::register().map_err(StartError::Signals)?;
+    let plan = plan(args)?;
+    let root_created = create_root(&plan.root)?;
+    let started = start_created(plan, signals, root_created);
+    if let Err((root, _)) = &started {
+        if root_created {
+            let _ = std::fs::remove_dir(root);
+        }
+    }
+    started.map_err(|(_, e)| e)
+}
+
+/// Resolve and check everything; no side effect.
+fn plan(args: &Args) -> Result<Plan, StartError> {
+    let front_user = match &args.front_user {
+        Some(u) => UserInfo::resolve(u),
+        None => UserInfo::default_front(),
+    }
+    .map_err(|e| StartError::User("front", e))?;
+    let worker_user = UserInfo::resolve(&args.worker_user).map_err(|e| StartError::User("worker", e))?;
+    let bin_dir = match &args.bin_dir {
+        Some(d) => d.clone(),
+        None => exe_dir().map_err(StartError::BinDir)?,
+    };
+    let front_exe = open_binary(&bin_dir.join("heddle-front"))?;
+    let worker_exe = open_binary(&bin_dir.join("heddle-worker"))?;
+    let own = cgroup::own_v2_path()?;
+    let (mode, default_root) = cgroup::detect_mode(Path::exists, &own)?;
+    let root = absolute(args.cgroup_root.as_deref().unwrap_or(&default_root))?;
+    let parent = root.parent().ok_or_else(|| CgroupError::NotCgroup2(root.clone()))?;
+    cgroup::check_cgroup2(parent)?;
+    let state_dir = absolute(&args.state_dir)?;
+    let socket = absolute(&args.socket)?;
+    Ok(Plan { mode, root, front_user, worker_user, front_exe, worker_exe, state_dir, socket })
+}
+
+/// The part of startup after the cgroup root exists; on error returns the root for the caller to undo.
+fn start_created(
+    plan: Plan,
+    signals: SignalPipe,
+    root_created: bool,
+) -> Result<EventLoop<RealCgroups, RealProcesses>, (PathBuf, StartError)> {
+    let root = plan.root.clone();
+    let fail = |e: StartError| (root.clone(), e);
+    prepare_state_dir(&plan.state_dir, &plan.front_user).map_err(fail)?;
+    let (listener, socket) = bind_socket(&plan.socket).map_err(fail)?;
+    let front = spawn_front(&plan, &listener);
+    let (front, control) = match front {
+        Ok(f) => f,
+        Err(e) => {
+            socket.remove();
+            return Err(fail(e));
+        }
+    };
+    log(&format!(
+        "serving {} (cgroup root {}, mode {}, front pid {})",
+        plan.socket.display(),
+        plan.root.display(),
+        plan.mode.as_str(),
+        front.pid
+    ));
+    let procs = RealProcesses { worker_exe: plan.worker_exe };
+    let sessions = Sessions::new(RealCgroups, procs, plan.root, plan.mode, plan.worker_user);
+    let parts = Parts { sessions, front, control, listener, signals, socket, root_created };
+    // A front is running by now; if the loop cannot start, the front gets EOF on its control
+    // socket when this process exits.
+    EventLoop::new(parts).map_err(|e| fail(e.into()))
+}
+
+fn spawn_front(plan: &Plan, listener: &UnixListener) -> Result<(spawn::Spawned, OwnedFd), StartError> {
+    let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+        .map_err(StartError::ControlPair)?;
+    let spec = FrontSpec {
+        exe: plan.front_exe.as_fd(),
+        user: &plan.front_user,
+        control: theirs.as_fd(),
+        listener: listener.as_fd(),
+        state_dir: &plan.state_dir,
+        socket: &plan.socket,
+    };
+    let front = spawn::spawn_front(&spec).map_err(StartError::Front)?;
+    Ok((front, ours))
+}
+
+fn exe_dir() -> io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    exe.parent().map(Path::to_owned).ok_or_else(|| io::Error::other("the executable has no parent directory"))
+}
+
+fn open_binary(path: &Path) -> Result<OwnedFd, StartError> {
+    let file = File::open(path).map_err(|e| StartError::Binary(path.to_owned(), e))?;
+    Ok(file.into())
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, StartError> {
+    std::path::absolute(path).map_err(|e| StartError::Path(path.to_owned(), e))
+}
+
+/// mkdir the cgroup root; true if this call created it.
+fn create_root(root: &Path) -> Result<bool, StartError> {
+    match std::fs::create_dir(root) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            cgroup::check_cgroup2(root)?;
+            let stale = std::fs::read_dir(root)
+                .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("session-")).count())
+                .unwrap_or(0);
+            if stale > 0 {
+                log(&format!(
+                    "{stale} session cgroups of an earlier run are under {}; they are left alone",
+                    root.display()
+                ));
+            }
+            Ok(false)
+        }
+        Err(source) => Err(CgroupError::Io { op: "create the cgroup root", path: root.to_owned(), source }.into()),
+    }
+}
+
+/// Create the state directory if missing (parents 0755, itself 0700), then make it the front user's
+/// and 0700. A symlink in its place is refused.
+fn prepare_state_dir(dir: &Path, owner: &UserInfo) -> Result<(), StartError> {
+    let err = |e| StartError::StateDir(dir.to_owned(), e);
+    if let Some(parent) = dir.parent() {
+        DirBuilder::new().recursive(true).mode(0o755).create(parent).map_err(err)?;
+    }
+    match DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(err(e)),
+    }
+    let fd = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW).open(dir).map_err(err)?;
+    std::os::unix::fs::fchown(&fd, Some(owner.uid), Some(owner.gid)).map_err(err)?;
+    fd.set_permissions(Permissions::from_mode(0o700)).map_err(err)
+}
+
+/// Create the socket's directory if missing (0755), remove a stale socket (refusing a live one or a
+/// non-socket), bind and listen, and open the socket to everyone (0666).
+fn bind_socket(path: &Path) -> Result<(UnixListener, SocketFile), StartError> {
+    let err = |e| StartError::Socket(path.to_owned(), e);
+    if let Some(parent) = path.parent() {
+        DirBuilder::new().recursive(true).mode(0o755).create(parent).map_err(err)?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(StartError::SocketInUse(path.to_owned()));
+            }
+            std::fs::remove_file(path).map_err(err)?;
+        }
+        Ok(_) => return Err(err(io::Error::other("it exists and is not a socket"))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    let listener = UnixListener::bind(path).map_err(err)?;
+    let opened =
+        std::fs::set_permissions(path, Permissions::from_mode(0o666)).and_then(|()| std::fs::symlink_metadata(path));
+    let meta = match opened {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = std::fs::remove_file(path);
+            return Err(err(e));
+        }
+    };
+    // Identified after the chmod, which changes the ctime.
+    let file = SocketFile { path: path.to_owned(), identity: file_identity(&meta) };
+    Ok((listener, file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_socket_is_replaced_and_live_one_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("run/heddle.sock");
+        let (live, file) = bind_socket(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666);
+        assert!(matches!(bind_socket(&path), Err(StartError::SocketInUse(_))));
+        drop(live);
+        let (_again, again) = bind_socket(&path).unwrap();
+        assert_ne!(file.identity, again.identity);
+        file.remove();
+        assert!(path.exists(), "a socket that is no longer ours is left alone");
+        again.remove();
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_file_in_the_sockets_place_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("heddle.sock");
+        std::fs::write(&path, b"data").unwrap();
+        assert!(matches!(bind_socket(&path), Err(StartError::Socket(..))));
+        assert_eq!(std::fs::read(&path).unwrap(), b"data");
+    }
+
+    #[test]
+    fn state_dir_is_created_private_and_a_symlink_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let me = UserInfo::from_uid(nix::unistd::geteuid().as_raw()).unwrap();
+        let me = UserInfo { gid: nix::unistd::getegid().as_raw(), ..me };
+        let dir = tmp.path().join("a/state");
+        prepare_state_dir(&dir, &me).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(prepare_state_dir(&link, &me).is_err());
+    }
+}

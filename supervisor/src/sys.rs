@@ -1,0 +1,276 @@
+//! Every raw system call of the supervisor, behind a safe API: pidfds (`pidfd_open`,
+//! `pidfd_send_signal`, `waitid(P_PIDFD)`), `close_range(CLOEXEC)` for inherited fds, and the
+//! privilege-dropping child setup that runs between `fork` and `exec`.
+//!
+//! Invariants: the code that runs in a forked child ([`spawn_child`]) only makes async-signal-safe
+//! system calls on integers prepared before the fork: it never allocates, locks or formats. Every fd it
+//! touches is kept open by the parent until `spawn` returns.
+//!
+//! ```no_run
+//! use supervisor::sys;
+//! let child = std::process::Command::new("/bin/true").spawn().unwrap();
+//! let pidfd = sys::pidfd_open(child.id()).unwrap();
+//! let exit = sys::wait_exit(std::os::fd::AsFd::as_fd(&pidfd), false).unwrap();
+//! assert_eq!(exit, Some(sys::Exit::Code(0)));
+//! ```
+#![allow(unsafe_code)]
+
+use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+
+/// The lowest fd number used for the copies of the fds a child inherits, so that no copy can be one
+/// of the target numbers (3…7) when it is `dup2`ed into place.
+const HIGH_FD: RawFd = 100;
+
+/// How a reaped child ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// It called `exit` with this code.
+    Code(i32),
+    /// A signal with this number ended it.
+    Signal(i32),
+}
+
+impl Exit {
+    /// `(code, signal)`, exactly one of them set.
+    pub fn split(self) -> (Option<i32>, Option<i32>) {
+        match self {
+            Exit::Code(c) => (Some(c), None),
+            Exit::Signal(s) => (None, Some(s)),
+        }
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exit code {c}"),
+            Exit::Signal(s) => write!(f, "signal {s}"),
+        }
+    }
+}
+
+/// A close-on-exec pidfd for `pid`, which must be an unreaped child of ours (so it cannot have been
+/// reused).
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: pidfd_open takes a pid and a flags word and returns a new fd or -1; no memory is passed.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(ret).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: the kernel just created `fd` for us (pidfds are always close-on-exec); nothing else owns
+    // it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Send `signal` to the process behind `pidfd`. Unlike `kill(pid)`, this can never reach a process
+/// that reused the pid.
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: i32) -> io::Result<()> {
+    // SAFETY: the fd is borrowed, so open for this call; a null siginfo and zero flags are the
+    // documented "like kill(2)" form.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), signal, std::ptr::null::<libc::siginfo_t>(), 0u32)
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reap the child behind `pidfd`. With `nohang`, returns `None` when it is still running; otherwise
+/// blocks until it exits.
+pub fn wait_exit(pidfd: BorrowedFd<'_>, nohang: bool) -> io::Result<Option<Exit>> {
+    let mut flags = WaitPidFlag::WEXITED;
+    if nohang {
+        flags |= WaitPidFlag::WNOHANG;
+    }
+    loop {
+        match waitid(Id::PIDFd(pidfd), flags) {
+            Ok(WaitStatus::Exited(_, code)) => return Ok(Some(Exit::Code(code))),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(Some(Exit::Signal(sig as i32))),
+            Ok(_) => return Ok(None),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Mark every fd from 3 up close-on-exec, so that nothing the supervisor inherited from whoever
+/// started it (a shell's saved fds, a service manager's sockets) reaches an unprivileged child.
+pub fn cloexec_inherited_fds() -> io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on the fds in the range; it closes
+    // nothing and takes no pointers.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// What a child is and becomes between `fork` and `exec`.
+#[derive(Debug)]
+pub struct ChildSetup<'a> {
+    /// The binary, opened by the supervisor; the child execs it as `/proc/self/fd/N`, so the target
+    /// uid never needs to traverse the path to it.
+    pub exe: BorrowedFd<'a>,
+    pub arg0: &'a str,
+    pub args: Vec<OsString>,
+    /// The whole environment (nothing else of ours is inherited).
+    pub env: Vec<(OsString, OsString)>,
+    /// The uid and gid to drop to; the supplementary groups become exactly `[gid]`.
+    pub uid: u32,
+    pub gid: u32,
+    /// An fd open for writing on the target cgroup's `cgroup.procs`: the child writes `0` there (moving
+    /// itself) while still root, before dropping privileges.
+    pub cgroup_procs: Option<BorrowedFd<'a>>,
+    /// `(source, target)`: the child gets `source` as fd number `target` (3…99), without close-on-exec.
+    pub fds: Vec<(BorrowedFd<'a>, RawFd)>,
+}
+
+/// Spawn a child as described by `setup`: cwd `/`, stdin `/dev/null`, stdout and stderr inherited;
+/// between fork and exec it starts a new session (so terminal signals to our process group miss it),
+/// joins its cgroup, sets groups, gid, uid and no_new_privs, and places its fds, in that order. Every
+/// other fd of ours is close-on-exec and does not reach it.
+pub fn spawn_child(setup: &ChildSetup<'_>) -> io::Result<Child> {
+    reserve_low_fds();
+    let exe = high_copy(setup.exe)?;
+    // Copies at high numbers, so that dup2 never meets a source equal to its target (which would
+    // leave close-on-exec set) nor overwrites the exe or another source. They stay open until
+    // `spawn` has returned.
+    let mut copies = Vec::with_capacity(setup.fds.len());
+    for (src, target) in &setup.fds {
+        if !(3..HIGH_FD).contains(target) {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        copies.push((high_copy(*src)?, *target));
+    }
+    let plan = ChildPlan {
+        uid: setup.uid,
+        gid: setup.gid,
+        cgroup_procs: setup.cgroup_procs.map(|fd| fd.as_raw_fd()),
+        fds: copies.iter().map(|(fd, t)| (fd.as_raw_fd(), *t)).collect(),
+    };
+    let mut cmd = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
+    cmd.arg0(setup.arg0).args(&setup.args).env_clear().envs(setup.env.iter().map(|(k, v)| (k, v)));
+    cmd.current_dir("/").stdin(Stdio::null());
+    // SAFETY: the closure only calls async-signal-safe functions (setsid, write, setgroups, setgid, setuid,
+    // prctl, dup2) on integers captured before the fork, and allocates nothing; the fds it names are
+    // kept open by `copies` and `setup` until `spawn` returns.
+    unsafe { cmd.pre_exec(move || plan.apply()) };
+    let child = cmd.spawn();
+    drop((exe, copies));
+    child
+}
+
+/// A close-on-exec duplicate of `fd` at a number >= [`HIGH_FD`].
+fn high_copy(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let copy = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(HIGH_FD))?;
+    // SAFETY: F_DUPFD_CLOEXEC just returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy) })
+}
+
+/// Occupy fds 3…7 (when free) with `/dev/null` for the life of the process, so that no fd that
+/// `std` creates around a spawn (its exec-error pipe) can be one a child's fd is `dup2`ed onto.
+fn reserve_low_fds() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        while let Ok(f) = std::fs::File::open("/dev/null") {
+            if f.as_raw_fd() > 7 {
+                break;
+            }
+            // Kept open on purpose: it is a placeholder.
+            let _ = std::os::fd::IntoRawFd::into_raw_fd(f);
+        }
+    });
+}
+
+/// The raw numbers [`spawn_child`] hands to the forked child.
+struct ChildPlan {
+    uid: u32,
+    gid: u32,
+    cgroup_procs: Option<RawFd>,
+    fds: Vec<(RawFd, RawFd)>,
+}
+
+impl ChildPlan {
+    /// Runs in the forked child: async-signal-safe calls only, no allocation.
+    fn apply(&self) -> io::Result<()> {
+        fn check(ret: libc::c_int) -> io::Result<()> {
+            if ret < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        }
+        // SAFETY: setsid takes no arguments. A new session keeps terminal signals sent to the
+        // supervisor's process group (Ctrl-C) from reaching the child: shutdown is the supervisor's.
+        check(unsafe { libc::setsid() })?;
+        if let Some(fd) = self.cgroup_procs {
+            // SAFETY: `fd` is open (held by the parent's `ChildSetup` across the fork) and the buffer is
+            // a static one-byte string.
+            let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+            check(if n == 1 { 0 } else { -1 })?;
+        }
+        let groups = [self.gid as libc::gid_t];
+        // SAFETY: `groups` is a live one-element array for the duration of the call.
+        check(unsafe { libc::setgroups(1, groups.as_ptr()) })?;
+        // SAFETY: plain integer arguments.
+        check(unsafe { libc::setgid(self.gid) })?;
+        // SAFETY: plain integer arguments; as root, setuid sets the real, effective and saved uid.
+        check(unsafe { libc::setuid(self.uid) })?;
+        // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only.
+        check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
+        for &(src, target) in &self.fds {
+            // SAFETY: `src` is an open copy at a number >= HIGH_FD held by the parent across the fork;
+            // `target` is below HIGH_FD, so dup2 always creates a fresh, inheritable fd.
+            check(unsafe { libc::dup2(src, target) })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    #[expect(clippy::zombie_processes, reason = "reaped through its pidfd")]
+    fn pidfd_reaps_its_own_child_with_exit_code() {
+        let child = Command::new("/bin/sh").args(["-c", "exit 7"]).spawn().unwrap();
+        let pidfd = pidfd_open(child.id()).unwrap();
+        assert_eq!(wait_exit(pidfd.as_fd(), false).unwrap(), Some(Exit::Code(7)));
+    }
+
+    #[test]
+    #[expect(clippy::zombie_processes, reason = "reaped through its pidfd")]
+    fn pidfd_signal_kills_and_wait_reports_it() {
+        let child = Command::new("/bin/sleep").arg("30").spawn().unwrap();
+        let pidfd = pidfd_open(child.id()).unwrap();
+        assert_eq!(wait_exit(pidfd.as_fd(), true).unwrap(), None);
+        pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL).unwrap();
+        assert_eq!(wait_exit(pidfd.as_fd(), false).unwrap(), Some(Exit::Signal(libc::SIGKILL)));
+    }
+
+    #[test]
+    fn inherited_fds_become_close_on_exec() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let plain = nix::unistd::dup(&a).unwrap();
+        let flags = || nix::fcntl::fcntl(&plain, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+        assert_eq!(flags() & libc::FD_CLOEXEC, 0);
+        cloexec_inherited_fds().unwrap();
+        assert_eq!(flags() & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+    }
+
+    #[test]
+    fn exit_splits_into_code_or_signal() {
+        assert_eq!(Exit::Code(3).split(), (Some(3), None));
+        assert_eq!(Exit::Signal(9).split(), (None, Some(9)));
+    }
+}

@@ -1,0 +1,106 @@
+//! Resolving the users the supervisor drops to: `--front-user`, `--worker-user` (a name or a numeric
+//! uid) and a client's uid, into the uid, gid, name and home a child gets.
+//!
+//! Invariant: a resolved user is never root; the supervisor refuses to run a front or a worker as uid 0.
+//!
+//! ```no_run
+//! use supervisor::users::UserInfo;
+//! let nobody = UserInfo::resolve("nobody").unwrap();
+//! assert_ne!(nobody.uid, 0);
+//! ```
+
+use nix::unistd::{Uid, User};
+use std::path::PathBuf;
+
+/// The gid given to a uid that has no passwd entry (`nogroup`).
+pub const NOGROUP: u32 = 65534;
+
+/// A user a child process runs as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserInfo {
+    pub uid: u32,
+    /// The passwd entry's primary group, or [`NOGROUP`] when there is no entry.
+    pub gid: u32,
+    /// The login name, or the numeric uid when there is no entry.
+    pub name: String,
+    /// The home directory, or `/` when there is no entry.
+    pub home: PathBuf,
+}
+
+/// Errors resolving a user.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UserError {
+    #[error("no user named {0:?} exists")]
+    Unknown(String),
+    #[error("looking up user {0:?} failed")]
+    Lookup(String, #[source] nix::Error),
+    #[error("user {0:?} is root; heddle runs its front and workers unprivileged")]
+    Root(String),
+}
+
+impl UserInfo {
+    /// Resolve a name, or a numeric uid (which need not have a passwd entry).
+    pub fn resolve(spec: &str) -> Result<UserInfo, UserError> {
+        let info = match spec.parse::<u32>() {
+            Ok(uid) => UserInfo::from_uid(uid).map_err(|e| UserError::Lookup(spec.to_owned(), e))?,
+            Err(_) => match User::from_name(spec) {
+                Ok(Some(u)) => from_entry(&u),
+                Ok(None) => return Err(UserError::Unknown(spec.to_owned())),
+                Err(e) => return Err(UserError::Lookup(spec.to_owned(), e)),
+            },
+        };
+        if info.uid == 0 {
+            return Err(UserError::Root(spec.to_owned()));
+        }
+        Ok(info)
+    }
+
+    /// The user for `uid`, with the fallbacks documented on the fields when it has no passwd entry.
+    pub fn from_uid(uid: u32) -> Result<UserInfo, nix::Error> {
+        Ok(match User::from_uid(Uid::from_raw(uid))? {
+            Some(u) => from_entry(&u),
+            None => UserInfo { uid, gid: NOGROUP, name: uid.to_string(), home: PathBuf::from("/") },
+        })
+    }
+
+    /// `--front-user`'s default: `heddle` if that user exists, else `nobody`.
+    pub fn default_front() -> Result<UserInfo, UserError> {
+        match UserInfo::resolve("heddle") {
+            Err(UserError::Unknown(_)) => UserInfo::resolve("nobody"),
+            other => other,
+        }
+    }
+}
+
+fn from_entry(u: &User) -> UserInfo {
+    UserInfo { uid: u.uid.as_raw(), gid: u.gid.as_raw(), name: u.name.clone(), home: u.dir.clone() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_is_refused_by_name_and_number() {
+        assert!(matches!(UserInfo::resolve("root"), Err(UserError::Root(_))));
+        assert!(matches!(UserInfo::resolve("0"), Err(UserError::Root(_))));
+    }
+
+    #[test]
+    fn unknown_name_is_an_error() {
+        assert!(matches!(UserInfo::resolve("no-such-user-heddle-xyz"), Err(UserError::Unknown(_))));
+    }
+
+    #[test]
+    fn uid_without_entry_falls_back() {
+        let u = UserInfo::resolve("4000123").unwrap();
+        assert_eq!((u.uid, u.gid, u.name.as_str(), u.home.to_str()), (4000123, NOGROUP, "4000123", Some("/")));
+    }
+
+    #[test]
+    fn numeric_uid_with_entry_gets_its_name() {
+        let u = UserInfo::resolve("65534").unwrap();
+        assert_eq!(u.name, "nobody");
+    }
+}
