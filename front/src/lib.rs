@@ -1,1 +1,48 @@
-//! front (being built)
+//! heddle's front: the unprivileged process that holds the kernel (sessions, jobs, output store,
+//! views, announcements) and serves clients over the control socket (JSON-RPC 2.0, newline-delimited;
+//! see docs/protocol.md).
+//!
+//! Layout, by operation: [`rpc`] (framing and errors), [`server`] (connections), [`supervisor_link`]
+//! (the supervisor, behind a trait), [`pump`] (the one thread reading every session's event ring),
+//! [`session`] and [`job`] (records and state machines), [`store`] and [`view`] (output on disk and
+//! in memory), one module per method (`session_open`, `session_close`, `job_run`, `job_wait`,
+//! `job_kill`, `jobs_list`, `output_read`, `describe`), [`kernel`] (the registry and method table),
+//! [`inherit`] and [`service`] (the process). Notes on choices the protocol leaves open are in
+//! docs/front-notes.md.
+//!
+//! Invariants: the front never needs more privilege than its own uid and contains no `unsafe`; no
+//! connection owns anything (a client that disconnects cancels nothing); a job's state moves forward
+//! once and is never re-run; every output byte is counted exactly and kept on disk while the disk
+//! takes it; waiting is condvar-based, never polling; bytes read from shared memory are untrusted.
+//!
+//! ```no_run
+//! # fn demo(control: std::os::fd::OwnedFd, listener: std::os::unix::net::UnixListener) {
+//! let cfg = front::kernel::KernelConfig { state_dir: "/var/lib/heddle".into(), socket: "/run/heddle/heddle.sock".into() };
+//! std::process::exit(front::service::serve(cfg, control, listener).unwrap());
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod describe;
+pub mod inherit;
+pub mod job;
+pub mod job_kill;
+pub mod job_run;
+pub mod job_wait;
+pub mod jobs_list;
+pub mod kernel;
+pub mod output_read;
+pub mod pump;
+pub mod results;
+pub mod rpc;
+pub mod server;
+pub mod service;
+pub mod session;
+pub mod session_close;
+pub mod session_open;
+pub mod store;
+pub mod supervisor_link;
+pub mod view;
+
+#[cfg(test)]
+mod testing;

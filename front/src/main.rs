@@ -1,1 +1,47 @@
-fn main() {}
+//! `heddle-front`: started by the supervisor with fd 3 = control socket (SOCK_SEQPACKET) and fd 4 = the
+//! listening client socket. Glue only: parse flags, adopt the fds, serve (see the `front` library).
+#![forbid(unsafe_code)]
+
+use anyhow::Context;
+use clap::Parser;
+use front::inherit::{adopt, check_socket};
+use nix::sys::socket::SockType;
+use std::path::PathBuf;
+
+/// heddle's unprivileged front (started by heddle-supervisor).
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// Inherited SOCK_SEQPACKET control socket to the supervisor.
+    #[arg(long, default_value_t = 3)]
+    control_fd: i32,
+    /// Inherited listening Unix stream socket for clients.
+    #[arg(long, default_value_t = 4)]
+    listen_fd: i32,
+    /// Directory for session output (owned by the front's uid).
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// The client socket's path, reported by `describe`.
+    #[arg(long)]
+    socket: String,
+}
+
+fn main() {
+    let args = Args::parse();
+    match run(args) {
+        Ok(status) => std::process::exit(status),
+        Err(e) => {
+            eprintln!("heddle-front: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<i32> {
+    let control = adopt(args.control_fd).context("taking the control socket")?;
+    check_socket(&control, SockType::SeqPacket, false, "SOCK_SEQPACKET control")?;
+    let listen = adopt(args.listen_fd).context("taking the listening socket")?;
+    check_socket(&listen, SockType::Stream, true, "listening Unix stream")?;
+    let cfg = front::kernel::KernelConfig { state_dir: args.state_dir, socket: args.socket };
+    Ok(front::service::serve(cfg, control, listen.into())?)
+}

@@ -441,7 +441,7 @@ mod tests {
         #[test]
         fn garbage_ring_never_panics(head in any::<u64>(), tail in any::<u64>(),
                                      data in proptest::collection::vec(any::<u8>(), 1024)) {
-            let (mut p, mut c) = heap_ring(1024);
+            let (p, mut c) = heap_ring(1024);
             p.ring.write_at(0, &data);
             p.ring.ctl().tail.store(tail, Ordering::Release);
             c.head = head;

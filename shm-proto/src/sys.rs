@@ -98,6 +98,34 @@ impl AsFd for EventFd {
     }
 }
 
+/// Take ownership of fd `raw`, inherited at exec from the process that spawned us (the supervisor places
+/// session fds at fixed numbers). Marks it close-on-exec so it does not leak into our own children.
+///
+/// Each number can be taken once per process: a second call for the same number is an error, since by
+/// then the number may have been reused by something else that owns it.
+pub fn take_inherited_fd(raw: i32) -> std::io::Result<OwnedFd> {
+    use std::sync::Mutex;
+    static TAKEN: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+    if raw <= 2 {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("fd {raw} is a standard stream")));
+    }
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    if taken.contains(&raw) {
+        return Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, format!("fd {raw} was already taken")));
+    }
+    // SAFETY: F_GETFD only reads the descriptor's flags; an unopened number gives EBADF, no other effect.
+    let flags = unsafe { libc::fcntl(raw, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    taken.push(raw);
+    // SAFETY: `raw` is open (checked above), was inherited across exec, and nothing else in this process
+    // claims it: every claim goes through this function, which hands each number out once.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    fcntl(fd.as_fd(), FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))?;
+    Ok(fd)
+}
+
 /// Send `data` as one packet with `fds` attached (SCM_RIGHTS).
 pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
     let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();

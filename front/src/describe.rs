@@ -1,0 +1,95 @@
+//! `describe {session?}`: what this heddle is — version, the front's pid and uid, the supervisor's facts
+//! (asked over the control socket, 10 s bound; `null` with a note when it does not answer), the socket
+//! and state directory, and the sessions this client may see (with `session`: only that one, and the
+//! result carries that session's announcements).
+//!
+//! ```text
+//! → {"jsonrpc":"2.0","id":7,"method":"describe"}
+//! ← {"jsonrpc":"2.0","id":7,"result":{"version":"0.1.0","front":{"pid":812,"uid":998},"supervisor":{"pid":801,
+//!    "cgroup_root":"/sys/fs/cgroup/unified/heddle","cgroup_mode":"hybrid"},"socket":"/run/heddle/heddle.sock",
+//!    "state_dir":"/var/lib/heddle","sessions":[…],"note":null}}
+//! ```
+
+use crate::kernel::{Client, Kernel};
+use crate::results::{join_notes, DescribeResult, FrontInfo, SessionFacts};
+use crate::rpc::{self, RpcError};
+use crate::session::Session;
+use crate::supervisor_link::error_chain;
+use serde::Deserialize;
+use serde_json::Value;
+use std::time::Instant;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    #[serde(default)]
+    session: Option<String>,
+}
+
+pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<DescribeResult, RpcError> {
+    let p: Params = rpc::params("describe", params)?;
+    let sessions = match &p.session {
+        Some(name) => vec![k.session(client, name)?],
+        None => k.open_sessions().into_iter().filter(|s| s.visible_to(client.uid)).collect(),
+    };
+    let (supervisor, note) = match k.link.describe() {
+        Ok(facts) => (Some(facts), None),
+        Err(e) => (None, Some(format!("the supervisor did not describe itself: {}", error_chain(&e)))),
+    };
+    let announcements = p.session.as_ref().map(|_| sessions[0].lock().take_announcements(Instant::now()));
+    Ok(DescribeResult {
+        version: env!("CARGO_PKG_VERSION"),
+        front: FrontInfo { pid: std::process::id(), uid: nix::unistd::getuid().as_raw() },
+        supervisor,
+        socket: k.cfg.socket.clone(),
+        state_dir: k.cfg.state_dir.display().to_string(),
+        sessions: sessions.iter().map(|s| facts(s)).collect(),
+        note,
+        announcements,
+    })
+}
+
+fn facts(s: &Session) -> SessionFacts {
+    let st = s.lock();
+    let state = if st.lost.is_some() { "lost" } else { "live" };
+    let lost = st.lost.as_ref().map(|l| l.note.clone());
+    let closing = st.closing.then(|| "the session is being closed".to_owned());
+    SessionFacts {
+        session: s.name().to_owned(),
+        worker: st.worker.clone(),
+        cgroup: s.spec().cgroup.clone(),
+        shell: st.shell.clone(),
+        cwd: s.spec().cwd.clone(),
+        jobs_running: st.running_jobs(),
+        jobs_total: st.jobs.len(),
+        state,
+        warnings: st.warnings.iter().cloned().collect(),
+        note: join_notes(lost.into_iter().chain(closing)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::Harness;
+    use serde_json::json;
+
+    #[test]
+    fn describe_tells_front_supervisor_and_sessions() {
+        let h = Harness::new();
+        h.open("a");
+        h.run("a", "hang", 0);
+        let r = h.ok("describe", json!({}));
+        assert_eq!(r["front"]["pid"].as_u64(), Some(u64::from(std::process::id())));
+        assert_eq!(r["supervisor"], json!({"pid": 1, "cgroup_root": "/fake", "cgroup_mode": "v2"}));
+        assert_eq!(r["socket"], "/tmp/heddle-test.sock");
+        assert!(r.get("announcements").is_none(), "no session, no announcements");
+        let s = &r["sessions"][0];
+        assert_eq!(
+            (s["session"].as_str(), s["state"].as_str(), s["jobs_running"].as_u64(), s["jobs_total"].as_u64()),
+            (Some("a"), Some("live"), Some(1), Some(1))
+        );
+        assert_eq!((s["cgroup"].as_str(), s["shell"]["path"].as_str()), (Some("/fake/session-a"), Some("/bin/bash")));
+        let one = h.ok("describe", json!({"session": "a"}));
+        assert_eq!(one["announcements"], json!([]));
+    }
+}

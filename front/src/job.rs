@@ -1,0 +1,374 @@
+//! A job's record in the front: state machine, output (store + view), timing, and the bookkeeping that
+//! decides whether its end still has to be announced.
+//!
+//! States move only forward: `running` → `exited` | `killed` | `failed` | `lost`, once. Events that
+//! arrive for an ended job change nothing but its output (processes the job left behind may still
+//! write until its pipes close) and `settled`. `reported` turns true when a response carried the job's
+//! final result or its announcement; it never turns false.
+//!
+//! ```
+//! use front::job::Job;
+//! use front::results::JobState;
+//! use std::time::Instant;
+//! let dir = tempfile::tempdir().unwrap();
+//! let mut j = Job::new(1, "true".into(), dir.path().join("1.log"));
+//! j.on_exited(Some(0), None, 0, false, Instant::now());
+//! assert_eq!(j.state(), JobState::Exited);
+//! ```
+
+use crate::results::{
+    join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted, OmittedRange,
+};
+use crate::store::{OutputStore, ReadPlan};
+use crate::view::{Omission, ViewBuf};
+use shm_proto::msg::{JobId, Stream};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Now as nanoseconds since the epoch.
+pub fn unix_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// One job.
+#[derive(Debug)]
+pub struct Job {
+    id: JobId,
+    cmd: String,
+    state: JobState,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    submitted: Instant,
+    submitted_unix_ns: u64,
+    /// When the worker said it started: our clock, and the worker's `at_unix_ns`.
+    started: Option<(Instant, u64)>,
+    /// When it ended: our clock, and the worker's `at_unix_ns` when it told one.
+    ended: Option<(Instant, Option<u64>)>,
+    pid: Option<u32>,
+    view: ViewBuf,
+    store: OutputStore,
+    last_output: Option<Instant>,
+    streams_closed: bool,
+    kill_requested: bool,
+    reported: bool,
+    notes: Vec<String>,
+}
+
+impl Job {
+    /// A job just submitted; its output goes to `log_path`.
+    pub fn new(id: JobId, cmd: String, log_path: PathBuf) -> Job {
+        Job {
+            id,
+            cmd,
+            state: JobState::Running,
+            exit_code: None,
+            signal: None,
+            submitted: Instant::now(),
+            submitted_unix_ns: unix_ns(),
+            started: None,
+            ended: None,
+            pid: None,
+            view: ViewBuf::default(),
+            store: OutputStore::create(log_path),
+            last_output: None,
+            streams_closed: false,
+            kill_requested: false,
+            reported: false,
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn id(&self) -> JobId {
+        self.id
+    }
+
+    pub fn state(&self) -> JobState {
+        self.state
+    }
+
+    pub fn reported(&self) -> bool {
+        self.reported
+    }
+
+    /// True once no more output can arrive.
+    pub fn settled(&self) -> bool {
+        self.streams_closed || matches!(self.state, JobState::Lost | JobState::Failed)
+    }
+
+    /// Add a sentence to the job's notes (shown in every later result).
+    pub fn note(&mut self, note: String) {
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
+    }
+
+    pub fn set_kill_requested(&mut self) {
+        self.kill_requested = true;
+    }
+
+    pub fn on_started(&mut self, pid: u32, at_unix_ns: u64, now: Instant) {
+        if self.started.is_none() {
+            self.started = Some((now, at_unix_ns));
+            self.pid = Some(pid);
+        }
+    }
+
+    pub fn on_spawn_failed(&mut self, error: &str, now: Instant) {
+        if self.end(JobState::Failed, now, None) {
+            self.note(format!("the job could not be launched: {error}"));
+        }
+    }
+
+    pub fn on_output(&mut self, stream: Stream, data: &[u8], now: Instant, unix_ns: u64) {
+        self.view.push(stream, data);
+        self.store.append(stream, data, unix_ns);
+        self.last_output = Some(now);
+    }
+
+    pub fn on_exited(&mut self, code: Option<i32>, signal: Option<i32>, at_unix_ns: u64, killed: bool, now: Instant) {
+        let state = if killed { JobState::Killed } else { JobState::Exited };
+        if self.end(state, now, Some(at_unix_ns)) {
+            // Exactly one of the two is set once the job ended: a signal wins.
+            self.signal = signal;
+            self.exit_code = if signal.is_some() { None } else { code };
+            if code.is_none() && signal.is_none() {
+                self.note("the worker reported neither an exit code nor a signal".to_owned());
+            }
+            if self.kill_requested && !killed {
+                self.note("the job ended on its own before the kill took effect".to_owned());
+            }
+        }
+    }
+
+    pub fn on_streams_closed(&mut self) {
+        self.streams_closed = true;
+        self.store.flush();
+    }
+
+    /// The worker died (or its ring broke): an unfinished job is lost, never re-run.
+    pub fn mark_lost(&mut self, why: &str, now: Instant) {
+        if self.end(JobState::Lost, now, None) {
+            self.note(format!("{why}; the job's outcome is unknown and it is not re-run"));
+        }
+        self.streams_closed = true;
+        self.store.flush();
+    }
+
+    /// The session was closed under the job.
+    pub fn mark_closed(&mut self, now: Instant) {
+        if self.end(JobState::Killed, now, None) {
+            self.note("ended by session.close".to_owned());
+        }
+        self.streams_closed = true;
+        self.store.flush();
+    }
+
+    /// Move to an end state; false (nothing changes) if the job already ended.
+    fn end(&mut self, state: JobState, now: Instant, at_unix_ns: Option<u64>) -> bool {
+        if self.state.ended() {
+            return false;
+        }
+        self.state = state;
+        self.ended = Some((now, at_unix_ns));
+        self.store.flush();
+        true
+    }
+
+    /// Write buffered output to disk.
+    pub fn flush(&mut self) {
+        self.store.flush();
+    }
+
+    pub fn dirty(&self) -> bool {
+        self.store.dirty()
+    }
+
+    pub fn duration(&self, now: Instant) -> Duration {
+        let start = self.started.map_or(self.submitted, |s| s.0);
+        match (self.started, self.ended) {
+            (Some((_, a)), Some((_, Some(b)))) if b >= a => Duration::from_nanos(b - a),
+            (_, Some((end, _))) => end.saturating_duration_since(start),
+            (_, None) => now.saturating_duration_since(start),
+        }
+    }
+
+    /// Per-stream byte counts `[stdout, stderr]`.
+    pub fn counts(&self) -> [u64; 2] {
+        self.view.counts()
+    }
+
+    /// Plan a read of stored bytes (flushes first so the newest bytes are readable).
+    pub fn plan_read(&mut self, stream: Stream, offset: u64) -> (ReadPlan, u64) {
+        self.store.flush();
+        (self.store.plan(stream, offset), self.store.stored(stream))
+    }
+
+    /// The store's error, when storing stopped.
+    pub fn store_error(&self) -> Option<&str> {
+        self.store.error()
+    }
+
+    /// The full result. `final_result` marks the job reported when it has ended.
+    pub fn result(&mut self, session: &str, now: Instant, extra: Vec<String>, final_result: bool) -> JobResult {
+        if final_result && self.state.ended() {
+            self.reported = true;
+        }
+        let rendered = self.view.render();
+        let [stdout_bytes, stderr_bytes] = self.counts();
+        let liveness = (self.state == JobState::Running).then(|| Liveness {
+            running_ms: self.duration(now).as_millis() as u64,
+            last_output_ms_ago: self.last_output.map(|t| now.saturating_duration_since(t).as_millis() as u64),
+            pid: self.pid,
+        });
+        let notes = self.notes.iter().cloned().chain(self.store.error().map(str::to_owned)).chain(extra);
+        JobResult {
+            session: session.to_owned(),
+            job: self.id,
+            cmd: self.cmd.clone(),
+            state: self.state,
+            exit_code: self.exit_code,
+            signal: self.signal,
+            duration_ms: millis(self.duration(now)),
+            view: rendered.text,
+            stdout_bytes,
+            stderr_bytes,
+            omitted: rendered.omitted.map(|o| omitted(session, self.id, o)),
+            liveness,
+            survivors: Vec::new(),
+            settled: self.settled(),
+            note: join_notes(notes),
+            announcements: Vec::new(),
+        }
+    }
+
+    /// The announcement of this ended job; marks it reported.
+    pub fn announce(&mut self, now: Instant) -> Announcement {
+        self.reported = true;
+        Announcement {
+            job: self.id,
+            cmd: self.cmd.clone(),
+            state: self.state,
+            exit_code: self.exit_code,
+            signal: self.signal,
+            duration_ms: millis(self.duration(now)),
+            last_lines: self.view.last_lines(),
+        }
+    }
+
+    /// True when the job ended and no response has carried that yet.
+    pub fn needs_announcement(&self) -> bool {
+        self.state.ended() && !self.reported
+    }
+
+    pub fn summary(&self, now: Instant) -> JobSummary {
+        let [stdout_bytes, stderr_bytes] = self.counts();
+        let started_ns = self.started.map_or(self.submitted_unix_ns, |s| s.1);
+        JobSummary {
+            job: self.id,
+            cmd: self.cmd.clone(),
+            state: self.state,
+            exit_code: self.exit_code,
+            signal: self.signal,
+            started_at_ms: started_ns / 1_000_000,
+            duration_ms: millis(self.duration(now)),
+            stdout_bytes,
+            stderr_bytes,
+        }
+    }
+}
+
+fn omitted(session: &str, job: JobId, o: Omission) -> Omitted {
+    let ranges: Vec<OmittedRange> = [("stdout", o.stdout), ("stderr", o.stderr)]
+        .into_iter()
+        .filter(|(_, (a, b))| b > a)
+        .map(|(stream, (a, b))| OmittedRange { stream, offset: a, len: b - a })
+        .collect();
+    let parts: Vec<String> =
+        ranges.iter().map(|r| format!("{} bytes {}..{}", r.stream, r.offset, r.offset + r.len)).collect();
+    let example = ranges.first().map_or(String::new(), |r| {
+        let session = serde_json::to_string(session).unwrap_or_default();
+        format!(
+            ", e.g. output {{\"session\": {session}, \"job\": {job}, \"stream\": \"{}\", \"offset\": {}}} (up to 4 MiB per call)",
+            r.stream, r.offset
+        )
+    });
+    Omitted {
+        bytes: o.bytes,
+        hint: format!(
+            "{} bytes are not shown ({}); read them with the output call{example}",
+            o.bytes,
+            parts.join(" and ")
+        ),
+        ranges,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> (tempfile::TempDir, Job) {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Job::new(3, "cmd".into(), dir.path().join("3.log"));
+        (dir, j)
+    }
+
+    #[test]
+    fn states_move_forward_once() {
+        let (_d, mut j) = job();
+        let now = Instant::now();
+        j.on_exited(Some(2), None, 10, false, now);
+        j.on_exited(None, Some(9), 20, true, now);
+        j.mark_lost("worker died", now);
+        assert_eq!((j.state(), j.exit_code, j.signal), (JobState::Exited, Some(2), None));
+        assert!(j.settled(), "mark_lost settles the output even of an ended job");
+    }
+
+    #[test]
+    fn a_signal_clears_the_exit_code() {
+        let (_d, mut j) = job();
+        j.on_exited(Some(137), Some(9), 1, true, Instant::now());
+        assert_eq!((j.state(), j.exit_code, j.signal), (JobState::Killed, None, Some(9)));
+    }
+
+    #[test]
+    fn duration_uses_the_workers_clock_when_it_has_both_ends() {
+        let (_d, mut j) = job();
+        let now = Instant::now();
+        j.on_started(42, 1_000_000, now);
+        j.on_exited(Some(0), None, 3_500_000, false, now);
+        assert_eq!(j.duration(now), Duration::from_micros(2500));
+        assert_eq!(j.result("s", now, vec![], true).duration_ms, 2.5);
+    }
+
+    #[test]
+    fn final_results_mark_reported_and_running_ones_do_not() {
+        let (_d, mut j) = job();
+        let r = j.result("s", Instant::now(), vec![], true);
+        assert_eq!(r.state, JobState::Running);
+        assert!(r.liveness.is_some());
+        assert!(!j.reported());
+        j.on_exited(Some(0), None, 0, false, Instant::now());
+        assert!(j.needs_announcement());
+        let r = j.result("s", Instant::now(), vec!["extra".into()], true);
+        assert_eq!((r.note.as_deref(), r.liveness.is_none()), (Some("extra"), true));
+        assert!(j.reported() && !j.needs_announcement());
+    }
+
+    #[test]
+    fn omitted_hint_names_the_ranges_and_the_call() {
+        let o = omitted("de\"mo", 7, Omission { bytes: 10, stdout: (5, 15), stderr: (3, 3) });
+        assert_eq!(o.ranges, [OmittedRange { stream: "stdout", offset: 5, len: 10 }]);
+        assert!(o.hint.contains("stdout bytes 5..15"), "{}", o.hint);
+        assert!(o.hint.contains(r#""session": "de\"mo", "job": 7, "stream": "stdout", "offset": 5"#), "{}", o.hint);
+    }
+
+    #[test]
+    fn spawn_failure_is_failed_with_a_note() {
+        let (_d, mut j) = job();
+        j.on_spawn_failed("no such directory", Instant::now());
+        let r = j.result("s", Instant::now(), vec![], true);
+        assert_eq!((r.state, r.exit_code, r.signal, r.settled), (JobState::Failed, None, None, true));
+        assert!(r.note.unwrap().contains("no such directory"));
+    }
+}

@@ -1,0 +1,124 @@
+//! `wait {session, job, yield_ms?}`: wait up to `yield_ms` more for a job to end. A wait that times out
+//! changes nothing; it answers the job's current result (`running`, with liveness).
+//!
+//! [`answer`] is the one place a job result is built after waiting, shared by `run`, `wait` and
+//! `kill`: it sleeps on the session's condvar (woken when a job ends, the session is lost, or shutdown
+//! begins — never by polling), then builds the result, marks the job reported if it ended, and adds
+//! the announcements of every other ended, unreported job of the session.
+//!
+//! ```text
+//! → {"jsonrpc":"2.0","id":3,"method":"wait","params":{"session":"demo","job":1,"yield_ms":1000}}
+//! ← {"jsonrpc":"2.0","id":3,"result":{"session":"demo","job":1,"state":"running","liveness":
+//!    {"running_ms":11012,"last_output_ms_ago":950,"pid":4711},…,"announcements":[]}}
+//! ```
+
+use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel, DEFAULT_YIELD_MS};
+use crate::results::JobResult;
+use crate::rpc::{self, RpcError};
+use crate::session::Session;
+use serde::Deserialize;
+use serde_json::Value;
+use shm_proto::msg::JobId;
+use std::time::Instant;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    session: String,
+    job: JobId,
+    #[serde(default)]
+    yield_ms: Option<u64>,
+}
+
+pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
+    let p: Params = rpc::params("wait", params)?;
+    let s = k.session(client, &p.session)?;
+    if !s.lock().jobs.contains_key(&p.job) {
+        return Err(unknown_job(&p.session, p.job));
+    }
+    let (d, note) = clamp_wait("yield_ms", p.yield_ms, DEFAULT_YIELD_MS);
+    answer(k, &s, p.job, deadline(d), note.into_iter().collect())
+}
+
+/// Wait until `job` ends or `until` passes, then answer its result with the session's announcements.
+pub(crate) fn answer(
+    k: &Kernel,
+    s: &Session,
+    job: JobId,
+    until: Instant,
+    mut notes: Vec<String>,
+) -> Result<JobResult, RpcError> {
+    let ended = |st: &crate::session::SessionState| st.jobs.get(&job).is_none_or(|j| j.state().ended());
+    let mut st = s.wait_until(s.lock(), until, k.shutdown_flag(), ended);
+    if k.is_shutting_down() && !ended(&st) {
+        notes.push("the server is shutting down, so this call returns early; the job was not stopped by it".to_owned());
+    }
+    let now = Instant::now();
+    let Some(j) = st.jobs.get_mut(&job) else {
+        return Err(unknown_job(s.name(), job));
+    };
+    let mut result = j.result(s.name(), now, notes, true);
+    result.announcements = st.take_announcements(now);
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rpc::ErrorKind;
+    use crate::testing::{announced, Harness};
+    use serde_json::json;
+
+    #[test]
+    fn wait_returns_the_end_and_marks_it_reported() {
+        let h = Harness::new();
+        h.open("demo");
+        assert_eq!(h.run("demo", "sleep 100", 0)["state"], "running");
+        let r = h.ok("wait", json!({"session": "demo", "job": 1, "yield_ms": 5000}));
+        assert_eq!((r["state"].as_str(), r["exit_code"].as_i64()), (Some("exited"), Some(0)));
+        assert!(announced(&r).is_empty());
+        assert!(
+            announced(&h.ok("jobs", json!({"session": "demo"}))).is_empty(),
+            "reported by wait, not announced later"
+        );
+        let again = h.ok("wait", json!({"session": "demo", "job": 1}));
+        assert_eq!(again["state"], "exited", "waiting on an ended job answers at once");
+    }
+
+    #[test]
+    fn a_wait_that_times_out_changes_nothing() {
+        let h = Harness::new();
+        h.open("demo");
+        h.run("demo", "hang", 0);
+        let r = h.ok("wait", json!({"session": "demo", "job": 1, "yield_ms": 30}));
+        assert_eq!(r["state"], "running");
+        let r = h.ok("wait", json!({"session": "demo", "job": 1, "yield_ms": 0}));
+        assert_eq!(r["state"], "running");
+    }
+
+    #[test]
+    fn an_unknown_job_says_how_to_list_jobs() {
+        let h = Harness::new();
+        h.open("demo");
+        let e = h.call("wait", json!({"session": "demo", "job": 9})).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::UnknownJob);
+        assert!(e.message.contains("has no job 9; list its jobs with jobs"), "{}", e.message);
+    }
+
+    #[test]
+    fn shutdown_wakes_a_waiting_call_early() {
+        let h = Harness::new();
+        h.open("demo");
+        h.run("demo", "hang", 0);
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| h.ok("wait", json!({"session": "demo", "job": 1, "yield_ms": 60000})));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            h.kernel.begin_shutdown();
+            let r = waiter.join().unwrap();
+            assert_eq!(r["state"], "running");
+            assert!(r["note"].as_str().unwrap().contains("shutting down"), "{r}");
+        });
+        let e = h.call("run", json!({"session": "demo", "cmd": "echo x"})).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ShuttingDown);
+        assert_eq!(h.ok("jobs", json!({"session": "demo"}))["jobs"][0]["state"], "running", "reads still work");
+    }
+}

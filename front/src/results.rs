@@ -1,0 +1,234 @@
+//! The shapes the front answers with (docs/protocol.md), as `Serialize` structs.
+//!
+//! Field names and meanings are the protocol's; fields added beyond it (`settled` on a job result,
+//! `ranges` in `omitted`, `note` where the protocol has none) are documented in docs/front-notes.md.
+//! Optional fields serialize as `null`, never disappear, so clients can rely on every key being present.
+//!
+//! ```
+//! let json = serde_json::to_string(&front::results::JobState::Killed).unwrap();
+//! assert_eq!(json, r#""killed""#);
+//! ```
+
+use serde::Serialize;
+
+/// A job's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Running,
+    Exited,
+    Killed,
+    Lost,
+    Failed,
+}
+
+impl JobState {
+    pub fn ended(self) -> bool {
+        self != JobState::Running
+    }
+}
+
+/// Liveness of a running job.
+#[derive(Clone, Debug, Serialize)]
+pub struct Liveness {
+    pub running_ms: u64,
+    /// `null` when the job has written nothing yet.
+    pub last_output_ms_ago: Option<u64>,
+    /// `null` until the worker reports the job started.
+    pub pid: Option<u32>,
+}
+
+/// One omitted byte range of one stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OmittedRange {
+    pub stream: &'static str,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// What the view left out.
+#[derive(Clone, Debug, Serialize)]
+pub struct Omitted {
+    pub bytes: u64,
+    pub hint: String,
+    /// The omitted bytes as per-stream ranges for the `output` call (empty ranges left out).
+    pub ranges: Vec<OmittedRange>,
+}
+
+/// A process found alive in a cgroup.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Survivor {
+    pub pid: u32,
+    pub cmdline: String,
+}
+
+impl From<&shm_proto::control::ProcInfo> for Survivor {
+    fn from(p: &shm_proto::control::ProcInfo) -> Self {
+        Survivor { pid: p.pid, cmdline: p.cmdline.clone() }
+    }
+}
+
+/// A job that ended and had not been reported, told once.
+#[derive(Clone, Debug, Serialize)]
+pub struct Announcement {
+    pub job: u64,
+    pub cmd: String,
+    pub state: JobState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub duration_ms: f64,
+    pub last_lines: Vec<String>,
+}
+
+/// The result of `run`, `wait` and `kill`.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobResult {
+    pub session: String,
+    pub job: u64,
+    pub cmd: String,
+    pub state: JobState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub duration_ms: f64,
+    pub view: String,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub omitted: Option<Omitted>,
+    pub liveness: Option<Liveness>,
+    pub survivors: Vec<Survivor>,
+    /// True once no more output can arrive for the job (its pipes closed, or it was lost or failed).
+    pub settled: bool,
+    pub note: Option<String>,
+    pub announcements: Vec<Announcement>,
+}
+
+/// One row of `jobs`.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobSummary {
+    pub job: u64,
+    pub cmd: String,
+    pub state: JobState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub started_at_ms: u64,
+    pub duration_ms: f64,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct JobsResult {
+    pub session: String,
+    pub jobs: Vec<JobSummary>,
+    pub announcements: Vec<Announcement>,
+}
+
+/// The shell a session's jobs run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ShellInfo {
+    pub path: String,
+    pub version: String,
+}
+
+/// A session's worker process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WorkerInfo {
+    pub pid: u32,
+    pub uid: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionOpenResult {
+    pub session: String,
+    pub attached: bool,
+    pub state_version: u64,
+    pub shell: ShellInfo,
+    pub worker: WorkerInfo,
+    pub cwd: String,
+    pub note: Option<String>,
+    pub announcements: Vec<Announcement>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionCloseResult {
+    pub session: String,
+    pub survivors: Vec<Survivor>,
+    pub killed: usize,
+    pub kept: Vec<String>,
+    /// True when the supervisor verified the session's cgroup subtree empty and removed it.
+    pub verified_empty: bool,
+    pub note: Option<String>,
+    pub announcements: Vec<Announcement>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct OutputResult {
+    pub session: String,
+    pub job: u64,
+    pub stream: &'static str,
+    pub offset: u64,
+    pub len: u64,
+    pub total: u64,
+    pub encoding: &'static str,
+    pub data: String,
+    pub complete: bool,
+    pub note: Option<String>,
+    pub announcements: Vec<Announcement>,
+}
+
+/// `{pid, uid}` of the front.
+#[derive(Clone, Debug, Serialize)]
+pub struct FrontInfo {
+    pub pid: u32,
+    pub uid: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SupervisorFacts {
+    pub pid: u32,
+    pub cgroup_root: String,
+    pub cgroup_mode: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionFacts {
+    pub session: String,
+    /// `null` only in the instant between the supervisor's answer and the worker's hello.
+    pub worker: Option<WorkerInfo>,
+    pub cgroup: String,
+    pub shell: Option<ShellInfo>,
+    pub cwd: String,
+    pub jobs_running: usize,
+    pub jobs_total: usize,
+    /// `"live"` or `"lost"`.
+    pub state: &'static str,
+    /// Warnings the worker sent that concern no particular job (the last 16).
+    pub warnings: Vec<String>,
+    pub note: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DescribeResult {
+    pub version: &'static str,
+    pub front: FrontInfo,
+    /// `null` when the supervisor did not answer (see `note`).
+    pub supervisor: Option<SupervisorFacts>,
+    pub socket: String,
+    pub state_dir: String,
+    pub sessions: Vec<SessionFacts>,
+    pub note: Option<String>,
+    /// Present (possibly empty) only when `describe` named a session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub announcements: Option<Vec<Announcement>>,
+}
+
+/// Join notes into one sentence list, `None` when there are none.
+pub fn join_notes<I: IntoIterator<Item = String>>(notes: I) -> Option<String> {
+    let v: Vec<String> = notes.into_iter().filter(|n| !n.is_empty()).collect();
+    (!v.is_empty()).then(|| v.join("; "))
+}
+
+/// Milliseconds as a float with microsecond precision.
+pub fn millis(d: std::time::Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}

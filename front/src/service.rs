@@ -1,0 +1,85 @@
+//! The front process as a whole: wires the supervisor link, the kernel (with its pump), the client
+//! server and signal handling together, then runs the control loop until shutdown.
+//!
+//! Threads: `supervisor-link` (reads fd 3), `pump` (all event rings), `accept` (fd 4) and one
+//! `conn-N` per client, `signals` (SIGTERM/SIGINT), and the caller's thread running the control loop,
+//! which applies notices in order: `WorkerDied` marks the session lost; `Shutdown` or a signal stops
+//! accepting, refuses new work, wakes every waiting call so it answers at once, waits (≤ 3 s) for
+//! in-flight answers, flushes all output and returns exit status 0. The control socket closing (the
+//! supervisor died) does the same but returns 1: without a supervisor no session can be opened or
+//! closed, and the restarted supervisor will start a new front.
+//!
+//! ```no_run
+//! # fn demo(control: std::os::fd::OwnedFd, listener: std::os::unix::net::UnixListener) {
+//! let cfg = front::kernel::KernelConfig { state_dir: "/var/lib/heddle".into(), socket: "/run/heddle/heddle.sock".into() };
+//! let status = front::service::serve(cfg, control, listener).unwrap();
+//! std::process::exit(status);
+//! # }
+//! ```
+
+use crate::kernel::{Kernel, KernelConfig};
+use crate::server::Server;
+use crate::supervisor_link::{ControlLink, Notice};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixListener;
+use std::time::Duration;
+
+/// How long shutdown waits for in-flight requests to be answered.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Errors starting the front.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    #[error("starting the supervisor link failed")]
+    Link(#[source] std::io::Error),
+    #[error("starting the kernel failed (state directory or pump thread)")]
+    Kernel(#[source] std::io::Error),
+    #[error("starting the client server failed")]
+    Server(#[source] std::io::Error),
+    #[error("installing the signal handlers failed")]
+    Signals(#[source] std::io::Error),
+}
+
+/// Serve until shutdown; returns the process exit status.
+pub fn serve(cfg: KernelConfig, control: OwnedFd, listener: UnixListener) -> Result<i32, ServeError> {
+    let (tx, notices) = crossbeam_channel::unbounded();
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
+        .map_err(ServeError::Signals)?;
+    let signal_tx = tx.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                let _ = signal_tx.send(Notice::Signal(sig));
+            }
+        })
+        .map_err(ServeError::Signals)?;
+    let link = ControlLink::start(control, tx).map_err(ServeError::Link)?;
+    let kernel = Kernel::new(cfg, link).map_err(ServeError::Kernel)?;
+    let server = Server::start(listener, kernel.clone()).map_err(ServeError::Server)?;
+    let status = loop {
+        match notices.recv() {
+            Ok(Notice::WorkerDied { session, code, signal, killed }) => {
+                kernel.worker_died(&session, code, signal, &killed)
+            }
+            Ok(Notice::Shutdown) => break 0,
+            Ok(Notice::Signal(sig)) => {
+                eprintln!("heddle-front: signal {sig}: shutting down");
+                break 0;
+            }
+            Ok(Notice::SupervisorGone(why)) => {
+                eprintln!("heddle-front: {why}; exiting");
+                break 1;
+            }
+            Err(_) => break 1,
+        }
+    };
+    server.stop_accepting();
+    kernel.begin_shutdown();
+    if !server.wait_idle(DRAIN_TIMEOUT) {
+        eprintln!("heddle-front: some requests were still being answered after {DRAIN_TIMEOUT:?}");
+    }
+    kernel.finish();
+    Ok(status)
+}

@@ -1,0 +1,519 @@
+//! A session as the front holds it: its region and doorbells, the command path to its worker, and its
+//! jobs (state behind one mutex, with a condvar that wakes waiters when a job ends, the worker says
+//! hello, or the session is lost).
+//!
+//! Locks: `state` (jobs and session facts) and `cmd` (the command ring's producer) are never held
+//! together, so a sender parked on a full command ring never blocks the pump, which takes only `state`.
+//! The event ring's consumer is not here: it belongs to the pump ([`EventEnd`]).
+//!
+//! Command path: encode once, `try_push`; on `Full`, `park_prepare` and sleep on the `cmd_space`
+//! eventfd (bounded) until the worker frees space; after a push, ring `cmd_data` only when the worker
+//! advertised that it is parked ([`shm_proto::ring::Producer::wake_needed`]).
+//!
+//! ```
+//! use front::session::{Session, SessionSpec};
+//! use front::supervisor_link::SessionFds;
+//! use shm_proto::{region::{Region, RegionConfig}, sys::EventFd};
+//! let (_region, memfd) = Region::create(RegionConfig::default()).unwrap();
+//! let e = || EventFd::new().unwrap();
+//! let fds = SessionFds { memfd, cmd_data: e(), cmd_space: e(), evt_data: e(), evt_space: e() };
+//! let dir = tempfile::tempdir().unwrap();
+//! let spec = SessionSpec { name: "s1".into(), serial: 1, owner_uid: 1000, cgroup: "/cg".into(),
+//!     cwd: "/".into(), env: vec![], dir: dir.path().into() };
+//! let (session, _events) = Session::attach(spec, fds).unwrap();
+//! assert_eq!(session.name(), "s1");
+//! ```
+
+use crate::job::{unix_ns, Job};
+use crate::results::{Announcement, ShellInfo, Survivor, WorkerInfo};
+use crate::supervisor_link::SessionFds;
+use shm_proto::msg::{Command, Event, JobId};
+use shm_proto::region::{AttachError, Region};
+use shm_proto::ring::{Consumer, PopError, Producer, PushError};
+use shm_proto::sys::EventFd;
+use std::collections::{BTreeMap, VecDeque};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Frames the pump takes from one session before looking at the others.
+const DRAIN_BUDGET: usize = 256;
+/// Session-level warnings kept for `describe`.
+const MAX_WARNINGS: usize = 16;
+
+/// What a session is opened with.
+#[derive(Clone, Debug)]
+pub struct SessionSpec {
+    pub name: String,
+    /// Unique per session incarnation in this front (names are reused after close).
+    pub serial: u64,
+    pub owner_uid: u32,
+    pub cgroup: String,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    /// `<state-dir>/sessions/<name>`; job logs go under `jobs/`.
+    pub dir: PathBuf,
+}
+
+/// Errors sending a command to the worker.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    #[error("the command is {len} bytes; the longest this session's ring takes is {max}")]
+    TooLarge { len: usize, max: usize },
+    #[error("the worker did not make room in its command ring within {0:?}")]
+    Timeout(Duration),
+    #[error("the session was lost")]
+    Lost,
+    #[error("the command ring is broken")]
+    Ring(#[source] PushError),
+    #[error("the command could not be encoded")]
+    Encode(#[source] shm_proto::frame::FrameError),
+    #[error("ringing the worker's doorbell failed")]
+    Notify(#[source] std::io::Error),
+}
+
+/// Why a session was lost, and what the supervisor killed then.
+#[derive(Clone, Debug)]
+pub struct Lost {
+    pub note: String,
+    pub killed: Vec<Survivor>,
+}
+
+/// The part of a session behind its mutex.
+#[derive(Debug, Default)]
+pub struct SessionState {
+    pub shell: Option<ShellInfo>,
+    pub worker: Option<WorkerInfo>,
+    pub lost: Option<Lost>,
+    pub closing: bool,
+    pub jobs: BTreeMap<JobId, Job>,
+    next_job: JobId,
+    pub warnings: VecDeque<String>,
+    /// Jobs that may hold buffered output (so a flush need not visit every job).
+    dirty: Vec<JobId>,
+}
+
+impl SessionState {
+    /// Register a new job; its output goes to `jobs_dir/<id>.log`.
+    pub fn add_job(&mut self, cmd: String, jobs_dir: &std::path::Path) -> JobId {
+        self.next_job += 1;
+        let id = self.next_job;
+        self.jobs.insert(id, Job::new(id, cmd, jobs_dir.join(format!("{id}.log"))));
+        id
+    }
+
+    /// Apply one event from the worker; true when waiters should wake.
+    pub fn apply(&mut self, ev: Event, now: Instant, ns: u64) -> bool {
+        let job_id = match &ev {
+            Event::Started { job, .. }
+            | Event::SpawnFailed { job, .. }
+            | Event::Output { job, .. }
+            | Event::Exited { job, .. }
+            | Event::StreamsClosed { job } => Some(*job),
+            Event::Hello { .. } | Event::Warning { .. } => None,
+        };
+        let job = match job_id {
+            Some(id) => match self.jobs.get_mut(&id) {
+                Some(j) => Some(j),
+                None => {
+                    eprintln!("heddle-front: ignoring an event for unknown job {id}");
+                    return false;
+                }
+            },
+            None => None,
+        };
+        match (ev, job) {
+            (Event::Output { stream, data, .. }, Some(j)) => {
+                let was_dirty = j.dirty();
+                j.on_output(stream, &data, now, ns);
+                if !was_dirty && j.dirty() {
+                    self.dirty.push(j.id());
+                }
+                return false;
+            }
+            (Event::Started { pid, at_unix_ns, .. }, Some(j)) => j.on_started(pid, at_unix_ns, now),
+            (Event::SpawnFailed { error, .. }, Some(j)) => j.on_spawn_failed(&error, now),
+            (Event::Exited { code, signal, at_unix_ns, killed, .. }, Some(j)) => {
+                j.on_exited(code, signal, at_unix_ns, killed, now)
+            }
+            (Event::StreamsClosed { .. }, Some(j)) => j.on_streams_closed(),
+            (Event::Hello { pid, uid, bash, bash_version, .. }, _) => {
+                self.shell = Some(ShellInfo { path: bash, version: bash_version });
+                self.worker = Some(WorkerInfo { pid, uid });
+            }
+            (Event::Warning { job, message }, _) => self.warn(job, message),
+            _ => {}
+        }
+        true
+    }
+
+    fn warn(&mut self, job: Option<JobId>, message: String) {
+        match job.and_then(|id| self.jobs.get_mut(&id)) {
+            Some(j) => j.note(format!("worker warning: {message}")),
+            None => {
+                if self.warnings.len() == MAX_WARNINGS {
+                    self.warnings.pop_front();
+                }
+                self.warnings.push_back(message);
+            }
+        }
+    }
+
+    /// Mark the session lost: unfinished jobs become `lost`. No effect while the session is closing
+    /// (the close decides its jobs' fate) or when it was already lost.
+    pub fn mark_lost(&mut self, note: String, killed: Vec<Survivor>, now: Instant) {
+        if self.closing || self.lost.is_some() {
+            return;
+        }
+        for job in self.jobs.values_mut() {
+            job.mark_lost(&note, now);
+        }
+        self.lost = Some(Lost { note, killed });
+    }
+
+    /// Announcements of every ended, unreported job (each marked reported), oldest first.
+    pub fn take_announcements(&mut self, now: Instant) -> Vec<Announcement> {
+        self.jobs.values_mut().filter(|j| j.needs_announcement()).map(|j| j.announce(now)).collect()
+    }
+
+    /// Flush every job's buffered output.
+    pub fn flush(&mut self) {
+        for id in std::mem::take(&mut self.dirty) {
+            if let Some(job) = self.jobs.get_mut(&id) {
+                job.flush();
+            }
+        }
+    }
+
+    pub fn running_jobs(&self) -> usize {
+        self.jobs.values().filter(|j| !j.state().ended()).count()
+    }
+}
+
+/// The command ring's producer and its encode buffer.
+struct CmdRing {
+    producer: Producer,
+    scratch: Vec<u8>,
+}
+
+/// The event ring's consumer end, owned by the pump.
+pub struct EventEnd {
+    pub(crate) consumer: Consumer,
+    pub(crate) evt_data: EventFd,
+    pub(crate) evt_space: EventFd,
+}
+
+/// What draining a session's event ring found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Drained {
+    /// Nothing was waiting.
+    Empty,
+    /// Frames were consumed.
+    Some,
+    /// The ring is corrupt; the session was marked lost and must be dropped from the pump.
+    Corrupt,
+}
+
+/// One session.
+pub struct Session {
+    spec: SessionSpec,
+    _region: Region,
+    cmd: Mutex<CmdRing>,
+    cmd_data: EventFd,
+    cmd_space: EventFd,
+    state: Mutex<SessionState>,
+    changed: Condvar,
+    lost: AtomicBool,
+}
+
+impl Session {
+    /// Map the region, take the front's ring ends, and write our pid into the header.
+    pub fn attach(spec: SessionSpec, fds: SessionFds) -> Result<(std::sync::Arc<Session>, EventEnd), AttachError> {
+        let region = Region::attach(fds.memfd.as_fd())?;
+        region.header().front_pid.store(std::process::id(), Ordering::Relaxed);
+        let end = EventEnd { consumer: region.evt_consumer(), evt_data: fds.evt_data, evt_space: fds.evt_space };
+        let session = Session {
+            cmd: Mutex::new(CmdRing { producer: region.cmd_producer(), scratch: Vec::new() }),
+            _region: region,
+            cmd_data: fds.cmd_data,
+            cmd_space: fds.cmd_space,
+            state: Mutex::new(SessionState::default()),
+            changed: Condvar::new(),
+            lost: AtomicBool::new(false),
+            spec,
+        };
+        Ok((std::sync::Arc::new(session), end))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn spec(&self) -> &SessionSpec {
+        &self.spec
+    }
+
+    pub fn jobs_dir(&self) -> PathBuf {
+        self.spec.dir.join("jobs")
+    }
+
+    /// True when a client of `uid` may use this session (its owner, or root).
+    pub fn visible_to(&self, uid: u32) -> bool {
+        uid == self.spec.owner_uid || uid == 0
+    }
+
+    /// Lock the state (a panic elsewhere does not make the session unusable).
+    pub fn lock(&self) -> MutexGuard<'_, SessionState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wake everyone waiting on this session (take the lock first so no waiter misses it).
+    pub fn notify(&self) {
+        drop(self.lock());
+        self.changed.notify_all();
+    }
+
+    /// Wait until `done` holds, `deadline` passes, or `stop` is set; returns the guard.
+    pub fn wait_until<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, SessionState>,
+        deadline: Instant,
+        stop: &AtomicBool,
+        mut done: impl FnMut(&SessionState) -> bool,
+    ) -> MutexGuard<'a, SessionState> {
+        loop {
+            let now = Instant::now();
+            if done(&st) || stop.load(Ordering::SeqCst) || now >= deadline {
+                return st;
+            }
+            st = self.changed.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// Mark the session lost (see [`SessionState::mark_lost`]) and wake waiters.
+    pub fn mark_lost(&self, note: String, killed: Vec<Survivor>) {
+        self.lock().mark_lost(note, killed, Instant::now());
+        self.lost.store(true, Ordering::SeqCst);
+        self.changed.notify_all();
+    }
+
+    /// Push one command to the worker, waiting up to `timeout` for room in a full ring.
+    pub fn send(&self, cmd: &Command, timeout: Duration) -> Result<(), SendError> {
+        let mut ring = self.cmd.lock().unwrap_or_else(|e| e.into_inner());
+        let CmdRing { producer, scratch } = &mut *ring;
+        shm_proto::frame::encode(cmd, scratch).map_err(SendError::Encode)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            match producer.try_push(scratch) {
+                Ok(()) => break,
+                Err(PushError::Full) => self.wait_for_space(producer, scratch.len(), deadline, timeout)?,
+                Err(PushError::TooLarge { len, max }) => return Err(SendError::TooLarge { len, max }),
+                Err(e) => return Err(SendError::Ring(e)),
+            }
+        }
+        if producer.wake_needed() {
+            self.cmd_data.notify().map_err(SendError::Notify)?;
+        }
+        Ok(())
+    }
+
+    fn wait_for_space(&self, p: &Producer, len: usize, deadline: Instant, timeout: Duration) -> Result<(), SendError> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(SendError::Timeout(timeout));
+        }
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(SendError::Lost);
+        }
+        if p.park_prepare(len) {
+            // Wake at least every 100 ms to notice a lost session.
+            let ms = (deadline - now).as_millis().clamp(1, 100) as i32;
+            let _ = self.cmd_space.wait(ms);
+        }
+        p.park_done();
+        let _ = self.cmd_space.drain();
+        Ok(())
+    }
+
+    /// Pop and apply waiting events (up to a budget); the pump calls this.
+    pub fn drain_events(&self, end: &mut EventEnd, scratch: &mut Vec<u8>) -> Drained {
+        if end.consumer.is_empty() {
+            return Drained::Empty;
+        }
+        let (now, ns) = (Instant::now(), unix_ns());
+        let mut st = self.lock();
+        let (mut n, mut wake, mut corrupt) = (0, false, None);
+        while n < DRAIN_BUDGET {
+            match end.consumer.pop_msg::<Event>(scratch) {
+                Ok(Some(ev)) => wake |= st.apply(ev, now, ns),
+                Ok(None) => break,
+                Err(PopError::Frame(e)) => {
+                    eprintln!("heddle-front: session '{}': skipping a bad event frame: {e}", self.name())
+                }
+                Err(PopError::Corrupt(why)) => {
+                    corrupt = Some(why);
+                    break;
+                }
+                Err(_) => {
+                    corrupt = Some("an unknown ring error");
+                    break;
+                }
+            }
+            n += 1;
+        }
+        if let Some(why) = corrupt {
+            let note = format!("the session's event ring is corrupt ({why}), so its worker can no longer be heard");
+            eprintln!("heddle-front: session '{}': {note}", self.name());
+            st.mark_lost(note, Vec::new(), now);
+            self.lost.store(true, Ordering::SeqCst);
+            wake = true;
+        }
+        drop(st);
+        if end.consumer.producer_wake_needed() {
+            let _ = end.evt_space.notify();
+        }
+        if wake {
+            self.changed.notify_all();
+        }
+        if corrupt.is_some() {
+            Drained::Corrupt
+        } else {
+            Drained::Some
+        }
+    }
+
+    /// Write every job's buffered output.
+    pub fn flush(&self) {
+        let mut st = self.lock();
+        if !st.dirty.is_empty() {
+            st.flush();
+        }
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::JobState;
+    use shm_proto::msg::Stream;
+    use shm_proto::region::RegionConfig;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        s: std::sync::Arc<Session>,
+        end: EventEnd,
+        region: Region,
+        /// The region's memfd, for writing garbage into it.
+        file: std::fs::File,
+    }
+
+    fn session(cfg: RegionConfig) -> Fixture {
+        let (region, memfd) = Region::create(cfg).unwrap();
+        let file = std::fs::File::from(memfd.try_clone().unwrap());
+        let e = || EventFd::new().unwrap();
+        let fds = SessionFds { memfd, cmd_data: e(), cmd_space: e(), evt_data: e(), evt_space: e() };
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("jobs")).unwrap();
+        let spec = SessionSpec {
+            name: "t".into(),
+            serial: 1,
+            owner_uid: 1000,
+            cgroup: "/cg".into(),
+            cwd: "/".into(),
+            env: vec![],
+            dir: dir.path().into(),
+        };
+        let (s, end) = Session::attach(spec, fds).unwrap();
+        Fixture { _dir: dir, s, end, region, file }
+    }
+
+    #[test]
+    fn attach_writes_the_front_pid() {
+        let f = session(RegionConfig::default());
+        assert_eq!(f.region.header().front_pid.load(Ordering::Relaxed), std::process::id());
+    }
+
+    #[test]
+    fn announcements_are_taken_once() {
+        let mut st = SessionState::default();
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (st.add_job("a".into(), dir.path()), st.add_job("b".into(), dir.path()));
+        let now = Instant::now();
+        st.apply(Event::Exited { job: a, code: Some(0), signal: None, at_unix_ns: 0, killed: false }, now, 0);
+        let first = st.take_announcements(now);
+        assert_eq!(first.iter().map(|x| x.job).collect::<Vec<_>>(), [a]);
+        assert!(st.take_announcements(now).is_empty(), "never twice");
+        st.apply(Event::SpawnFailed { job: b, error: "nope".into() }, now, 0);
+        let second = st.take_announcements(now);
+        assert_eq!((second.len(), second[0].state), (1, JobState::Failed));
+    }
+
+    #[test]
+    fn lost_marks_only_unfinished_jobs_and_not_while_closing() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let mut st = SessionState::default();
+        let (a, b) = (st.add_job("a".into(), dir.path()), st.add_job("b".into(), dir.path()));
+        st.apply(Event::Exited { job: a, code: Some(1), signal: None, at_unix_ns: 0, killed: false }, now, 0);
+        st.mark_lost("worker died".into(), vec![], now);
+        assert_eq!((st.jobs[&a].state(), st.jobs[&b].state()), (JobState::Exited, JobState::Lost));
+        let mut closing = SessionState { closing: true, ..Default::default() };
+        let c = closing.add_job("c".into(), dir.path());
+        closing.mark_lost("worker died".into(), vec![], now);
+        assert_eq!((closing.jobs[&c].state(), closing.lost.is_none()), (JobState::Running, true));
+    }
+
+    #[test]
+    fn events_for_unknown_jobs_are_ignored() {
+        let mut st = SessionState::default();
+        let ev = Event::Output { job: 9, stream: Stream::Stdout, data: b"x".to_vec() };
+        assert!(!st.apply(ev, Instant::now(), 0));
+        assert!(st.jobs.is_empty());
+    }
+
+    #[test]
+    fn a_full_command_ring_times_out_and_a_drained_one_takes_more() {
+        let cfg = RegionConfig { cmd_capacity: 4096, evt_capacity: 4096 };
+        let Fixture { s, region, .. } = session(cfg);
+        let cmd = Command::Kill { job: 1, grace_ms: 0 };
+        let mut sent = 0;
+        while s.send(&cmd, Duration::from_millis(30)).is_ok() {
+            sent += 1;
+        }
+        assert!(sent > 10, "ring took {sent} commands");
+        let mut worker = region.cmd_consumer();
+        let mut out = Vec::new();
+        assert!(worker.try_pop(&mut out).unwrap());
+        s.send(&cmd, Duration::from_millis(30)).unwrap();
+    }
+
+    #[test]
+    fn a_bad_frame_is_skipped_and_a_corrupt_ring_loses_the_session() {
+        use std::os::unix::fs::FileExt;
+        let Fixture { s, mut end, region, file, .. } = session(RegionConfig::default());
+        let job = s.lock().add_job("x".into(), &s.jobs_dir());
+        let mut p = region.evt_producer();
+        p.try_push(&[0xff; 8]).unwrap(); // a frame that does not decode: skipped
+        let mut scratch = Vec::new();
+        assert_eq!(s.drain_events(&mut end, &mut scratch), Drained::Some);
+        assert_eq!(s.lock().jobs[&job].state(), JobState::Running);
+        assert!(!s.is_lost());
+        // Overwrite the next frame's length: the evt ring's data starts 512 bytes after its offset, and the
+        // first frame (64-byte header slot + 8-byte body, padded to 64) took bytes 0..128.
+        p.try_push(b"whatever").unwrap();
+        let data = region.header().evt_offset.load(Ordering::Relaxed) + 512;
+        file.write_at(&u32::MAX.to_le_bytes(), data + 128).unwrap();
+        assert_eq!(s.drain_events(&mut end, &mut scratch), Drained::Corrupt);
+        assert!(s.is_lost());
+        let st = s.lock();
+        assert_eq!(st.jobs[&job].state(), JobState::Lost);
+        assert!(st.lost.as_ref().unwrap().note.contains("corrupt"));
+    }
+}

@@ -1,0 +1,115 @@
+//! `session.close {session}`: kill everything in the session (worker included) through the supervisor,
+//! then forget it.
+//!
+//! The session is marked `closing` first (new `run`s are refused, a `WorkerDied` for it no longer
+//! turns its jobs `lost`), the supervisor's `CloseSession` kills and removes the subtree, and jobs still
+//! running become `killed` with the note "ended by session.close". The session leaves the registry
+//! whatever the supervisor answered: if it could not confirm, `verified_empty` is false and `note`
+//! says why. A lost session closes the same way; the processes the supervisor killed when its worker
+//! died are reported as its survivors.
+//!
+//! ```text
+//! → {"jsonrpc":"2.0","id":9,"method":"session.close","params":{"session":"demo"}}
+//! ← {"jsonrpc":"2.0","id":9,"result":{"session":"demo","survivors":[{"pid":4800,"cmdline":"sleep 1000"}],
+//!    "killed":1,"kept":[],"verified_empty":true,"note":null,"announcements":[]}}
+//! ```
+
+use crate::kernel::{Client, Kernel};
+use crate::results::{join_notes, SessionCloseResult, Survivor};
+use crate::rpc::{self, ErrorKind, RpcError};
+use crate::supervisor_link::error_chain;
+use serde::Deserialize;
+use serde_json::Value;
+use std::time::Instant;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    session: String,
+}
+
+pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<SessionCloseResult, RpcError> {
+    let p: Params = rpc::params("session.close", params)?;
+    k.admit()?;
+    let s = k.session(client, &p.session)?;
+    let was_lost = {
+        let mut st = s.lock();
+        if st.closing {
+            let msg = format!("session '{}' is already being closed by another call", p.session);
+            return Err(RpcError::new(ErrorKind::UnknownSession, msg));
+        }
+        st.closing = true;
+        st.lost.clone()
+    };
+    let answer = k.link.close_session(&p.session);
+    k.pump.remove(s.spec().serial);
+    let mut survivors: Vec<Survivor> = was_lost.map(|l| l.killed).unwrap_or_default();
+    let (verified_empty, note) = match answer {
+        Ok(closed) => {
+            survivors.extend(closed.killed.iter().map(Survivor::from));
+            (closed.verified_empty, None)
+        }
+        Err(e) => (false, Some(format!("the supervisor did not confirm the close: {}", error_chain(&e)))),
+    };
+    let announcements = {
+        let mut st = s.lock();
+        let now = Instant::now();
+        for job in st.jobs.values_mut() {
+            job.mark_closed(now);
+        }
+        st.take_announcements(now)
+    };
+    s.notify();
+    k.release(&p.session, Some(s.spec().serial));
+    Ok(SessionCloseResult {
+        session: p.session,
+        killed: survivors.len(),
+        survivors,
+        kept: Vec::new(),
+        verified_empty,
+        note: join_notes(note),
+        announcements,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rpc::ErrorKind;
+    use crate::testing::{announced, Harness};
+    use serde_json::json;
+
+    #[test]
+    fn close_kills_running_jobs_and_forgets_the_session() {
+        let h = Harness::new();
+        h.open("demo");
+        h.run("demo", "echo done", 5000);
+        h.run("demo", "hang", 0);
+        let r = h.ok("session.close", json!({"session": "demo"}));
+        assert_eq!(
+            (r["session"].as_str(), r["killed"].as_u64(), r["verified_empty"].as_bool()),
+            (Some("demo"), Some(0), Some(true))
+        );
+        assert_eq!(r["kept"], json!([]));
+        assert_eq!(announced(&r), [2], "the job the close ended is announced");
+        assert_eq!(r["announcements"][0]["state"], "killed");
+        let e = h.call("jobs", json!({"session": "demo"})).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::UnknownSession);
+        h.open("demo");
+        assert_eq!(h.run("demo", "echo again", 5000)["job"], 1, "a new session starts its job ids afresh");
+    }
+
+    #[test]
+    fn a_lost_session_can_be_closed() {
+        let h = Harness::new();
+        h.open("demo");
+        h.run("demo", "hang", 0);
+        h.sup.kill_worker("demo");
+        let killed = vec![shm_proto::control::ProcInfo { pid: 77, cmdline: "sleep 100".into() }];
+        h.kernel.worker_died("demo", None, Some(9), &killed);
+        let r = h.ok("session.close", json!({"session": "demo"}));
+        assert_eq!(r["survivors"], json!([{"pid": 77, "cmdline": "sleep 100"}]));
+        assert_eq!((r["killed"].as_u64(), r["verified_empty"].as_bool()), (Some(1), Some(false)));
+        assert!(r["note"].as_str().unwrap().contains("did not confirm"));
+        assert_eq!(r["announcements"][0]["state"], "lost");
+    }
+}

@@ -1,0 +1,359 @@
+//! The output store: every byte a job writes, kept on disk in full, in arrival order.
+//!
+//! One append-only file per job (`<state-dir>/sessions/<session>/jobs/<job>.log`) of records
+//!
+//! ```text
+//! [stream u8: 1 stdout, 2 stderr][3 zero bytes][len u32 LE][unix_ns u64 LE][len bytes]
+//! ```
+//!
+//! written as chunks arrive through a buffer (flushed at [`FLUSH_AT`] bytes, when asked — the pump
+//! flushes before it sleeps, the kernel when a job ends and before an `output` read). A sparse in-memory
+//! index per stream (one entry per 64 KiB of that stream or per 256 records) turns "stream offset"
+//! into "file offset to start scanning", so an `output {stream, offset, len}` read costs one seek and a
+//! bounded scan.
+//!
+//! Invariants: bytes are never reordered or dropped while the disk accepts them; a write error (disk
+//! full) ends storing for that job — the bytes already flushed stay readable, the error is kept and
+//! reported in results — and is never a panic. Only flushed bytes (below `durable`) are ever read.
+//!
+//! ```
+//! use front::store::OutputStore;
+//! use shm_proto::msg::Stream;
+//! let dir = tempfile::tempdir().unwrap();
+//! let mut s = OutputStore::create(dir.path().join("1.log"));
+//! s.append(Stream::Stdout, b"hello", 0);
+//! s.flush();
+//! assert_eq!(s.plan(Stream::Stdout, 1).read(3).unwrap(), b"ell");
+//! ```
+
+use crate::view::stream_index;
+use shm_proto::msg::Stream;
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Bytes of a record header.
+pub const RECORD_HEADER: usize = 16;
+/// Buffered bytes that trigger a write.
+pub const FLUSH_AT: usize = 256 * 1024;
+const INDEX_EVERY_BYTES: u64 = 64 * 1024;
+const INDEX_EVERY_RECORDS: u64 = 256;
+
+/// Errors reading stored output back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    #[error("reading the output file failed")]
+    Io(#[source] std::io::Error),
+    #[error("the output file is corrupt at byte {0}")]
+    Corrupt(u64),
+}
+
+/// A sparse index entry: the record at `file_off` starts at `stream_off` of its stream.
+#[derive(Clone, Copy, Debug)]
+struct IndexEntry {
+    stream_off: u64,
+    file_off: u64,
+}
+
+/// One job's output file.
+#[derive(Debug)]
+pub struct OutputStore {
+    path: PathBuf,
+    /// `None` once storing has failed (or never started).
+    file: Option<File>,
+    buf: Vec<u8>,
+    /// Bytes on disk and verified written.
+    durable: u64,
+    /// Per-stream bytes recorded (durable or buffered), and as of the last successful flush.
+    counts: [u64; 2],
+    durable_counts: [u64; 2],
+    index: [Vec<IndexEntry>; 2],
+    /// Per stream: bytes and records (of any stream) since its last index entry.
+    since: [(u64, u64); 2],
+    error: Option<String>,
+}
+
+impl OutputStore {
+    /// Create (truncate) the job's file. A failure is kept and reported; the store then records nothing.
+    pub fn create(path: PathBuf) -> OutputStore {
+        let opened = OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(&path);
+        let (file, error) = match opened {
+            Ok(f) => (Some(f), None),
+            Err(e) => (None, Some(format!("the output file {} could not be created ({e})", path.display()))),
+        };
+        OutputStore {
+            path,
+            file,
+            buf: Vec::new(),
+            durable: 0,
+            counts: [0, 0],
+            durable_counts: [0, 0],
+            index: [Vec::new(), Vec::new()],
+            since: [(u64::MAX / 2, u64::MAX / 2); 2],
+            error,
+        }
+    }
+
+    /// Record one chunk.
+    pub fn append(&mut self, stream: Stream, data: &[u8], unix_ns: u64) {
+        if self.file.is_none() || data.is_empty() {
+            return;
+        }
+        let s = stream_index(stream);
+        let file_off = self.durable + self.buf.len() as u64;
+        let (bytes, records) = self.since[s];
+        if bytes >= INDEX_EVERY_BYTES || records >= INDEX_EVERY_RECORDS {
+            self.index[s].push(IndexEntry { stream_off: self.counts[s], file_off });
+            self.since[s] = (0, 0);
+        }
+        for (i, since) in self.since.iter_mut().enumerate() {
+            since.1 += 1;
+            if i == s {
+                since.0 += data.len() as u64;
+            }
+        }
+        self.buf.push(s as u8 + 1);
+        self.buf.extend_from_slice(&[0; 3]);
+        self.buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        self.buf.extend_from_slice(&unix_ns.to_le_bytes());
+        self.buf.extend_from_slice(data);
+        self.counts[s] += data.len() as u64;
+        if self.buf.len() >= FLUSH_AT {
+            self.flush();
+        }
+    }
+
+    /// True when buffered bytes wait for a flush.
+    pub fn dirty(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
+    /// Write the buffered records. On failure storing ends: the partial write is cut off and the error
+    /// kept; everything flushed before stays readable.
+    pub fn flush(&mut self) {
+        let Some(file) = &self.file else { return };
+        if self.buf.is_empty() {
+            return;
+        }
+        match file.write_all_at(&self.buf, self.durable) {
+            Ok(()) => {
+                self.durable += self.buf.len() as u64;
+                self.durable_counts = self.counts;
+                self.buf.clear();
+            }
+            Err(e) => self.fail(e),
+        }
+    }
+
+    fn fail(&mut self, e: std::io::Error) {
+        if let Some(file) = self.file.take() {
+            let _ = file.set_len(self.durable);
+        }
+        let durable = self.durable;
+        for index in &mut self.index {
+            index.retain(|e| e.file_off < durable);
+        }
+        self.counts = self.durable_counts;
+        self.buf = Vec::new();
+        self.error = Some(format!(
+            "writing the output file {} failed ({e}); stdout bytes past {} and stderr bytes past {} were not stored",
+            self.path.display(),
+            self.durable_counts[0],
+            self.durable_counts[1],
+        ));
+    }
+
+    /// Why storing stopped, if it did.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Bytes of `stream` readable now (flushed).
+    pub fn stored(&self, stream: Stream) -> u64 {
+        self.durable_counts[stream_index(stream)]
+    }
+
+    /// Where to start reading `stream` at `offset` (flush first to read the newest bytes). The plan
+    /// reads the file without the store, so it can run after the caller's lock is released: flushed
+    /// records never change.
+    pub fn plan(&self, stream: Stream, offset: u64) -> ReadPlan {
+        let s = stream_index(stream);
+        let idx = &self.index[s];
+        let at = idx.partition_point(|e| e.stream_off <= offset);
+        let start = if at == 0 { IndexEntry { stream_off: 0, file_off: 0 } } else { idx[at - 1] };
+        ReadPlan {
+            path: self.path.clone(),
+            stream: s as u8 + 1,
+            offset,
+            start,
+            durable: self.durable,
+            stored: self.durable_counts[s],
+        }
+    }
+}
+
+/// A read of stored bytes, prepared by [`OutputStore::plan`].
+#[derive(Clone, Debug)]
+pub struct ReadPlan {
+    path: PathBuf,
+    stream: u8,
+    offset: u64,
+    start: IndexEntry,
+    durable: u64,
+    stored: u64,
+}
+
+impl ReadPlan {
+    /// Read up to `len` bytes of the stream from the planned offset.
+    pub fn read(&self, len: usize) -> Result<Vec<u8>, StoreError> {
+        let end = self.stored.min(self.offset.saturating_add(len as u64));
+        if self.offset >= end {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::with_capacity((end - self.offset) as usize);
+        let file = open_for_read(&self.path)?;
+        let mut r = BufReader::with_capacity(256 * 1024, file);
+        r.seek(SeekFrom::Start(self.start.file_off)).map_err(StoreError::Io)?;
+        let (mut file_off, mut stream_off) = (self.start.file_off, self.start.stream_off);
+        while stream_off < end && file_off < self.durable {
+            let mut h = [0u8; RECORD_HEADER];
+            r.read_exact(&mut h).map_err(StoreError::Io)?;
+            let len = u64::from(u32::from_le_bytes([h[4], h[5], h[6], h[7]]));
+            if !(1..=2).contains(&h[0]) || file_off + RECORD_HEADER as u64 + len > self.durable {
+                return Err(StoreError::Corrupt(file_off));
+            }
+            file_off += RECORD_HEADER as u64 + len;
+            if h[0] != self.stream || stream_off + len <= self.offset {
+                stream_off += if h[0] == self.stream { len } else { 0 };
+                r.seek_relative(len as i64).map_err(StoreError::Io)?;
+                continue;
+            }
+            let skip = self.offset.saturating_sub(stream_off);
+            let take = (len - skip).min(end - stream_off - skip);
+            r.seek_relative(skip as i64).map_err(StoreError::Io)?;
+            let at = out.len();
+            out.resize(at + take as usize, 0);
+            r.read_exact(&mut out[at..]).map_err(StoreError::Io)?;
+            r.seek_relative((len - skip - take) as i64).map_err(StoreError::Io)?;
+            stream_off += len;
+        }
+        Ok(out)
+    }
+}
+
+fn open_for_read(path: &Path) -> Result<File, StoreError> {
+    File::open(path).map_err(StoreError::Io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn reference(chunks: &[(Stream, Vec<u8>)], s: Stream) -> Vec<u8> {
+        chunks.iter().filter(|(cs, _)| *cs == s).flat_map(|(_, d)| d.iter().copied()).collect()
+    }
+
+    #[test]
+    fn records_have_the_documented_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.log");
+        let mut s = OutputStore::create(path.clone());
+        s.append(Stream::Stderr, b"ab", 0x0102030405060708);
+        s.flush();
+        let raw = std::fs::read(path).unwrap();
+        assert_eq!(raw, [&[2u8, 0, 0, 0, 2, 0, 0, 0][..], &0x0102030405060708u64.to_le_bytes(), b"ab"].concat());
+    }
+
+    #[test]
+    fn unflushed_bytes_are_not_read_until_flushed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = OutputStore::create(dir.path().join("1.log"));
+        s.append(Stream::Stdout, b"abc", 1);
+        assert!(s.dirty());
+        assert_eq!(s.plan(Stream::Stdout, 0).read(10).unwrap(), b"");
+        s.flush();
+        assert_eq!(s.plan(Stream::Stdout, 0).read(10).unwrap(), b"abc");
+        assert_eq!(s.stored(Stream::Stdout), 3);
+    }
+
+    #[test]
+    fn fifty_mib_round_trips_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = OutputStore::create(dir.path().join("big.log"));
+        let mut expect = Vec::new();
+        let mut x = 12345u32;
+        for i in 0..800 {
+            let chunk: Vec<u8> = (0..65536)
+                .map(|_| {
+                    x = x.wrapping_mul(1664525).wrapping_add(1013904223);
+                    (x >> 24) as u8
+                })
+                .collect();
+            s.append(Stream::Stdout, &chunk, i);
+            if i % 7 == 0 {
+                s.append(Stream::Stderr, b"interleaved\n", i);
+            }
+            expect.extend_from_slice(&chunk);
+        }
+        s.flush();
+        let mut got = Vec::new();
+        while (got.len() as u64) < s.stored(Stream::Stdout) {
+            got.extend(s.plan(Stream::Stdout, got.len() as u64).read(4 << 20).unwrap());
+        }
+        assert!(got == expect, "50 MiB differ");
+        assert_eq!(s.plan(Stream::Stderr, 12).read(12).unwrap(), b"interleaved\n");
+    }
+
+    #[test]
+    fn a_write_error_keeps_what_was_stored_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = OutputStore::create(dir.path().join("1.log"));
+        s.append(Stream::Stdout, b"kept", 0);
+        s.flush();
+        // Swap the file for a read-only handle: the next write fails like a full disk would.
+        s.file = Some(File::open(dir.path().join("1.log")).unwrap());
+        s.append(Stream::Stdout, b"lost", 0);
+        s.flush();
+        assert!(s.error().unwrap().contains("stdout bytes past 4"), "{:?}", s.error());
+        assert_eq!(s.plan(Stream::Stdout, 0).read(100).unwrap(), b"kept");
+        s.append(Stream::Stdout, b"more", 0);
+        assert!(!s.dirty(), "nothing is buffered after a failure");
+    }
+
+    #[test]
+    fn an_uncreatable_file_is_an_error_not_a_panic() {
+        let mut s = OutputStore::create(PathBuf::from("/nonexistent-dir/x/1.log"));
+        s.append(Stream::Stdout, b"x", 0);
+        s.flush();
+        assert!(s.error().is_some());
+        assert_eq!(s.plan(Stream::Stdout, 0).read(1).unwrap(), b"");
+    }
+
+    proptest! {
+        #[test]
+        fn random_reads_match_the_reference(
+            chunks in proptest::collection::vec((any::<bool>(), 0usize..3000), 1..400),
+            reads in proptest::collection::vec((any::<bool>(), 0u64..700_000, 0usize..200_000), 1..20),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = OutputStore::create(dir.path().join("p.log"));
+            let chunks: Vec<(Stream, Vec<u8>)> = chunks.into_iter().enumerate().map(|(i, (err, len))| {
+                (if err { Stream::Stderr } else { Stream::Stdout }, (0..len).map(|j| (i * 7 + j) as u8).collect())
+            }).collect();
+            for (st, d) in &chunks {
+                s.append(*st, d, 0);
+            }
+            s.flush();
+            for (err, off, len) in reads {
+                let st = if err { Stream::Stderr } else { Stream::Stdout };
+                let all = reference(&chunks, st);
+                let off = off.min(all.len() as u64 + 10);
+                let want = &all[(off as usize).min(all.len())..((off as usize).saturating_add(len)).min(all.len())];
+                prop_assert_eq!(s.plan(st, off).read(len).unwrap(), want);
+            }
+        }
+    }
+}
