@@ -1,0 +1,387 @@
+//! Every raw system call of the launcher, behind a safe API.
+//!
+//! The heart of this module is [`clone_exec`]: a fork-style `clone3` (or, where a seccomp profile or an
+//! old kernel refuses `clone3`, a fork-style legacy `clone`) that returns a pidfd to the parent and runs
+//! [`ChildPlan`]'s steps in the child. Everything the child touches was built before the fork (C strings,
+//! pointer arrays, fds), and the child only makes async-signal-safe calls: no allocation, no locks, no
+//! formatting, no panics. A failing step writes `[stage: u32 LE][errno: i32 LE]` to the status pipe
+//! (close-on-exec) and `_exit(127)`s; a successful `execve` closes that pipe, so the parent reads 0 bytes.
+//!
+//! Invariants the caller ([`crate::spawn`]) upholds: the stdio fds and the status pipe's write end are
+//! all ≥ 3 (so `dup2` onto 0–2 never clobbers a source); every fd in the plan stays open until
+//! [`clone_exec`] returns.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// A NULL-terminated array of C strings (`argv`, `envp`) owned together with the strings it points into.
+pub(crate) struct CStrArray {
+    strings: Vec<CString>,
+    ptrs: Vec<*const c_char>,
+}
+
+// SAFETY: `ptrs` point into the heap buffers of `strings`, which this value owns and never mutates; moving
+// the value to another thread moves the owner of those buffers with it.
+unsafe impl Send for CStrArray {}
+// SAFETY: shared access only reads the strings and the pointer array; nothing is mutated after `new`.
+unsafe impl Sync for CStrArray {}
+
+impl CStrArray {
+    pub(crate) fn new(strings: Vec<CString>) -> CStrArray {
+        let mut ptrs: Vec<*const c_char> = strings.iter().map(|s| s.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        CStrArray { strings, ptrs }
+    }
+
+    fn as_ptr(&self) -> *const *const c_char {
+        self.ptrs.as_ptr()
+    }
+
+    pub(crate) fn strings(&self) -> &[CString] {
+        &self.strings
+    }
+}
+
+/// Where a step in the child failed; sent to the parent through the status pipe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum Stage {
+    /// Writing `0` to the cgroup's `cgroup.procs` (fallback placement).
+    Cgroup = 1,
+    /// `dup2` of stdin, stdout or stderr, or moving the status pipe.
+    Stdio = 2,
+    /// `chdir` to the working directory.
+    Chdir = 3,
+    /// `execve`.
+    Exec = 4,
+}
+
+impl Stage {
+    pub(crate) fn from_u32(v: u32) -> Option<Stage> {
+        [Stage::Cgroup, Stage::Stdio, Stage::Chdir, Stage::Exec].into_iter().find(|s| *s as u32 == v)
+    }
+}
+
+/// The length of one status report on the status pipe.
+pub(crate) const STATUS_LEN: usize = 8;
+
+/// Everything the child needs, borrowed from the prepared job for the duration of one spawn.
+pub(crate) struct ChildPlan<'a> {
+    pub program: &'a CStr,
+    pub argv: &'a CStrArray,
+    pub envp: &'a CStrArray,
+    pub cwd: Option<&'a CStr>,
+    pub stdin: BorrowedFd<'a>,
+    pub stdout: BorrowedFd<'a>,
+    pub stderr: BorrowedFd<'a>,
+    /// Write end of the status pipe (close-on-exec, ≥ 3).
+    pub status: BorrowedFd<'a>,
+    /// `cgroup.procs` of the target cgroup, open for writing, when placement falls back to a write.
+    pub procs: Option<BorrowedFd<'a>>,
+    /// Highest fd number to close when `close_range` is unavailable.
+    pub max_fd: c_int,
+}
+
+/// How to create the child.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CloneMode<'a> {
+    /// `clone3(CLONE_PIDFD | CLONE_INTO_CGROUP)`.
+    IntoCgroup(BorrowedFd<'a>),
+    /// `clone3(CLONE_PIDFD)`.
+    Clone3,
+    /// Legacy `clone(CLONE_PIDFD)` (Linux ≥ 5.2), for hosts whose seccomp profile refuses `clone3`.
+    LegacyClone,
+}
+
+/// `struct clone_args` as of Linux 5.7 (`CLONE_ARGS_SIZE_VER2`, 88 bytes).
+#[repr(C, align(8))]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// `CLONE_INTO_CGROUP` (Linux 5.7); spelled out because `libc` defines it for glibc targets only.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Signals blocked for the lifetime of this guard (the previous mask is restored on drop).
+struct BlockAll(libc::sigset_t);
+
+impl BlockAll {
+    fn new() -> BlockAll {
+        // SAFETY: `sigset_t` is plain data; both sets are initialised by sigfillset / pthread_sigmask before
+        // being read.
+        let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: `all` and `old` are valid, writable sigsets on our stack; pthread_sigmask with a full set
+        // cannot fail (SIG_SETMASK is a valid `how`).
+        unsafe {
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        }
+        BlockAll(old)
+    }
+}
+
+impl Drop for BlockAll {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` is the mask pthread_sigmask returned in `new`, a valid sigset.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Create a child that runs `plan` and `execve`s; returns its pid and pidfd in the parent.
+///
+/// All signals are blocked across the clone so no handler of ours ever runs in the child; the child resets
+/// every disposition to the default and unblocks everything just before `execve`.
+pub(crate) fn clone_exec(plan: &ChildPlan<'_>, mode: CloneMode<'_>) -> Result<(u32, OwnedFd), nix::errno::Errno> {
+    let mut pidfd: c_int = -1;
+    let guard = BlockAll::new();
+    let ret = match mode {
+        CloneMode::IntoCgroup(cg) => raw_clone3(&mut pidfd, Some(cg)),
+        CloneMode::Clone3 => raw_clone3(&mut pidfd, None),
+        CloneMode::LegacyClone => raw_legacy_clone(&mut pidfd),
+    };
+    if ret == 0 {
+        // SAFETY: we are the child of a fork-style clone: a single thread with a private copy of the
+        // parent's memory, in which `plan` and everything it borrows are still valid.
+        unsafe { child_exec(plan) }
+    }
+    let errno = nix::errno::Errno::last();
+    drop(guard);
+    if ret < 0 {
+        return Err(errno);
+    }
+    // SAFETY: the kernel stored a fresh pidfd in `pidfd` for the child it created (CLONE_PIDFD, always
+    // close-on-exec); nothing else owns it.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    Ok((ret as u32, pidfd))
+}
+
+fn raw_clone3(pidfd: &mut c_int, cgroup: Option<BorrowedFd<'_>>) -> libc::c_long {
+    let mut args = CloneArgs {
+        flags: libc::CLONE_PIDFD as u64,
+        pidfd: pidfd as *mut c_int as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..CloneArgs::default()
+    };
+    if let Some(cg) = cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = cg.as_raw_fd() as u64;
+    }
+    // SAFETY: `args` is a valid clone_args of the size we pass; `pidfd` outlives the call. Without CLONE_VM
+    // and with no stack given, the child runs on a private copy of our stack, like fork(); the caller
+    // immediately diverts the child into `child_exec`, which never returns.
+    unsafe { libc::syscall(libc::SYS_clone3, &mut args as *mut CloneArgs, std::mem::size_of::<CloneArgs>()) }
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
+fn raw_legacy_clone(pidfd: &mut c_int) -> libc::c_long {
+    let flags = (libc::CLONE_PIDFD | libc::SIGCHLD) as libc::c_ulong;
+    // SAFETY: fork-style clone (no CLONE_VM, no new stack); with CLONE_PIDFD the kernel writes the pidfd
+    // through the parent_tid argument, which points to a live c_int. The argument order
+    // (flags, stack, parent_tid, child_tid, tls) holds on these architectures; the last two are unused.
+    unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, pidfd as *mut c_int, 0usize, 0usize) }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64")))]
+fn raw_legacy_clone(_pidfd: &mut c_int) -> libc::c_long {
+    nix::errno::Errno::set(nix::errno::Errno::ENOSYS);
+    -1
+}
+
+/// The child's side: the ordered, async-signal-safe steps between clone and exec.
+///
+/// # Safety
+/// Must only be called in the child of a fork-style clone, with `plan` valid in the child's memory.
+/// Never returns: it either `execve`s or `_exit`s.
+unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
+    let status = plan.status.as_raw_fd();
+    // 1. Cgroup placement, fallback path only (CLONE_INTO_CGROUP placed us already otherwise).
+    if let Some(procs) = plan.procs {
+        // SAFETY: `procs` is an open fd for `cgroup.procs`; the buffer is a static byte.
+        if unsafe { libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) } != 1 {
+            // SAFETY: `status` is the open status pipe; see `fail`.
+            unsafe { fail(status, Stage::Cgroup) }
+        }
+    }
+    // 2. stdin/stdout/stderr. The sources are ≥ 3, so no dup2 clobbers a later source.
+    for (src, dst) in [(plan.stdin, 0), (plan.stdout, 1), (plan.stderr, 2)] {
+        // SAFETY: `src` is open for the duration of the spawn; `dst` is 0, 1 or 2.
+        if unsafe { libc::dup2(src.as_raw_fd(), dst) } < 0 {
+            // SAFETY: as above.
+            unsafe { fail(status, Stage::Stdio) }
+        }
+    }
+    // 3. Move the status pipe to fd 3 (still close-on-exec), then close everything above it.
+    let status = if status == 3 {
+        3
+    } else {
+        // SAFETY: `status` is open; fd 3 may hold any inherited fd, which dup3 replaces.
+        if unsafe { libc::dup3(status, 3, libc::O_CLOEXEC) } < 0 {
+            // SAFETY: as above.
+            unsafe { fail(status, Stage::Stdio) }
+        }
+        3
+    };
+    // SAFETY: closing fds ≥ 4 of this single-threaded child only affects the child.
+    unsafe { close_from(4, plan.max_fd) };
+    // 4. Working directory.
+    if let Some(cwd) = plan.cwd {
+        // SAFETY: `cwd` is a NUL-terminated string valid in the child's copy of memory.
+        if unsafe { libc::chdir(cwd.as_ptr()) } < 0 {
+            // SAFETY: as above.
+            unsafe { fail(status, Stage::Chdir) }
+        }
+    }
+    // 5. Signals: every disposition back to the default, nothing blocked.
+    // SAFETY: only raw rt_sigaction / rt_sigprocmask calls on this single-threaded child.
+    unsafe { reset_signals() };
+    // 6. Sandbox hooks, in this order, added by the sandbox issue (rulesets and BPF built before the fork):
+    //    a. prctl(PR_SET_NO_NEW_PRIVS, 1)
+    //    b. landlock_restrict_self(prebuilt ruleset fd)
+    //    c. seccomp(SECCOMP_SET_MODE_FILTER, prebuilt program) — last, so it cannot refuse the steps above.
+    // 7. Exec.
+    // SAFETY: program, argv and envp are NUL-terminated strings / NULL-terminated arrays built before the
+    // fork and valid in the child's copy of memory.
+    unsafe { libc::execve(plan.program.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr()) };
+    // SAFETY: as above.
+    unsafe { fail(status, Stage::Exec) }
+}
+
+/// Report `stage` and the current errno on the status pipe, then `_exit(127)`.
+///
+/// # Safety
+/// Child-only (see [`child_exec`]); `status` must be the status pipe's write end.
+unsafe fn fail(status: c_int, stage: Stage) -> ! {
+    let errno = nix::errno::Errno::last_raw();
+    let mut msg = [0u8; STATUS_LEN];
+    let (a, b) = msg.split_at_mut(4);
+    a.copy_from_slice(&(stage as u32).to_le_bytes());
+    b.copy_from_slice(&errno.to_le_bytes());
+    // SAFETY: `msg` is a local buffer of STATUS_LEN bytes (≤ PIPE_BUF, so the write is atomic); `_exit`
+    // ends the child without running atexit handlers or flushing the parent's stdio buffers.
+    unsafe {
+        libc::write(status, msg.as_ptr().cast(), STATUS_LEN);
+        libc::_exit(127)
+    }
+}
+
+/// Close every fd from `first` up: `close_range` (Linux 5.9), else one `close` per number up to `max_fd`.
+///
+/// # Safety
+/// Child-only: closes fds that other code in a multi-threaded process may still be using.
+unsafe fn close_from(first: c_int, max_fd: c_int) {
+    // SAFETY: close_range takes plain integers; on failure nothing was closed.
+    let r =
+        unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, 0 as libc::c_uint) };
+    if r == 0 {
+        return;
+    }
+    for fd in first..=max_fd {
+        // SAFETY: closing a number that is not open fails with EBADF, which is harmless.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Reset every signal's disposition to `SIG_DFL` and unblock all signals.
+///
+/// Uses the raw `rt_sigaction`, because the C library refuses to touch the signals it reserves (32 and 33
+/// with glibc), which a parent may still have left ignored. An all-zero kernel `struct sigaction` means
+/// `SIG_DFL`, no flags, empty mask on every architecture (only the field order differs), so one zeroed
+/// buffer as large as the largest layout serves everywhere.
+///
+/// # Safety
+/// Child-only: changes process-wide signal state.
+unsafe fn reset_signals() {
+    const KERNEL_SIGSET_BYTES: usize = 8;
+    let dfl = [0u64; 4];
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: `dfl` is a zeroed buffer at least as large as the kernel's struct sigaction; the old
+        // action is not requested. Failures (none expected) leave that signal as it was.
+        unsafe {
+            libc::syscall(libc::SYS_rt_sigaction, sig, dfl.as_ptr(), std::ptr::null_mut::<u64>(), KERNEL_SIGSET_BYTES)
+        };
+    }
+    let empty = 0u64;
+    // SAFETY: `empty` is a kernel sigset with no signal; SIG_SETMASK with it unblocks everything.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &empty as *const u64,
+            std::ptr::null_mut::<u64>(),
+            KERNEL_SIGSET_BYTES,
+        )
+    };
+}
+
+/// How a reaped process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExitStatus {
+    /// It called `exit(code)`.
+    Exited(i32),
+    /// A signal ended it.
+    Signaled(i32),
+}
+
+/// `waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG])`: reap the child behind `pidfd`.
+///
+/// Returns `None` when `nohang` is set and the child is still running.
+pub(crate) fn wait_pidfd(pidfd: BorrowedFd<'_>, nohang: bool) -> io::Result<Option<ExitStatus>> {
+    let flags = libc::WEXITED | if nohang { libc::WNOHANG } else { 0 };
+    loop {
+        // SAFETY: an all-zero siginfo_t is valid; waitid fills it (and leaves si_pid 0 under WNOHANG when
+        // nothing changed).
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is a valid, writable siginfo_t; `pidfd` is an open pidfd for this call.
+        let r = unsafe { libc::waitid(libc::P_PIDFD, pidfd.as_raw_fd() as libc::id_t, &mut info, flags) };
+        if r < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        // SAFETY: waitid succeeded, so the SIGCHLD-shaped fields of `info` are initialised.
+        let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+        if pid == 0 {
+            return Ok(None);
+        }
+        return Ok(Some(match info.si_code {
+            libc::CLD_EXITED => ExitStatus::Exited(status),
+            _ => ExitStatus::Signaled(status),
+        }));
+    }
+}
+
+/// A close-on-exec duplicate of `fd` numbered `min` or above.
+pub(crate) fn dup_at_least(fd: BorrowedFd<'_>, min: c_int) -> io::Result<OwnedFd> {
+    use nix::fcntl::{fcntl, FcntlArg};
+    let raw = fcntl(fd, FcntlArg::F_DUPFD_CLOEXEC(min))?;
+    // SAFETY: F_DUPFD_CLOEXEC just created `raw` in our fd table; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// The soft `RLIMIT_NOFILE` minus one: the highest fd number the process can hold.
+pub(crate) fn max_fd() -> c_int {
+    match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
+        Ok((soft, _)) if soft > 0 => c_int::try_from(soft - 1).unwrap_or(c_int::MAX),
+        _ => 1 << 20,
+    }
+}

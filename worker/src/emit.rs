@@ -1,0 +1,299 @@
+//! The worker's end of the event ring: [`EventOut`].
+//!
+//! Two kinds of frames go out:
+//! - control events ([`EventOut::emit`]: `Hello`, `Started`, `Exited`, …), encoded with postcard. When the
+//!   ring lacks space they wait, in order, in a small in-memory queue (bounded by the number of jobs and
+//!   commands, never by output volume);
+//! - output chunks ([`EventOut::push_output`]), read straight from a pipe into the frame buffer after a
+//!   hand-written `Event::Output` prefix, so a chunk is copied once (pipe → buffer) before the ring's copy.
+//!   The prefix encoder is tested against postcard below.
+//!
+//! Invariants: nothing is dropped or reordered. The caller reads a pipe only when
+//! [`EventOut::output_ready`] says the queue is empty and a whole chunk fits, so output never overtakes a
+//! queued control event. [`EventOut::wake_needed`] is asked once per batch, not per frame.
+
+use shm_proto::frame;
+use shm_proto::msg::{Event, JobId, Stream, MAX_OUTPUT_CHUNK};
+use shm_proto::ring::{Producer, PushError};
+use std::collections::VecDeque;
+
+/// Room before the data for the `Event::Output` prefix: variant (1) + job (≤ 10) + stream (1) + length
+/// (≤ 3 bytes for lengths below 2 MiB).
+pub const OUTPUT_PREFIX_MAX: usize = 16;
+
+/// Longest text carried in a `Warning` or `SpawnFailed` message.
+pub const MAX_MESSAGE: usize = 1024;
+
+/// Errors publishing an event. Any of them ends the worker: the front can no longer be told anything.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmitError {
+    #[error("the event ring is corrupt")]
+    Corrupt(#[source] PushError),
+    #[error("an event does not fit in the event ring's largest frame ({0} bytes)")]
+    TooLarge(usize),
+    #[error("an event could not be encoded")]
+    Encode(#[source] shm_proto::frame::FrameError),
+}
+
+/// The event ring's producer, its in-order overflow queue and the output frame buffer.
+pub struct EventOut {
+    ring: Producer,
+    scratch: Vec<u8>,
+    pending: VecDeque<Vec<u8>>,
+    pushed: bool,
+    chunk: usize,
+    frame: Vec<u8>,
+}
+
+impl EventOut {
+    pub fn new(ring: Producer) -> EventOut {
+        let chunk = MAX_OUTPUT_CHUNK.min(ring.max_frame().saturating_sub(OUTPUT_PREFIX_MAX)).max(1);
+        EventOut {
+            ring,
+            scratch: Vec::with_capacity(1024),
+            pending: VecDeque::new(),
+            pushed: false,
+            chunk,
+            frame: vec![0; OUTPUT_PREFIX_MAX + chunk],
+        }
+    }
+
+    /// Publish a control event now, or queue it behind earlier ones when the ring is full.
+    pub fn emit(&mut self, ev: &Event) -> Result<(), EmitError> {
+        frame::encode(ev, &mut self.scratch).map_err(EmitError::Encode)?;
+        if self.scratch.len() > self.ring.max_frame() {
+            return Err(EmitError::TooLarge(self.scratch.len()));
+        }
+        if self.pending.is_empty() {
+            match self.ring.try_push(&self.scratch) {
+                Ok(()) => {
+                    self.pushed = true;
+                    return Ok(());
+                }
+                Err(PushError::Full) => {}
+                Err(e) => return Err(EmitError::Corrupt(e)),
+            }
+        }
+        self.pending.push_back(self.scratch.clone());
+        Ok(())
+    }
+
+    /// Publish queued control events while they fit; true when none remain.
+    pub fn flush_pending(&mut self) -> Result<bool, EmitError> {
+        while let Some(body) = self.pending.front() {
+            match self.ring.try_push(body) {
+                Ok(()) => {
+                    self.pushed = true;
+                    self.pending.pop_front();
+                }
+                Err(PushError::Full) => return Ok(false),
+                Err(e) => return Err(EmitError::Corrupt(e)),
+            }
+        }
+        Ok(true)
+    }
+
+    /// True while control events wait for ring space.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// The largest output payload per frame.
+    pub fn chunk(&self) -> usize {
+        self.chunk
+    }
+
+    /// The frame body length to wait for before anything more can go out.
+    pub fn space_needed(&self) -> usize {
+        self.pending.front().map_or(OUTPUT_PREFIX_MAX + self.chunk, Vec::len)
+    }
+
+    /// True when a pipe may be read now: no control event waits and a whole chunk fits.
+    pub fn output_ready(&self) -> bool {
+        self.pending.is_empty() && self.ring.fits(OUTPUT_PREFIX_MAX + self.chunk)
+    }
+
+    /// Where to read output into: [`EventOut::chunk`] bytes.
+    pub fn output_buf(&mut self) -> &mut [u8] {
+        &mut self.frame[OUTPUT_PREFIX_MAX..]
+    }
+
+    /// Publish the first `n` bytes of [`EventOut::output_buf`] as `Event::Output`. Call only after
+    /// [`EventOut::output_ready`] returned true (space only grows meanwhile).
+    pub fn push_output(&mut self, job: JobId, stream: Stream, n: usize) -> Result<(), EmitError> {
+        let (prefix, len) = output_prefix(job, stream, n);
+        let start = OUTPUT_PREFIX_MAX - len;
+        self.frame[start..OUTPUT_PREFIX_MAX].copy_from_slice(&prefix[..len]);
+        self.ring.try_push(&self.frame[start..OUTPUT_PREFIX_MAX + n]).map_err(EmitError::Corrupt)?;
+        self.pushed = true;
+        Ok(())
+    }
+
+    /// True once per batch when the front is parked and its doorbell must ring.
+    pub fn wake_needed(&mut self) -> bool {
+        std::mem::take(&mut self.pushed) && self.ring.wake_needed()
+    }
+
+    /// Park for space for [`EventOut::space_needed`]; false if it is already there.
+    pub fn park_prepare(&self) -> bool {
+        self.ring.park_prepare(self.space_needed())
+    }
+
+    /// Clear the parked word after waking.
+    pub fn park_done(&self) {
+        self.ring.park_done();
+    }
+}
+
+fn varint(mut v: u64, out: &mut [u8; OUTPUT_PREFIX_MAX], len: &mut usize) {
+    loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        out[*len] = if v == 0 { byte } else { byte | 0x80 };
+        *len += 1;
+        if v == 0 {
+            return;
+        }
+    }
+}
+
+/// postcard's encoding of `Event::Output { job, stream, data }` up to the data bytes: the variant index,
+/// the job, the stream's variant index and the data length, all as LEB128 varints.
+fn output_prefix(job: JobId, stream: Stream, n: usize) -> ([u8; OUTPUT_PREFIX_MAX], usize) {
+    const OUTPUT_VARIANT: u64 = 3;
+    let mut out = [0u8; OUTPUT_PREFIX_MAX];
+    let mut len = 0;
+    varint(OUTPUT_VARIANT, &mut out, &mut len);
+    varint(job, &mut out, &mut len);
+    varint(if stream == Stream::Stdout { 0 } else { 1 }, &mut out, &mut len);
+    varint(n as u64, &mut out, &mut len);
+    (out, len)
+}
+
+/// A `Warning` event, its message cut to [`MAX_MESSAGE`] bytes.
+pub fn warning(job: Option<JobId>, message: impl Into<String>) -> Event {
+    Event::Warning { job, message: truncate(message.into()) }
+}
+
+/// `s` cut to at most [`MAX_MESSAGE`] bytes on a character boundary, marked with `…` when cut.
+pub fn truncate(mut s: String) -> String {
+    if s.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE - '…'.len_utf8();
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+/// An error and its sources as one sentence: `"outer: inner: os error"`.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut s = err.to_string();
+    let mut src = err.source();
+    while let Some(e) = src {
+        s.push_str(": ");
+        s.push_str(&e.to_string());
+        src = e.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shm_proto::ring::heap_ring;
+
+    #[test]
+    fn output_prefix_matches_postcard() {
+        for job in [0, 1, 127, 128, 300, u32::MAX as u64, u64::MAX] {
+            for (stream, n) in [(Stream::Stdout, 0), (Stream::Stderr, 1), (Stream::Stdout, 127), (Stream::Stderr, 128)]
+                .into_iter()
+                .chain([(Stream::Stdout, 16383), (Stream::Stdout, 16384), (Stream::Stderr, MAX_OUTPUT_CHUNK)])
+            {
+                let data: Vec<u8> = (0..n).map(|i| i as u8).collect();
+                let mut expect = Vec::new();
+                frame::encode(&Event::Output { job, stream, data: data.clone() }, &mut expect).unwrap();
+                let (prefix, len) = output_prefix(job, stream, n);
+                assert!(len <= OUTPUT_PREFIX_MAX);
+                assert_eq!(&expect[..len], &prefix[..len], "job {job} n {n}");
+                assert_eq!(&expect[len..], &data[..]);
+            }
+        }
+    }
+
+    #[test]
+    fn output_frames_decode_as_output_events() {
+        let (p, mut c) = heap_ring(1 << 16);
+        let mut out = EventOut::new(p);
+        out.output_buf()[..5].copy_from_slice(b"hello");
+        assert!(out.output_ready());
+        out.push_output(42, Stream::Stderr, 5).unwrap();
+        let mut buf = Vec::new();
+        let ev: Event = c.pop_msg(&mut buf).unwrap().unwrap();
+        assert_eq!(ev, Event::Output { job: 42, stream: Stream::Stderr, data: b"hello".to_vec() });
+    }
+
+    #[test]
+    fn control_events_queue_in_order_when_the_ring_is_full() {
+        let (p, mut c) = heap_ring(4096);
+        let mut out = EventOut::new(p);
+        let evs: Vec<Event> = (0..100).map(|job| Event::StreamsClosed { job }).collect();
+        for ev in &evs {
+            out.emit(ev).unwrap();
+        }
+        assert!(!out.output_ready(), "queued events block output");
+        let mut got = Vec::new();
+        let mut buf = Vec::new();
+        loop {
+            while let Some(ev) = c.pop_msg::<Event>(&mut buf).unwrap() {
+                got.push(ev);
+            }
+            if out.flush_pending().unwrap() {
+                break;
+            }
+        }
+        while let Some(ev) = c.pop_msg::<Event>(&mut buf).unwrap() {
+            got.push(ev);
+        }
+        assert_eq!(got, evs);
+        assert!(out.output_ready());
+    }
+
+    #[test]
+    fn chunk_shrinks_to_fit_small_rings() {
+        let (p, _c) = heap_ring(4096);
+        let out = EventOut::new(p);
+        assert_eq!(out.chunk(), 4096 / 2 - 64 - OUTPUT_PREFIX_MAX);
+        let (p, _c) = heap_ring(1 << 22);
+        assert_eq!(EventOut::new(p).chunk(), MAX_OUTPUT_CHUNK);
+    }
+
+    #[test]
+    fn wake_is_asked_once_per_batch() {
+        let (p, c) = heap_ring(4096);
+        let mut out = EventOut::new(p);
+        assert!(c.park_prepare());
+        out.emit(&Event::StreamsClosed { job: 1 }).unwrap();
+        out.emit(&Event::StreamsClosed { job: 2 }).unwrap();
+        assert!(out.wake_needed());
+        assert!(!out.wake_needed(), "nothing pushed since");
+    }
+
+    #[test]
+    fn messages_are_truncated_on_char_boundaries() {
+        let long = "é".repeat(MAX_MESSAGE);
+        let cut = truncate(long);
+        assert!(cut.len() <= MAX_MESSAGE && cut.ends_with('…'));
+        assert_eq!(truncate("short".into()), "short");
+    }
+
+    #[test]
+    fn error_chain_joins_sources() {
+        let err =
+            launcher::LaunchError::Chdir { path: "/x".into(), source: std::io::Error::from_raw_os_error(libc::EACCES) };
+        assert_eq!(error_chain(&err), "cannot enter working directory /x: Permission denied (os error 13)");
+    }
+}

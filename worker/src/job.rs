@@ -1,0 +1,145 @@
+//! A running job's state, and its end: reaping, the exit barrier, end of streams, cgroup removal.
+//!
+//! The exit barrier: when the pidfd says the main process ended, the worker reaps it at once (no zombie)
+//! and notes, per open pipe, how many bytes were already waiting (`FIONREAD`). `Exited` goes out only
+//! after those bytes have been read and published (or the pipe hit `EAGAIN`/EOF), so every byte the
+//! process wrote before exiting precedes `Exited` — even when a survivor keeps writing to the same pipe.
+//! Pipes are then read until EOF (survivors may still write); `StreamsClosed` follows, and the job's cgroup
+//! is removed if it is empty (a cgroup with survivors stays, and the job with it, so `Kill` still works).
+
+use crate::cgroup::CgroupOps;
+use crate::event_loop::{job_warning, WorkerError};
+use crate::Worker;
+use launcher::{Child, ExitStatus};
+use mio::unix::SourceFd;
+use shm_proto::msg::{Event, JobId, Stream};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+/// The poll sources of one job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Source {
+    Stdout = 0,
+    Stderr = 1,
+    Pidfd = 2,
+}
+
+impl Source {
+    pub(crate) fn from_index(i: usize) -> Source {
+        match i {
+            0 => Source::Stdout,
+            1 => Source::Stderr,
+            _ => Source::Pidfd,
+        }
+    }
+
+    pub(crate) fn of(stream: Stream) -> Source {
+        match stream {
+            Stream::Stdout => Source::Stdout,
+            Stream::Stderr => Source::Stderr,
+        }
+    }
+}
+
+/// The read end of one of a job's output pipes (non-blocking, close-on-exec).
+pub(crate) struct Pipe {
+    pub fd: OwnedFd,
+    /// In the ready queue already.
+    pub queued: bool,
+    /// After the main process was reaped: bytes still to read before `Exited` may go out.
+    pub until_exit: usize,
+}
+
+impl Pipe {
+    pub(crate) fn new(fd: OwnedFd) -> Pipe {
+        Pipe { fd, queued: false, until_exit: 0 }
+    }
+}
+
+/// One job of the session.
+pub(crate) struct Job {
+    /// Base of the job's poll tokens.
+    pub serial: usize,
+    pub pid: u32,
+    /// The main process until it is reaped.
+    pub child: Option<Child>,
+    /// stdout and stderr read ends, `None` once at end of file.
+    pub pipes: [Option<Pipe>; 2],
+    /// How the main process ended (`None` inside: it could not be reaped) and when.
+    pub exit: Option<(Option<ExitStatus>, u64)>,
+    pub exited_sent: bool,
+    pub closed_sent: bool,
+    /// A `Kill` for this job arrived before `Exited` went out.
+    pub kill_requested: bool,
+}
+
+impl Job {
+    pub(crate) fn pipe(&mut self, stream: Stream) -> &mut Option<Pipe> {
+        &mut self.pipes[Source::of(stream) as usize]
+    }
+}
+
+/// Nanoseconds since the Unix epoch, now.
+pub(crate) fn unix_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl<C: CgroupOps> Worker<C> {
+    /// Queue a pipe for reading (edge-triggered readiness: it stays queued until it reads `EAGAIN`).
+    pub(crate) fn mark_ready(&mut self, job: JobId, stream: Stream) {
+        if let Some(p) = self.jobs.get_mut(&job).and_then(|j| j.pipe(stream).as_mut()) {
+            if !p.queued {
+                p.queued = true;
+                self.ready.push_back((job, stream));
+            }
+        }
+    }
+
+    /// The pidfd is readable: reap the main process and arm the exit barrier.
+    pub(crate) fn reap(&mut self, job: JobId) -> Result<(), WorkerError> {
+        let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
+        let Some(child) = &j.child else { return Ok(()) };
+        let status = match child.try_wait() {
+            Ok(None) => return Ok(()),
+            Ok(Some(st)) => Some(st),
+            Err(e) => {
+                self.out.emit(&job_warning(job, "cannot reap the job's main process", &e))?;
+                None
+            }
+        };
+        let at = crate::job::unix_ns();
+        let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
+        if let Some(child) = j.child.take() {
+            let _ = self.poll.registry().deregister(&mut SourceFd(&child.pidfd.as_raw_fd()));
+        }
+        j.exit = Some((status, at));
+        for pipe in j.pipes.iter_mut().flatten() {
+            pipe.until_exit = crate::sys::pipe_pending(pipe.fd.as_fd()).unwrap_or(usize::MAX);
+        }
+        self.mark_ready(job, Stream::Stdout);
+        self.mark_ready(job, Stream::Stderr);
+        self.settle(job)
+    }
+
+    /// Send `Exited` and `StreamsClosed` when their conditions hold; clean up after both.
+    pub(crate) fn settle(&mut self, job: JobId) -> Result<(), WorkerError> {
+        let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
+        if let (Some((status, at_unix_ns)), false) = (j.exit, j.exited_sent) {
+            if j.pipes.iter().flatten().all(|p| p.until_exit == 0) {
+                j.exited_sent = true;
+                let (code, signal) = (status.and_then(ExitStatus::code), status.and_then(ExitStatus::signal));
+                self.out.emit(&Event::Exited { job, code, signal, at_unix_ns, killed: j.kill_requested })?;
+            }
+        }
+        let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
+        if j.exited_sent && !j.closed_sent && j.pipes.iter().all(Option::is_none) {
+            j.closed_sent = true;
+            let serial = j.serial;
+            self.out.emit(&Event::StreamsClosed { job })?;
+            self.serials.remove(&serial);
+            if self.cgroups.remove(job).is_ok() {
+                self.jobs.remove(&job);
+            }
+        }
+        Ok(())
+    }
+}

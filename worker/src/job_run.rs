@@ -1,0 +1,127 @@
+//! `Command::Run`: create the job's cgroup, its pipes, and launch `bash --noprofile --norc -c CMD` in it.
+//!
+//! Steps: `mkdir <session>/job-<N>` (0755) and open it; two close-on-exec pipes (read ends non-blocking,
+//! write ends blocking for the job); the environment from [`launcher::job_env`]; [`launcher::spawn`] with
+//! stdin `/dev/null` and `CLONE_INTO_CGROUP`; register both read ends and the pidfd; emit `Started`.
+//! Any failure emits `SpawnFailed` with a sentence naming the failed step and removes the cgroup. Jobs of a
+//! session run concurrently: nothing here waits for a job.
+
+use crate::cgroup::CgroupOps;
+use crate::emit::{error_chain, truncate};
+use crate::event_loop::WorkerError;
+use crate::job::{unix_ns, Job, Pipe, Source};
+use crate::Worker;
+use launcher::{LaunchError, PrepareError, Prepared, Stdio};
+use mio::unix::SourceFd;
+use mio::Interest;
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use shm_proto::msg::{Event, JobId, RunSpec};
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Why a job could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    #[error("job {0} already exists in this session")]
+    Duplicate(JobId),
+    #[error("cannot create the job's cgroup {path}")]
+    Cgroup {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot create the job's output pipes")]
+    Pipes(#[source] io::Error),
+    #[error("cannot open /dev/null for the job's stdin")]
+    Stdin(#[source] io::Error),
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("cannot watch the job's pipes and pidfd")]
+    Register(#[source] io::Error),
+}
+
+/// A close-on-exec pipe whose read end is non-blocking: `(read, write)`.
+fn output_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    let flags = OFlag::from_bits_truncate(fcntl(r.as_fd(), FcntlArg::F_GETFL)?);
+    fcntl(r.as_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok((r, w))
+}
+
+impl<C: CgroupOps> Worker<C> {
+    /// Start a job and report `Started` or `SpawnFailed`.
+    pub(crate) fn start_job(&mut self, spec: RunSpec) -> Result<(), WorkerError> {
+        let job = spec.job;
+        if self.jobs.contains_key(&job) {
+            let error = error_chain(&StartError::Duplicate(job));
+            return Ok(self.out.emit(&Event::SpawnFailed { job, error })?);
+        }
+        let cgroup = match self.cgroups.create(job) {
+            Ok(fd) => fd,
+            Err(source) => {
+                let err = StartError::Cgroup { path: self.cgroups.job_path(job), source };
+                return Ok(self.out.emit(&Event::SpawnFailed { job, error: truncate(error_chain(&err)) })?);
+            }
+        };
+        match self.launch(&spec, cgroup) {
+            Ok(j) => {
+                let pid = j.pid;
+                self.jobs.insert(job, j);
+                self.out.emit(&Event::Started { job, pid, at_unix_ns: unix_ns() })?;
+            }
+            Err(err) => {
+                let _ = self.cgroups.remove(job);
+                self.out.emit(&Event::SpawnFailed { job, error: truncate(error_chain(&err)) })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Pipes, environment, spawn, registration.
+    fn launch(&mut self, spec: &RunSpec, cgroup: Option<OwnedFd>) -> Result<Job, StartError> {
+        let (out_r, out_w) = output_pipe().map_err(StartError::Pipes)?;
+        let (err_r, err_w) = output_pipe().map_err(StartError::Pipes)?;
+        let stdio = Stdio::null_stdin(out_w, err_w).map_err(StartError::Stdin)?;
+        let env = launcher::job_env(&self.base_env, &spec.env);
+        let cwd = Path::new(OsStr::from_bytes(&spec.cwd));
+        let mut prepared = Prepared::bash(&spec.cmd, &env, Some(cwd), stdio)?;
+        if let Some(dir) = cgroup {
+            prepared = prepared.with_cgroup(dir);
+        }
+        let child = launcher::spawn(&prepared)?;
+        drop(prepared); // the parent's copies of the write ends: EOF must depend on the job alone
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let registry = self.poll.registry();
+        let sources = [(&out_r, Source::Stdout), (&err_r, Source::Stderr), (&child.pidfd, Source::Pidfd)];
+        for (i, (fd, source)) in sources.iter().enumerate() {
+            let token = Self::token(serial, *source);
+            if let Err(e) = registry.register(&mut SourceFd(&fd.as_raw_fd()), token, Interest::READABLE) {
+                for (fd, _) in &sources[..i] {
+                    let _ = registry.deregister(&mut SourceFd(&fd.as_raw_fd()));
+                }
+                let _ = self.cgroups.kill(spec.job);
+                let _ = crate::sys::pidfd_signal(child.pidfd.as_fd(), libc::SIGKILL);
+                let _ = child.wait();
+                return Err(StartError::Register(e));
+            }
+        }
+        self.serials.insert(serial, spec.job);
+        Ok(Job {
+            serial,
+            pid: child.pid,
+            child: Some(child),
+            pipes: [Some(Pipe::new(out_r)), Some(Pipe::new(err_r))],
+            exit: None,
+            exited_sent: false,
+            closed_sent: false,
+            kill_requested: false,
+        })
+    }
+}

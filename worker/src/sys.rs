@@ -1,0 +1,154 @@
+//! The worker's raw system calls, behind a safe API: adopting the inherited fds 3–7, the bytes waiting in
+//! a pipe (`FIONREAD`), and pidfd-pinned signalling (`pidfd_open`, `pidfd_send_signal`).
+//!
+//! Everything else the worker needs goes through `nix`, `mio` or the launcher.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The fds the supervisor hands every worker (see `docs/contract-wip.md`).
+#[derive(Debug)]
+pub struct InheritedFds {
+    /// fd 3: the session's sealed memfd region.
+    pub region: OwnedFd,
+    /// fd 4: cmd_data eventfd (the front rings it after pushing commands).
+    pub cmd_data: OwnedFd,
+    /// fd 5: cmd_space eventfd (the worker rings it after freeing command space).
+    pub cmd_space: OwnedFd,
+    /// fd 6: evt_data eventfd (the worker rings it after pushing events).
+    pub evt_data: OwnedFd,
+    /// fd 7: evt_space eventfd (the front rings it after freeing event space).
+    pub evt_space: OwnedFd,
+}
+
+/// Errors adopting the inherited fds.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InheritError {
+    #[error("fd {0} is not open; heddle-worker expects the region at fd 3 and four eventfds at fds 4-7")]
+    NotOpen(RawFd),
+    #[error("the inherited fds were already taken")]
+    AlreadyTaken,
+    #[error("cannot mark fd {0} close-on-exec")]
+    Cloexec(RawFd, #[source] io::Error),
+}
+
+static TAKEN: AtomicBool = AtomicBool::new(false);
+
+impl InheritedFds {
+    /// Take ownership of fds 3–7 (once per process) and mark them close-on-exec.
+    pub fn take() -> Result<InheritedFds, InheritError> {
+        if TAKEN.swap(true, Ordering::SeqCst) {
+            return Err(InheritError::AlreadyTaken);
+        }
+        let mut fds = Vec::with_capacity(5);
+        for n in 3..=7 {
+            fds.push(adopt(n)?);
+        }
+        let mut it = fds.into_iter();
+        let mut next = || it.next().ok_or(InheritError::NotOpen(-1));
+        Ok(InheritedFds {
+            region: next()?,
+            cmd_data: next()?,
+            cmd_space: next()?,
+            evt_data: next()?,
+            evt_space: next()?,
+        })
+    }
+}
+
+fn adopt(n: RawFd) -> Result<OwnedFd, InheritError> {
+    // SAFETY: F_GETFD only inspects the descriptor table entry `n`; it has no memory effects.
+    let flags = unsafe { libc::fcntl(n, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(InheritError::NotOpen(n));
+    }
+    // SAFETY: `n` is open (checked above) and was inherited across exec; `TAKEN` guarantees this runs once
+    // per process, before anything else could have adopted or closed these numbers, so we are its only
+    // owner from here on.
+    let fd = unsafe { OwnedFd::from_raw_fd(n) };
+    // SAFETY: F_SETFD on an fd we own; no memory effects.
+    if unsafe { libc::fcntl(n, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
+        return Err(InheritError::Cloexec(n, io::Error::last_os_error()));
+    }
+    Ok(fd)
+}
+
+/// Make `SIGCHLD` take its default action, so exited jobs stay zombies until the worker reaps them
+/// through their pidfds. (An ignored `SIGCHLD`, which a parent could leave behind across `exec`, would
+/// make the kernel reap them itself and `waitid` fail with `ECHILD`.)
+pub fn default_sigchld() -> io::Result<()> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let dfl = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    // SAFETY: installing SIG_DFL runs no handler code, so no signal-safety contract is involved; the
+    // previous action is discarded.
+    unsafe { sigaction(Signal::SIGCHLD, &dfl) }?;
+    Ok(())
+}
+
+/// Bytes waiting to be read in the pipe behind `fd` (`FIONREAD`).
+pub fn pipe_pending(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, which refers to a live local.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// A pidfd for the process that holds `pid` now (`pidfd_open`, Linux 5.3).
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: pidfd_open takes plain integers and returns a new fd or -1.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0 as libc::c_uint) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just created fd `r` (close-on-exec) for us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+}
+
+/// Send `sig` to exactly the process behind `pidfd` (`pidfd_send_signal`, Linux 5.1): never to whatever
+/// reuses its pid later.
+pub fn pidfd_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain integers and a NULL siginfo (the kernel fills in a SI_USER one).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0 as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn pipe_pending_counts_unread_bytes() {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        assert_eq!(pipe_pending(r.as_fd()).unwrap(), 0);
+        nix::unistd::write(&w, b"hello").unwrap();
+        assert_eq!(pipe_pending(r.as_fd()).unwrap(), 5);
+    }
+
+    #[test]
+    fn pidfd_signal_reaches_our_own_child() {
+        let mut child = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        let fd = pidfd_open(child.id()).unwrap();
+        pidfd_signal(fd.as_fd(), libc::SIGTERM).unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
+        assert_eq!(pidfd_signal(fd.as_fd(), libc::SIGTERM).unwrap_err().raw_os_error(), Some(libc::ESRCH));
+    }
+}
