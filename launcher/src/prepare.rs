@@ -39,6 +39,8 @@ pub enum PrepareError {
     EnvName(String),
     #[error("cannot duplicate a standard fd above 2")]
     Fd(#[source] io::Error),
+    #[error("an extra fd cannot be numbered {0}: fds 0 to 3 are taken")]
+    ExtraFd(i32),
 }
 
 /// The three standard fds a job starts with.
@@ -70,6 +72,8 @@ pub struct Prepared {
     pub(crate) stdio: Stdio,
     pub(crate) cgroup: Option<OwnedFd>,
     pub(crate) force_procs_write: bool,
+    /// An fd the job inherits at a fixed number ([`Prepared::with_extra_fd`]); the source is ≥ 5.
+    pub(crate) extra: Option<(OwnedFd, i32)>,
 }
 
 impl Prepared {
@@ -111,6 +115,7 @@ impl Prepared {
             stdio,
             cgroup: None,
             force_procs_write: false,
+            extra: None,
         })
     }
 
@@ -128,6 +133,24 @@ impl Prepared {
     pub fn with_cgroup(mut self, dir: OwnedFd) -> Prepared {
         self.cgroup = Some(dir);
         self
+    }
+
+    /// Give the job `fd` as fd `target` (≥ 4; fd 3 carries the exec status until `execve`), not
+    /// close-on-exec. Every other fd above 2 is still closed. The state pipe of a shell-state job uses
+    /// this (see the worker).
+    pub fn with_extra_fd(mut self, fd: OwnedFd, target: i32) -> Result<Prepared, PrepareError> {
+        if target < 4 {
+            return Err(PrepareError::ExtraFd(target));
+        }
+        // A source above 4 is never clobbered by the status pipe's move to 3 or by the dup onto `target`
+        // (a source equal to `target` is duplicated upwards too).
+        let fd = if fd.as_raw_fd() > 4 && fd.as_raw_fd() != target {
+            fd
+        } else {
+            crate::sys::dup_at_least(fd.as_fd(), target.max(4) + 1).map_err(PrepareError::Fd)?
+        };
+        self.extra = Some((fd, target));
+        Ok(self)
     }
 
     /// Place the job by writing `0` to `cgroup.procs` from the child instead of `CLONE_INTO_CGROUP`

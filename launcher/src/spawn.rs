@@ -207,6 +207,7 @@ fn plan<'a>(p: &'a Prepared, status: BorrowedFd<'a>, procs: Option<BorrowedFd<'a
         status,
         procs,
         max_fd,
+        extra: p.extra.as_ref().map(|(fd, target)| (fd.as_fd(), *target)),
     }
 }
 
@@ -333,6 +334,23 @@ mod tests {
         assert_eq!(child.try_wait().unwrap(), None, "bash waits for a line on stdin");
         drop(stdin_w);
         assert_eq!(child.wait().unwrap(), ExitStatus::Exited(4));
+    }
+
+    #[test]
+    fn an_extra_fd_arrives_at_its_number_and_nothing_else_leaks() {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let (sr, sw) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let stdio = Stdio::null_stdin(w.try_clone().unwrap(), w).unwrap();
+        let cmd = "echo state >&7; ls /proc/self/fd | sort -n | tr '\\n' ' '";
+        let p = Prepared::bash(cmd, &[], None, stdio).unwrap().with_extra_fd(sw, 7).unwrap();
+        let child = spawn(&p).unwrap();
+        drop(p);
+        let (mut out, mut state) = (String::new(), String::new());
+        std::fs::File::from(r).read_to_string(&mut out).unwrap();
+        std::fs::File::from(sr).read_to_string(&mut state).unwrap();
+        assert_eq!(child.wait().unwrap(), ExitStatus::Exited(0));
+        assert_eq!(state, "state\n");
+        assert_eq!(out, "0 1 2 3 7 ", "ls's own directory fd is 3; only 7 is inherited");
     }
 
     #[test]

@@ -82,6 +82,8 @@ pub(crate) struct ChildPlan<'a> {
     pub procs: Option<BorrowedFd<'a>>,
     /// Highest fd number to close when `close_range` is unavailable.
     pub max_fd: c_int,
+    /// An fd to hand to the job at a fixed number (source > 4 and ≠ target, target ≥ 4).
+    pub extra: Option<(BorrowedFd<'a>, c_int)>,
 }
 
 /// How to create the child.
@@ -236,8 +238,23 @@ unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
         }
         3
     };
-    // SAFETY: closing fds ≥ 4 of this single-threaded child only affects the child.
-    unsafe { close_from(4, plan.max_fd) };
+    // 3b. The extra fd (not close-on-exec), then close everything else above 3.
+    let keep = match plan.extra {
+        Some((src, target)) => {
+            // SAFETY: `src` is open (> 4, so neither step above replaced it); `target` ≥ 4.
+            if unsafe { libc::dup2(src.as_raw_fd(), target) } < 0 {
+                // SAFETY: as above.
+                unsafe { fail(status, Stage::Stdio) }
+            }
+            target
+        }
+        None => 3,
+    };
+    // SAFETY: closing fds of this single-threaded child only affects the child; `keep` stays open.
+    unsafe {
+        close_between(4, keep - 1);
+        close_from(keep.max(3) + 1, plan.max_fd)
+    };
     // 4. Working directory.
     if let Some(cwd) = plan.cwd {
         // SAFETY: `cwd` is a NUL-terminated string valid in the child's copy of memory.
@@ -276,6 +293,25 @@ unsafe fn fail(status: c_int, stage: Stage) -> ! {
     unsafe {
         libc::write(status, msg.as_ptr().cast(), STATUS_LEN);
         libc::_exit(127)
+    }
+}
+
+/// Close the fds `first..=last` (nothing when `last < first`).
+///
+/// # Safety
+/// Child-only, as [`close_from`].
+unsafe fn close_between(first: c_int, last: c_int) {
+    if last < first {
+        return;
+    }
+    // SAFETY: close_range takes plain integers; on failure nothing was closed.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, last as libc::c_uint, 0 as libc::c_uint) };
+    if r == 0 {
+        return;
+    }
+    for fd in first..=last {
+        // SAFETY: closing a number that is not open fails with EBADF, which is harmless.
+        unsafe { libc::close(fd) };
     }
 }
 

@@ -49,6 +49,7 @@ mod tests {
             cwd: b"/tmp/\xff dir".to_vec(),
             env: vec![("A".into(), "b".into())],
             stdin: StdinMode::Null,
+            state: Some(b"builtin cd -- '/x'\n".to_vec()),
         });
         let mut buf = Vec::new();
         encode(&cmd, &mut buf).unwrap();

@@ -38,6 +38,11 @@ pub struct RunSpec {
     /// Extra environment entries set by the session, on top of the worker's allowlist.
     pub env: Vec<(String, String)>,
     pub stdin: StdinMode,
+    /// Shell state: `Some(restore script)` runs the job inside the state wrapper (the script re-applies
+    /// the session's state, then the command runs, then bash's builtins write the state to a private fd
+    /// and the worker reports it with [`Event::StateCaptured`] or [`Event::StateUnknown`]); `None` runs
+    /// `bash -c CMD` bare. An empty script restores nothing (the session's first call).
+    pub state: Option<Vec<u8>>,
 }
 
 /// Front → worker.
@@ -91,4 +96,15 @@ pub enum Event {
     StreamsClosed { job: JobId },
     /// Something the front should tell a human about (not fatal for the worker).
     Warning { job: Option<JobId>, message: String },
+    /// The state the job's bash wrote to its private state fd after the command (a job run with
+    /// `RunSpec::state`): untrusted bytes in the capture format (docs/architecture.md, "Shell state").
+    /// Sent before `Exited`.
+    StateCaptured {
+        job: JobId,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// The capture did not complete (`exec`, `exit`, a signal, the fd closed, too large): the state after
+    /// this job is unknown. Sent before `Exited`.
+    StateUnknown { job: JobId, reason: String },
 }

@@ -59,6 +59,11 @@ impl EventOut {
         }
     }
 
+    /// The largest frame the event ring takes.
+    pub fn max_frame(&self) -> usize {
+        self.ring.max_frame()
+    }
+
     /// Publish a control event now, or queue it behind earlier ones when the ring is full.
     pub fn emit(&mut self, ev: &Event) -> Result<(), EmitError> {
         frame::encode(ev, &mut self.scratch).map_err(EmitError::Encode)?;

@@ -16,7 +16,7 @@
 
 use crate::cgroup::CgroupOps;
 use crate::emit::{error_chain, warning, EmitError, EventOut};
-use crate::job::{Job, Source};
+use crate::job::{Job, Source, SOURCES};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use shm_proto::msg::{Command, Event, JobId, Stream};
@@ -208,12 +208,13 @@ impl<C: CgroupOps> Worker<C> {
                 let _ = self.evt_space.drain();
             }
             Token(t) => {
-                let serial = (t - 2) / 3;
+                let serial = (t - 2) / SOURCES;
                 let Some(&job) = self.serials.get(&serial) else { return Ok(()) };
-                match Source::from_index((t - 2) % 3) {
+                match Source::from_index((t - 2) % SOURCES) {
                     Source::Stdout => self.mark_ready(job, Stream::Stdout),
                     Source::Stderr => self.mark_ready(job, Stream::Stderr),
                     Source::Pidfd => self.reap(job)?,
+                    Source::State => self.read_state(job),
                 }
             }
         }
@@ -274,7 +275,7 @@ impl<C: CgroupOps> Worker<C> {
 
     /// The poll token of one source of the job with serial number `serial`.
     pub(crate) fn token(serial: usize, source: Source) -> Token {
-        Token(2 + serial * 3 + source as usize)
+        Token(2 + serial * SOURCES + source as usize)
     }
 }
 

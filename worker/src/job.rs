@@ -21,14 +21,20 @@ pub(crate) enum Source {
     Stdout = 0,
     Stderr = 1,
     Pidfd = 2,
+    /// The private state pipe of a shell-state job.
+    State = 3,
 }
+
+/// Poll sources per job (the token stride).
+pub(crate) const SOURCES: usize = 4;
 
 impl Source {
     pub(crate) fn from_index(i: usize) -> Source {
         match i {
             0 => Source::Stdout,
             1 => Source::Stderr,
-            _ => Source::Pidfd,
+            2 => Source::Pidfd,
+            _ => Source::State,
         }
     }
 
@@ -70,6 +76,8 @@ pub(crate) struct Job {
     pub closed_sent: bool,
     /// A `Kill` for this job arrived before `Exited` went out.
     pub kill_requested: bool,
+    /// The state pipe's read end, until the main process is reaped.
+    pub state: Option<crate::state::StatePipe>,
 }
 
 impl Job {
@@ -94,6 +102,19 @@ impl<C: CgroupOps> Worker<C> {
         }
     }
 
+    /// The state pipe is readable: take what is there (bash blocks on a full pipe otherwise).
+    pub(crate) fn read_state(&mut self, job: JobId) {
+        let limit = self.state_limit();
+        if let Some(pipe) = self.jobs.get_mut(&job).and_then(|j| j.state.as_mut()) {
+            pipe.read_available(limit);
+        }
+    }
+
+    /// The largest capture that fits one event frame.
+    pub(crate) fn state_limit(&self) -> usize {
+        self.out.max_frame().saturating_sub(64)
+    }
+
     /// The pidfd is readable: reap the main process and arm the exit barrier.
     pub(crate) fn reap(&mut self, job: JobId) -> Result<(), WorkerError> {
         let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
@@ -112,6 +133,14 @@ impl<C: CgroupOps> Worker<C> {
             let _ = self.poll.registry().deregister(&mut SourceFd(&child.pidfd.as_raw_fd()));
         }
         j.exit = Some((status, at));
+        if let Some(mut pipe) = j.state.take() {
+            let _ = self.poll.registry().deregister(&mut SourceFd(&pipe.fd.as_raw_fd()));
+            let limit = self.state_limit();
+            pipe.read_available(limit);
+            let verdict = pipe.verdict(job, limit);
+            self.out.emit(&verdict)?;
+        }
+        let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
         for pipe in j.pipes.iter_mut().flatten() {
             pipe.until_exit = crate::sys::pipe_pending(pipe.fd.as_fd()).unwrap_or(usize::MAX);
         }

@@ -90,7 +90,15 @@ impl<C: CgroupOps> Worker<C> {
         let stdio = Stdio::null_stdin(out_w, err_w).map_err(StartError::Stdin)?;
         let env = launcher::job_env(&self.base_env, &spec.env);
         let cwd = Path::new(OsStr::from_bytes(&spec.cwd));
-        let mut prepared = Prepared::bash(&spec.cmd, &env, Some(cwd), stdio)?;
+        let (mut prepared, state_r) = match &spec.state {
+            None => (Prepared::bash(&spec.cmd, &env, Some(cwd), stdio)?, None),
+            Some(restore) => {
+                let (r, w) = crate::state::state_pipe().map_err(StartError::Pipes)?;
+                let argv = crate::state::argv(restore, &spec.cmd).map(OsStr::from_bytes);
+                let p = Prepared::new(Path::new(launcher::BASH), &argv, &env, Some(cwd), stdio)?;
+                (p.with_extra_fd(w, crate::state::STATE_FD)?, Some(r))
+            }
+        };
         if let Some(dir) = cgroup {
             prepared = prepared.with_cgroup(dir);
         }
@@ -99,7 +107,10 @@ impl<C: CgroupOps> Worker<C> {
         let serial = self.next_serial;
         self.next_serial += 1;
         let registry = self.poll.registry();
-        let sources = [(&out_r, Source::Stdout), (&err_r, Source::Stderr), (&child.pidfd, Source::Pidfd)];
+        let mut sources = vec![(&out_r, Source::Stdout), (&err_r, Source::Stderr), (&child.pidfd, Source::Pidfd)];
+        if let Some(r) = &state_r {
+            sources.push((r, Source::State));
+        }
         for (i, (fd, source)) in sources.iter().enumerate() {
             let token = Self::token(serial, *source);
             if let Err(e) = registry.register(&mut SourceFd(&fd.as_raw_fd()), token, Interest::READABLE) {
@@ -122,6 +133,7 @@ impl<C: CgroupOps> Worker<C> {
             exited_sent: false,
             closed_sent: false,
             kill_requested: false,
+            state: state_r.map(crate::state::StatePipe::new),
         })
     }
 }

@@ -7,6 +7,7 @@
 //!
 //! - `Run` → [`job_run`]: `mkdir job-<N>`, `clone3(CLONE_INTO_CGROUP)` through the launcher, `Started`
 //!   or `SpawnFailed`;
+//! - shell state → [`state`]: the wrapper around the command and the private state pipe;
 //! - output → [`output`]: pipe chunks as `Output`, with backpressure when the ring is full;
 //! - the main process ends → [`job`]: reap, `Exited` after every byte written before the exit, then
 //!   `StreamsClosed` at EOF, then `rmdir` of the job cgroup;
@@ -33,6 +34,7 @@ pub mod job_kill;
 pub mod job_run;
 pub mod output;
 pub mod startup;
+pub mod state;
 pub mod sys;
 
 pub use event_loop::{serve, Channels, Settings, Worker, WorkerError};
