@@ -52,6 +52,7 @@ pub struct Job {
     kill_requested: bool,
     reported: bool,
     notes: Vec<String>,
+    shell: crate::job_state::JobShellState,
 }
 
 impl Job {
@@ -75,6 +76,7 @@ impl Job {
             kill_requested: false,
             reported: false,
             notes: Vec::new(),
+            shell: Default::default(),
         }
     }
 
@@ -140,6 +142,20 @@ impl Job {
         }
     }
 
+    /// The job starts from this state snapshot.
+    pub fn set_state_base(&mut self, version: u64, base: std::sync::Arc<crate::state_capture::Items>) {
+        self.shell.base = Some((version, base));
+    }
+
+    /// The worker sent the job's capture: apply it to the session's record.
+    pub fn on_state_captured(&mut self, data: &[u8], record: &mut crate::state_record::StateRecord) {
+        self.shell.captured(data, record);
+    }
+
+    pub fn on_state_unknown(&mut self, reason: &str) {
+        self.shell.unknown(reason);
+    }
+
     pub fn on_streams_closed(&mut self) {
         self.streams_closed = true;
         self.store.flush();
@@ -148,6 +164,7 @@ impl Job {
     /// The worker died (or its ring broke): an unfinished job is lost, never re-run.
     pub fn mark_lost(&mut self, why: &str, now: Instant) {
         if self.end(JobState::Lost, now, None) {
+            self.shell.unknown("the job was lost");
             self.note(format!("{why}; the job's outcome is unknown and it is not re-run"));
         }
         self.streams_closed = true;
@@ -157,6 +174,7 @@ impl Job {
     /// The session was closed under the job.
     pub fn mark_closed(&mut self, now: Instant) {
         if self.end(JobState::Killed, now, None) {
+            self.shell.unknown("the session was closed");
             self.note("ended by session.close".to_owned());
         }
         self.streams_closed = true;
@@ -238,6 +256,9 @@ impl Job {
             settled: self.settled(),
             note: join_notes(notes),
             announcements: Vec::new(),
+            state_note: self.shell.note.clone(),
+            state_changes: self.shell.changes.clone(),
+            state_version: self.shell.versions(),
         }
     }
 

@@ -43,13 +43,14 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     let (d, clamp_note) = clamp_wait("yield_ms", p.yield_ms, DEFAULT_YIELD_MS);
     let until = deadline(d);
     let s = k.live_session(client, &p.session)?;
-    let job = admit_job(&s, &p.cmd)?;
+    let (job, restore) = admit_job(&s, &p.cmd)?;
     let spec = RunSpec {
         job,
         cmd: p.cmd,
         cwd: s.spec().cwd.as_bytes().to_vec(),
         env: merge_env(&s.spec().env, extra_env),
         stdin: StdinMode::Null,
+        state: Some(restore),
     };
     let mut notes: Vec<String> = clamp_note.into_iter().collect();
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {
@@ -77,8 +78,9 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     answer(k, &s, job, until, notes)
 }
 
-/// Register the job, re-checking under the session's lock that the session still takes work.
-fn admit_job(s: &Session, cmd: &str) -> Result<JobId, RpcError> {
+/// Register the job, re-checking under the session's lock that the session still takes work; the job
+/// starts from the current state version, whose restore script is returned.
+fn admit_job(s: &Session, cmd: &str) -> Result<(JobId, Vec<u8>), RpcError> {
     let mut st = s.lock();
     if let Some(lost) = &st.lost {
         return Err(session_lost(s.name(), &lost.note));
@@ -87,7 +89,13 @@ fn admit_job(s: &Session, cmd: &str) -> Result<JobId, RpcError> {
         let msg = format!("session '{}' is being closed; open a new session with session.open", s.name());
         return Err(RpcError::new(ErrorKind::UnknownSession, msg));
     }
-    Ok(st.add_job(cmd.to_owned(), &s.jobs_dir()))
+    let id = st.add_job(cmd.to_owned(), &s.jobs_dir());
+    let (version, base) = st.record.snapshot();
+    let restore = crate::state_record::restore_script(&base);
+    if let Some(j) = st.jobs.get_mut(&id) {
+        j.set_state_base(version, base);
+    }
+    Ok((id, restore))
 }
 
 /// The session's environment with the call's entries on top (a call's entry replaces the session's).

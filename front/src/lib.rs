@@ -5,7 +5,7 @@
 //! Layout, by operation: [`rpc`] (framing and errors), [`server`] (connections), [`supervisor_link`]
 //! (the supervisor, behind a trait), [`pump`] (the one thread reading every session's event ring),
 //! [`session`] and [`job`] (records and state machines), [`store`] and [`view`] (output on disk and
-//! in memory), one module per method (`session_open`, `session_close`, `job_run`, `job_wait`,
+//! in memory), [`state_capture`] and [`state_record`] (the shell state carried between jobs), one module per method (`session_open`, `session_close`, `job_run`, `job_wait`,
 //! `job_kill`, `jobs_list`, `output_read`, `describe`), [`kernel`] (the registry and method table),
 //! [`inherit`] and [`service`] (the process). Notes on choices the protocol leaves open are in
 //! docs/front-notes.md.
@@ -28,6 +28,7 @@ pub mod inherit;
 pub mod job;
 pub mod job_kill;
 pub mod job_run;
+pub mod job_state;
 pub mod job_wait;
 pub mod jobs_list;
 pub mod kernel;
@@ -40,6 +41,8 @@ pub mod service;
 pub mod session;
 pub mod session_close;
 pub mod session_open;
+pub mod state_capture;
+pub mod state_record;
 pub mod store;
 pub mod supervisor_link;
 pub mod view;

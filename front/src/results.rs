@@ -100,6 +100,20 @@ pub struct JobResult {
     pub settled: bool,
     pub note: Option<String>,
     pub announcements: Vec<Announcement>,
+    /// Set when the job's shell state after the call is unknown (`state unknown after this call; …`).
+    pub state_note: Option<String>,
+    /// What the call changed in the session's shell state, briefly (`cwd → /x`, `+export FOO`).
+    pub state_changes: Vec<String>,
+    /// The state version the job started from, and the version after its changes applied (`null`
+    /// while it runs or when it carried no state).
+    pub state_version: Option<StateVersions>,
+}
+
+/// A job's place in the session's state history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct StateVersions {
+    pub from: u64,
+    pub to: Option<u64>,
 }
 
 /// One row of `jobs`.
@@ -205,6 +219,8 @@ pub struct SessionFacts {
     /// Warnings the worker sent that concern no particular job (the last 16).
     pub warnings: Vec<String>,
     pub note: Option<String>,
+    /// The session's shell-state record, summarised.
+    pub shell_state: crate::state_record::StateSummary,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -94,6 +94,8 @@ pub struct SessionState {
     pub warnings: VecDeque<String>,
     /// Jobs that may hold buffered output (so a flush need not visit every job).
     dirty: Vec<JobId>,
+    /// The shell state carried between the session's jobs.
+    pub record: crate::state_record::StateRecord,
 }
 
 impl SessionState {
@@ -112,7 +114,9 @@ impl SessionState {
             | Event::SpawnFailed { job, .. }
             | Event::Output { job, .. }
             | Event::Exited { job, .. }
-            | Event::StreamsClosed { job } => Some(*job),
+            | Event::StreamsClosed { job }
+            | Event::StateCaptured { job, .. }
+            | Event::StateUnknown { job, .. } => Some(*job),
             Event::Hello { .. } | Event::Warning { .. } => None,
         };
         let job = match job_id {
@@ -140,6 +144,8 @@ impl SessionState {
                 j.on_exited(code, signal, at_unix_ns, killed, now)
             }
             (Event::StreamsClosed { .. }, Some(j)) => j.on_streams_closed(),
+            (Event::StateCaptured { data, .. }, Some(j)) => j.on_state_captured(&data, &mut self.record),
+            (Event::StateUnknown { reason, .. }, Some(j)) => j.on_state_unknown(&reason),
             (Event::Hello { pid, uid, bash, bash_version, .. }, _) => {
                 self.shell = Some(ShellInfo { path: bash, version: bash_version });
                 self.worker = Some(WorkerInfo { pid, uid });

@@ -194,7 +194,7 @@ fn open_new(
         Ok((shell, worker)) => Ok(SessionOpenResult {
             session: name,
             attached: false,
-            state_version: 0,
+            state_version: s.lock().record.version(),
             shell,
             worker,
             cwd: s.spec().cwd.clone(),
@@ -243,7 +243,7 @@ fn attach_existing(k: &Kernel, s: &Session, gave_settings: bool) -> Result<Sessi
     Ok(SessionOpenResult {
         session: s.name().to_owned(),
         attached: true,
-        state_version: 0,
+        state_version: st.record.version(),
         shell,
         worker,
         cwd: s.spec().cwd.clone(),

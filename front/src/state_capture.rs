@@ -1,0 +1,266 @@
+//! Parse a job's state capture (untrusted bytes from the worker) into state items.
+//!
+//! The capture is what the worker's wrapper (`worker::state::WRAPPER`) makes bash write: NUL-framed
+//! sections in a fixed order, each `\0TAG\0` then its content —
+//! `O` (`set +o`), `V` (`declare -p`), `F` (`declare -f`), `A` (alias `name\0value\0` pairs), `D`
+//! (directory stack below the top, `dir\0` each), `S` (`shopt -p`), `U` (`umask`), `P` (`pwd`), `E` (end).
+//! Bash values cannot contain NUL, so no value can forge a frame. Anything that does not fit the format
+//! exactly is an error (and the job's state is then unknown), never a panic.
+//!
+//! Items (key → value bytes): `cwd` (raw path), `dirstack` (entries joined by NUL), `umask`, `set:NAME`
+//! (`-` on, `+` off), `shopt:NAME` (`s`/`u`), `var:NAME` (its `declare -p` line), `func:NAME` (its
+//! `declare -f` text), `alias:NAME` (raw value). Variables bash owns are not items (see [`bash_owned`]).
+//!
+//! ```
+//! let cap = b"\0O\0set -o errexit\n\0V\0declare -x A=\"1\"\n\0F\0\0A\0ll\0ls -l\0\0D\0\0S\0shopt -s extglob\n\0U\0077\n\0P\0/tmp\n\0E\0";
+//! let items = front::state_capture::parse(cap).unwrap();
+//! assert_eq!(items["var:A"], b"declare -x A=\"1\"");
+//! assert_eq!(items["cwd"], b"/tmp");
+//! ```
+
+use std::collections::BTreeMap;
+
+/// A session's state items: key → exact value bytes.
+pub type Items = BTreeMap<String, Vec<u8>>;
+
+/// Why a capture could not be read.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CaptureError {
+    #[error("the capture lacks its {0} section")]
+    Missing(&'static str),
+    #[error("the capture has an unexpected line in its {section} section: {line:?}")]
+    BadLine { section: &'static str, line: String },
+}
+
+struct Cursor<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    fn tag(&mut self, tag: &'static [u8], name: &'static str) -> Result<(), CaptureError> {
+        let want = [b"\0".as_slice(), tag, b"\0"].concat();
+        match self.rest.strip_prefix(want.as_slice()) {
+            Some(r) => {
+                self.rest = r;
+                Ok(())
+            }
+            None => Err(CaptureError::Missing(name)),
+        }
+    }
+
+    fn at(&self, tag: &[u8]) -> bool {
+        self.rest.len() > tag.len() + 1 && self.rest[0] == 0 && self.rest[1..].starts_with(tag) && self.rest[tag.len() + 1] == 0
+    }
+
+    /// Bytes up to the next NUL (not consumed).
+    fn text(&mut self) -> &'a [u8] {
+        let end = self.rest.iter().position(|b| *b == 0).unwrap_or(self.rest.len());
+        let (t, r) = self.rest.split_at(end);
+        self.rest = r;
+        t
+    }
+
+    /// Bytes up to the next NUL, which is consumed.
+    fn token(&mut self, name: &'static str) -> Result<&'a [u8], CaptureError> {
+        let t = self.text();
+        self.rest = self.rest.strip_prefix(b"\0").ok_or(CaptureError::Missing(name))?;
+        Ok(t)
+    }
+}
+
+/// Parse a complete capture.
+pub fn parse(data: &[u8]) -> Result<Items, CaptureError> {
+    let mut items = Items::new();
+    let mut c = Cursor { rest: data };
+    c.tag(b"O", "set +o")?;
+    lines(c.text(), "set +o", |l| options(l, b"set ", "set:", &mut items))?;
+    c.tag(b"V", "declare -p")?;
+    lines(c.text(), "declare -p", |l| variable(l, &mut items))?;
+    c.tag(b"F", "declare -f")?;
+    functions(c.text(), &mut items);
+    c.tag(b"A", "alias")?;
+    while !c.at(b"D") {
+        let name = c.token("alias")?;
+        let value = c.token("alias")?;
+        if name.is_empty() {
+            return Err(CaptureError::Missing("alias"));
+        }
+        items.insert(format!("alias:{}", String::from_utf8_lossy(name)), value.to_vec());
+    }
+    c.tag(b"D", "dirs")?;
+    let mut dirs: Vec<&[u8]> = Vec::new();
+    while !c.at(b"S") {
+        dirs.push(c.token("dirs")?);
+    }
+    items.insert("dirstack".into(), dirs.join(&b"\0"[..]));
+    c.tag(b"S", "shopt -p")?;
+    lines(c.text(), "shopt -p", |l| options(l, b"shopt ", "shopt:", &mut items))?;
+    c.tag(b"U", "umask")?;
+    items.insert("umask".into(), trim_newline(c.text()).to_vec());
+    c.tag(b"P", "pwd")?;
+    items.insert("cwd".into(), trim_newline(c.text()).to_vec());
+    c.tag(b"E", "end")?;
+    if !c.rest.is_empty() {
+        return Err(CaptureError::BadLine { section: "end", line: lossy(c.rest) });
+    }
+    Ok(items)
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(&b[..b.len().min(120)]).into_owned()
+}
+
+fn trim_newline(b: &[u8]) -> &[u8] {
+    b.strip_suffix(b"\n").unwrap_or(b)
+}
+
+fn lines(
+    text: &[u8],
+    section: &'static str,
+    mut f: impl FnMut(&[u8]) -> Option<()>,
+) -> Result<(), CaptureError> {
+    for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        f(line).ok_or_else(|| CaptureError::BadLine { section, line: lossy(line) })?;
+    }
+    Ok(())
+}
+
+/// `set -o NAME` / `set +o NAME` / `shopt -s NAME` / `shopt -u NAME`.
+fn options(line: &[u8], prefix: &[u8], key: &str, items: &mut Items) -> Option<()> {
+    let rest = line.strip_prefix(prefix)?;
+    let (flag, name) = (rest.get(..3)?, rest.get(3..)?);
+    let value: &[u8] = match flag {
+        b"-o " => b"-",
+        b"+o " => b"+",
+        b"-s " => b"s",
+        b"-u " => b"u",
+        _ => return None,
+    };
+    if name.is_empty() || !name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-') {
+        return None;
+    }
+    items.insert(format!("{key}{}", String::from_utf8_lossy(name)), value.to_vec());
+    Some(())
+}
+
+/// One `declare -p` line: `declare -FLAGS NAME[=VALUE]`.
+fn variable(line: &[u8], items: &mut Items) -> Option<()> {
+    let rest = line.strip_prefix(b"declare -")?;
+    let space = rest.iter().position(|b| *b == b' ')?;
+    let after = &rest[space + 1..];
+    let name_end = after.iter().position(|b| *b == b'=').unwrap_or(after.len());
+    let name = std::str::from_utf8(&after[..name_end]).ok()?;
+    if !valid_name(name) {
+        return None;
+    }
+    if !bash_owned(name) {
+        items.insert(format!("var:{name}"), line.to_vec());
+    }
+    Some(())
+}
+
+/// A shell variable name: `[A-Za-z_][A-Za-z0-9_]*`.
+pub fn valid_name(name: &str) -> bool {
+    let mut b = name.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_') && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// Variables bash sets or owns itself, the wrapper's own, and the ones other items carry (`PWD` is
+/// `cwd`, `DIRSTACK` is `dirstack`, `BASH_ALIASES` the `alias:` items): never carried as variables.
+pub fn bash_owned(name: &str) -> bool {
+    const OWNED: &[&str] = &[
+        "_", "BASHOPTS", "BASHPID", "COLUMNS", "COMP_WORDBREAKS", "DIRSTACK", "EPOCHREALTIME", "EPOCHSECONDS",
+        "EUID", "FUNCNAME", "GROUPS", "HISTCMD", "HOSTNAME", "HOSTTYPE", "LINENO", "LINES", "MACHTYPE", "OPTERR",
+        "OPTIND", "OSTYPE", "PIPESTATUS", "PPID", "PWD", "RANDOM", "SECONDS", "SHELLOPTS", "SHLVL", "SRANDOM",
+        "UID",
+    ];
+    name.starts_with("BASH") || name.starts_with("__heddle_") || OWNED.contains(&name)
+}
+
+/// Split `declare -f` output into functions. A function starts at a line `NAME () ` followed by `{ `,
+/// at the top or after a line `}`. A heredoc body that imitates that shape splits one function in two
+/// items; their concatenation, which is what is restored, stays exact.
+fn functions(text: &[u8], items: &mut Items) {
+    let lines: Vec<&[u8]> = text.split_inclusive(|b| *b == b'\n').collect();
+    let mut starts = Vec::new();
+    for i in 0..lines.len() {
+        let head = lines[i].strip_suffix(b" () \n");
+        let brace = lines.get(i + 1).is_some_and(|l| *l == b"{ \n");
+        let after_end = i == 0 || lines[i - 1] == b"}\n";
+        if let (Some(name), true, true) = (head, brace, after_end) {
+            if !name.is_empty() && !name.contains(&b' ') {
+                starts.push((i, String::from_utf8_lossy(name).into_owned()));
+            }
+        }
+    }
+    for (k, (i, name)) in starts.iter().enumerate() {
+        let end = starts.get(k + 1).map_or(lines.len(), |(j, _)| *j);
+        items.insert(format!("func:{name}"), lines[*i..end].concat());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn capture(vars: &str, funcs: &str, aliases: &[u8], dirs: &[u8]) -> Vec<u8> {
+        [
+            b"\0O\0set -o errexit\nset +o xtrace\n\0V\0".as_slice(),
+            vars.as_bytes(),
+            b"\0F\0",
+            funcs.as_bytes(),
+            b"\0A\0",
+            aliases,
+            b"\0D\0",
+            dirs,
+            b"\0S\0shopt -s extglob\nshopt -u nullglob\n\0U\0",
+            b"0077\n\0P\0/a dir/\n\n\0E\0",
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn every_section_becomes_items() {
+        let vars = "declare -x FOO=\"1\"\ndeclare -ar BASH_VERSINFO=([0]=\"5\")\ndeclare -A H=([k]=\"v\" )\ndeclare -- X\n";
+        let funcs = "f () \n{ \n    cat <<EOF\nx\ng () \n{ \nEOF\n\n}\ng2 () \n{ \n    :\n}\n";
+        let items = parse(&capture(vars, funcs, b"ll\0ls -l\0e\0\0", b"/x\0/y\0")).unwrap();
+        assert_eq!(items["set:errexit"], b"-");
+        assert_eq!(items["set:xtrace"], b"+");
+        assert_eq!(items["var:FOO"], b"declare -x FOO=\"1\"");
+        assert_eq!(items["var:X"], b"declare -- X");
+        assert!(!items.contains_key("var:BASH_VERSINFO"));
+        assert_eq!(items["alias:ll"], b"ls -l");
+        assert_eq!(items["alias:e"], b"");
+        assert_eq!(items["dirstack"], b"/x\0/y");
+        assert_eq!(items["shopt:extglob"], b"s");
+        assert_eq!((items["umask"].as_slice(), items["cwd"].as_slice()), (&b"0077"[..], &b"/a dir/\n"[..]));
+        assert_eq!(items["func:f"], b"f () \n{ \n    cat <<EOF\nx\ng () \n{ \nEOF\n\n}\n", "heredoc is not a start");
+        assert_eq!(items["func:g2"], b"g2 () \n{ \n    :\n}\n");
+    }
+
+    #[test]
+    fn a_cut_or_forged_capture_is_an_error() {
+        let full = capture("declare -- A=\"1\"\n", "", b"", b"");
+        for cut in 0..full.len() {
+            assert!(parse(&full[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut extra = full.clone();
+        extra.extend_from_slice(b"\0V\0declare -- B=\"2\"\n\0E\0");
+        assert!(parse(&extra).is_err());
+        assert!(parse(&capture("echo hi\n", "", b"", b"")).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse(&data);
+        }
+
+        #[test]
+        fn garbage_inside_a_valid_frame_never_panics(v in ".{0,64}", a in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = parse(&capture(&v, &v, &a, &a));
+        }
+    }
+}
