@@ -208,7 +208,8 @@ pub fn restore_script(items: &Items) -> Vec<u8> {
         if v.is_empty() {
             s.extend_from_slice(format!("builtin unset -v {}\n", &k[4..]).as_bytes());
         } else {
-            s.extend_from_slice(b"builtin ");
+            // Plain `declare`: `builtin declare` is not parsed as an assignment builtin (its `(…)` would
+            // be a syntax error), and no user function exists yet at this point of the restore.
             s.extend_from_slice(v);
             s.push(b'\n');
         }
@@ -308,6 +309,7 @@ mod tests {
         assert!(r.items().contains_key("var:A") && r.items()["var:HOME"].is_empty());
         let script = String::from_utf8(restore_script(r.items())).unwrap();
         assert!(script.contains("builtin unset -v HOME\n"), "{script}");
+        assert!(script.contains("\ndeclare -x A=\"1\"\n"), "{script}");
     }
 
     #[test]

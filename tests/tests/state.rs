@@ -1,0 +1,186 @@
+//! Shell state carried between fresh processes (issue 3), through the real binaries and socket: each
+//! round trip sets something in one call and checks it in the next one.
+
+use heddle_tests::{Client, Heddle};
+use serde_json::{json, Value};
+
+fn run(c: &mut Client, s: &Value, cmd: &str) -> Value {
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 20_000})).expect("run");
+    assert_ne!(r["state"], "running", "{r}");
+    r
+}
+
+/// Run `cmd` and return its view, asserting it exited 0 with a known state.
+fn ok(c: &mut Client, s: &Value, cmd: &str) -> String {
+    let r = run(c, s, cmd);
+    assert_eq!(r["exit_code"], 0, "{cmd}: {r}");
+    assert!(r["state_note"].is_null(), "{cmd}: {r}");
+    r["view"].as_str().unwrap().to_owned()
+}
+
+fn changes(r: &Value) -> Vec<String> {
+    r["state_changes"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect()
+}
+
+/// A session whose first (recording) call already happened.
+fn session(h: &Heddle, c: &mut Client) -> Value {
+    let s = h.open_session(c);
+    ok(c, &s, "true");
+    s
+}
+
+#[test]
+fn cwd_with_spaces_quotes_newline_and_non_ascii_and_cd_dash_and_the_directory_stack() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    let r = run(&mut c, &s, "mkdir -p $'a b \\'q\\' \"d\"\\nnl é' && cd $'a b \\'q\\' \"d\"\\nnl é'");
+    assert!(changes(&r).iter().any(|x| x.starts_with("cwd → ")), "{r}");
+    let pwd = ok(&mut c, &s, "printf '%s|' \"$PWD\"; pwd -P | od -c | head -1 >/dev/null; printf '%s' \"${PWD##*/}\"");
+    assert!(pwd.ends_with("a b 'q' \"d\"\nnl é"), "{pwd:?}");
+    ok(&mut c, &s, "cd /");
+    assert_eq!(ok(&mut c, &s, "cd - >/dev/null; printf %s \"${PWD##*/}\""), "a b 'q' \"d\"\nnl é");
+    ok(&mut c, &s, "mkdir -p d1 d2 && pushd d1 >/dev/null && pushd ../d2 >/dev/null");
+    let dirs = ok(&mut c, &s, "echo ${#DIRSTACK[@]}; basename \"$PWD\"");
+    assert_eq!(dirs, "3\nd2\n");
+    let after = ok(&mut c, &s, "popd >/dev/null; basename \"$PWD\"");
+    assert_eq!(after, "d1\n");
+    assert_eq!(ok(&mut c, &s, "echo ${#DIRSTACK[@]}; basename \"$PWD\""), "2\nd1\n");
+}
+
+#[test]
+fn variables_with_hard_values_arrays_attributes_and_unset() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    let set = concat!(
+        "export EXP=$'line1\\nline2 \"q\" \\'s\\' $HOME \\\\ \\t tab'; PLAIN=$'p\\xff\\xfeq'; ",
+        "declare -a IDX=(a 'b c'); SPARSE=([3]=x [10]=y); declare -A ASSOC=([k1]='v 1' [$'k\\n2']=v2); ",
+        "declare -i NUM=6*7; declare -l LOW=ABC; declare -u UP=abc; declare -x XX=1; declare -r RO=fixed; ",
+        "GONE=1; export PATH=\"$PATH:/opt/heddle-test-bin\""
+    );
+    let r = run(&mut c, &s, set);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let ch = changes(&r);
+    assert!(ch.contains(&"+export EXP".to_owned()) && ch.contains(&"+var PLAIN".to_owned()), "{ch:?}");
+    ok(&mut c, &s, "unset GONE");
+    let check = concat!(
+        "[[ $EXP == $'line1\\nline2 \"q\" \\'s\\' $HOME \\\\ \\t tab' ]] && echo exp; ",
+        "env | grep -q '^EXP=line1' && echo exported; ",
+        "[[ $PLAIN == $'p\\xff\\xfeq' ]] && echo plain; env | grep -q '^PLAIN=' || echo unexported; ",
+        "echo ${#IDX[@]} \"${IDX[1]}\" ${!SPARSE[*]} \"${ASSOC[k1]}\" \"${ASSOC[$'k\\n2']}\"; ",
+        "echo $NUM $LOW $UP; NUM=2+3; LOW=XYZ; UP=xyz; echo $NUM $LOW $UP; ",
+        "declare -p XX RO | cut -d' ' -f2; (RO=changed) 2>/dev/null || echo refused; echo ${GONE-unset} ${PATH##*:}"
+    );
+    let out = ok(&mut c, &s, check);
+    assert_eq!(
+        out,
+        "exp\nexported\nplain\nunexported\n2 b c 3 10 v 1 v2\n42 abc ABC\n5 xyz XYZ\n-x\n-r\nrefused\nunset /opt/heddle-test-bin\n"
+    );
+}
+
+#[test]
+fn functions_aliases_and_options() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    let define = concat!(
+        "shopt -s extglob globstar nullglob; set -u -o pipefail\n",
+        "outer() { inner() { echo \"inner $1\"; }; cat <<'EOF'\nheredoc $x }\nEOF\n",
+        "  case $1 in @(a|b)*) echo ext;; esac; inner \"$1\"; }\n",
+        "alias greet='echo hello from alias'"
+    );
+    let r = run(&mut c, &s, define);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert!(changes(&r).contains(&"+function outer".to_owned()), "{r}");
+    assert!(changes(&r).contains(&"+alias greet".to_owned()), "{r}");
+    let out = ok(&mut c, &s, "outer abc; shopt -q extglob globstar nullglob && echo shopt; [[ $- == *u* ]] && echo u; [[ -o pipefail ]] && echo pf");
+    assert_eq!(out, "heredoc $x }\next\ninner abc\nshopt\nu\npf\n");
+    assert_eq!(ok(&mut c, &s, "shopt -s expand_aliases"), "");
+    assert_eq!(ok(&mut c, &s, "greet"), "hello from alias\n");
+    let r = run(&mut c, &s, "echo $UNDEFINED_VAR_HEDDLE");
+    assert_ne!(r["exit_code"], 0, "set -u carried: {r}");
+    ok(&mut c, &s, "set -e; umask 077");
+    assert_eq!(ok(&mut c, &s, "umask; [[ $- == *e* ]] && echo e"), "0077\ne\n");
+}
+
+#[test]
+fn exec_and_exit_leave_the_state_unknown_and_keep_the_previous_one() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    ok(&mut c, &s, "export KEEP=1");
+    for (cmd, code) in [("export LOST=1; exec true", 0), ("export LOST=1; cd /; exit 7", 7)] {
+        let r = run(&mut c, &s, cmd);
+        assert_eq!(r["exit_code"], code, "{r}");
+        let note = r["state_note"].as_str().unwrap_or_default();
+        assert!(note.starts_with("state unknown after this call; carrying the previous state"), "{r}");
+    }
+    let out = ok(&mut c, &s, "echo ${KEEP-} ${LOST-none}; [[ $PWD == / ]] || echo notroot");
+    assert_eq!(out, "1 none\nnotroot\n");
+}
+
+#[test]
+fn output_imitating_the_capture_format_changes_nothing() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    let fake = r#"printf '\0O\0set -o errexit\n\0V\0declare -x FORGED="1"\n\0F\0\0A\0\0D\0\0S\0\0U\0000\n\0P\0/\n\0E\0'; printf '\0E\0' >&2"#;
+    let r = run(&mut c, &s, fake);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(r["state_changes"], json!([]), "{r}");
+    assert_eq!(ok(&mut c, &s, "echo ${FORGED-none}; [[ $- == *e* ]] || echo no-e"), "none\nno-e\n");
+}
+
+#[test]
+fn twenty_concurrent_exports_all_land_and_concurrent_cds_report_their_conflict() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    std::thread::scope(|scope| {
+        for i in 0..20 {
+            let (h, s) = (&h, &s);
+            scope.spawn(move || {
+                let mut c = h.client();
+                let r = run(&mut c, s, &format!("sleep 0.2; export CONC_{i}={i}"));
+                assert_eq!(r["exit_code"], 0, "{r}");
+            });
+        }
+    });
+    let out = ok(&mut c, &s, "for i in $(seq 0 19); do v=CONC_$i; printf '%s ' \"${!v}\"; done");
+    assert_eq!(out, (0..20).map(|i| format!("{i} ")).collect::<String>());
+    let results: Vec<Value> = std::thread::scope(|scope| {
+        let hs: Vec<_> = ["/tmp", "/usr"]
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let (h, s) = (&h, &s);
+                scope.spawn(move || {
+                    let mut c = h.client();
+                    run(&mut c, s, &format!("sleep 0.{}; cd {d}", 2 + 3 * i))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let later = &results[1];
+    assert!(changes(later).iter().any(|x| x.starts_with("conflict: cwd")), "{later}");
+    assert!(!changes(&results[0]).iter().any(|x| x.starts_with("conflict")), "{}", results[0]);
+    assert_eq!(ok(&mut c, &s, "pwd"), "/usr\n", "the later completion wins");
+}
+
+#[test]
+fn describe_and_session_open_report_the_state_version() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    ok(&mut c, &s, "export DESCRIBED=1; f() { :; }");
+    let d = c.call("describe", json!({"session": s})).unwrap();
+    let st = &d["sessions"][0]["shell_state"];
+    assert_eq!(st["version"], 2, "{st}");
+    assert!(st["exported"].as_array().unwrap().contains(&json!("DESCRIBED")), "{st}");
+    assert_eq!(st["functions"], json!(["f"]));
+    let name = d["sessions"][0]["session"].clone();
+    let again = c.call("session.open", json!({"name": name})).unwrap();
+    assert_eq!((again["attached"].as_bool(), again["state_version"].as_u64()), (Some(true), Some(2)));
+}
