@@ -8,6 +8,8 @@ use heddle_bench::{report, time_us, Summary};
 use serde_json::json;
 use std::process::{Command, Stdio};
 
+mod state;
+
 #[derive(Parser)]
 #[command(about = "heddle benchmarks (ratios against a same-run baseline)")]
 struct Args {
@@ -22,11 +24,17 @@ enum Bench {
         #[arg(long, default_value_t = 500)]
         iterations: usize,
     },
+    /// Shell-state restore + capture around a bash spawn, vs the same spawn without them.
+    State {
+        #[arg(long, default_value_t = 400)]
+        iterations: usize,
+    },
 }
 
 fn main() -> Result<()> {
     match Args::parse().bench {
         Bench::Spawn { iterations } => spawn(iterations),
+        Bench::State { iterations } => state::run(iterations),
     }
 }
 

@@ -50,7 +50,10 @@ impl<'a> Cursor<'a> {
     }
 
     fn at(&self, tag: &[u8]) -> bool {
-        self.rest.len() > tag.len() + 1 && self.rest[0] == 0 && self.rest[1..].starts_with(tag) && self.rest[tag.len() + 1] == 0
+        self.rest.len() > tag.len() + 1
+            && self.rest[0] == 0
+            && self.rest[1..].starts_with(tag)
+            && self.rest[tag.len() + 1] == 0
     }
 
     /// Bytes up to the next NUL (not consumed).
@@ -115,11 +118,7 @@ fn trim_newline(b: &[u8]) -> &[u8] {
     b.strip_suffix(b"\n").unwrap_or(b)
 }
 
-fn lines(
-    text: &[u8],
-    section: &'static str,
-    mut f: impl FnMut(&[u8]) -> Option<()>,
-) -> Result<(), CaptureError> {
+fn lines(text: &[u8], section: &'static str, mut f: impl FnMut(&[u8]) -> Option<()>) -> Result<(), CaptureError> {
     for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         f(line).ok_or_else(|| CaptureError::BadLine { section, line: lossy(line) })?;
     }
@@ -163,16 +162,42 @@ fn variable(line: &[u8], items: &mut Items) -> Option<()> {
 /// A shell variable name: `[A-Za-z_][A-Za-z0-9_]*`.
 pub fn valid_name(name: &str) -> bool {
     let mut b = name.bytes();
-    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_') && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
 /// Variables bash sets or owns itself, the wrapper's own, and the ones other items carry (`PWD` is
 /// `cwd`, `DIRSTACK` is `dirstack`, `BASH_ALIASES` the `alias:` items): never carried as variables.
 pub fn bash_owned(name: &str) -> bool {
     const OWNED: &[&str] = &[
-        "_", "BASHOPTS", "BASHPID", "COLUMNS", "COMP_WORDBREAKS", "DIRSTACK", "EPOCHREALTIME", "EPOCHSECONDS",
-        "EUID", "FUNCNAME", "GROUPS", "HISTCMD", "HOSTNAME", "HOSTTYPE", "LINENO", "LINES", "MACHTYPE", "OPTERR",
-        "OPTIND", "OSTYPE", "PIPESTATUS", "PPID", "PWD", "RANDOM", "SECONDS", "SHELLOPTS", "SHLVL", "SRANDOM",
+        "_",
+        "BASHOPTS",
+        "BASHPID",
+        "COLUMNS",
+        "COMP_WORDBREAKS",
+        "DIRSTACK",
+        "EPOCHREALTIME",
+        "EPOCHSECONDS",
+        "EUID",
+        "FUNCNAME",
+        "GROUPS",
+        "HISTCMD",
+        "HOSTNAME",
+        "HOSTTYPE",
+        "LINENO",
+        "LINES",
+        "MACHTYPE",
+        "OPTERR",
+        "OPTIND",
+        "OSTYPE",
+        "PIPESTATUS",
+        "PPID",
+        "PWD",
+        "RANDOM",
+        "SECONDS",
+        "SHELLOPTS",
+        "SHLVL",
+        "SRANDOM",
         "UID",
     ];
     name.starts_with("BASH") || name.starts_with("__heddle_") || OWNED.contains(&name)
@@ -223,7 +248,8 @@ mod tests {
 
     #[test]
     fn every_section_becomes_items() {
-        let vars = "declare -x FOO=\"1\"\ndeclare -ar BASH_VERSINFO=([0]=\"5\")\ndeclare -A H=([k]=\"v\" )\ndeclare -- X\n";
+        let vars =
+            "declare -x FOO=\"1\"\ndeclare -ar BASH_VERSINFO=([0]=\"5\")\ndeclare -A H=([k]=\"v\" )\ndeclare -- X\n";
         let funcs = "f () \n{ \n    cat <<EOF\nx\ng () \n{ \nEOF\n\n}\ng2 () \n{ \n    :\n}\n";
         let items = parse(&capture(vars, funcs, b"ll\0ls -l\0e\0\0", b"/x\0/y\0")).unwrap();
         assert_eq!(items["set:errexit"], b"-");

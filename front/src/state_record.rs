@@ -74,7 +74,7 @@ impl StateRecord {
                 continue;
             }
             match (k.starts_with("var:"), v.is_empty()) {
-                (true, true) => {}                                   // still unset
+                (true, true) => {}                                         // still unset
                 (true, false) => diff.push((k.clone(), Some(Vec::new()))), // unset: tombstone
                 (false, _) => diff.push((k.clone(), None)),
             }
@@ -121,7 +121,11 @@ impl StateRecord {
             .map(|(k, _)| k[4..].to_owned())
             .collect();
         let on = |p: &str, on: &[u8]| {
-            self.items.iter().filter(|(k, v)| k.starts_with(p) && v.as_slice() == on).map(|(k, _)| k[p.len()..].to_owned()).collect()
+            self.items
+                .iter()
+                .filter(|(k, v)| k.starts_with(p) && v.as_slice() == on)
+                .map(|(k, _)| k[p.len()..].to_owned())
+                .collect()
         };
         StateSummary {
             version: self.version,
@@ -239,7 +243,11 @@ pub fn restore_script(items: &Items) -> Vec<u8> {
 /// One command per state (`shopt -s a b`, `shopt -u c`), or one `set +o a -o b` for `set`.
 fn options(s: &mut Vec<u8>, items: &Items, prefix: &str, a: (&[u8], &str), b: (&[u8], &str), o: &str) {
     let names = |want: &[u8]| -> Vec<&str> {
-        items.iter().filter(|(k, v)| k.starts_with(prefix) && v.as_slice() == want).map(|(k, _)| &k[prefix.len()..]).collect()
+        items
+            .iter()
+            .filter(|(k, v)| k.starts_with(prefix) && v.as_slice() == want)
+            .map(|(k, _)| &k[prefix.len()..])
+            .collect()
     };
     if o.is_empty() {
         for (want, cmd) in [a, b] {

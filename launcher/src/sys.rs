@@ -305,7 +305,8 @@ unsafe fn close_between(first: c_int, last: c_int) {
         return;
     }
     // SAFETY: close_range takes plain integers; on failure nothing was closed.
-    let r = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, last as libc::c_uint, 0 as libc::c_uint) };
+    let r =
+        unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, last as libc::c_uint, 0 as libc::c_uint) };
     if r == 0 {
         return;
     }

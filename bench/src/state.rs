@@ -1,0 +1,99 @@
+//! `heddle-bench state`: what carrying shell state costs around one bash spawn.
+//!
+//! Every variant spawns through the launcher (the jobs' own spawn path), interleaved in one loop:
+//! - `bare`: `bash --noprofile --norc -c true` — the baseline;
+//! - `wrapper, empty state`: the worker's state wrapper with nothing to restore, capture to the state pipe;
+//! - `wrapper, typical state`: restore + capture of 20 exported variables, 5 functions, 10 aliases;
+//! - `restore only`: the same restore script, no capture (where the time goes);
+//! - `env | base64 capture`: the typical restore, then a forking capture (`env`, `declare -f`, `alias`
+//!   through `base64`) — the style of capture the builtins replace.
+
+use anyhow::Result;
+use heddle_bench::{report, time_us, Summary};
+use launcher::{job_env, process_env, Prepared, Stdio};
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Spawn bash with `argv` (fd 4 = a pipe when `state`), drain stdout and the pipe, wait.
+fn spawn(argv: &[&[u8]], state: bool, env: &[(String, String)]) -> Vec<u8> {
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null").expect("/dev/null");
+    let stdio = Stdio::null_stdin(null.try_clone().expect("dup").into(), null.into()).expect("stdio");
+    let args: Vec<&OsStr> = argv.iter().map(|a| OsStr::from_bytes(a)).collect();
+    let mut p = Prepared::new(Path::new(launcher::BASH), &args, env, None, stdio).expect("prepare");
+    let mut r = None;
+    if state {
+        let (rd, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+        p = p.with_extra_fd(w, worker::state::STATE_FD).expect("extra fd");
+        r = Some(rd);
+    }
+    let child = launcher::spawn(&p).expect("spawn");
+    drop(p);
+    let mut data = Vec::new();
+    if let Some(rd) = r {
+        std::fs::File::from(rd).read_to_end(&mut data).expect("read state");
+    }
+    let st = child.wait().expect("wait");
+    assert_eq!(st.code(), Some(0), "bash failed");
+    data
+}
+
+const TYPICAL: &str = r#"for i in $(seq 1 20); do export "HEDDLE_BENCH_VAR_$i=value number $i with /usr/local/bin:/opt/x"; done
+for i in 1 2 3 4 5; do eval "fn$i() { local x=\$1; if [[ -n \$x ]]; then echo \"\$x\" | tr a-z A-Z; fi; for f in *.txt; do cat \"\$f\"; done; }"; done
+for i in $(seq 1 10); do alias "a$i=ls -la --color=never $i"; done"#;
+
+pub fn run(iterations: usize) -> Result<()> {
+    let env = job_env(&process_env(), &[]);
+    let wrap = worker::state::WRAPPER.as_bytes();
+    let captured = spawn(&worker::state::argv(b"", TYPICAL).map(|a| a), true, &env);
+    let items = front::state_capture::parse(&captured).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let restore = front::state_record::restore_script(&items);
+    println!(
+        "typical state: {} items, restore script {} bytes, capture {} bytes",
+        items.len(),
+        restore.len(),
+        captured.len()
+    );
+    let base64_capture: &[u8] = b"true; { env; declare -f; alias; } | base64 >&4";
+    let restore_then_base64 = [restore.as_slice(), b"\n", base64_capture].concat();
+    type Variant<'a> = (&'a str, Vec<&'a [u8]>, bool);
+    let variants: Vec<Variant> = vec![
+        ("bare bash -c true", vec![b"bash", b"--noprofile", b"--norc", b"-c", b"true"], false),
+        ("wrapper, empty state", vec![b"bash", b"--noprofile", b"--norc", b"-c", wrap, b"bash", b"", b"true"], true),
+        (
+            "wrapper, typical state",
+            vec![b"bash", b"--noprofile", b"--norc", b"-c", wrap, b"bash", &restore, b"true"],
+            true,
+        ),
+        ("restore only (typical), no capture", vec![b"bash", b"--noprofile", b"--norc", b"-c", &restore], false),
+        (
+            "typical restore + env|base64 capture",
+            vec![b"bash", b"--noprofile", b"--norc", b"-c", &restore_then_base64],
+            true,
+        ),
+    ];
+    for v in &variants {
+        for _ in 0..20 {
+            spawn(&v.1, v.2, &env);
+        }
+    }
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    for _ in 0..iterations {
+        for (i, v) in variants.iter().enumerate() {
+            samples[i].push(time_us(|| {
+                spawn(&v.1, v.2, &env);
+            }));
+        }
+    }
+    let sums: Vec<Summary> = samples.into_iter().map(Summary::of).collect();
+    for (i, v) in variants.iter().enumerate().skip(1) {
+        report("shell state around one spawn", variants[0].0, sums[0], v.0, sums[i]);
+        println!(
+            "incremental p50 cost: {:+.1} µs = {:.1}% of the bare spawn\n",
+            sums[i].p50 - sums[0].p50,
+            100.0 * (sums[i].p50 - sums[0].p50) / sums[0].p50
+        );
+    }
+    Ok(())
+}
