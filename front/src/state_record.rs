@@ -225,7 +225,7 @@ pub fn restore_script(items: &Items) -> Vec<u8> {
     }
     for (k, v) in items.range("alias:".to_owned().."alias;".to_owned()) {
         s.extend_from_slice(b"builtin alias -- ");
-        s.extend(quote(&[k[6..].as_bytes(), b"=", v].concat()));
+        s.extend(quote(&[&k.as_bytes()[6..], b"=", v].concat()));
         s.push(b'\n');
     }
     if let Some(d) = items.get("dirstack").filter(|d| !d.is_empty()) {
