@@ -65,6 +65,8 @@ fn facts(s: &Session) -> SessionFacts {
         state,
         warnings: st.warnings.iter().cloned().collect(),
         note: join_notes(lost.into_iter().chain(closing)),
+        limits: None,
+        jobs_cpu_ms: st.jobs.values().map(|j| j.cpu_ms()).sum(),
     }
 }
 

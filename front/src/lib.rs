@@ -6,7 +6,7 @@
 //! (the supervisor, behind a trait), [`pump`] (the one thread reading every session's event ring),
 //! [`session`] and [`job`] (records and state machines), [`store`] and [`view`] (output on disk and
 //! in memory), one module per method (`session_open`, `session_close`, `job_run`, `job_wait`,
-//! `job_kill`, `jobs_list`, `output_read`, `describe`), [`kernel`] (the registry and method table),
+//! `job_kill`, `job_keep`, `job_probe`, `jobs_list`, `output_read`, `describe`), [`kernel`] (the registry and method table),
 //! [`inherit`] and [`service`] (the process). Notes on choices the protocol leaves open are in
 //! docs/front-notes.md.
 //!
@@ -26,7 +26,9 @@
 pub mod describe;
 pub mod inherit;
 pub mod job;
+pub mod job_keep;
 pub mod job_kill;
+pub mod job_probe;
 pub mod job_run;
 pub mod job_wait;
 pub mod jobs_list;

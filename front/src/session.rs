@@ -94,6 +94,9 @@ pub struct SessionState {
     pub warnings: VecDeque<String>,
     /// Jobs that may hold buffered output (so a flush need not visit every job).
     dirty: Vec<JobId>,
+    /// Answers to liveness probes, by probe number (`None`: the job was not running).
+    pub probes: std::collections::HashMap<u64, Option<shm_proto::msg::JobLiveness>>,
+    pub next_probe: u64,
 }
 
 impl SessionState {
@@ -107,13 +110,22 @@ impl SessionState {
 
     /// Apply one event from the worker; true when waiters should wake.
     pub fn apply(&mut self, ev: Event, now: Instant, ns: u64) -> bool {
+        if let Event::Status { probe, liveness, .. } = ev {
+            self.probes.insert(probe, liveness);
+            return true;
+        }
         let job_id = match &ev {
             Event::Started { job, .. }
             | Event::SpawnFailed { job, .. }
             | Event::Output { job, .. }
             | Event::Exited { job, .. }
-            | Event::StreamsClosed { job } => Some(*job),
-            Event::Hello { .. } | Event::Warning { .. } => None,
+            | Event::StreamsClosed { job }
+            | Event::Survivors { job, .. }
+            | Event::Emptied { job, .. }
+            | Event::OomKilled { job }
+            | Event::PidsLimited { job, .. }
+            | Event::Forgotten { job } => Some(*job),
+            Event::Hello { .. } | Event::Warning { .. } | Event::Status { .. } => None,
         };
         let job = match job_id {
             Some(id) => match self.jobs.get_mut(&id) {
@@ -140,6 +152,12 @@ impl SessionState {
                 j.on_exited(code, signal, at_unix_ns, killed, now)
             }
             (Event::StreamsClosed { .. }, Some(j)) => j.on_streams_closed(),
+            (Event::Survivors { procs, .. }, Some(j)) => j.on_survivors(procs),
+            (Event::Emptied { at_unix_ns, usage, .. }, Some(j)) => j.on_emptied(at_unix_ns, usage),
+            (Event::OomKilled { .. }, Some(j)) => j.on_oom_killed(),
+            (Event::PidsLimited { limit, failures, .. }, Some(j)) => j.note(format!(
+                "{failures} fork(s) of the session failed on its process limit (pids.max {limit}) while the job ran"
+            )),
             (Event::Hello { pid, uid, bash, bash_version, .. }, _) => {
                 self.shell = Some(ShellInfo { path: bash, version: bash_version });
                 self.worker = Some(WorkerInfo { pid, uid });

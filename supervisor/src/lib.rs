@@ -23,6 +23,9 @@
 pub mod cgroup;
 pub mod cli;
 pub mod event_loop;
+pub mod recovery;
+pub mod kept;
+pub mod limits;
 #[cfg(test)]
 mod fake;
 pub mod session;

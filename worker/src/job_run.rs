@@ -113,6 +113,7 @@ impl<C: CgroupOps> Worker<C> {
             }
         }
         self.serials.insert(serial, spec.job);
+        let (oom_base, pids_base) = (self.v1.oom_kills(), self.v1.pids_failures());
         Ok(Job {
             serial,
             pid: child.pid,
@@ -122,6 +123,11 @@ impl<C: CgroupOps> Worker<C> {
             exited_sent: false,
             closed_sent: false,
             kill_requested: false,
+            emptied_sent: false,
+            kept: false,
+            procs_seen: 1,
+            oom_base,
+            pids_base,
         })
     }
 }
