@@ -17,13 +17,12 @@
 //! ```
 
 use crate::results::{
-    join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted, OmittedRange, Survivor,
-    Usage,
+    join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted, OmittedRange, Survivor, Usage,
 };
-use shm_proto::msg::{JobLiveness, JobUsage, ProcStat};
 use crate::store::{OutputStore, ReadPlan};
 use crate::view::{Omission, ViewBuf};
 use shm_proto::msg::{JobId, Stream};
+use shm_proto::msg::{JobLiveness, JobUsage, ProcStat};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

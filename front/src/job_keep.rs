@@ -88,7 +88,10 @@ pub(crate) fn validate_name(method: &str, name: &str) -> Result<(), RpcError> {
     if ok {
         Ok(())
     } else {
-        Err(RpcError::invalid_params(method, format!("name {name:?} must match [A-Za-z0-9_.-]{{1,64}} and not start with '.'")))
+        Err(RpcError::invalid_params(
+            method,
+            format!("name {name:?} must match [A-Za-z0-9_.-]{{1,64}} and not start with '.'"),
+        ))
     }
 }
 
@@ -127,7 +130,10 @@ pub(crate) fn keep(k: &Kernel, client: &Client, s: &Session, job: JobId, name: &
         }
     }
     let kept = k.link.keep_job(s.name(), job, name, client.uid).map_err(|e| {
-        RpcError::new(ErrorKind::Internal, format!("job {job} could not be kept: {}; it stays in the session", error_chain(&e)))
+        RpcError::new(
+            ErrorKind::Internal,
+            format!("job {job} could not be kept: {}; it stays in the session", error_chain(&e)),
+        )
     })?;
     let forget = s.send(&Command::Forget { job }, SEND_TIMEOUT);
     if let Some(j) = s.lock().jobs.get_mut(&job) {
@@ -150,7 +156,10 @@ struct KeptParams {}
 
 pub(crate) fn call_kept(k: &Kernel, client: &Client, params: Value) -> Result<KeptResult, RpcError> {
     let _: KeptParams = rpc::params("kept", params)?;
-    let all = k.link.list_kept().map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
+    let all = k
+        .link
+        .list_kept()
+        .map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
     let kept = all.into_iter().filter(|j| client.uid == 0 || j.owner_uid == client.uid).map(KeptJob::from).collect();
     Ok(KeptResult { kept })
 }
@@ -164,7 +173,10 @@ struct KillParams {
 pub(crate) fn call_kill(k: &Kernel, client: &Client, params: Value) -> Result<KeptKillResult, RpcError> {
     let p: KillParams = rpc::params("kept.kill", params)?;
     validate_name("kept.kill", &p.name)?;
-    let all = k.link.list_kept().map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
+    let all = k
+        .link
+        .list_kept()
+        .map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
     let mine = all.iter().any(|j| j.name == p.name && (client.uid == 0 || j.owner_uid == client.uid));
     if !mine {
         return Err(RpcError::new(

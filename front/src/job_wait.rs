@@ -12,10 +12,10 @@
 //!    {"running_ms":11012,"last_output_ms_ago":950,"pid":4711},…,"announcements":[]}}
 //! ```
 
+use crate::job::Job;
 use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel, DEFAULT_YIELD_MS};
 use crate::results::JobResult;
 use crate::rpc::{self, RpcError};
-use crate::job::Job;
 use crate::session::Session;
 use serde::Deserialize;
 use serde_json::Value;
@@ -43,7 +43,13 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
 
 /// Wait until `job` ends (and the worker said what it left behind) or `until` passes, then answer its
 /// result with the session's announcements.
-pub(crate) fn answer(k: &Kernel, s: &Session, job: JobId, until: Instant, notes: Vec<String>) -> Result<JobResult, RpcError> {
+pub(crate) fn answer(
+    k: &Kernel,
+    s: &Session,
+    job: JobId,
+    until: Instant,
+    notes: Vec<String>,
+) -> Result<JobResult, RpcError> {
     answer_when(k, s, job, until, notes, Job::end_known)
 }
 

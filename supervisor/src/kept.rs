@@ -68,7 +68,13 @@ fn pids(dir: &Path) -> Result<Vec<u32>, CgroupError> {
 
 /// Move every process of `job_dir` into `<root>/kept/<name>` (see the module docs). `v1_parents` are
 /// the v1 cgroups the processes move to on hybrid hosts (out of the session's).
-pub fn keep(root: &Path, job_dir: &Path, name: &str, owner_uid: u32, v1_parents: &[PathBuf]) -> Result<KeptInfo, KeptError> {
+pub fn keep(
+    root: &Path,
+    job_dir: &Path,
+    name: &str,
+    owner_uid: u32,
+    v1_parents: &[PathBuf],
+) -> Result<KeptInfo, KeptError> {
     crate::session::validate_id(name)?;
     if !job_dir.is_dir() {
         return Err(KeptError::NoJob(job_dir.to_owned()));
@@ -91,7 +97,13 @@ pub fn keep(root: &Path, job_dir: &Path, name: &str, owner_uid: u32, v1_parents:
     if let Err(e) = moved {
         return Err(e);
     }
-    Ok(KeptInfo { name: name.to_owned(), owner_uid, cgroup: dir.display().to_string(), procs: procs_of(&dir), adopted: false })
+    Ok(KeptInfo {
+        name: name.to_owned(),
+        owner_uid,
+        cgroup: dir.display().to_string(),
+        procs: procs_of(&dir),
+        adopted: false,
+    })
 }
 
 fn migrate(from: &Path, to: &Path, v1_parents: &[PathBuf]) -> Result<(), KeptError> {

@@ -23,11 +23,11 @@
 pub mod cgroup;
 pub mod cli;
 pub mod event_loop;
-pub mod recovery;
-pub mod kept;
-pub mod limits;
 #[cfg(test)]
 mod fake;
+pub mod kept;
+pub mod limits;
+pub mod recovery;
 pub mod session;
 pub mod session_close;
 pub mod session_open;

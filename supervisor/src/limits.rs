@@ -132,7 +132,9 @@ pub fn remove_dirs(dirs: &[PathBuf]) {
     for d in dirs {
         for _ in 0..100 {
             match std::fs::remove_dir(d) {
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
                 _ => break,
             }
         }

@@ -44,11 +44,8 @@ pub fn recover(root: &Path, v1: Option<&V1Root>) -> BTreeSet<String> {
     if let Some(v1) = v1 {
         v1.remove_stale_sessions();
     }
-    let kept: BTreeSet<String> = crate::kept::list(root, &BTreeSet::new())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|k| k.name)
-        .collect();
+    let kept: BTreeSet<String> =
+        crate::kept::list(root, &BTreeSet::new()).unwrap_or_default().into_iter().map(|k| k.name).collect();
     if !kept.is_empty() {
         log(&format!("adopted {} kept jobs of an earlier run: {:?}", kept.len(), kept));
     }

@@ -18,9 +18,9 @@ use crate::session::{self, InvalidId, Session, SessionFds, Worker};
 use crate::sessions::{log, Sessions};
 use crate::spawn::{ProcessOps, SpawnError, WorkerSpec};
 use crate::users::UserInfo;
+use shm_proto::control::SessionLimits;
 use shm_proto::region::{CreateError, Region, RegionConfig};
 use shm_proto::sys::EventFd;
-use shm_proto::control::SessionLimits;
 use std::io;
 use std::path::Path;
 

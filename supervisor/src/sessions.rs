@@ -142,7 +142,10 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                     let limits = crate::limits::usage(&s.v1, &s.limits);
                     Outgoing::plain(FromSupervisor::Usage { req, session, limits })
                 }
-                None => Outgoing::plain(FromSupervisor::Error { req, error: format!("there is no open session {session:?}") }),
+                None => Outgoing::plain(FromSupervisor::Error {
+                    req,
+                    error: format!("there is no open session {session:?}"),
+                }),
             },
             ToSupervisor::CloseSession { req, session } => self.handle_close(req, session),
             ToSupervisor::Describe { req } => Outgoing::plain(FromSupervisor::Info {

@@ -76,7 +76,6 @@ fn setsid_survivors_are_listed_and_kill_empties_only_the_jobs_cgroup() {
     listed.sort();
     assert_eq!(in_cgroup, listed, "the survivors are exactly the cgroup's members");
 
-
     let k = c.call("kill", json!({"session": s, "job": r["job"]})).unwrap();
     assert_eq!(k["settled"], true, "{k}");
     assert!(k["usage"]["emptied_at_ms"].as_u64().unwrap() > 0, "{k}");

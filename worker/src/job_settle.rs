@@ -31,7 +31,10 @@ impl<C: CgroupOps> Worker<C> {
         let Some(j) = self.jobs.get(&job) else { return Ok(()) };
         let (oom_base, pids_base) = (j.oom_base, j.pids_base);
         let oom_now = self.v1.oom_kills();
-        if signal == Some(libc::SIGKILL) && oom_now.zip(oom_base).is_some_and(|(now, base)| now > base) {
+        // The killed process may be any of the job's (a pipeline's `tail`), so the main process's own
+        // status says nothing: the session's counter moving while the job ran is what counts.
+        let _ = signal;
+        if oom_now.zip(oom_base).is_some_and(|(now, base)| now > base) {
             self.out.emit(&Event::OomKilled { job })?;
         }
         if let Some((now, base)) = self.v1.pids_failures().zip(pids_base) {
