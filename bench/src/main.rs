@@ -22,11 +22,19 @@ enum Bench {
         #[arg(long, default_value_t = 500)]
         iterations: usize,
     },
+    /// Per-job cgroup create + place + remove vs a bare spawn of the same program.
+    Cgroup {
+        #[arg(long, default_value_t = 2000)]
+        iterations: usize,
+    },
 }
+
+mod cgroup_bench;
 
 fn main() -> Result<()> {
     match Args::parse().bench {
         Bench::Spawn { iterations } => spawn(iterations),
+        Bench::Cgroup { iterations } => cgroup_bench::run(iterations),
     }
 }
 

@@ -2,7 +2,7 @@
 //! without touching anything outside the job, `keep` moves a job out of its session, limits hold
 //! (pids, memory), nothing leaks after many jobs, and a restarted supervisor cleans up and adopts.
 
-use heddle_tests::{alive, eventually, populated, Heddle};
+use heddle_tests::{alive, eventually, Heddle};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -131,4 +131,25 @@ fn a_kept_daemon_outlives_its_session_until_kept_kill() {
     assert_eq!(killed["verified_empty"], true, "{killed}");
     assert!(eventually(Duration::from_secs(5), || !alive(daemon)));
     assert!(!kept_dir.exists());
+}
+
+#[test]
+fn liveness_tells_busy_from_sleeping_on_a_timer() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let sleeper = run(&mut c, &s, "sleep 30", 300);
+    let live = &sleeper["liveness"];
+    assert_eq!(live["activity"], "sleeping on a timer", "{sleeper}");
+    assert_eq!(live["busy_cmdline"], "sleep 30", "{sleeper}");
+    assert!(live["procs"].as_u64().unwrap() >= 1 && live["cpu_ms"].is_number(), "{sleeper}");
+    let spinner = run(&mut c, &s, "while :; do :; done", 500);
+    let w = c.call("wait", json!({"session": s, "job": spinner["job"], "yield_ms": 200})).unwrap();
+    assert_eq!(w["liveness"]["activity"], "busy (running on a CPU)", "{w}");
+    assert!(w["liveness"]["cpu_ms"].as_f64().unwrap() > 100.0, "CPU time is counted: {w}");
+    let jobs = c.call("jobs", json!({"session": s})).unwrap();
+    assert_eq!(jobs["jobs"][0]["liveness"]["activity"], "sleeping on a timer", "{jobs}");
+    for job in [&sleeper["job"], &spinner["job"]] {
+        assert_eq!(c.call("kill", json!({"session": s, "job": job})).unwrap()["settled"], true);
+    }
 }
