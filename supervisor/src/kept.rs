@@ -94,9 +94,7 @@ pub fn keep(
     write(&job_dir.join("cgroup.freeze"), "1")?;
     let moved = migrate(job_dir, &dir, v1_parents);
     let _ = write(&job_dir.join("cgroup.freeze"), "0");
-    if let Err(e) = moved {
-        return Err(e);
-    }
+    moved?;
     Ok(KeptInfo {
         name: name.to_owned(),
         owner_uid,
