@@ -466,6 +466,26 @@ mod tests {
     }
 
     #[test]
+    fn survivors_keep_a_job_unsettled_until_its_cgroup_empties() {
+        let (_d, mut j) = job();
+        let now = Instant::now();
+        j.on_exited(Some(0), None, 1, false, now);
+        j.on_streams_closed();
+        assert!(!j.end_known(), "the worker has not said what the exit left behind");
+        let p = ProcStat { pid: 9, cmdline: "sleep 1000".into(), age_ms: 5, cpu_ms: 0 };
+        j.on_survivors(vec![p]);
+        let r = j.result("s", now, vec![], true);
+        assert!(j.end_known() && !r.settled && j.worth_probing());
+        assert_eq!((r.survivors.len(), r.survivors[0].age_ms), (1, Some(5)));
+        assert!(r.note.unwrap().contains("outlived its main process"));
+        j.on_emptied(2_000_000, JobUsage { cpu_usec: 2500, procs_seen: 3 });
+        let r = j.result("s", now, vec![], true);
+        assert!(r.settled && r.survivors.is_empty() && r.note.is_none(), "{r:?}");
+        let u = r.usage.unwrap();
+        assert_eq!((u.cpu_ms, u.procs_seen, u.emptied_at_ms), (2.5, 3, 2));
+    }
+
+    #[test]
     fn spawn_failure_is_failed_with_a_note() {
         let (_d, mut j) = job();
         j.on_spawn_failed("no such directory", Instant::now());
