@@ -29,7 +29,7 @@ pub const CONTROLLERS: [&str; 2] = ["memory", "pids"];
 #[derive(Clone, Debug)]
 pub struct V1Root {
     pub dirs: Vec<PathBuf>,
-    /// Which of `dirs` this run created (removed at shutdown).
+    /// Which of `dirs` this run created.
     pub created: Vec<PathBuf>,
 }
 
@@ -84,9 +84,12 @@ impl V1Root {
         }
     }
 
-    /// Remove the parents this run created (at shutdown; fails harmlessly when not empty).
+    /// Remove the parents at shutdown (named after our cgroup root, so ours even when an earlier run
+    /// created them); a parent still holding kept processes is not empty and stays.
     pub fn remove_created(&self) {
-        remove_dirs(&self.created);
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir(d);
+        }
     }
 
     /// Remove leftover `session-*` directories of an earlier run (their processes died with the v2
