@@ -8,6 +8,7 @@ use heddle_bench::{report, time_us, Summary};
 use serde_json::json;
 use std::process::{Command, Stdio};
 
+mod cgroup_bench;
 mod state;
 
 #[derive(Parser)]
@@ -29,12 +30,18 @@ enum Bench {
         #[arg(long, default_value_t = 400)]
         iterations: usize,
     },
+    /// Per-job cgroup create + place + remove vs a bare spawn of the same program.
+    Cgroup {
+        #[arg(long, default_value_t = 2000)]
+        iterations: usize,
+    },
 }
 
 fn main() -> Result<()> {
     match Args::parse().bench {
         Bench::Spawn { iterations } => spawn(iterations),
         Bench::State { iterations } => state::run(iterations),
+        Bench::Cgroup { iterations } => cgroup_bench::run(iterations),
     }
 }
 

@@ -70,6 +70,19 @@ enum Cmd {
     Close,
     /// Call any method with JSON params (for scripting and debugging).
     Call { method: String, params: Option<String> },
+    /// Keep a job: move its processes out of the session (to `kept/NAME`) so they outlive it.
+    Keep { job: u64, name: String },
+    /// List kept jobs with their processes; `heddle kept kill NAME` ends one.
+    Kept {
+        #[command(subcommand)]
+        action: Option<KeptAction>,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeptAction {
+    /// End a kept job: cgroup.kill, verified empty, removed.
+    Kill { name: String },
 }
 
 fn main() {
@@ -91,6 +104,14 @@ fn real_main(cli: Cli) -> Result<i32> {
         return cli::up::run_up(&args);
     }
     let mut client = connect(&socket, matches!(cli.cmd, Cmd::Run { .. }))?;
+    if let Cmd::Kept { action } = &cli.cmd {
+        let result = match action {
+            None => client.call("kept", json!({}))?,
+            Some(KeptAction::Kill { name }) => client.call("kept.kill", json!({"name": name}))?,
+        };
+        println!("{}", serde_json::to_string_pretty(&result)?);
+        return Ok(0);
+    }
     let cwd = match &cli.cmd {
         Cmd::Run { cwd: Some(c), .. } => c.clone(),
         _ => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
@@ -98,7 +119,8 @@ fn real_main(cli: Cli) -> Result<i32> {
     let open = client.call("session.open", json!({"name": cli.session, "cwd": cwd}))?;
     let session = open["session"].clone();
     let (result, is_job) = match cli.cmd {
-        Cmd::Up(_) => unreachable!("handled above"),
+        Cmd::Up(_) | Cmd::Kept { .. } => unreachable!("handled above"),
+        Cmd::Keep { job, name } => (client.call("keep", json!({"session": session, "job": job, "name": name}))?, false),
         Cmd::Run { yield_ms, cmd, .. } => {
             (client.call("run", json!({"session": session, "cmd": cmd.join(" "), "yield_ms": yield_ms}))?, true)
         }

@@ -11,7 +11,7 @@
 //! ```
 
 use crate::kernel::{Client, Kernel};
-use crate::results::{join_notes, DescribeResult, FrontInfo, SessionFacts};
+use crate::results::{join_notes, DescribeResult, FrontInfo, SessionFacts, SessionLimitsInfo};
 use crate::rpc::{self, RpcError};
 use crate::session::Session;
 use crate::supervisor_link::error_chain;
@@ -43,7 +43,14 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Describ
         supervisor,
         socket: k.cfg.socket.clone(),
         state_dir: k.cfg.state_dir.display().to_string(),
-        sessions: sessions.iter().map(|s| facts(s)).collect(),
+        sessions: sessions
+            .iter()
+            .map(|s| {
+                let mut f = facts(s);
+                f.limits = k.link.session_usage(s.name()).ok().map(SessionLimitsInfo::from);
+                f
+            })
+            .collect(),
         note,
         announcements,
     })
@@ -66,6 +73,8 @@ fn facts(s: &Session) -> SessionFacts {
         warnings: st.warnings.iter().cloned().collect(),
         note: join_notes(lost.into_iter().chain(closing)),
         shell_state: st.record.summary(),
+        limits: None,
+        jobs_cpu_ms: st.jobs.values().map(|j| j.cpu_ms()).sum(),
     }
 }
 

@@ -17,11 +17,12 @@
 //! ```
 
 use crate::results::{
-    join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted, OmittedRange,
+    join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted, OmittedRange, Survivor, Usage,
 };
 use crate::store::{OutputStore, ReadPlan};
 use crate::view::{Omission, ViewBuf};
 use shm_proto::msg::{JobId, Stream};
+use shm_proto::msg::{JobLiveness, JobUsage, ProcStat};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -53,6 +54,12 @@ pub struct Job {
     reported: bool,
     notes: Vec<String>,
     shell: crate::job_state::JobShellState,
+    /// Processes left in the job's cgroup after its main process exited (until it empties).
+    survivors: Option<Vec<ProcStat>>,
+    /// When the job's cgroup emptied, and what it accounted.
+    emptied: Option<(u64, JobUsage)>,
+    kept: Option<String>,
+    oom_killed: bool,
 }
 
 impl Job {
@@ -77,6 +84,10 @@ impl Job {
             reported: false,
             notes: Vec::new(),
             shell: Default::default(),
+            survivors: None,
+            emptied: None,
+            kept: None,
+            oom_killed: false,
         }
     }
 
@@ -95,6 +106,92 @@ impl Job {
     /// True once no more output can arrive.
     pub fn settled(&self) -> bool {
         self.streams_closed || matches!(self.state, JobState::Lost | JobState::Failed)
+    }
+
+    /// True once nothing of the job runs in the session any more: its cgroup emptied, it was kept, or it
+    /// was lost or never started.
+    pub fn cgroup_settled(&self) -> bool {
+        self.emptied.is_some() || self.kept.is_some() || matches!(self.state, JobState::Lost | JobState::Failed)
+    }
+
+    /// True once the worker said what remains after the main process's exit (survivors or empty).
+    pub fn end_known(&self) -> bool {
+        self.state.ended() && (self.cgroup_settled() || self.survivors.is_some())
+    }
+
+    /// True when a probe tells more: the job runs, or it ended and survivors may still run.
+    pub fn worth_probing(&self) -> bool {
+        !self.state.ended() || (self.survivors.is_some() && !self.cgroup_settled())
+    }
+
+    /// The job's processes still alive after its main process exited.
+    pub fn survivors(&self) -> Vec<Survivor> {
+        match (&self.survivors, self.cgroup_settled()) {
+            (Some(v), false) => v.iter().map(Survivor::from).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub fn on_survivors(&mut self, procs: Vec<ProcStat>) {
+        if !procs.is_empty() {
+            let n = procs.len();
+            self.note(format!(
+                "{n} process(es) of the job outlived its main process and still run in its cgroup; \
+                 kill the job to end them, or keep it to let them outlive the session"
+            ));
+        }
+        self.survivors = Some(procs);
+    }
+
+    pub fn on_emptied(&mut self, at_unix_ns: u64, usage: JobUsage) {
+        self.emptied.get_or_insert((at_unix_ns, usage));
+        self.notes.retain(|n| !n.contains("outlived its main process"));
+    }
+
+    pub fn on_oom_killed(&mut self) {
+        self.oom_killed = true;
+        self.note("the kernel's OOM killer killed a process of the job: the session's memory limit was reached".into());
+    }
+
+    pub fn set_kept(&mut self, name: String) {
+        self.kept = Some(name);
+    }
+
+    pub fn kept(&self) -> Option<&str> {
+        self.kept.as_deref()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        self.emptied.map(|(at, u)| Usage {
+            cpu_ms: u.cpu_usec as f64 / 1000.0,
+            procs_seen: u.procs_seen,
+            emptied_at_ms: at / 1_000_000,
+        })
+    }
+
+    /// CPU time accounted once the cgroup emptied (0 before).
+    pub fn cpu_ms(&self) -> f64 {
+        self.emptied.map_or(0.0, |(_, u)| u.cpu_usec as f64 / 1000.0)
+    }
+
+    /// Liveness of a running job, with the worker's probe when it answered.
+    pub fn liveness(&self, now: Instant, probe: Option<&JobLiveness>) -> Option<Liveness> {
+        (self.state == JobState::Running).then(|| Liveness {
+            running_ms: self.duration(now).as_millis() as u64,
+            last_output_ms_ago: self.last_output.map(|t| now.saturating_duration_since(t).as_millis() as u64),
+            pid: self.pid,
+            cpu_ms: probe.map(|p| p.cpu_usec as f64 / 1000.0),
+            procs: probe.map(|p| p.procs),
+            busy_pid: probe.map(|p| p.pid),
+            busy_cmdline: probe.map(|p| p.cmdline.clone()),
+            proc_state: probe.map(|p| p.state.clone()),
+            wchan: probe.map(|p| p.wchan.clone()),
+            activity: probe.map(|p| p.activity.clone()),
+        })
     }
 
     /// Add a sentence to the job's notes (shown in every later result).
@@ -233,11 +330,7 @@ impl Job {
         }
         let rendered = self.view.render();
         let [stdout_bytes, stderr_bytes] = self.counts();
-        let liveness = (self.state == JobState::Running).then(|| Liveness {
-            running_ms: self.duration(now).as_millis() as u64,
-            last_output_ms_ago: self.last_output.map(|t| now.saturating_duration_since(t).as_millis() as u64),
-            pid: self.pid,
-        });
+        let liveness = self.liveness(now, None);
         let notes = self.notes.iter().cloned().chain(self.store.error().map(str::to_owned)).chain(extra);
         JobResult {
             session: session.to_owned(),
@@ -252,13 +345,16 @@ impl Job {
             stderr_bytes,
             omitted: rendered.omitted.map(|o| omitted(session, self.id, o)),
             liveness,
-            survivors: Vec::new(),
-            settled: self.settled(),
+            survivors: self.survivors(),
+            settled: self.settled() && self.cgroup_settled(),
             note: join_notes(notes),
             announcements: Vec::new(),
             state_note: self.shell.note.clone(),
             state_changes: self.shell.changes.clone(),
             state_version: self.shell.versions(),
+            usage: self.usage(),
+            kept: self.kept.clone(),
+            oom_killed: self.oom_killed,
         }
     }
 
@@ -294,6 +390,12 @@ impl Job {
             duration_ms: millis(self.duration(now)),
             stdout_bytes,
             stderr_bytes,
+            survivors: self.survivors(),
+            settled: self.settled() && self.cgroup_settled(),
+            liveness: self.liveness(now, None),
+            usage: self.usage(),
+            kept: self.kept.clone(),
+            oom_killed: self.oom_killed,
         }
     }
 }
@@ -382,6 +484,26 @@ mod tests {
         assert_eq!(o.ranges, [OmittedRange { stream: "stdout", offset: 5, len: 10 }]);
         assert!(o.hint.contains("stdout bytes 5..15"), "{}", o.hint);
         assert!(o.hint.contains(r#""session": "de\"mo", "job": 7, "stream": "stdout", "offset": 5"#), "{}", o.hint);
+    }
+
+    #[test]
+    fn survivors_keep_a_job_unsettled_until_its_cgroup_empties() {
+        let (_d, mut j) = job();
+        let now = Instant::now();
+        j.on_exited(Some(0), None, 1, false, now);
+        j.on_streams_closed();
+        assert!(!j.end_known(), "the worker has not said what the exit left behind");
+        let p = ProcStat { pid: 9, cmdline: "sleep 1000".into(), age_ms: 5, cpu_ms: 0 };
+        j.on_survivors(vec![p]);
+        let r = j.result("s", now, vec![], true);
+        assert!(j.end_known() && !r.settled && j.worth_probing());
+        assert_eq!((r.survivors.len(), r.survivors[0].age_ms), (1, Some(5)));
+        assert!(r.note.unwrap().contains("outlived its main process"));
+        j.on_emptied(2_000_000, JobUsage { cpu_usec: 2500, procs_seen: 3 });
+        let r = j.result("s", now, vec![], true);
+        assert!(r.settled && r.survivors.is_empty() && r.note.is_none(), "{r:?}");
+        let u = r.usage.unwrap();
+        assert_eq!((u.cpu_ms, u.procs_seen, u.emptied_at_ms), (2.5, 3, 2));
     }
 
     #[test]

@@ -3,12 +3,16 @@
 //! wait, bounded (grace + 5 s), for the end. Killing a job that already ended returns its result
 //! unchanged. If the job has not ended when the bound passes, the result is `running` and says so.
 //!
+//! A job whose main process ended but whose cgroup still holds survivors is killed the same way: the
+//! kill reaches every process of its cgroup, and the result comes once the cgroup emptied
+//! (`populated 0`), with `settled: true` and `usage.emptied_at_ms`.
+//!
 //! ```text
 //! → {"jsonrpc":"2.0","id":4,"method":"kill","params":{"session":"demo","job":1,"grace_ms":2000}}
 //! ← {"jsonrpc":"2.0","id":4,"result":{"session":"demo","job":1,"state":"killed","exit_code":null,"signal":9,…}}
 //! ```
 
-use crate::job_wait::answer;
+use crate::job_wait::{answer, answer_when};
 use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel, SEND_TIMEOUT};
 use crate::results::{join_notes, JobResult, JobState};
 use crate::rpc::{self, RpcError};
@@ -36,11 +40,13 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     {
         let mut st = s.lock();
         let job = st.jobs.get_mut(&p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
-        if job.state().ended() {
+        if job.state().ended() && (job.cgroup_settled() || job.kept().is_some()) {
             drop(st);
             return answer(k, &s, p.job, Instant::now(), Vec::new());
         }
-        job.set_kill_requested();
+        if !job.state().ended() {
+            job.set_kill_requested();
+        }
     }
     let (grace, clamp_note) = clamp_wait("grace_ms", p.grace_ms, 0);
     let mut notes: Vec<String> = clamp_note.into_iter().collect();
@@ -55,7 +61,11 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
             Instant::now()
         }
     };
-    let mut result = answer(k, &s, p.job, until, notes)?;
+    let mut result = answer_when(k, &s, p.job, until, notes, |j| j.state().ended() && j.cgroup_settled())?;
+    if !result.settled && result.state.ended() && result.kept.is_none() {
+        let note = "the job ended but its cgroup was not seen empty in time; kill it again".to_owned();
+        result.note = join_notes(result.note.take().into_iter().chain([note]));
+    }
     if result.state == JobState::Running {
         let waited = grace + KILL_WAIT;
         let note = format!(

@@ -34,12 +34,25 @@ struct Params {
     yield_ms: Option<u64>,
     #[serde(default)]
     env: Option<BTreeMap<String, String>>,
+    /// Keep the job (see `keep`) as soon as it started.
+    #[serde(default)]
+    keep: bool,
+    #[serde(default)]
+    name: Option<String>,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
     let p: Params = rpc::params("run", params)?;
     k.admit()?;
     let extra_env = validate_env("run", p.env.as_ref())?;
+    let keep_name = match (p.keep, &p.name) {
+        (false, _) => None,
+        (true, Some(n)) => {
+            crate::job_keep::validate_name("run", n)?;
+            Some(n.clone())
+        }
+        (true, None) => return Err(RpcError::invalid_params("run", "keep: true needs a name")),
+    };
     let (d, clamp_note) = clamp_wait("yield_ms", p.yield_ms, DEFAULT_YIELD_MS);
     let until = deadline(d);
     let s = k.live_session(client, &p.session)?;
@@ -73,6 +86,15 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
                 j.on_spawn_failed(&why, Instant::now());
             }
             s.notify();
+        }
+    }
+    if let Some(name) = keep_name {
+        let started = |st: &crate::session::SessionState| {
+            st.jobs.get(&job).is_none_or(|j| j.pid().is_some() || j.state().ended())
+        };
+        drop(s.wait_until(s.lock(), deadline(SEND_TIMEOUT), k.shutdown_flag(), started));
+        if let Err(e) = crate::job_keep::keep(k, client, &s, job, &name) {
+            notes.extend(crate::job_keep::keep_failed_note(&e));
         }
     }
     answer(k, &s, job, until, notes)

@@ -12,6 +12,7 @@
 //!    {"running_ms":11012,"last_output_ms_ago":950,"pid":4711},…,"announcements":[]}}
 //! ```
 
+use crate::job::Job;
 use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel, DEFAULT_YIELD_MS};
 use crate::results::JobResult;
 use crate::rpc::{self, RpcError};
@@ -40,24 +41,44 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     answer(k, &s, p.job, deadline(d), note.into_iter().collect())
 }
 
-/// Wait until `job` ends or `until` passes, then answer its result with the session's announcements.
+/// Wait until `job` ends (and the worker said what it left behind) or `until` passes, then answer its
+/// result with the session's announcements.
 pub(crate) fn answer(
     k: &Kernel,
     s: &Session,
     job: JobId,
     until: Instant,
-    mut notes: Vec<String>,
+    notes: Vec<String>,
 ) -> Result<JobResult, RpcError> {
-    let ended = |st: &crate::session::SessionState| st.jobs.get(&job).is_none_or(|j| j.state().ended());
-    let mut st = s.wait_until(s.lock(), until, k.shutdown_flag(), ended);
+    answer_when(k, s, job, until, notes, Job::end_known)
+}
+
+/// [`answer`], waiting until `done` holds for the job.
+pub(crate) fn answer_when(
+    k: &Kernel,
+    s: &Session,
+    job: JobId,
+    until: Instant,
+    mut notes: Vec<String>,
+    done: fn(&Job) -> bool,
+) -> Result<JobResult, RpcError> {
+    let ended = |st: &crate::session::SessionState| st.jobs.get(&job).is_none_or(done);
+    let st = s.wait_until(s.lock(), until, k.shutdown_flag(), ended);
     if k.is_shutting_down() && !ended(&st) {
         notes.push("the server is shutting down, so this call returns early; the job was not stopped by it".to_owned());
     }
+    let running = st.jobs.get(&job).is_some_and(Job::worth_probing);
+    drop(st);
+    let live = if running { crate::job_probe::probe(k, s, job) } else { None };
+    let mut st = s.lock();
     let now = Instant::now();
     let Some(j) = st.jobs.get_mut(&job) else {
         return Err(unknown_job(s.name(), job));
     };
     let mut result = j.result(s.name(), now, notes, true);
+    if live.is_some() {
+        result.liveness = j.liveness(now, live.as_ref());
+    }
     result.announcements = st.take_announcements(now);
     Ok(result)
 }

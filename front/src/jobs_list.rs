@@ -24,9 +24,21 @@ struct Params {
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobsResult, RpcError> {
     let p: Params = rpc::params("jobs", params)?;
     let s = k.session(client, &p.session)?;
+    let running: Vec<u64> = s.lock().jobs.values().filter(|j| j.worth_probing()).map(|j| j.id()).collect();
+    let probes: Vec<_> = running.iter().map(|&id| (id, crate::job_probe::probe(k, &s, id))).collect();
     let mut st = s.lock();
     let now = Instant::now();
-    let jobs = st.jobs.values().map(|j| j.summary(now)).collect();
+    let jobs = st
+        .jobs
+        .values()
+        .map(|j| {
+            let mut row = j.summary(now);
+            if let Some((_, Some(live))) = probes.iter().find(|(id, _)| *id == j.id()) {
+                row.liveness = j.liveness(now, Some(live));
+            }
+            row
+        })
+        .collect();
     let announcements = st.take_announcements(now);
     Ok(JobsResult { session: p.session, jobs, announcements })
 }

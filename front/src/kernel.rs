@@ -35,7 +35,8 @@ pub const MAX_YIELD_MS: u64 = 600_000;
 /// How long a command may wait for room in a full command ring.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Every method, for the "unknown method" message.
-pub const METHODS: [&str; 8] = ["session.open", "session.close", "run", "wait", "kill", "jobs", "output", "describe"];
+pub const METHODS: [&str; 11] =
+    ["session.open", "session.close", "run", "wait", "kill", "jobs", "output", "describe", "keep", "kept", "kept.kill"];
 
 /// Where the kernel keeps things and what it tells `describe`.
 #[derive(Clone, Debug)]
@@ -103,6 +104,9 @@ impl Kernel {
             "jobs" => encode(crate::jobs_list::call(self, client, params)),
             "output" => encode(crate::output_read::call(self, client, params)),
             "describe" => encode(crate::describe::call(self, client, params)),
+            "keep" => encode(crate::job_keep::call_keep(self, client, params)),
+            "kept" => encode(crate::job_keep::call_kept(self, client, params)),
+            "kept.kill" => encode(crate::job_keep::call_kill(self, client, params)),
             _ => Err(RpcError::new(
                 ErrorKind::MethodNotFound,
                 format!("there is no method '{method}'; the methods are {}", METHODS.join(", ")),

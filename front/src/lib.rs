@@ -5,8 +5,9 @@
 //! Layout, by operation: [`rpc`] (framing and errors), [`server`] (connections), [`supervisor_link`]
 //! (the supervisor, behind a trait), [`pump`] (the one thread reading every session's event ring),
 //! [`session`] and [`job`] (records and state machines), [`store`] and [`view`] (output on disk and
-//! in memory), [`state_capture`] and [`state_record`] (the shell state carried between jobs), one module per method (`session_open`, `session_close`, `job_run`, `job_wait`,
-//! `job_kill`, `jobs_list`, `output_read`, `describe`), [`kernel`] (the registry and method table),
+//! in memory), [`state_capture`] and [`state_record`] (the shell state carried between jobs), one module per
+//! method (`session_open`, `session_close`, `job_run`, `job_wait`, `job_kill`, `job_keep`, `job_probe`,
+//! `jobs_list`, `output_read`, `describe`), [`kernel`] (the registry and method table),
 //! [`inherit`] and [`service`] (the process). Notes on choices the protocol leaves open are in
 //! docs/front-notes.md.
 //!
@@ -26,7 +27,9 @@
 pub mod describe;
 pub mod inherit;
 pub mod job;
+pub mod job_keep;
 pub mod job_kill;
+pub mod job_probe;
 pub mod job_run;
 pub mod job_state;
 pub mod job_wait;

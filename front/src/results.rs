@@ -36,6 +36,28 @@ pub struct Liveness {
     pub last_output_ms_ago: Option<u64>,
     /// `null` until the worker reports the job started.
     pub pid: Option<u32>,
+    /// CPU time of the job's cgroup so far (`null`: the worker did not answer the probe).
+    pub cpu_ms: Option<f64>,
+    /// Processes in the job's cgroup now.
+    pub procs: Option<u32>,
+    /// The process the state describes, its `/proc` state letter and kernel wait function.
+    pub busy_pid: Option<u32>,
+    pub busy_cmdline: Option<String>,
+    pub proc_state: Option<String>,
+    pub wchan: Option<String>,
+    /// The state in words: "busy (running on a CPU)", "sleeping on a timer", "blocked reading stdin/tty", ….
+    pub activity: Option<String>,
+}
+
+/// What a job's cgroup accounted.
+#[derive(Clone, Debug, Serialize)]
+pub struct Usage {
+    /// CPU time of every process the job had (`cpu.stat` `usage_usec` of its cgroup).
+    pub cpu_ms: f64,
+    /// The most processes seen in the job's cgroup at once.
+    pub procs_seen: u32,
+    /// When the job's cgroup was seen empty (`populated 0`), ms since the epoch.
+    pub emptied_at_ms: u64,
 }
 
 /// One omitted byte range of one stream.
@@ -60,11 +82,21 @@ pub struct Omitted {
 pub struct Survivor {
     pub pid: u32,
     pub cmdline: String,
+    /// Time since it started, when known.
+    pub age_ms: Option<u64>,
+    /// CPU time it used, when known.
+    pub cpu_ms: Option<u64>,
 }
 
 impl From<&shm_proto::control::ProcInfo> for Survivor {
     fn from(p: &shm_proto::control::ProcInfo) -> Self {
-        Survivor { pid: p.pid, cmdline: p.cmdline.clone() }
+        Survivor { pid: p.pid, cmdline: p.cmdline.clone(), age_ms: None, cpu_ms: None }
+    }
+}
+
+impl From<&shm_proto::msg::ProcStat> for Survivor {
+    fn from(p: &shm_proto::msg::ProcStat) -> Self {
+        Survivor { pid: p.pid, cmdline: p.cmdline.clone(), age_ms: Some(p.age_ms), cpu_ms: Some(p.cpu_ms) }
     }
 }
 
@@ -107,6 +139,12 @@ pub struct JobResult {
     /// The state version the job started from, and the version after its changes applied (`null`
     /// while it runs or when it carried no state).
     pub state_version: Option<StateVersions>,
+    /// Accounting, once the job's cgroup emptied.
+    pub usage: Option<Usage>,
+    /// The kept job's name, when it was kept (its processes live in `kept/NAME`).
+    pub kept: Option<String>,
+    /// True when the kernel's OOM killer killed a process of the job.
+    pub oom_killed: bool,
 }
 
 /// A job's place in the session's state history.
@@ -128,6 +166,12 @@ pub struct JobSummary {
     pub duration_ms: f64,
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
+    pub survivors: Vec<Survivor>,
+    pub settled: bool,
+    pub liveness: Option<Liveness>,
+    pub usage: Option<Usage>,
+    pub kept: Option<String>,
+    pub oom_killed: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -221,6 +265,34 @@ pub struct SessionFacts {
     pub note: Option<String>,
     /// The session's shell-state record, summarised.
     pub shell_state: crate::state_record::StateSummary,
+    /// Limits and accounting of the session (`null` when the supervisor did not answer).
+    pub limits: Option<SessionLimitsInfo>,
+    /// CPU time of the session's ended jobs whose cgroups emptied.
+    pub jobs_cpu_ms: f64,
+}
+
+/// A session's limits and accounting (on hybrid hosts, from the v1 memory and pids hierarchies).
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionLimitsInfo {
+    pub memory_max: Option<u64>,
+    pub pids_max: Option<u64>,
+    pub memory_peak: Option<u64>,
+    pub oom_kills: Option<u64>,
+    pub pids_limited: Option<u64>,
+    pub dirs: Vec<String>,
+}
+
+impl From<shm_proto::control::SessionLimits> for SessionLimitsInfo {
+    fn from(l: shm_proto::control::SessionLimits) -> Self {
+        SessionLimitsInfo {
+            memory_max: l.memory_max,
+            pids_max: l.pids_max,
+            memory_peak: l.memory_peak,
+            oom_kills: l.oom_kills,
+            pids_limited: l.pids_limited,
+            dirs: l.dirs,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]

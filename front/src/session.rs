@@ -96,6 +96,9 @@ pub struct SessionState {
     dirty: Vec<JobId>,
     /// The shell state carried between the session's jobs.
     pub record: crate::state_record::StateRecord,
+    /// Answers to liveness probes, by probe number (`None`: the job was not running).
+    pub probes: std::collections::HashMap<u64, Option<shm_proto::msg::JobLiveness>>,
+    pub next_probe: u64,
 }
 
 impl SessionState {
@@ -109,6 +112,10 @@ impl SessionState {
 
     /// Apply one event from the worker; true when waiters should wake.
     pub fn apply(&mut self, ev: Event, now: Instant, ns: u64) -> bool {
+        if let Event::Status { probe, liveness, .. } = ev {
+            self.probes.insert(probe, liveness);
+            return true;
+        }
         let job_id = match &ev {
             Event::Started { job, .. }
             | Event::SpawnFailed { job, .. }
@@ -116,8 +123,13 @@ impl SessionState {
             | Event::Exited { job, .. }
             | Event::StreamsClosed { job }
             | Event::StateCaptured { job, .. }
-            | Event::StateUnknown { job, .. } => Some(*job),
-            Event::Hello { .. } | Event::Warning { .. } => None,
+            | Event::StateUnknown { job, .. }
+            | Event::Survivors { job, .. }
+            | Event::Emptied { job, .. }
+            | Event::OomKilled { job }
+            | Event::PidsLimited { job, .. }
+            | Event::Forgotten { job } => Some(*job),
+            Event::Hello { .. } | Event::Warning { .. } | Event::Status { .. } => None,
         };
         let job = match job_id {
             Some(id) => match self.jobs.get_mut(&id) {
@@ -146,6 +158,12 @@ impl SessionState {
             (Event::StreamsClosed { .. }, Some(j)) => j.on_streams_closed(),
             (Event::StateCaptured { data, .. }, Some(j)) => j.on_state_captured(&data, &mut self.record),
             (Event::StateUnknown { reason, .. }, Some(j)) => j.on_state_unknown(&reason),
+            (Event::Survivors { procs, .. }, Some(j)) => j.on_survivors(procs),
+            (Event::Emptied { at_unix_ns, usage, .. }, Some(j)) => j.on_emptied(at_unix_ns, usage),
+            (Event::OomKilled { .. }, Some(j)) => j.on_oom_killed(),
+            (Event::PidsLimited { limit, failures, .. }, Some(j)) => j.note(format!(
+                "{failures} fork(s) of the session failed on its process limit (pids.max {limit}) while the job ran"
+            )),
             (Event::Hello { pid, uid, bash, bash_version, .. }, _) => {
                 self.shell = Some(ShellInfo { path: bash, version: bash_version });
                 self.worker = Some(WorkerInfo { pid, uid });

@@ -51,13 +51,14 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Session
         }
         Err(e) => (false, Some(format!("the supervisor did not confirm the close: {}", error_chain(&e)))),
     };
-    let announcements = {
+    let (announcements, kept) = {
         let mut st = s.lock();
         let now = Instant::now();
+        let kept: Vec<String> = st.jobs.values().filter_map(|j| j.kept().map(str::to_owned)).collect();
         for job in st.jobs.values_mut() {
             job.mark_closed(now);
         }
-        st.take_announcements(now)
+        (st.take_announcements(now), kept)
     };
     s.notify();
     k.release(&p.session, Some(s.spec().serial));
@@ -65,7 +66,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Session
         session: p.session,
         killed: survivors.len(),
         survivors,
-        kept: Vec::new(),
+        kept,
         verified_empty,
         note: join_notes(note),
         announcements,
@@ -107,7 +108,7 @@ mod tests {
         let killed = vec![shm_proto::control::ProcInfo { pid: 77, cmdline: "sleep 100".into() }];
         h.kernel.worker_died("demo", None, Some(9), &killed);
         let r = h.ok("session.close", json!({"session": "demo"}));
-        assert_eq!(r["survivors"], json!([{"pid": 77, "cmdline": "sleep 100"}]));
+        assert_eq!(r["survivors"], json!([{"pid": 77, "cmdline": "sleep 100", "age_ms": null, "cpu_ms": null}]));
         assert_eq!((r["killed"].as_u64(), r["verified_empty"].as_bool()), (Some(1), Some(false)));
         assert!(r["note"].as_str().unwrap().contains("did not confirm"));
         assert_eq!(r["announcements"][0]["state"], "lost");

@@ -24,6 +24,7 @@ use crate::rpc::{self, ErrorKind, RpcError};
 use crate::session::{Session, SessionSpec};
 use serde::Deserialize;
 use serde_json::Value;
+use shm_proto::control::SessionLimits;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -43,6 +44,18 @@ struct Params {
     cwd: Option<String>,
     #[serde(default)]
     env: Option<BTreeMap<String, String>>,
+    /// Memory and process limits for the whole session (supervisor defaults when absent).
+    #[serde(default)]
+    limits: Option<LimitParams>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LimitParams {
+    #[serde(default)]
+    memory_max: Option<u64>,
+    #[serde(default)]
+    pids_max: Option<u64>,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<SessionOpenResult, RpcError> {
@@ -57,7 +70,11 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Session
     let env = validate_env("session.open", p.env.as_ref())?;
     match claim(k, client, p.name.as_deref())? {
         Claim::Existing(s) => attach_existing(k, &s, p.cwd.is_some() || p.env.is_some()),
-        Claim::New(name) => open_new(k, client, name, p.cwd.unwrap_or_else(|| "/".to_owned()), env),
+        Claim::New(name) => {
+            let l = p.limits.unwrap_or_default();
+            let limits = SessionLimits { memory_max: l.memory_max, pids_max: l.pids_max, ..Default::default() };
+            open_new(k, client, name, p.cwd.unwrap_or_else(|| "/".to_owned()), env, &limits)
+        }
     }
 }
 
@@ -157,8 +174,9 @@ fn open_new(
     name: String,
     cwd: String,
     env: Vec<(String, String)>,
+    limits: &SessionLimits,
 ) -> Result<SessionOpenResult, RpcError> {
-    let opened = match k.link.open_session(&name, client.uid) {
+    let opened = match k.link.open_session_limited(&name, client.uid, limits) {
         Ok(o) => o,
         Err(e) => {
             k.release(&name, None);

@@ -20,7 +20,7 @@
 
 use crate::results::SupervisorFacts;
 use crossbeam_channel::{bounded, Sender};
-use shm_proto::control::{self, ControlError, FromSupervisor, ProcInfo, ToSupervisor};
+use shm_proto::control::{self, ControlError, FromSupervisor, KeptInfo, ProcInfo, SessionLimits, ToSupervisor};
 use shm_proto::sys::EventFd;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -97,6 +97,34 @@ pub trait SupervisorLink: Send + Sync {
     fn close_session(&self, session: &str) -> Result<ClosedSession, LinkError>;
     /// The supervisor's own facts.
     fn describe(&self) -> Result<SupervisorFacts, LinkError>;
+    /// Open a session with memory and process limits.
+    fn open_session_limited(
+        &self,
+        session: &str,
+        client_uid: u32,
+        limits: &SessionLimits,
+    ) -> Result<OpenedSession, LinkError> {
+        if limits.memory_max.is_some() || limits.pids_max.is_some() {
+            return Err(LinkError::Refused("this supervisor does not set session limits".into()));
+        }
+        self.open_session(session, client_uid)
+    }
+    /// Move a job's processes to `kept/NAME`.
+    fn keep_job(&self, _session: &str, _job: u64, _name: &str, _owner_uid: u32) -> Result<KeptInfo, LinkError> {
+        Err(LinkError::Refused("this supervisor cannot keep jobs".into()))
+    }
+    /// Every kept job.
+    fn list_kept(&self) -> Result<Vec<KeptInfo>, LinkError> {
+        Ok(Vec::new())
+    }
+    /// End a kept job: `(killed, verified_empty)`.
+    fn kill_kept(&self, name: &str) -> Result<(Vec<ProcInfo>, bool), LinkError> {
+        Err(LinkError::Refused(format!("there is no kept job named {name:?}")))
+    }
+    /// A session's limits and accounting.
+    fn session_usage(&self, _session: &str) -> Result<SessionLimits, LinkError> {
+        Err(LinkError::Refused("this supervisor keeps no session accounting".into()))
+    }
 }
 
 /// Things the supervisor (or the process) says without being asked.
@@ -176,7 +204,11 @@ impl ControlLink {
             | FromSupervisor::SessionFailed { req, .. }
             | FromSupervisor::SessionClosed { req, .. }
             | FromSupervisor::Info { req, .. }
-            | FromSupervisor::Error { req, .. } => *req,
+            | FromSupervisor::Error { req, .. }
+            | FromSupervisor::JobKept { req, .. }
+            | FromSupervisor::KeptList { req, .. }
+            | FromSupervisor::KeptKilled { req, .. }
+            | FromSupervisor::Usage { req, .. } => *req,
         };
         let waiter = self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&req);
         match (waiter, msg) {
@@ -218,18 +250,7 @@ impl ControlLink {
 impl SupervisorLink for ControlLink {
     fn open_session(&self, session: &str, client_uid: u32) -> Result<OpenedSession, LinkError> {
         let make = |req| ToSupervisor::OpenSession { req, session: session.to_owned(), client_uid };
-        match self.request(make, OPEN_TIMEOUT)? {
-            (FromSupervisor::SessionOpened { worker_pid, worker_uid, cgroup, .. }, fds) => {
-                let fds = SessionFds::from_vec(fds).inspect_err(|_| {
-                    let _ = self.close_session(session);
-                })?;
-                Ok(OpenedSession { fds, worker_pid, worker_uid, cgroup })
-            }
-            (FromSupervisor::SessionFailed { error, .. } | FromSupervisor::Error { error, .. }, _) => {
-                Err(LinkError::Refused(error))
-            }
-            (other, _) => Err(LinkError::Protocol(format!("unexpected answer to OpenSession: {other:?}"))),
-        }
+        self.opened(session, self.request(make, OPEN_TIMEOUT)?)
     }
 
     fn close_session(&self, session: &str) -> Result<ClosedSession, LinkError> {
@@ -252,6 +273,77 @@ impl SupervisorLink for ControlLink {
             }
             (FromSupervisor::Error { error, .. }, _) => Err(LinkError::Refused(error)),
             (other, _) => Err(LinkError::Protocol(format!("unexpected answer to Describe: {other:?}"))),
+        }
+    }
+
+    fn open_session_limited(
+        &self,
+        session: &str,
+        client_uid: u32,
+        limits: &SessionLimits,
+    ) -> Result<OpenedSession, LinkError> {
+        if limits.memory_max.is_none() && limits.pids_max.is_none() {
+            return self.open_session(session, client_uid);
+        }
+        let make = |req| ToSupervisor::OpenSessionLimited {
+            req,
+            session: session.to_owned(),
+            client_uid,
+            memory_max: limits.memory_max,
+            pids_max: limits.pids_max,
+        };
+        self.opened(session, self.request(make, OPEN_TIMEOUT)?)
+    }
+
+    fn keep_job(&self, session: &str, job: u64, name: &str, owner_uid: u32) -> Result<KeptInfo, LinkError> {
+        let make =
+            |req| ToSupervisor::KeepJob { req, session: session.to_owned(), job, name: name.to_owned(), owner_uid };
+        match self.request(make, CLOSE_TIMEOUT)? {
+            (FromSupervisor::JobKept { kept, .. }, _) => Ok(kept),
+            (FromSupervisor::Error { error, .. }, _) => Err(LinkError::Refused(error)),
+            (other, _) => Err(LinkError::Protocol(format!("unexpected answer to KeepJob: {other:?}"))),
+        }
+    }
+
+    fn list_kept(&self) -> Result<Vec<KeptInfo>, LinkError> {
+        match self.request(|req| ToSupervisor::ListKept { req }, DESCRIBE_TIMEOUT)? {
+            (FromSupervisor::KeptList { kept, .. }, _) => Ok(kept),
+            (FromSupervisor::Error { error, .. }, _) => Err(LinkError::Refused(error)),
+            (other, _) => Err(LinkError::Protocol(format!("unexpected answer to ListKept: {other:?}"))),
+        }
+    }
+
+    fn kill_kept(&self, name: &str) -> Result<(Vec<ProcInfo>, bool), LinkError> {
+        match self.request(|req| ToSupervisor::KillKept { req, name: name.to_owned() }, CLOSE_TIMEOUT)? {
+            (FromSupervisor::KeptKilled { killed, verified_empty, .. }, _) => Ok((killed, verified_empty)),
+            (FromSupervisor::Error { error, .. }, _) => Err(LinkError::Refused(error)),
+            (other, _) => Err(LinkError::Protocol(format!("unexpected answer to KillKept: {other:?}"))),
+        }
+    }
+
+    fn session_usage(&self, session: &str) -> Result<SessionLimits, LinkError> {
+        match self.request(|req| ToSupervisor::SessionUsage { req, session: session.to_owned() }, DESCRIBE_TIMEOUT)? {
+            (FromSupervisor::Usage { limits, .. }, _) => Ok(limits),
+            (FromSupervisor::Error { error, .. }, _) => Err(LinkError::Refused(error)),
+            (other, _) => Err(LinkError::Protocol(format!("unexpected answer to SessionUsage: {other:?}"))),
+        }
+    }
+}
+
+impl ControlLink {
+    /// An answer to an open request, as an opened session.
+    fn opened(&self, session: &str, reply: Reply) -> Result<OpenedSession, LinkError> {
+        match reply {
+            (FromSupervisor::SessionOpened { worker_pid, worker_uid, cgroup, .. }, fds) => {
+                let fds = SessionFds::from_vec(fds).inspect_err(|_| {
+                    let _ = self.close_session(session);
+                })?;
+                Ok(OpenedSession { fds, worker_pid, worker_uid, cgroup })
+            }
+            (FromSupervisor::SessionFailed { error, .. } | FromSupervisor::Error { error, .. }, _) => {
+                Err(LinkError::Refused(error))
+            }
+            (other, _) => Err(LinkError::Protocol(format!("unexpected answer to OpenSession: {other:?}"))),
         }
     }
 }

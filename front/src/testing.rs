@@ -217,6 +217,8 @@ impl FakeWorker {
 
     fn exit(&mut self, job: JobId, code: Option<i32>, signal: Option<i32>, killed: bool) {
         self.push(&Event::Exited { job, code, signal, at_unix_ns: crate::job::unix_ns(), killed });
+        let usage = shm_proto::msg::JobUsage { cpu_usec: 1500, procs_seen: 1 };
+        self.push(&Event::Emptied { job, at_unix_ns: crate::job::unix_ns(), usage });
         self.push(&Event::StreamsClosed { job });
     }
 
@@ -266,6 +268,20 @@ impl FakeWorker {
                 }
             }
             Command::Shutdown => self.stop.store(true, Ordering::SeqCst),
+            Command::Probe { job, probe } => {
+                let running = self.hanging.contains(&job) || self.timers.iter().any(|(_, j)| *j == job);
+                let liveness = running.then(|| shm_proto::msg::JobLiveness {
+                    cpu_usec: 2000,
+                    procs: 1,
+                    pid: 10_000 + job as u32,
+                    cmdline: "fake".into(),
+                    state: "S".into(),
+                    wchan: "hrtimer_nanosleep".into(),
+                    activity: "sleeping on a timer".into(),
+                });
+                self.push(&Event::Status { job, probe, liveness });
+            }
+            Command::Forget { job } => self.push(&Event::Forgotten { job }),
         }
     }
 

@@ -142,6 +142,7 @@ fn supervise(sock: OwnedFd) -> std::thread::JoinHandle<OwnedFd> {
                     let closed = FromSupervisor::SessionClosed { req, session, killed: vec![], verified_empty: true };
                     control::send(sock.as_fd(), &closed, &[]).unwrap();
                 }
+                other => panic!("this fake supervisor does not expect {other:?}"),
             }
             if workers.len() > 100 {
                 break;
@@ -168,6 +169,7 @@ fn echo_worker(region: Region, cmd_data: EventFd, evt_data: EventFd, stop: Arc<A
                 push(Event::Started { job: spec.job, pid: 100, at_unix_ns: 1 });
                 push(Event::Output { job: spec.job, stream: Stream::Stdout, data: spec.cmd.into_bytes() });
                 push(Event::Exited { job: spec.job, code: Some(0), signal: None, at_unix_ns: 2, killed: false });
+                push(Event::Emptied { job: spec.job, at_unix_ns: 3, usage: Default::default() });
                 push(Event::StreamsClosed { job: spec.job });
             }
             Some(_) => {}

@@ -29,6 +29,43 @@ pub enum ToSupervisor {
     CloseSession { req: u64, session: String },
     /// Ask for the supervisor's own facts.
     Describe { req: u64 },
+    /// Move every process of `<session>/job-<job>` into `<root>/kept/<name>`, owned by `owner_uid`.
+    KeepJob { req: u64, session: String, job: u64, name: String, owner_uid: u32 },
+    /// List the kept jobs (`KeptList`).
+    ListKept { req: u64 },
+    /// End a kept job: `cgroup.kill`, verify empty, remove (`KeptKilled`).
+    KillKept { req: u64, name: String },
+    /// The session's accounting and limits (answered by `Usage`).
+    SessionUsage { req: u64, session: String },
+    /// `OpenSession` with limits: memory (bytes) and process count for the whole session.
+    OpenSessionLimited { req: u64, session: String, client_uid: u32, memory_max: Option<u64>, pids_max: Option<u64> },
+}
+
+/// A kept job: a cgroup under `<root>/kept/` the supervisor owns.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptInfo {
+    pub name: String,
+    /// The uid whose session kept it (the owner of the `kept/NAME` directory).
+    pub owner_uid: u32,
+    pub cgroup: String,
+    pub procs: Vec<ProcInfo>,
+    /// True when it was found at startup, left by an earlier run of the supervisor.
+    pub adopted: bool,
+}
+
+/// A session's limits and accounting (v1 hierarchies on hybrid hosts).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionLimits {
+    pub memory_max: Option<u64>,
+    pub pids_max: Option<u64>,
+    /// Peak memory of the session (v1 `memory.max_usage_in_bytes`), when known.
+    pub memory_peak: Option<u64>,
+    /// Times the OOM killer killed a process of the session.
+    pub oom_kills: Option<u64>,
+    /// Times a fork failed on the session's `pids.max`.
+    pub pids_limited: Option<u64>,
+    /// Where the limits live (the v1 directories, or the v2 session cgroup).
+    pub dirs: Vec<String>,
 }
 
 /// A process found in a cgroup.
@@ -81,6 +118,14 @@ pub enum FromSupervisor {
     Error { req: u64, error: String },
     /// The supervisor is shutting down: stop serving and exit.
     Shutdown,
+    /// Answer to `KeepJob`: the job's processes now live in `kept/NAME`.
+    JobKept { req: u64, kept: KeptInfo },
+    /// Answer to `ListKept`.
+    KeptList { req: u64, kept: Vec<KeptInfo> },
+    /// Answer to `KillKept`.
+    KeptKilled { req: u64, name: String, killed: Vec<ProcInfo>, verified_empty: bool },
+    /// Answer to `SessionUsage`.
+    Usage { req: u64, session: String, limits: SessionLimits },
 }
 
 /// Errors sending or receiving a control packet.

@@ -55,6 +55,50 @@ pub enum Command {
     Kill { job: JobId, grace_ms: u32 },
     /// Stop accepting commands, end every job, exit.
     Shutdown,
+    /// Report the job's liveness now (answered by [`Event::Status`]); `probe` is echoed.
+    Probe { job: JobId, probe: u64 },
+    /// Forget the job: its processes were moved out of the session (kept) by the supervisor. The
+    /// worker stops watching its cgroup and stops reporting it (answered by [`Event::Forgotten`]).
+    Forget { job: JobId },
+}
+
+/// A process found alive in a job's cgroup.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcStat {
+    pub pid: u32,
+    /// `/proc/PID/cmdline`, NULs as spaces (`[comm]` when empty).
+    pub cmdline: String,
+    /// Time since the process started.
+    pub age_ms: u64,
+    /// CPU time it used (user + system).
+    pub cpu_ms: u64,
+}
+
+/// What a job's cgroup accounted, read before the cgroup was removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobUsage {
+    /// `usage_usec` of the job cgroup's `cpu.stat`: CPU time of every process the job ever had.
+    pub cpu_usec: u64,
+    /// The most processes the worker saw in the job's cgroup at once (at exit, survivors, probes).
+    pub procs_seen: u32,
+}
+
+/// A running job's liveness, as the worker sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLiveness {
+    /// `cpu.stat` `usage_usec` of the job's cgroup so far.
+    pub cpu_usec: u64,
+    /// Processes in the job's cgroup now.
+    pub procs: u32,
+    /// The process the state describes (the deepest one that is not just waiting for a child).
+    pub pid: u32,
+    pub cmdline: String,
+    /// `/proc/PID/stat` state letter (`R`, `S`, `D`, `T`, `Z`).
+    pub state: String,
+    /// `/proc/PID/wchan`: the kernel function it sleeps in (empty when running or unknown).
+    pub wchan: String,
+    /// The state in words: "busy", "sleeping on a timer", "blocked reading stdin/tty", ….
+    pub activity: String,
 }
 
 /// Worker → front.
@@ -107,4 +151,16 @@ pub enum Event {
     /// The capture did not complete (`exec`, `exit`, a signal, the fd closed, too large): the state after
     /// this job is unknown. Sent before `Exited`.
     StateUnknown { job: JobId, reason: String },
+    /// Processes still alive in the job's cgroup after its main process exited (follows `Exited`).
+    Survivors { job: JobId, procs: Vec<ProcStat> },
+    /// The job's cgroup is empty (`populated 0`): nothing of the job runs any more, and it was removed.
+    Emptied { job: JobId, at_unix_ns: u64, usage: JobUsage },
+    /// The kernel's OOM killer killed a process of the job (precedes its `Exited`).
+    OomKilled { job: JobId },
+    /// Forks in the session failed because of its process limit (`pids.max`) while the job ran.
+    PidsLimited { job: JobId, limit: u64, failures: u64 },
+    /// Answer to `Command::Probe` (`None`: the job is not running or is unknown).
+    Status { job: JobId, probe: u64, liveness: Option<JobLiveness> },
+    /// Answer to `Command::Forget`: no more events for the job.
+    Forgotten { job: JobId },
 }

@@ -34,6 +34,12 @@ pub struct Args {
     /// The directory holding heddle-front and heddle-worker [default: this executable's directory].
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
+    /// Default memory limit of a session, in bytes (hybrid hosts: v1 memory.limit_in_bytes).
+    #[arg(long, value_name = "BYTES")]
+    pub memory_max: Option<u64>,
+    /// Default process limit of a session (hybrid hosts: v1 pids.max).
+    #[arg(long, value_name = "N")]
+    pub pids_max: Option<u64>,
 }
 
 #[cfg(test)]

@@ -306,6 +306,10 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
                 t.verified_empty
             ));
         }
+        if let Some(v1) = self.sessions.v1_root() {
+            v1.remove_created();
+        }
+        let _ = std::fs::remove_dir(crate::kept::kept_root(self.sessions.root()));
         if self.root_created {
             let root = self.sessions.root();
             if let Err(e) = std::fs::remove_dir(root) {

@@ -25,6 +25,9 @@ pub mod cli;
 pub mod event_loop;
 #[cfg(test)]
 mod fake;
+pub mod kept;
+pub mod limits;
+pub mod recovery;
 pub mod session;
 pub mod session_close;
 pub mod session_open;

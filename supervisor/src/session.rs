@@ -87,6 +87,10 @@ pub struct Session {
     pub cgroup: PathBuf,
     pub worker: Worker,
     pub fds: SessionFds,
+    /// The session's v1 `memory`/`pids` directories (hybrid hosts), removed with the session.
+    pub v1: Vec<PathBuf>,
+    /// The limits it was opened with.
+    pub limits: shm_proto::control::SessionLimits,
 }
 
 #[cfg(test)]

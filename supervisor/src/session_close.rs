@@ -94,6 +94,9 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             false
         });
         let removed = empty && self.cg.remove_tree(dir).map_err(|e| warn("removing the cgroup", &e)).is_ok();
+        if removed {
+            crate::limits::remove_dirs(&s.v1);
+        }
         if !removed {
             log(&format!("session {:?}: {} is left behind, not verified empty", s.id, dir.display()));
         }

@@ -18,6 +18,7 @@ use crate::session::{self, InvalidId, Session, SessionFds, Worker};
 use crate::sessions::{log, Sessions};
 use crate::spawn::{ProcessOps, SpawnError, WorkerSpec};
 use crate::users::UserInfo;
+use shm_proto::control::SessionLimits;
 use shm_proto::region::{CreateError, Region, RegionConfig};
 use shm_proto::sys::EventFd;
 use std::io;
@@ -50,6 +51,12 @@ pub enum OpenError {
 impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     /// Open session `id` for a client of uid `client_uid` (root: the worker runs as `--worker-user`).
     pub fn open(&mut self, id: &str, client_uid: u32) -> Result<&Session, OpenError> {
+        let limits = self.defaults.clone();
+        self.open_limited(id, client_uid, limits)
+    }
+
+    /// Open session `id` with `limits` (v1 memory/pids on hybrid hosts).
+    pub fn open_limited(&mut self, id: &str, client_uid: u32, limits: SessionLimits) -> Result<&Session, OpenError> {
         session::validate_id(id)?;
         if self.live.contains_key(id) {
             return Err(OpenError::Duplicate(id.to_owned()));
@@ -57,7 +64,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         let user = self.worker_user(client_uid)?;
         let dir = session::session_dir(&self.root, id);
         self.cg.create(&dir)?;
-        match self.populate(id, &dir, &user) {
+        match self.populate(id, &dir, &user, limits) {
             Ok(s) => Ok(self.live.entry(id.to_owned()).or_insert(s)),
             Err(e) => {
                 if let Err(rm) = self.cg.remove_tree(&dir) {
@@ -80,7 +87,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     }
 
     /// Everything after the session directory exists; the caller removes the directory on error.
-    fn populate(&self, id: &str, dir: &Path, user: &UserInfo) -> Result<Session, OpenError> {
+    fn populate(&self, id: &str, dir: &Path, user: &UserInfo, limits: SessionLimits) -> Result<Session, OpenError> {
         if user.uid == 0 {
             return Err(OpenError::RootWorker(user.uid));
         }
@@ -88,10 +95,20 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         self.cg.create(&wdir)?;
         self.delegate(dir, &wdir, user)?;
         let fds = new_session_fds()?;
-        let spec = WorkerSpec { session: id, cgroup: dir, user, fds: fds.ordered() };
-        let spawned = self.procs.spawn_worker(&spec)?;
+        let v1 = match &self.v1 {
+            Some(v1) => v1.create_session(id, &limits)?,
+            None => Vec::new(),
+        };
+        let spec = WorkerSpec { session: id, cgroup: dir, user, fds: fds.ordered(), v1: &v1 };
+        let spawned = match self.procs.spawn_worker(&spec) {
+            Ok(s) => s,
+            Err(e) => {
+                crate::limits::remove_dirs(&v1);
+                return Err(e.into());
+            }
+        };
         let worker = Worker { pid: spawned.pid, uid: user.uid, pidfd: spawned.pidfd };
-        Ok(Session { id: id.to_owned(), cgroup: dir.to_owned(), worker, fds })
+        Ok(Session { id: id.to_owned(), cgroup: dir.to_owned(), worker, fds, v1, limits })
     }
 
     /// Delegate the session subtree to the worker's uid, as the cgroup v2 delegation model requires.

@@ -23,8 +23,8 @@ use crate::session::Session;
 use crate::session_open::OpenError;
 use crate::spawn::ProcessOps;
 use crate::users::UserInfo;
-use shm_proto::control::{FromSupervisor, ToSupervisor};
-use std::collections::BTreeMap;
+use shm_proto::control::{FromSupervisor, SessionLimits, ToSupervisor};
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
@@ -52,11 +52,45 @@ pub struct Sessions<C: CgroupOps, P: ProcessOps> {
     /// `--worker-user`: the worker's user when the client is root.
     pub(crate) default_worker: UserInfo,
     pub(crate) live: BTreeMap<String, Session>,
+    /// The v1 memory/pids parents on hybrid hosts (`None`: no v1 limits, as in tests).
+    pub(crate) v1: Option<crate::limits::V1Root>,
+    /// Limits for sessions that ask for none.
+    pub(crate) defaults: SessionLimits,
+    /// Kept jobs found at startup (left by an earlier run).
+    pub(crate) adopted: BTreeSet<String>,
 }
 
 impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     pub fn new(cg: C, procs: P, root: PathBuf, mode: CgroupMode, default_worker: UserInfo) -> Self {
-        Sessions { cg, procs, root, mode, default_worker, live: BTreeMap::new() }
+        Sessions {
+            cg,
+            procs,
+            root,
+            mode,
+            default_worker,
+            live: BTreeMap::new(),
+            v1: None,
+            defaults: SessionLimits::default(),
+            adopted: BTreeSet::new(),
+        }
+    }
+
+    /// Use the v1 hierarchies for limits and accounting, with `defaults` for sessions that set none.
+    pub fn with_limits(mut self, v1: Option<crate::limits::V1Root>, defaults: SessionLimits) -> Self {
+        self.v1 = v1;
+        self.defaults = defaults;
+        self
+    }
+
+    /// Remember the kept jobs found at startup.
+    pub fn with_adopted(mut self, adopted: BTreeSet<String>) -> Self {
+        self.adopted = adopted;
+        self
+    }
+
+    /// The v1 parents, for shutdown.
+    pub fn v1_root(&self) -> Option<&crate::limits::V1Root> {
+        self.v1.as_ref()
     }
 
     /// The cgroup root every session lives under.
@@ -77,7 +111,42 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     /// Answer one request from the front.
     pub fn handle(&mut self, msg: ToSupervisor) -> Outgoing {
         match msg {
-            ToSupervisor::OpenSession { req, session, client_uid } => self.handle_open(req, session, client_uid),
+            ToSupervisor::OpenSession { req, session, client_uid } => {
+                let limits = self.defaults.clone();
+                self.handle_open(req, session, client_uid, limits)
+            }
+            ToSupervisor::OpenSessionLimited { req, session, client_uid, memory_max, pids_max } => {
+                let limits = SessionLimits {
+                    memory_max: memory_max.or(self.defaults.memory_max),
+                    pids_max: pids_max.or(self.defaults.pids_max),
+                    ..Default::default()
+                };
+                self.handle_open(req, session, client_uid, limits)
+            }
+            ToSupervisor::KeepJob { req, session, job, name, owner_uid } => {
+                self.handle_keep(req, &session, job, &name, owner_uid)
+            }
+            ToSupervisor::ListKept { req } => match crate::kept::list(&self.root, &self.adopted) {
+                Ok(kept) => Outgoing::plain(FromSupervisor::KeptList { req, kept }),
+                Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: chain(&e) }),
+            },
+            ToSupervisor::KillKept { req, name } => match crate::kept::kill(&self.root, &name) {
+                Ok((killed, verified_empty)) => {
+                    self.adopted.remove(&name);
+                    Outgoing::plain(FromSupervisor::KeptKilled { req, name, killed, verified_empty })
+                }
+                Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: chain(&e) }),
+            },
+            ToSupervisor::SessionUsage { req, session } => match self.live.get(&session) {
+                Some(s) => {
+                    let limits = crate::limits::usage(&s.v1, &s.limits);
+                    Outgoing::plain(FromSupervisor::Usage { req, session, limits })
+                }
+                None => Outgoing::plain(FromSupervisor::Error {
+                    req,
+                    error: format!("there is no open session {session:?}"),
+                }),
+            },
             ToSupervisor::CloseSession { req, session } => self.handle_close(req, session),
             ToSupervisor::Describe { req } => Outgoing::plain(FromSupervisor::Info {
                 req,
@@ -88,8 +157,24 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         }
     }
 
-    fn handle_open(&mut self, req: u64, session: String, client_uid: u32) -> Outgoing {
-        let opened = match self.open(&session, client_uid) {
+    fn handle_keep(&mut self, req: u64, session: &str, job: u64, name: &str, owner_uid: u32) -> Outgoing {
+        let Some(s) = self.live.get(session) else {
+            let error = format!("there is no open session {session:?}; nothing was kept");
+            return Outgoing::plain(FromSupervisor::Error { req, error });
+        };
+        let job_dir = s.cgroup.join(format!("job-{job}"));
+        let parents: Vec<PathBuf> = self.v1.as_ref().map(|v| v.dirs.clone()).unwrap_or_default();
+        match crate::kept::keep(&self.root, &job_dir, name, owner_uid, &parents) {
+            Ok(kept) => {
+                log(&format!("kept job {job} of session {session:?} as {name:?} ({} processes)", kept.procs.len()));
+                Outgoing::plain(FromSupervisor::JobKept { req, kept })
+            }
+            Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: chain(&e) }),
+        }
+    }
+
+    fn handle_open(&mut self, req: u64, session: String, client_uid: u32, limits: SessionLimits) -> Outgoing {
+        let opened = match self.open_limited(&session, client_uid, limits) {
             Ok(s) => match s.fds.duplicate() {
                 Ok(fds) => Ok((s.worker.pid, s.worker.uid, s.cgroup.display().to_string(), fds)),
                 Err(e) => Err(OpenError::Dup(e)),

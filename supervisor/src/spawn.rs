@@ -52,6 +52,8 @@ pub struct WorkerSpec<'a> {
     pub user: &'a UserInfo,
     /// Region memfd and the four eventfds, in `SESSION_FDS` order: the worker's fds 3…7.
     pub fds: [BorrowedFd<'a>; 5],
+    /// The session's v1 cgroup directories (hybrid hosts): the worker joins them before exec.
+    pub v1: &'a [PathBuf],
 }
 
 /// Starting and reaping workers.
@@ -77,6 +79,11 @@ impl ProcessOps for RealProcesses {
             .write(true)
             .open(&procs_path)
             .map_err(|e| SpawnError::CgroupProcs(procs_path.clone(), e))?;
+        let mut v1 = Vec::with_capacity(spec.v1.len());
+        for dir in spec.v1 {
+            let p = dir.join("cgroup.procs");
+            v1.push(std::fs::OpenOptions::new().write(true).open(&p).map_err(|e| SpawnError::CgroupProcs(p, e))?);
+        }
         let setup = ChildSetup {
             exe: self.worker_exe.as_fd(),
             arg0: "heddle-worker",
@@ -86,6 +93,7 @@ impl ProcessOps for RealProcesses {
             gid: spec.user.gid,
             cgroup_procs: Some(procs.as_fd()),
             fds: spec.fds.iter().zip(3..).map(|(fd, n)| (*fd, n)).collect(),
+            v1_procs: v1.iter().map(AsFd::as_fd).collect(),
         };
         start(&setup, "heddle-worker")
     }
@@ -189,6 +197,7 @@ pub fn spawn_front(spec: &FrontSpec<'_>) -> Result<Spawned, SpawnError> {
         gid: spec.user.gid,
         cgroup_procs: None,
         fds: vec![(spec.control, 3), (spec.listener, 4)],
+        v1_procs: Vec::new(),
     };
     start(&setup, "heddle-front")
 }

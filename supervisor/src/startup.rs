@@ -72,6 +72,7 @@ struct Plan {
     worker_exe: OwnedFd,
     state_dir: PathBuf,
     socket: PathBuf,
+    defaults: shm_proto::control::SessionLimits,
 }
 
 /// Do everything up to a running front; the returned loop serves until SIGINT/SIGTERM.
@@ -113,7 +114,12 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
     cgroup::check_cgroup2(parent)?;
     let state_dir = absolute(&args.state_dir)?;
     let socket = absolute(&args.socket)?;
-    Ok(Plan { mode, root, front_user, worker_user, front_exe, worker_exe, state_dir, socket })
+    let defaults = shm_proto::control::SessionLimits {
+        memory_max: args.memory_max,
+        pids_max: args.pids_max,
+        ..Default::default()
+    };
+    Ok(Plan { mode, root, front_user, worker_user, front_exe, worker_exe, state_dir, socket, defaults })
 }
 
 /// The part of startup after the cgroup root exists; on error returns the root for the caller to undo.
@@ -142,7 +148,18 @@ fn start_created(
         front.pid
     ));
     let procs = RealProcesses { worker_exe: plan.worker_exe };
-    let sessions = Sessions::new(RealCgroups, procs, plan.root, plan.mode, plan.worker_user);
+    let mut v1 = match plan.mode {
+        CgroupMode::Hybrid => crate::limits::V1Root::for_root(&plan.root),
+        CgroupMode::V2 => None,
+    };
+    if let Some(Err(e)) = v1.as_mut().map(crate::limits::V1Root::ensure) {
+        log(&format!("session limits are off: {}", crate::sessions::chain(&e)));
+        v1 = None;
+    }
+    let adopted = crate::recovery::recover(&plan.root, v1.as_ref());
+    let sessions = Sessions::new(RealCgroups, procs, plan.root, plan.mode, plan.worker_user)
+        .with_limits(v1, plan.defaults)
+        .with_adopted(adopted);
     let parts = Parts { sessions, front, control, listener, signals, socket, root_created };
     // A front is running by now; if the loop cannot start, the front gets EOF on its control
     // socket when this process exits.
@@ -184,15 +201,6 @@ fn create_root(root: &Path) -> Result<bool, StartError> {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             cgroup::check_cgroup2(root)?;
-            let stale = std::fs::read_dir(root)
-                .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("session-")).count())
-                .unwrap_or(0);
-            if stale > 0 {
-                log(&format!(
-                    "{stale} session cgroups of an earlier run are under {}; they are left alone",
-                    root.display()
-                ));
-            }
             Ok(false)
         }
         Err(source) => Err(CgroupError::Io { op: "create the cgroup root", path: root.to_owned(), source }.into()),

@@ -131,6 +131,8 @@ pub struct ChildSetup<'a> {
     pub cgroup_procs: Option<BorrowedFd<'a>>,
     /// `(source, target)`: the child gets `source` as fd number `target` (3…99), without close-on-exec.
     pub fds: Vec<(BorrowedFd<'a>, RawFd)>,
+    /// Open `cgroup.procs` files of v1 cgroups the child joins too (hybrid hosts' memory/pids limits).
+    pub v1_procs: Vec<BorrowedFd<'a>>,
 }
 
 /// Spawn a child as described by `setup`: cwd `/`, stdin `/dev/null`, stdout and stderr inherited;
@@ -155,6 +157,7 @@ pub fn spawn_child(setup: &ChildSetup<'_>) -> io::Result<Child> {
         gid: setup.gid,
         cgroup_procs: setup.cgroup_procs.map(|fd| fd.as_raw_fd()),
         fds: copies.iter().map(|(fd, t)| (fd.as_raw_fd(), *t)).collect(),
+        v1_procs: setup.v1_procs.iter().map(|fd| fd.as_raw_fd()).collect(),
     };
     let mut cmd = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
     cmd.arg0(setup.arg0).args(&setup.args).env_clear().envs(setup.env.iter().map(|(k, v)| (k, v)));
@@ -196,6 +199,7 @@ struct ChildPlan {
     gid: u32,
     cgroup_procs: Option<RawFd>,
     fds: Vec<(RawFd, RawFd)>,
+    v1_procs: Vec<RawFd>,
 }
 
 impl ChildPlan {
@@ -214,6 +218,12 @@ impl ChildPlan {
         if let Some(fd) = self.cgroup_procs {
             // SAFETY: `fd` is open (held by the parent's `ChildSetup` across the fork) and the buffer is
             // a static one-byte string.
+            let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+            check(if n == 1 { 0 } else { -1 })?;
+        }
+        for &fd in &self.v1_procs {
+            // SAFETY: as above: `fd` is held open by the parent's `ChildSetup` across the fork, and the
+            // buffer is a static one-byte string.
             let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
             check(if n == 1 { 0 } else { -1 })?;
         }

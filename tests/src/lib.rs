@@ -160,6 +160,12 @@ impl Drop for Heddle {
     fn drop(&mut self) {
         self.stop();
         remove_cgroup_tree(&self.cgroup_root);
+        // The v1 memory/pids directories the supervisor makes on hybrid hosts, named after our root.
+        if let Some(name) = self.cgroup_root.file_name() {
+            for c in ["memory", "pids"] {
+                rmdir_tree(&Path::new("/sys/fs/cgroup").join(c).join(name));
+            }
+        }
     }
 }
 

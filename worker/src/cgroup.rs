@@ -18,11 +18,12 @@
 
 use crate::sys;
 use nix::fcntl::{openat, OFlag};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::stat::Mode;
-use shm_proto::msg::JobId;
-use std::collections::HashSet;
+use shm_proto::msg::{JobId, ProcStat};
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -43,6 +44,31 @@ pub trait CgroupOps {
     fn populated(&mut self, job: JobId) -> io::Result<bool>;
     /// The job's cgroup as a path, for messages.
     fn job_path(&self, job: JobId) -> String;
+    /// The fd that turns readable when a watched job's `cgroup.events` changes (`None`: nothing to
+    /// watch, as with fakes).
+    fn watch_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+    /// Watch the job's `cgroup.events` (inotify `IN_MODIFY`); the watch ends with the cgroup.
+    fn watch(&mut self, _job: JobId) -> io::Result<()> {
+        Ok(())
+    }
+    /// Drain the change notifications: the jobs whose `cgroup.events` changed.
+    fn changed(&mut self) -> Vec<JobId> {
+        Vec::new()
+    }
+    /// The pids in the job's cgroup now.
+    fn pids(&mut self, _job: JobId) -> io::Result<Vec<u32>> {
+        Ok(Vec::new())
+    }
+    /// `usage_usec` of the job's `cpu.stat`: CPU time of everything the job ran.
+    fn cpu_usec(&mut self, _job: JobId) -> io::Result<u64> {
+        Ok(0)
+    }
+    /// The processes in the job's cgroup, with age and CPU time.
+    fn members_stat(&mut self, job: JobId) -> io::Result<Vec<ProcStat>> {
+        Ok(crate::procinfo::proc_stats(&self.pids(job)?))
+    }
 }
 
 /// The session's delegated cgroup directory.
@@ -50,6 +76,9 @@ pub trait CgroupOps {
 pub struct SessionCgroup {
     dir: OwnedFd,
     path: PathBuf,
+    /// Watches on jobs' `cgroup.events`, created on first use.
+    inotify: Option<Inotify>,
+    watches: HashMap<WatchDescriptor, JobId>,
 }
 
 fn job_name(job: JobId) -> String {
@@ -60,7 +89,7 @@ impl SessionCgroup {
     /// Open the session cgroup directory `path`.
     pub fn open(path: &Path) -> io::Result<SessionCgroup> {
         let dir = nix::fcntl::open(path, OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())?;
-        Ok(SessionCgroup { dir, path: path.to_path_buf() })
+        Ok(SessionCgroup { dir, path: path.to_path_buf(), inotify: None, watches: HashMap::new() })
     }
 
     /// The session directory's path.
@@ -133,6 +162,52 @@ impl CgroupOps for SessionCgroup {
     fn job_path(&self, job: JobId) -> String {
         self.path.join(job_name(job)).to_string_lossy().into_owned()
     }
+
+    fn watch_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.inotify.as_ref().map(AsFd::as_fd)
+    }
+
+    fn watch(&mut self, job: JobId) -> io::Result<()> {
+        if self.inotify.is_none() {
+            self.inotify = Some(Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?);
+        }
+        let path = self.path.join(job_name(job)).join("cgroup.events");
+        let ino = self.inotify.as_ref().ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        let wd = ino.add_watch(&path, AddWatchFlags::IN_MODIFY)?;
+        self.watches.insert(wd, job);
+        Ok(())
+    }
+
+    fn changed(&mut self) -> Vec<JobId> {
+        let Some(ino) = &self.inotify else { return Vec::new() };
+        let mut jobs = Vec::new();
+        while let Ok(events) = ino.read_events() {
+            for ev in events {
+                let job = if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
+                    self.watches.remove(&ev.wd)
+                } else {
+                    self.watches.get(&ev.wd).copied()
+                };
+                if let Some(job) = job.filter(|j| !jobs.contains(j)) {
+                    jobs.push(job);
+                }
+            }
+        }
+        jobs
+    }
+
+    fn pids(&mut self, job: JobId) -> io::Result<Vec<u32>> {
+        self.members(job)
+    }
+
+    fn cpu_usec(&mut self, job: JobId) -> io::Result<u64> {
+        Ok(parse_usage_usec(&self.read_file(job, "cpu.stat")?).unwrap_or(0))
+    }
+}
+
+/// `usage_usec` from the text of a `cpu.stat` file.
+pub fn parse_usage_usec(text: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
 }
 
 /// `populated` from the text of a `cgroup.events` file (absent: not populated).
@@ -222,6 +297,12 @@ impl CgroupOps for RecordingCgroups {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_is_read_from_cpu_stat() {
+        assert_eq!(parse_usage_usec("usage_usec 1234\nuser_usec 1000\n"), Some(1234));
+        assert_eq!(parse_usage_usec("user_usec 1000\n"), None);
+    }
 
     #[test]
     fn populated_is_read_from_cgroup_events() {

@@ -105,6 +105,10 @@ pub struct Worker<C: CgroupOps> {
     pub(crate) ready: VecDeque<(JobId, Stream)>,
     pub(crate) deadlines: BinaryHeap<Reverse<(Instant, JobId)>>,
     evt_parked: bool,
+    /// The session's v1 memory/pids cgroups (hybrid hosts with limits).
+    pub(crate) v1: crate::limits::V1Session,
+    /// The cgroup-events watch fd is in the poll.
+    pub(crate) watch_registered: bool,
 }
 
 /// Run a session's worker until `Shutdown` (`Ok`) or a fatal error.
@@ -142,6 +146,8 @@ impl<C: CgroupOps> Worker<C> {
             ready: VecDeque::new(),
             deadlines: BinaryHeap::new(),
             evt_parked: false,
+            v1: crate::limits::V1Session::detect(),
+            watch_registered: false,
         };
         w.out.emit(&settings.hello)?;
         for msg in settings.startup_warnings {
@@ -207,6 +213,7 @@ impl<C: CgroupOps> Worker<C> {
             SPACE_TOKEN => {
                 let _ = self.evt_space.drain();
             }
+            crate::job_settle::WATCH_TOKEN => self.cgroups_changed()?,
             Token(t) => {
                 let serial = (t - 2) / SOURCES;
                 let Some(&job) = self.serials.get(&serial) else { return Ok(()) };
@@ -247,6 +254,8 @@ impl<C: CgroupOps> Worker<C> {
                     self.kill_all();
                     return Ok((Flow::Stop, false));
                 }
+                Command::Probe { job, probe } => self.probe(job, probe)?,
+                Command::Forget { job } => self.forget(job)?,
             }
         }
         if n > 0 && self.cmd.producer_wake_needed() {

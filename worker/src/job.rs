@@ -4,8 +4,9 @@
 //! and notes, per open pipe, how many bytes were already waiting (`FIONREAD`). `Exited` goes out only
 //! after those bytes have been read and published (or the pipe hit `EAGAIN`/EOF), so every byte the
 //! process wrote before exiting precedes `Exited` — even when a survivor keeps writing to the same pipe.
-//! Pipes are then read until EOF (survivors may still write); `StreamsClosed` follows, and the job's cgroup
-//! is removed if it is empty (a cgroup with survivors stays, and the job with it, so `Kill` still works).
+//! Pipes are then read until EOF (survivors may still write); `StreamsClosed` follows. The job's cgroup is
+//! watched and removed once empty by [`crate::job_settle`] (a cgroup with survivors stays, and the job with
+//! it, so `Kill` still works).
 
 use crate::cgroup::CgroupOps;
 use crate::event_loop::{job_warning, WorkerError};
@@ -78,6 +79,15 @@ pub(crate) struct Job {
     pub kill_requested: bool,
     /// The state pipe's read end, until the main process is reaped.
     pub state: Option<crate::state::StatePipe>,
+    /// `Emptied` went out: the cgroup was seen empty and removed.
+    pub emptied_sent: bool,
+    /// The job was kept (`Forget`): its processes left the session.
+    pub kept: bool,
+    /// The most processes seen in the job's cgroup at once.
+    pub procs_seen: u32,
+    /// The session's OOM-kill and pids-limit counters when the job started (hybrid hosts with limits).
+    pub oom_base: Option<u64>,
+    pub pids_base: Option<u64>,
 }
 
 impl Job {
@@ -156,7 +166,10 @@ impl<C: CgroupOps> Worker<C> {
             if j.pipes.iter().flatten().all(|p| p.until_exit == 0) {
                 j.exited_sent = true;
                 let (code, signal) = (status.and_then(ExitStatus::code), status.and_then(ExitStatus::signal));
-                self.out.emit(&Event::Exited { job, code, signal, at_unix_ns, killed: j.kill_requested })?;
+                let killed = j.kill_requested;
+                self.report_limits(job, signal)?;
+                self.out.emit(&Event::Exited { job, code, signal, at_unix_ns, killed })?;
+                self.after_exit(job)?;
             }
         }
         let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
@@ -165,9 +178,7 @@ impl<C: CgroupOps> Worker<C> {
             let serial = j.serial;
             self.out.emit(&Event::StreamsClosed { job })?;
             self.serials.remove(&serial);
-            if self.cgroups.remove(job).is_ok() {
-                self.jobs.remove(&job);
-            }
+            self.finish_if_done(job)?;
         }
         Ok(())
     }

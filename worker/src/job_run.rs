@@ -124,6 +124,7 @@ impl<C: CgroupOps> Worker<C> {
             }
         }
         self.serials.insert(serial, spec.job);
+        let (oom_base, pids_base) = (self.v1.oom_kills(), self.v1.pids_failures());
         Ok(Job {
             serial,
             pid: child.pid,
@@ -134,6 +135,11 @@ impl<C: CgroupOps> Worker<C> {
             closed_sent: false,
             kill_requested: false,
             state: state_r.map(crate::state::StatePipe::new),
+            emptied_sent: false,
+            kept: false,
+            procs_seen: 1,
+            oom_base,
+            pids_base,
         })
     }
 }

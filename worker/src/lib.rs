@@ -11,6 +11,8 @@
 //! - output → [`output`]: pipe chunks as `Output`, with backpressure when the ring is full;
 //! - the main process ends → [`job`]: reap, `Exited` after every byte written before the exit, then
 //!   `StreamsClosed` at EOF, then `rmdir` of the job cgroup;
+//! - after `Exited` → [`job_settle`]: survivors listed, the cgroup watched (inotify) until empty, then
+//!   `Emptied` with its accounting and `rmdir`; `Probe` (liveness) and `Forget` (kept jobs);
 //! - `Kill` / `Shutdown` → [`job_kill`]: `cgroup.kill`, or SIGTERM with a grace period first.
 //!
 //! Invariants: an idle worker blocks in `epoll_wait` with no timeout (no CPU); output is never dropped or
@@ -32,7 +34,10 @@ pub mod event_loop;
 pub mod job;
 pub mod job_kill;
 pub mod job_run;
+pub mod job_settle;
+pub mod limits;
 pub mod output;
+pub mod procinfo;
 pub mod startup;
 pub mod state;
 pub mod sys;

@@ -1,0 +1,197 @@
+//! Kept jobs: `keep {session, job, name}` moves a job's processes out of its session into the
+//! supervisor's `kept/NAME` cgroup, so they outlive the session; `kept {}` lists kept jobs with their
+//! processes; `kept.kill {name}` ends one (`cgroup.kill`, verified empty, removed).
+//!
+//! A kept job belongs to the uid that kept it (the owner of its `kept/NAME` directory): `kept` lists, and
+//! `kept.kill` ends, only a client's own kept jobs (root sees all). After the move the worker is told to
+//! `Forget` the job's cgroup; it still reaps the main process and reads the pipes while the session
+//! lives (output written after the session closed has no reader: keep daemons that log to files).
+//!
+//! ```text
+//! → {"jsonrpc":"2.0","id":7,"method":"keep","params":{"session":"demo","job":3,"name":"devserver"}}
+//! ← {"jsonrpc":"2.0","id":7,"result":{"session":"demo","job":3,"name":"devserver",
+//!    "cgroup":"/sys/fs/cgroup/unified/heddle/kept/devserver","procs":[{"pid":4800,"cmdline":"python3 -m http.server",…}],
+//!    "note":null,"announcements":[]}}
+//! ```
+
+use crate::kernel::{unknown_job, Client, Kernel, SEND_TIMEOUT};
+use crate::results::{join_notes, Announcement, Survivor};
+use crate::rpc::{self, ErrorKind, RpcError};
+use crate::session::Session;
+use crate::supervisor_link::error_chain;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use shm_proto::control::KeptInfo;
+use shm_proto::msg::{Command, JobId};
+use std::time::Instant;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeepParams {
+    session: String,
+    job: JobId,
+    name: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct KeepResult {
+    pub session: String,
+    pub job: u64,
+    pub name: String,
+    pub cgroup: String,
+    pub procs: Vec<Survivor>,
+    pub note: Option<String>,
+    pub announcements: Vec<Announcement>,
+}
+
+/// A kept job as `kept` lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct KeptJob {
+    pub name: String,
+    pub owner_uid: u32,
+    pub cgroup: String,
+    pub procs: Vec<Survivor>,
+    /// True when it was found at startup, kept by an earlier run of heddle.
+    pub adopted: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct KeptResult {
+    pub kept: Vec<KeptJob>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct KeptKillResult {
+    pub name: String,
+    pub killed: Vec<Survivor>,
+    pub verified_empty: bool,
+}
+
+impl From<KeptInfo> for KeptJob {
+    fn from(k: KeptInfo) -> Self {
+        KeptJob {
+            procs: k.procs.iter().map(Survivor::from).collect(),
+            name: k.name,
+            owner_uid: k.owner_uid,
+            cgroup: k.cgroup,
+            adopted: k.adopted,
+        }
+    }
+}
+
+/// `[A-Za-z0-9_.-]{1,64}`, not starting with `.`.
+pub(crate) fn validate_name(method: &str, name: &str) -> Result<(), RpcError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(RpcError::invalid_params(
+            method,
+            format!("name {name:?} must match [A-Za-z0-9_.-]{{1,64}} and not start with '.'"),
+        ))
+    }
+}
+
+pub(crate) fn call_keep(k: &Kernel, client: &Client, params: Value) -> Result<KeepResult, RpcError> {
+    let p: KeepParams = rpc::params("keep", params)?;
+    k.admit()?;
+    validate_name("keep", &p.name)?;
+    let s = k.live_session(client, &p.session)?;
+    let kept = keep(k, client, &s, p.job, &p.name)?;
+    let now = Instant::now();
+    let announcements = s.lock().take_announcements(now);
+    Ok(KeepResult {
+        session: p.session,
+        job: p.job,
+        name: kept.name,
+        cgroup: kept.cgroup,
+        procs: kept.procs.iter().map(Survivor::from).collect(),
+        note: None,
+        announcements,
+    })
+}
+
+/// Move the job's processes to `kept/NAME` and tell the worker to forget its cgroup.
+pub(crate) fn keep(k: &Kernel, client: &Client, s: &Session, job: JobId, name: &str) -> Result<KeptInfo, RpcError> {
+    {
+        let st = s.lock();
+        let j = st.jobs.get(&job).ok_or_else(|| unknown_job(s.name(), job))?;
+        if let Some(already) = j.kept() {
+            return Err(RpcError::new(ErrorKind::InvalidParams, format!("job {job} is already kept as '{already}'")));
+        }
+        if j.cgroup_settled() {
+            return Err(RpcError::new(
+                ErrorKind::InvalidParams,
+                format!("job {job} has nothing left to keep: its cgroup is empty"),
+            ));
+        }
+    }
+    let kept = k.link.keep_job(s.name(), job, name, client.uid).map_err(|e| {
+        RpcError::new(
+            ErrorKind::Internal,
+            format!("job {job} could not be kept: {}; it stays in the session", error_chain(&e)),
+        )
+    })?;
+    let forget = s.send(&Command::Forget { job }, SEND_TIMEOUT);
+    if let Some(j) = s.lock().jobs.get_mut(&job) {
+        j.set_kept(name.to_owned());
+        j.note(format!(
+            "kept as '{name}': its processes live in {} and outlive the session; end them with kept.kill {{\"name\": \"{name}\"}}",
+            kept.cgroup
+        ));
+        if let Err(e) = forget {
+            j.note(format!("the worker could not be told to forget the job's cgroup ({})", error_chain(&e)));
+        }
+    }
+    s.notify();
+    Ok(kept)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeptParams {}
+
+pub(crate) fn call_kept(k: &Kernel, client: &Client, params: Value) -> Result<KeptResult, RpcError> {
+    let _: KeptParams = rpc::params("kept", params)?;
+    let all = k
+        .link
+        .list_kept()
+        .map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
+    let kept = all.into_iter().filter(|j| client.uid == 0 || j.owner_uid == client.uid).map(KeptJob::from).collect();
+    Ok(KeptResult { kept })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KillParams {
+    name: String,
+}
+
+pub(crate) fn call_kill(k: &Kernel, client: &Client, params: Value) -> Result<KeptKillResult, RpcError> {
+    let p: KillParams = rpc::params("kept.kill", params)?;
+    validate_name("kept.kill", &p.name)?;
+    let all = k
+        .link
+        .list_kept()
+        .map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
+    let mine = all.iter().any(|j| j.name == p.name && (client.uid == 0 || j.owner_uid == client.uid));
+    if !mine {
+        return Err(RpcError::new(
+            ErrorKind::InvalidParams,
+            format!("there is no kept job named '{}' of yours; list them with kept {{}}", p.name),
+        ));
+    }
+    let (killed, verified_empty) = k
+        .link
+        .kill_kept(&p.name)
+        .map_err(|e| RpcError::internal(format!("kept job '{}' could not be killed: {}", p.name, error_chain(&e))))?;
+    Ok(KeptKillResult { name: p.name, killed: killed.iter().map(Survivor::from).collect(), verified_empty })
+}
+
+/// `note` for a `run {keep: true}` whose keep failed.
+pub(crate) fn keep_failed_note(e: &RpcError) -> Option<String> {
+    join_notes([format!("keep failed: {}", e.message)])
+}

@@ -1,0 +1,199 @@
+//! Kept jobs: a job's processes moved out of its session into `<root>/kept/NAME`, a cgroup the
+//! supervisor owns, so they outlive the session; listing them; ending one; and adopting those an earlier
+//! run left behind.
+//!
+//! Keeping: cgroup v2 cannot move a directory to another parent, so the supervisor creates `kept/NAME`
+//! (owned by the keeping uid, so ownership survives a restart; its files stay root's), freezes the job's
+//! cgroup (nothing forks while it is emptied), writes each pid into `kept/NAME/cgroup.procs` until the
+//! job's `cgroup.procs` reads empty, and thaws the (now empty) job cgroup. A migrated process takes the
+//! freezer state of its new cgroup, so it runs on at once. On hybrid hosts the kept processes also leave
+//! the session's v1 memory/pids cgroups (for the session's parent v1 cgroup), so the session can be
+//! removed at close.
+//!
+//! On a systemd host with a reachable bus, a kept job should instead become a named transient unit
+//! (`StartTransientUnit` with `PIDs=`); that path is future work (docs/cgroups.md), as no systemd runs
+//! where this is tested.
+//!
+//! Invariants: nothing is killed by pid; `kill` is `cgroup.kill` on `kept/NAME`, verified empty, then
+//! `rmdir`. Names are `[A-Za-z0-9_.-]{1,64}`, not starting with `.` (one plain directory name).
+//!
+//! ```no_run
+//! use supervisor::kept;
+//! let root = std::path::Path::new("/sys/fs/cgroup/unified/heddle");
+//! for k in kept::list(root, &Default::default()).unwrap() {
+//!     println!("{} ({} processes)", k.name, k.procs.len());
+//! }
+//! ```
+
+use crate::cgroup::{CgroupError, CgroupOps, RealCgroups};
+use shm_proto::control::{KeptInfo, ProcInfo};
+use std::collections::BTreeSet;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Errors keeping or ending a kept job.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeptError {
+    #[error(transparent)]
+    Name(#[from] crate::session::InvalidId),
+    #[error("a kept job named {0:?} already exists; choose another name or end it with kept.kill")]
+    Exists(String),
+    #[error("there is no kept job named {0:?}")]
+    Unknown(String),
+    #[error("the job's cgroup {0} does not exist (the job ended and its cgroup was removed)")]
+    NoJob(PathBuf),
+    #[error("the job's processes could not all be moved out of {0} (it kept forking?)")]
+    NotEmptied(PathBuf),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+}
+
+/// `<root>/kept`.
+pub fn kept_root(root: &Path) -> PathBuf {
+    root.join("kept")
+}
+
+fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
+    std::fs::write(path, value).map_err(|source| CgroupError::Io { op: "write", path: path.to_owned(), source })
+}
+
+fn pids(dir: &Path) -> Result<Vec<u32>, CgroupError> {
+    let path = dir.join("cgroup.procs");
+    let text = std::fs::read_to_string(&path).map_err(|source| CgroupError::Io { op: "read", path, source })?;
+    Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+}
+
+/// Move every process of `job_dir` into `<root>/kept/<name>` (see the module docs). `v1_parents` are
+/// the v1 cgroups the processes move to on hybrid hosts (out of the session's).
+pub fn keep(
+    root: &Path,
+    job_dir: &Path,
+    name: &str,
+    owner_uid: u32,
+    v1_parents: &[PathBuf],
+) -> Result<KeptInfo, KeptError> {
+    crate::session::validate_id(name)?;
+    if !job_dir.is_dir() {
+        return Err(KeptError::NoJob(job_dir.to_owned()));
+    }
+    let base = kept_root(root);
+    match RealCgroups.create(&base) {
+        Ok(()) | Err(CgroupError::Exists(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let dir = base.join(name);
+    match RealCgroups.create(&dir) {
+        Ok(()) => {}
+        Err(CgroupError::Exists(_)) => return Err(KeptError::Exists(name.to_owned())),
+        Err(e) => return Err(e.into()),
+    }
+    RealCgroups.chown(&dir, owner_uid, u32::MAX)?;
+    write(&job_dir.join("cgroup.freeze"), "1")?;
+    let moved = migrate(job_dir, &dir, v1_parents);
+    let _ = write(&job_dir.join("cgroup.freeze"), "0");
+    moved?;
+    Ok(KeptInfo {
+        name: name.to_owned(),
+        owner_uid,
+        cgroup: dir.display().to_string(),
+        procs: procs_of(&dir),
+        adopted: false,
+    })
+}
+
+fn migrate(from: &Path, to: &Path, v1_parents: &[PathBuf]) -> Result<(), KeptError> {
+    for _ in 0..64 {
+        let left = pids(from)?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        for pid in left {
+            match std::fs::write(to.join("cgroup.procs"), pid.to_string()) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue,
+                Err(source) => {
+                    return Err(CgroupError::Io { op: "move a process into", path: to.to_owned(), source }.into())
+                }
+            }
+            for parent in v1_parents {
+                let _ = std::fs::write(parent.join("cgroup.procs"), pid.to_string());
+            }
+        }
+    }
+    Err(KeptError::NotEmptied(from.to_owned()))
+}
+
+fn procs_of(dir: &Path) -> Vec<ProcInfo> {
+    RealCgroups.procs(dir, Path::new("")).unwrap_or_default()
+}
+
+/// Every kept job under `root`, with its processes; `adopted` names those found at startup.
+pub fn list(root: &Path, adopted: &BTreeSet<String>) -> Result<Vec<KeptInfo>, CgroupError> {
+    let base = kept_root(root);
+    let entries = match std::fs::read_dir(&base) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(CgroupError::Io { op: "list", path: base, source }),
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.is_dir() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        out.push(KeptInfo {
+            adopted: adopted.contains(&name),
+            owner_uid: meta.uid(),
+            cgroup: entry.path().display().to_string(),
+            procs: procs_of(&entry.path()),
+            name,
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// End the kept job `name`: freeze, list, `cgroup.kill`, wait for `populated 0`, remove.
+pub fn kill(root: &Path, name: &str) -> Result<(Vec<ProcInfo>, bool), KeptError> {
+    crate::session::validate_id(name)?;
+    let dir = kept_root(root).join(name);
+    if !dir.is_dir() {
+        return Err(KeptError::Unknown(name.to_owned()));
+    }
+    let cg = RealCgroups;
+    cg.freeze(&dir)?;
+    let killed = procs_of(&dir);
+    cg.kill(&dir)?;
+    let empty = cg.wait_empty(&dir, Duration::from_secs(5))?;
+    let removed = empty && cg.remove_tree(&dir).is_ok();
+    Ok((killed, removed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listing_reads_names_and_owners_from_directories() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("kept/web")).unwrap();
+        let adopted: BTreeSet<String> = ["web".to_owned()].into();
+        let got = list(tmp.path(), &adopted).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].name.as_str(), got[0].adopted), ("web", true));
+        assert_eq!(got[0].owner_uid, nix::unistd::geteuid().as_raw());
+        assert!(list(&tmp.path().join("none"), &adopted).unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_names_and_missing_jobs_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(matches!(keep(tmp.path(), tmp.path(), "../x", 0, &[]), Err(KeptError::Name(_))));
+        assert!(matches!(keep(tmp.path(), &tmp.path().join("job-9"), "x", 0, &[]), Err(KeptError::NoJob(_))));
+        assert!(matches!(kill(tmp.path(), "nope"), Err(KeptError::Unknown(_))));
+    }
+}

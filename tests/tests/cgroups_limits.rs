@@ -1,0 +1,171 @@
+//! Session limits, leaks and recovery (issue 4), end to end: a fork bomb under `pids_max` 64, a memory
+//! hog past `memory_max` 64 MiB, 500 jobs without a leftover cgroup, fd or zombie, and a supervisor
+//! killed with SIGKILL and started again.
+
+use heddle_tests::{alive, bin_dir, eventually, Heddle};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+fn run(c: &mut heddle_tests::Client, s: &Value, cmd: &str, yield_ms: u64) -> Value {
+    c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": yield_ms})).expect("run")
+}
+
+fn open_limited(h: &Heddle, c: &mut heddle_tests::Client, limits: Value) -> Value {
+    c.call("session.open", json!({"cwd": h.project, "limits": limits})).expect("session.open")["session"].clone()
+}
+
+fn describe(c: &mut heddle_tests::Client, s: &Value) -> Value {
+    c.call("describe", json!({"session": s})).unwrap()
+}
+
+#[test]
+fn a_fork_bomb_under_pids_64_ends_clearly_and_the_session_goes_on() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = open_limited(&h, &mut c, json!({"pids_max": 64}));
+    // dash does not retry a failed fork: it stops with "Cannot fork" once the limit is hit.
+    let r = run(&mut c, &s, "sh -c 'i=0; while [ $i -lt 500 ]; do sleep 100 & i=$((i+1)); done; wait'", 30_000);
+    assert_eq!(r["state"], "exited", "{r}");
+    assert_ne!(r["exit_code"], 0, "{r}");
+    let note = r["note"].as_str().unwrap_or("");
+    assert!(note.contains("process limit (pids.max 64)"), "the result says why: {r}");
+    assert!(r["view"].as_str().unwrap().contains("fork"), "the shell's own error is shown: {r}");
+    let k = c.call("kill", json!({"session": s, "job": r["job"]})).unwrap();
+    assert_eq!(k["settled"], true, "{k}");
+    let next = run(&mut c, &s, "echo still here", 10_000);
+    assert_eq!((next["view"].as_str(), next["exit_code"].as_i64()), (Some("still here\n"), Some(0)), "{next}");
+    let d = describe(&mut c, &s);
+    assert_eq!(d["sessions"][0]["limits"]["pids_max"], 64, "{d}");
+    assert!(d["sessions"][0]["limits"]["pids_limited"].as_u64().unwrap() > 0, "{d}");
+}
+
+#[test]
+fn a_job_past_the_memory_limit_is_reported_oom_killed() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = open_limited(&h, &mut c, json!({"memory_max": 64u64 << 20}));
+    // dd allocates and fills its 200 MiB block at once.
+    let r = run(&mut c, &s, "dd if=/dev/zero of=/dev/null bs=200M count=1", 60_000);
+    assert_eq!(r["state"], "exited", "{r}");
+    assert_eq!(r["oom_killed"], true, "{r}");
+    assert!(r["note"].as_str().unwrap().contains("OOM killer"), "{r}");
+    let d = describe(&mut c, &s);
+    let limits = &d["sessions"][0]["limits"];
+    assert_eq!(limits["memory_max"], 64u64 << 20, "{d}");
+    assert!(limits["oom_kills"].as_u64().unwrap() >= 1, "{d}");
+    let peak = limits["memory_peak"].as_u64().unwrap();
+    assert!(peak > 32 << 20 && peak <= 64 << 20, "peak memory is accounted and bounded: {peak}");
+    assert_eq!(run(&mut c, &s, "echo ok", 10_000)["view"], "ok\n");
+}
+
+fn fd_count(pid: u64) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+fn zombie_children(parent: u64) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.first() == Some(&"Z") && f.get(1).and_then(|p| p.parse::<u64>().ok()) == Some(parent) {
+            n += 1;
+        }
+    }
+    n
+}
+
+fn job_dirs(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("job-"))
+        .map(|e| e.path())
+        .collect()
+}
+
+#[test]
+fn five_hundred_jobs_leave_no_cgroup_fd_or_zombie() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let d = describe(&mut c, &s);
+    let worker = d["sessions"][0]["worker"]["pid"].as_u64().unwrap();
+    let dir = PathBuf::from(d["sessions"][0]["cgroup"].as_str().unwrap());
+    assert_eq!(run(&mut c, &s, "true", 10_000)["settled"], true);
+    let fds_before = fd_count(worker);
+    for i in 0..500 {
+        let cmd = if i % 2 == 0 { "true" } else { "echo x; echo y >&2; exit 3" };
+        let r = run(&mut c, &s, cmd, 10_000);
+        assert_eq!(r["state"], "exited", "{r}");
+    }
+    // A result can come back between the cgroup emptying and the pipes' EOF: give the last one a moment.
+    let mut unsettled = Vec::new();
+    let all_settled = eventually(Duration::from_secs(5), || {
+        let jobs = c.call("jobs", json!({"session": s})).unwrap();
+        unsettled = jobs["jobs"].as_array().unwrap().iter().filter(|j| j["settled"] != true).cloned().collect();
+        unsettled.is_empty()
+    });
+    assert!(all_settled, "every job settled: {unsettled:?}");
+    assert!(eventually(Duration::from_secs(5), || job_dirs(&dir).is_empty()), "left: {:?}", job_dirs(&dir));
+    let fds_settle = eventually(Duration::from_secs(5), || fd_count(worker) == fds_before);
+    assert!(
+        fds_settle,
+        "the worker holds no pipe or pidfd of an ended job: {} fds, {fds_before} before",
+        fd_count(worker)
+    );
+    assert_eq!(zombie_children(worker), 0, "no zombie under the worker");
+}
+
+#[test]
+fn a_restarted_supervisor_adopts_kept_jobs_and_removes_other_leftovers() {
+    let mut h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let kept = run(&mut c, &s, "(sleep 1000 &); true", 10_000);
+    let kept_pid = kept["survivors"][0]["pid"].as_u64().unwrap();
+    c.call("keep", json!({"session": s, "job": kept["job"], "name": "keeper"})).unwrap();
+    let stray = run(&mut c, &s, "(sleep 1000 &); true", 10_000);
+    let stray_pid = stray["survivors"][0]["pid"].as_u64().unwrap();
+    let d = describe(&mut c, &s);
+    let (sup, front) = (d["supervisor"]["pid"].as_u64().unwrap(), d["front"]["pid"].as_u64().unwrap());
+    let session_dir = PathBuf::from(d["sessions"][0]["cgroup"].as_str().unwrap());
+    drop(c);
+
+    // SIGKILL of the supervisor (a process of this test's stack, by its pid): the front exits after it.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup as i32), nix::sys::signal::SIGKILL).unwrap();
+    assert!(eventually(Duration::from_secs(10), || !alive(front) && !alive(sup)), "the front follows its supervisor");
+    h.stop();
+    assert!(alive(kept_pid) && alive(stray_pid) && session_dir.exists(), "leftovers before the restart");
+
+    let mut sup2 = Command::new(bin_dir().join("heddle-supervisor"))
+        .arg("--socket")
+        .arg(&h.socket)
+        .arg("--state-dir")
+        .arg(&h.state_dir)
+        .arg("--cgroup-root")
+        .arg(&h.cgroup_root)
+        .spawn()
+        .unwrap();
+    let mut c = None;
+    assert!(eventually(Duration::from_secs(20), || {
+        c = heddle_tests::Client::connect(&h.socket).ok();
+        c.as_mut().is_some_and(|c| c.call("describe", json!({})).is_ok())
+    }));
+    let mut c = c.unwrap();
+    let listed = c.call("kept", json!({})).unwrap();
+    assert_eq!(listed["kept"][0]["name"], "keeper", "{listed}");
+    assert_eq!(listed["kept"][0]["adopted"], true, "{listed}");
+    assert_eq!(listed["kept"][0]["procs"][0]["pid"], kept_pid, "{listed}");
+    assert!(alive(kept_pid), "the kept job survived the restart");
+    assert!(eventually(Duration::from_secs(5), || !alive(stray_pid)), "the stray daemon was killed");
+    assert!(!session_dir.exists(), "the leftover session subtree was removed");
+    c.call("kept.kill", json!({"name": "keeper"})).unwrap();
+    assert!(eventually(Duration::from_secs(5), || !alive(kept_pid)));
+
+    // Our own child, by its pid.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup2.id() as i32), nix::sys::signal::SIGTERM).unwrap();
+    assert!(sup2.wait().unwrap().success());
+}

@@ -1,0 +1,190 @@
+//! After a job's main process exits: survivors, the cgroup emptying, accounting and removal; and the
+//! commands that look at a live job (`Probe`) or hand it away (`Forget`, after `keep`).
+//!
+//! Right after `Exited`, the job's `cgroup.events` is read. `populated 0`: `Emptied` at once (with
+//! `cpu.stat` read before the `rmdir`). `populated 1`: the worker adds an inotify watch on the file
+//! (`IN_MODIFY`, the inotify fd sits in the worker's mio poll — nothing sleeps or polls), re-reads it
+//! (a change between the read and the watch is not lost), and lists the survivors (`Survivors`: pid,
+//! command line, age, CPU). When the file later says `populated 0` (the survivors ended, or a `Kill`
+//! reached them), `Emptied` goes out and the cgroup is removed. The job entry is dropped once both
+//! `StreamsClosed` and `Emptied` (or `Forgotten`) went out.
+//!
+//! Invariants: `Emptied` is sent once, only after `populated 0` was read, and only then is the job
+//! called settled by the front. A kept job (`Forget`) is never reported emptied: its processes live on.
+
+use crate::cgroup::CgroupOps;
+use crate::event_loop::{job_warning, WorkerError};
+use crate::job::unix_ns;
+use crate::procinfo;
+use crate::Worker;
+use mio::unix::SourceFd;
+use mio::{Interest, Token};
+use shm_proto::msg::{Event, JobId, JobLiveness, JobUsage};
+use std::os::fd::AsRawFd;
+
+/// The poll token of the cgroup-events watch (job tokens count up from 2 and never reach it).
+pub(crate) const WATCH_TOKEN: Token = Token(usize::MAX);
+
+impl<C: CgroupOps> Worker<C> {
+    /// Just before `Exited`: tell the front whether the OOM killer or the pids limit struck the job.
+    pub(crate) fn report_limits(&mut self, job: JobId, signal: Option<i32>) -> Result<(), WorkerError> {
+        let Some(j) = self.jobs.get(&job) else { return Ok(()) };
+        let (oom_base, pids_base) = (j.oom_base, j.pids_base);
+        let oom_now = self.v1.oom_kills();
+        // The killed process may be any of the job's (a pipeline's `tail`), so the main process's own
+        // status says nothing: the session's counter moving while the job ran is what counts.
+        let _ = signal;
+        if oom_now.zip(oom_base).is_some_and(|(now, base)| now > base) {
+            self.out.emit(&Event::OomKilled { job })?;
+        }
+        if let Some((now, base)) = self.v1.pids_failures().zip(pids_base) {
+            if now > base {
+                let limit = self.v1.pids_max().unwrap_or(0);
+                self.out.emit(&Event::PidsLimited { job, limit, failures: now - base })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Right after `Exited`: settle at once, or watch the cgroup and list the survivors.
+    pub(crate) fn after_exit(&mut self, job: JobId) -> Result<(), WorkerError> {
+        let Some(j) = self.jobs.get(&job) else { return Ok(()) };
+        if j.kept {
+            return self.finish_if_done(job);
+        }
+        let killing = j.kill_requested;
+        if !self.cgroups.populated(job).unwrap_or(false) {
+            return self.emptied(job);
+        }
+        if let Err(e) = self.cgroups.watch(job) {
+            self.out.emit(&job_warning(job, "cannot watch the job's cgroup.events; it settles on kill only", &e))?;
+        }
+        self.register_watch();
+        if !self.cgroups.populated(job).unwrap_or(false) {
+            return self.emptied(job);
+        }
+        if !killing {
+            let procs = self.cgroups.members_stat(job).unwrap_or_default();
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.procs_seen = j.procs_seen.max(procs.len() as u32);
+            }
+            self.out.emit(&Event::Survivors { job, procs })?;
+        }
+        Ok(())
+    }
+
+    /// Put the watch fd in the poll once it exists.
+    fn register_watch(&mut self) {
+        if self.watch_registered {
+            return;
+        }
+        if let Some(fd) = self.cgroups.watch_fd() {
+            let raw = fd.as_raw_fd();
+            if self.poll.registry().register(&mut SourceFd(&raw), WATCH_TOKEN, Interest::READABLE).is_ok() {
+                self.watch_registered = true;
+            }
+        }
+    }
+
+    /// A watched `cgroup.events` changed: settle the jobs whose cgroup emptied.
+    pub(crate) fn cgroups_changed(&mut self) -> Result<(), WorkerError> {
+        for job in self.cgroups.changed() {
+            let Some(j) = self.jobs.get(&job) else { continue };
+            if j.exited_sent && !j.emptied_sent && !j.kept && !self.cgroups.populated(job).unwrap_or(false) {
+                self.emptied(job)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The cgroup is empty: read its accounting, remove it, send `Emptied`.
+    fn emptied(&mut self, job: JobId) -> Result<(), WorkerError> {
+        let cpu_usec = self.cgroups.cpu_usec(job).unwrap_or(0);
+        let removed = self.cgroups.remove(job);
+        let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
+        j.emptied_sent = true;
+        let usage = JobUsage { cpu_usec, procs_seen: j.procs_seen.max(1) };
+        if let Err(e) = removed {
+            self.out.emit(&job_warning(job, "the job's empty cgroup could not be removed", &e))?;
+        }
+        self.out.emit(&Event::Emptied { job, at_unix_ns: unix_ns(), usage })?;
+        self.finish_if_done(job)
+    }
+
+    /// Drop the job once nothing more will be said about it.
+    pub(crate) fn finish_if_done(&mut self, job: JobId) -> Result<(), WorkerError> {
+        if self.jobs.get(&job).is_some_and(|j| j.closed_sent && (j.emptied_sent || j.kept)) {
+            self.jobs.remove(&job);
+        }
+        Ok(())
+    }
+
+    /// `Forget`: the supervisor moved the job's processes out (keep). Stop watching its cgroup (now
+    /// empty, so removed), keep reading its pipes and reaping its main process, report nothing more
+    /// about its cgroup.
+    pub(crate) fn forget(&mut self, job: JobId) -> Result<(), WorkerError> {
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.kept = true;
+            let _ = self.cgroups.remove(job);
+        }
+        self.out.emit(&Event::Forgotten { job })?;
+        self.finish_if_done(job)
+    }
+
+    /// `Probe`: the liveness of a running job; for an ended one with survivors, a fresh `Survivors` first.
+    pub(crate) fn probe(&mut self, job: JobId, probe: u64) -> Result<(), WorkerError> {
+        if self.jobs.get(&job).is_some_and(|j| j.exited_sent && !j.emptied_sent && !j.kept) {
+            let procs = self.cgroups.members_stat(job).unwrap_or_default();
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.procs_seen = j.procs_seen.max(procs.len() as u32);
+            }
+            self.out.emit(&Event::Survivors { job, procs })?;
+        }
+        let liveness = self.liveness(job);
+        if let (Some(l), Some(j)) = (&liveness, self.jobs.get_mut(&job)) {
+            j.procs_seen = j.procs_seen.max(l.procs);
+        }
+        Ok(self.out.emit(&Event::Status { job, probe, liveness })?)
+    }
+
+    fn liveness(&mut self, job: JobId) -> Option<JobLiveness> {
+        let j = self.jobs.get(&job)?;
+        let main = j.pid;
+        if j.kept || j.exited_sent {
+            return None;
+        }
+        let mut pids = self.cgroups.pids(job).unwrap_or_default();
+        if pids.is_empty() && j.child.is_some() {
+            pids.push(main);
+        }
+        let pid = pick(&pids, main)?;
+        let st = procinfo::stat(pid)?;
+        let (wchan, syscall) = (procinfo::wchan(pid), procinfo::syscall(pid));
+        Some(JobLiveness {
+            cpu_usec: self.cgroups.cpu_usec(job).unwrap_or(0),
+            procs: pids.len() as u32,
+            pid,
+            cmdline: procinfo::cmdline(pid),
+            state: st.state.to_string(),
+            activity: procinfo::activity(st.state, &wchan, syscall, procinfo::stdin_is_tty(pid)),
+            wchan,
+        })
+    }
+}
+
+/// The process whose state says most about the job: one on a CPU, else the newest one that is not just
+/// waiting for a child (the shell usually is), else the main process.
+fn pick(pids: &[u32], main: u32) -> Option<u32> {
+    let stats: Vec<(u32, procinfo::Stat)> = pids.iter().filter_map(|&p| Some((p, procinfo::stat(p)?))).collect();
+    if let Some((p, _)) = stats.iter().find(|(_, s)| s.state == 'R') {
+        return Some(*p);
+    }
+    let waiting = |p: u32| matches!(procinfo::syscall(p), Some(61 | 247)) || procinfo::wchan(p).contains("wait");
+    stats
+        .iter()
+        .filter(|(p, _)| !waiting(*p))
+        .max_by_key(|(_, s)| s.start_ticks)
+        .map(|(p, _)| *p)
+        .or_else(|| stats.iter().any(|(p, _)| *p == main).then_some(main))
+        .or_else(|| stats.first().map(|(p, _)| *p))
+}

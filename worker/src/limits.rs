@@ -1,0 +1,94 @@
+//! The session's v1 cgroups on hybrid hosts (`memory`, `pids`), found from `/proc/self/cgroup`: the
+//! supervisor attached the worker there before exec, and jobs inherit the membership. The worker only
+//! reads them: `memory.oom_control` (`oom_kill N`), `pids.events` (`max N`), `pids.max`.
+//!
+//! Only a v1 cgroup named `session-*` counts: a worker started without limits sits in whatever v1
+//! cgroup the supervisor had, whose counters belong to other processes.
+//!
+//! ```
+//! use worker::limits::V1Session;
+//! let v1 = V1Session::parse("4:memory:/heddle/session-a\n8:pids:/heddle/session-a\n0::/x\n", "/sys/fs/cgroup");
+//! assert_eq!(v1.memory.unwrap().to_str(), Some("/sys/fs/cgroup/memory/heddle/session-a"));
+//! ```
+
+use std::path::{Path, PathBuf};
+
+/// The session's v1 `memory` and `pids` cgroup directories, when the worker is in them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct V1Session {
+    pub memory: Option<PathBuf>,
+    pub pids: Option<PathBuf>,
+}
+
+impl V1Session {
+    /// The worker's own v1 session cgroups.
+    pub fn detect() -> V1Session {
+        let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        V1Session::parse(&text, "/sys/fs/cgroup")
+    }
+
+    /// From the text of `/proc/self/cgroup`, with the v1 hierarchies mounted under `mount`.
+    pub fn parse(text: &str, mount: &str) -> V1Session {
+        let find = |controller: &str| {
+            text.lines().find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+                let is_session = Path::new(path).file_name()?.to_str()?.starts_with("session-");
+                (ctrls.split(',').any(|c| c == controller) && is_session)
+                    .then(|| Path::new(mount).join(controller).join(path.trim_start_matches('/')))
+            })
+        };
+        V1Session { memory: find("memory"), pids: find("pids") }
+    }
+
+    /// How many times the OOM killer killed a process of the session.
+    pub fn oom_kills(&self) -> Option<u64> {
+        read_key(self.memory.as_deref()?, "memory.oom_control", "oom_kill")
+    }
+
+    /// How many forks failed on the session's `pids.max`.
+    pub fn pids_failures(&self) -> Option<u64> {
+        read_key(self.pids.as_deref()?, "pids.events", "max")
+    }
+
+    /// The session's `pids.max` (`None`: unlimited or unknown).
+    pub fn pids_max(&self) -> Option<u64> {
+        std::fs::read_to_string(self.pids.as_deref()?.join("pids.max")).ok()?.trim().parse().ok()
+    }
+}
+
+fn read_key(dir: &Path, file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join(file)).ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok())?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_session_cgroups_count() {
+        let v1 = V1Session::parse("4:memory:/process_api/abc\n8:pids:/\n", "/sys/fs/cgroup");
+        assert_eq!(v1, V1Session::default());
+    }
+
+    #[test]
+    fn counters_are_read_by_key() {
+        let dir = tempfile_dir();
+        std::fs::write(dir.join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n").unwrap();
+        std::fs::write(dir.join("pids.events"), "max 7\n").unwrap();
+        std::fs::write(dir.join("pids.max"), "64\n").unwrap();
+        let v1 = V1Session { memory: Some(dir.clone()), pids: Some(dir.clone()) };
+        assert_eq!((v1.oom_kills(), v1.pids_failures(), v1.pids_max()), (Some(3), Some(7), Some(64)));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("heddle-limits-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}
