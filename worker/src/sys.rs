@@ -31,7 +31,7 @@ pub enum InheritError {
     NotOpen(RawFd),
     #[error("the inherited fds were already taken")]
     AlreadyTaken,
-    #[error("cannot mark fd {0} close-on-exec")]
+    #[error("cannot take inherited fd {0}")]
     Cloexec(RawFd, #[source] io::Error),
 }
 
@@ -60,20 +60,10 @@ impl InheritedFds {
 }
 
 fn adopt(n: RawFd) -> Result<OwnedFd, InheritError> {
-    // SAFETY: F_GETFD only inspects the descriptor table entry `n`; it has no memory effects.
-    let flags = unsafe { libc::fcntl(n, libc::F_GETFD) };
-    if flags < 0 {
-        return Err(InheritError::NotOpen(n));
-    }
-    // SAFETY: `n` is open (checked above) and was inherited across exec; `TAKEN` guarantees this runs once
-    // per process, before anything else could have adopted or closed these numbers, so we are its only
-    // owner from here on.
-    let fd = unsafe { OwnedFd::from_raw_fd(n) };
-    // SAFETY: F_SETFD on an fd we own; no memory effects.
-    if unsafe { libc::fcntl(n, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
-        return Err(InheritError::Cloexec(n, io::Error::last_os_error()));
-    }
-    Ok(fd)
+    shm_proto::sys::take_inherited_fd(n).map_err(|e| match e.raw_os_error() {
+        Some(libc::EBADF) => InheritError::NotOpen(n),
+        _ => InheritError::Cloexec(n, e),
+    })
 }
 
 /// Make `SIGCHLD` take its default action, so exited jobs stay zombies until the worker reaps them
