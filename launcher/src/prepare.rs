@@ -70,6 +70,8 @@ pub struct Prepared {
     pub(crate) stdio: Stdio,
     pub(crate) cgroup: Option<OwnedFd>,
     pub(crate) force_procs_write: bool,
+    pub(crate) no_new_privs: bool,
+    pub(crate) landlock: Option<OwnedFd>,
 }
 
 impl Prepared {
@@ -111,6 +113,8 @@ impl Prepared {
             stdio,
             cgroup: None,
             force_procs_write: false,
+            no_new_privs: false,
+            landlock: None,
         })
     }
 
@@ -135,6 +139,20 @@ impl Prepared {
     pub fn force_procs_write(mut self) -> Prepared {
         self.force_procs_write = true;
         self
+    }
+
+    /// Set no_new_privs in the child before exec.
+    pub fn with_no_new_privs(mut self) -> Prepared {
+        self.no_new_privs = true;
+        self
+    }
+
+    /// Restrict the child with the Landlock ruleset `ruleset` (built before the fork, see
+    /// [`crate::landlock_rules`]) just before exec; implies no_new_privs. The fd is duplicated.
+    pub fn with_landlock(mut self, ruleset: std::os::fd::BorrowedFd<'_>) -> Result<Prepared, PrepareError> {
+        self.landlock = Some(crate::sys::dup_at_least(ruleset, 4).map_err(PrepareError::Fd)?);
+        self.no_new_privs = true;
+        Ok(self)
     }
 
     /// The program that will be executed.
