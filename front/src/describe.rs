@@ -65,6 +65,7 @@ fn facts(s: &Session) -> SessionFacts {
         state,
         warnings: st.warnings.iter().cloned().collect(),
         note: join_notes(lost.into_iter().chain(closing)),
+        sandbox: st.sandbox.clone(),
     }
 }
 

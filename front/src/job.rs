@@ -52,6 +52,9 @@ pub struct Job {
     kill_requested: bool,
     reported: bool,
     notes: Vec<String>,
+    files: Vec<crate::sandbox::FileResult>,
+    /// Preflight warnings given at launch.
+    pub warnings: Vec<String>,
 }
 
 impl Job {
@@ -75,6 +78,8 @@ impl Job {
             kill_requested: false,
             reported: false,
             notes: Vec::new(),
+            files: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -203,6 +208,18 @@ impl Job {
         (self.store.plan(stream, offset), self.store.stored(stream))
     }
 
+    /// The worker wrote (or refused) the job's files.
+    pub fn on_files(&mut self, files: Vec<shm_proto::msg::FileOutcome>) {
+        self.files = files
+            .into_iter()
+            .map(|f| crate::sandbox::FileResult {
+                path: String::from_utf8_lossy(&f.path).into_owned(),
+                written: f.error.is_none(),
+                error: f.error,
+            })
+            .collect();
+    }
+
     /// The store's error, when storing stopped.
     pub fn store_error(&self) -> Option<&str> {
         self.store.error()
@@ -238,6 +255,9 @@ impl Job {
             settled: self.settled(),
             note: join_notes(notes),
             announcements: Vec::new(),
+            files: self.files.clone(),
+            refusals: Vec::new(),
+            warnings: self.warnings.clone(),
         }
     }
 

@@ -34,6 +34,8 @@ struct Params {
     yield_ms: Option<u64>,
     #[serde(default)]
     env: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    files: Vec<crate::sandbox::FileParam>,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
@@ -43,13 +45,16 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     let (d, clamp_note) = clamp_wait("yield_ms", p.yield_ms, DEFAULT_YIELD_MS);
     let until = deadline(d);
     let s = k.live_session(client, &p.session)?;
+    let files = crate::sandbox::file_specs(&p.files, &s.spec().cwd)?;
     let job = admit_job(&s, &p.cmd)?;
+    preflight(&s, job, &p.cmd);
     let spec = RunSpec {
         job,
         cmd: p.cmd,
         cwd: s.spec().cwd.as_bytes().to_vec(),
         env: merge_env(&s.spec().env, extra_env),
         stdin: StdinMode::Null,
+        files,
     };
     let mut notes: Vec<String> = clamp_note.into_iter().collect();
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {
@@ -88,6 +93,16 @@ fn admit_job(s: &Session, cmd: &str) -> Result<JobId, RpcError> {
         return Err(RpcError::new(ErrorKind::UnknownSession, msg));
     }
     Ok(st.add_job(cmd.to_owned(), &s.jobs_dir()))
+}
+
+/// Attach the preflight warnings (writes outside the writable roots) to the new job.
+fn preflight(s: &Session, job: JobId, cmd: &str) {
+    let mut st = s.lock();
+    let Some(info) = &st.sandbox else { return };
+    let warnings = crate::sandbox::preflight(cmd, info);
+    if let Some(j) = st.jobs.get_mut(&job) {
+        j.warnings = warnings;
+    }
 }
 
 /// The session's environment with the call's entries on top (a call's entry replaces the session's).

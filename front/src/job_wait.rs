@@ -58,6 +58,11 @@ pub(crate) fn answer(
         return Err(unknown_job(s.name(), job));
     };
     let mut result = j.result(s.name(), now, notes, true);
+    if let (Some(info), Some(code)) = (&st.sandbox, result.exit_code) {
+        if code != 0 {
+            result.refusals = crate::sandbox::explain_refusals(&result.view, &s.spec().cwd, info);
+        }
+    }
     result.announcements = st.take_announcements(now);
     Ok(result)
 }

@@ -100,6 +100,12 @@ pub struct JobResult {
     pub settled: bool,
     pub note: Option<String>,
     pub announcements: Vec<Announcement>,
+    /// The files channel: each file given to `run`, written or not (with why).
+    pub files: Vec<crate::sandbox::FileResult>,
+    /// Writes the sandbox refused, each explained: which path, which rule, how to widen it.
+    pub refusals: Vec<String>,
+    /// Warnings given before launch (preflight: plain writes or deletions outside the writable roots).
+    pub warnings: Vec<String>,
 }
 
 /// One row of `jobs`.
@@ -205,6 +211,9 @@ pub struct SessionFacts {
     /// Warnings the worker sent that concern no particular job (the last 16).
     pub warnings: Vec<String>,
     pub note: Option<String>,
+    /// The session's sandbox as its worker enforces it: policy, writable roots, Landlock ABI and what
+    /// is enforced, seccomp denials; `null` until the worker reported it.
+    pub sandbox: Option<shm_proto::msg::SandboxInfo>,
 }
 
 #[derive(Clone, Debug, Serialize)]

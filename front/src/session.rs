@@ -94,6 +94,8 @@ pub struct SessionState {
     pub warnings: VecDeque<String>,
     /// Jobs that may hold buffered output (so a flush need not visit every job).
     dirty: Vec<JobId>,
+    /// The session's sandbox as its worker reported it (after `Hello`).
+    pub sandbox: Option<shm_proto::msg::SandboxInfo>,
 }
 
 impl SessionState {
@@ -113,7 +115,8 @@ impl SessionState {
             | Event::Output { job, .. }
             | Event::Exited { job, .. }
             | Event::StreamsClosed { job } => Some(*job),
-            Event::Hello { .. } | Event::Warning { .. } => None,
+            Event::FilesWritten { job, .. } => Some(*job),
+            Event::Hello { .. } | Event::Warning { .. } | Event::Sandbox(_) => None,
         };
         let job = match job_id {
             Some(id) => match self.jobs.get_mut(&id) {
@@ -145,6 +148,8 @@ impl SessionState {
                 self.worker = Some(WorkerInfo { pid, uid });
             }
             (Event::Warning { job, message }, _) => self.warn(job, message),
+            (Event::Sandbox(info), _) => self.sandbox = Some(info),
+            (Event::FilesWritten { files, .. }, Some(j)) => j.on_files(files),
             _ => {}
         }
         true

@@ -64,6 +64,8 @@ pub struct OpenedSession {
     pub worker_pid: u32,
     pub worker_uid: u32,
     pub cgroup: String,
+    /// The session's temp dir.
+    pub tmp: String,
 }
 
 /// A session the supervisor closed.
@@ -92,7 +94,12 @@ pub enum LinkError {
 /// What the kernel needs from the supervisor.
 pub trait SupervisorLink: Send + Sync {
     /// Open a session for a client of uid `client_uid`.
-    fn open_session(&self, session: &str, client_uid: u32) -> Result<OpenedSession, LinkError>;
+    fn open_session(
+        &self,
+        session: &str,
+        client_uid: u32,
+        sandbox: &crate::sandbox::SandboxRequest,
+    ) -> Result<OpenedSession, LinkError>;
     /// Kill and remove a session's cgroup subtree.
     fn close_session(&self, session: &str) -> Result<ClosedSession, LinkError>;
     /// The supervisor's own facts.
@@ -216,14 +223,26 @@ impl ControlLink {
 }
 
 impl SupervisorLink for ControlLink {
-    fn open_session(&self, session: &str, client_uid: u32) -> Result<OpenedSession, LinkError> {
-        let make = |req| ToSupervisor::OpenSession { req, session: session.to_owned(), client_uid };
+    fn open_session(
+        &self,
+        session: &str,
+        client_uid: u32,
+        sandbox: &crate::sandbox::SandboxRequest,
+    ) -> Result<OpenedSession, LinkError> {
+        let make = |req| ToSupervisor::OpenSession {
+            req,
+            session: session.to_owned(),
+            client_uid,
+            policy: sandbox.policy.clone(),
+            network: sandbox.network,
+            project: sandbox.project.clone(),
+        };
         match self.request(make, OPEN_TIMEOUT)? {
-            (FromSupervisor::SessionOpened { worker_pid, worker_uid, cgroup, .. }, fds) => {
+            (FromSupervisor::SessionOpened { worker_pid, worker_uid, cgroup, tmp, .. }, fds) => {
                 let fds = SessionFds::from_vec(fds).inspect_err(|_| {
                     let _ = self.close_session(session);
                 })?;
-                Ok(OpenedSession { fds, worker_pid, worker_uid, cgroup })
+                Ok(OpenedSession { fds, worker_pid, worker_uid, cgroup, tmp })
             }
             (FromSupervisor::SessionFailed { error, .. } | FromSupervisor::Error { error, .. }, _) => {
                 Err(LinkError::Refused(error))
@@ -271,6 +290,10 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn req() -> crate::sandbox::SandboxRequest {
+        crate::sandbox::SandboxRequest { policy: "workspace".into(), network: None, project: "/".into() }
+    }
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     use shm_proto::region::{Region, RegionConfig};
 
@@ -288,18 +311,25 @@ mod tests {
         let (tx, _rx) = crossbeam_channel::unbounded();
         let link = ControlLink::start(front, tx).unwrap();
         let t = std::thread::spawn(move || {
-            let ToSupervisor::OpenSession { req, session, client_uid } = recv_to(&sup) else { panic!() };
+            let ToSupervisor::OpenSession { req, session, client_uid, .. } = recv_to(&sup) else { panic!() };
             assert_eq!((session.as_str(), client_uid), ("s1", 1000));
             let (_r, memfd) = Region::create(RegionConfig::default()).unwrap();
             let efds: Vec<EventFd> = (0..4).map(|_| EventFd::new().unwrap()).collect();
             let mut fds = vec![memfd.as_fd()];
             fds.extend(efds.iter().map(|e| e.as_fd()));
             let msg =
-                FromSupervisor::SessionOpened { req, session, worker_pid: 7, worker_uid: 1000, cgroup: "/cg".into() };
+                FromSupervisor::SessionOpened {
+                    req,
+                    session,
+                    worker_pid: 7,
+                    worker_uid: 1000,
+                    cgroup: "/cg".into(),
+                    tmp: "/t".into(),
+                };
             control::send(sup.as_fd(), &msg, &fds).unwrap();
             sup
         });
-        let opened = link.open_session("s1", 1000).unwrap();
+        let opened = link.open_session("s1", 1000, &req()).unwrap();
         assert_eq!((opened.worker_pid, opened.cgroup.as_str()), (7, "/cg"));
         Region::attach(opened.fds.memfd.as_fd()).unwrap();
         t.join().unwrap();
@@ -318,7 +348,7 @@ mod tests {
                 .unwrap();
             drop(sup);
         });
-        let err = link.open_session("s1", 0).unwrap_err();
+        let err = link.open_session("s1", 0, &req()).unwrap_err();
         assert!(matches!(&err, LinkError::Refused(e) if e == "no cgroup"), "{err}");
         t.join().unwrap();
         let n = rx.recv_timeout(Duration::from_secs(5)).unwrap();

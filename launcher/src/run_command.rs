@@ -6,7 +6,7 @@
 //! through the pidfd and reports the command's status the way a shell does (128 + signal).
 //!
 //! ```no_run
-//! let cmd = launcher::run_command::Command { cgroup: None, cwd: None, argv: vec!["true".into()] };
+//! let cmd = launcher::run_command::Command { argv: vec!["true".into()], ..Default::default() };
 //! assert_eq!(launcher::run_command::run(&cmd).unwrap().shell_code(), 0);
 //! ```
 

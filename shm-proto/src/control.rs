@@ -24,6 +24,12 @@ pub enum ToSupervisor {
         session: String,
         /// The uid of the client that asked (the worker's default uid when it is not root).
         client_uid: u32,
+        /// The policy profile's name (`workspace`, `readonly`), passed to the worker.
+        policy: String,
+        /// `Some` when the session switched the profile's network setting.
+        network: Option<bool>,
+        /// The session's project directory (its cwd): the `{project}` writable root.
+        project: String,
     },
     /// Kill everything in the session's cgroup subtree (worker included), verify it empty, remove it.
     CloseSession { req: u64, session: String },
@@ -49,6 +55,8 @@ pub enum FromSupervisor {
         worker_uid: u32,
         /// The session's cgroup directory.
         cgroup: String,
+        /// The session's private temp dir (owned by the worker's uid, removed at close).
+        tmp: String,
     },
     /// The session could not be opened; nothing of it remains.
     SessionFailed { req: u64, session: String, error: String },

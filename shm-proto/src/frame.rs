@@ -49,6 +49,7 @@ mod tests {
             cwd: b"/tmp/\xff dir".to_vec(),
             env: vec![("A".into(), "b".into())],
             stdin: StdinMode::Null,
+            files: vec![crate::msg::FileSpec { path: b"/p/\xff".to_vec(), content: b"\0EOF\n".to_vec(), mode: None }],
         });
         let mut buf = Vec::new();
         encode(&cmd, &mut buf).unwrap();

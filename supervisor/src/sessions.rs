@@ -77,7 +77,9 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     /// Answer one request from the front.
     pub fn handle(&mut self, msg: ToSupervisor) -> Outgoing {
         match msg {
-            ToSupervisor::OpenSession { req, session, client_uid } => self.handle_open(req, session, client_uid),
+            ToSupervisor::OpenSession { req, session, client_uid, policy, network, project } => {
+                self.handle_open(req, session, client_uid, &crate::session::WorkerPolicy { policy, network, project })
+            }
             ToSupervisor::CloseSession { req, session } => self.handle_close(req, session),
             ToSupervisor::Describe { req } => Outgoing::plain(FromSupervisor::Info {
                 req,
@@ -88,17 +90,24 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         }
     }
 
-    fn handle_open(&mut self, req: u64, session: String, client_uid: u32) -> Outgoing {
-        let opened = match self.open(&session, client_uid) {
+    fn handle_open(
+        &mut self,
+        req: u64,
+        session: String,
+        client_uid: u32,
+        policy: &crate::session::WorkerPolicy,
+    ) -> Outgoing {
+        let opened = match self.open_with(&session, client_uid, policy) {
             Ok(s) => match s.fds.duplicate() {
-                Ok(fds) => Ok((s.worker.pid, s.worker.uid, s.cgroup.display().to_string(), fds)),
+                Ok(fds) => Ok((s.worker.pid, s.worker.uid, s.cgroup.display().to_string(), s.tmp.clone(), fds)),
                 Err(e) => Err(OpenError::Dup(e)),
             },
             Err(e) => Err(e),
         };
         match opened {
-            Ok((worker_pid, worker_uid, cgroup, fds)) => {
-                Outgoing { msg: FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup }, fds }
+            Ok((worker_pid, worker_uid, cgroup, tmp, fds)) => {
+                let tmp = tmp.display().to_string();
+                Outgoing { msg: FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup, tmp }, fds }
             }
             Err(e) => {
                 if let OpenError::Dup(_) = e {

@@ -396,7 +396,14 @@ impl FakeFront {
         match words.as_slice() {
             ["describe"] => format!("{:?}", self.ask(ToSupervisor::Describe { req }).0),
             ["open", id, uid] => {
-                let msg = ToSupervisor::OpenSession { req, session: id.to_string(), client_uid: uid.parse().unwrap() };
+                let msg = ToSupervisor::OpenSession {
+                    req,
+                    session: id.to_string(),
+                    client_uid: uid.parse().unwrap(),
+                    policy: "workspace".into(),
+                    network: None,
+                    project: "/".into(),
+                };
                 let (reply, fds) = self.ask(msg);
                 if !matches!(reply, FromSupervisor::SessionOpened { .. }) {
                     return format!("{reply:?}");

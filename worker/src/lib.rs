@@ -32,6 +32,7 @@ pub mod job;
 pub mod job_kill;
 pub mod job_run;
 pub mod output;
+pub mod sandbox;
 pub mod startup;
 pub mod sys;
 

@@ -59,7 +59,8 @@ impl Front {
 
     pub fn run_in(&mut self, job: JobId, cmd: &str, cwd: &str, env: &[(&str, &str)]) {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let spec = RunSpec { job, cmd: cmd.into(), cwd: cwd.as_bytes().to_vec(), env, stdin: StdinMode::Null };
+        let spec =
+            RunSpec { job, cmd: cmd.into(), cwd: cwd.as_bytes().to_vec(), env, stdin: StdinMode::Null, files: Vec::new() };
         self.send(&Command::Run(spec));
     }
 
@@ -221,7 +222,7 @@ impl LocalWorker {
             bash_version: "test".into(),
             cgroup: "/fake".into(),
         };
-        let settings = worker::Settings { base_env, hello, startup_warnings: Vec::new() };
+        let settings = worker::Settings { base_env, hello, startup_warnings: Vec::new(), sandbox: None };
         let cgroups = worker::cgroup::RecordingCgroups::default();
         let fake = cgroups.clone();
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
