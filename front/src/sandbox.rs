@@ -70,7 +70,8 @@ pub struct FileResult {
 /// The most files one `run` may carry.
 pub const MAX_FILES: usize = 256;
 
-/// Turn `files` into specs with absolute paths (relative ones are taken from `cwd`).
+/// Turn `files` into specs with absolute paths (relative ones are taken from `cwd`), normalised
+/// lexically (`a/../b` is `b`, whether or not `a` exists).
 pub fn file_specs(files: &[FileParam], cwd: &str) -> Result<Vec<FileSpec>, RpcError> {
     use base64::Engine;
     if files.len() > MAX_FILES {
@@ -90,7 +91,7 @@ pub fn file_specs(files: &[FileParam], cwd: &str) -> Result<Vec<FileSpec>, RpcEr
             if f.path.is_empty() || f.path.contains('\0') {
                 return Err(bad("the path is empty or contains NUL".into()));
             }
-            let path = Path::new(cwd).join(&f.path);
+            let path = normalise(&Path::new(cwd).join(&f.path));
             Ok(FileSpec { path: path.into_os_string().into_encoded_bytes(), content, mode: f.mode })
         })
         .collect()
