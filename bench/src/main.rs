@@ -2,6 +2,8 @@
 //! same run. Needs root (it starts a real heddle stack). Build with `cargo build --release --workspace
 //! --bins`, then `./target/release/heddle-bench spawn`.
 
+mod sandbox;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use heddle_bench::{report, time_us, Summary};
@@ -22,11 +24,21 @@ enum Bench {
         #[arg(long, default_value_t = 500)]
         iterations: usize,
     },
+    /// Spawn+wait through the launcher with Landlock + seccomp + cgroup placement, vs bare, vs bwrap.
+    Sandbox {
+        #[arg(long, default_value_t = 500)]
+        iterations: usize,
+    },
+    /// Internal: the sandboxed loop of `sandbox`, in its own process (the filter is installed on it).
+    #[command(hide = true)]
+    SandboxChild { cgroup: std::path::PathBuf },
 }
 
 fn main() -> Result<()> {
     match Args::parse().bench {
         Bench::Spawn { iterations } => spawn(iterations),
+        Bench::Sandbox { iterations } => sandbox::run(iterations),
+        Bench::SandboxChild { cgroup } => sandbox::child(cgroup),
     }
 }
 

@@ -317,15 +317,14 @@ mod tests {
             let efds: Vec<EventFd> = (0..4).map(|_| EventFd::new().unwrap()).collect();
             let mut fds = vec![memfd.as_fd()];
             fds.extend(efds.iter().map(|e| e.as_fd()));
-            let msg =
-                FromSupervisor::SessionOpened {
-                    req,
-                    session,
-                    worker_pid: 7,
-                    worker_uid: 1000,
-                    cgroup: "/cg".into(),
-                    tmp: "/t".into(),
-                };
+            let msg = FromSupervisor::SessionOpened {
+                req,
+                session,
+                worker_pid: 7,
+                worker_uid: 1000,
+                cgroup: "/cg".into(),
+                tmp: "/t".into(),
+            };
             control::send(sup.as_fd(), &msg, &fds).unwrap();
             sup
         });

@@ -106,7 +106,11 @@ impl SupervisorLink for FakeSupervisor {
         let thread = std::thread::spawn(move || worker.run(hello, client_uid));
         let handle = WorkerHandle { stop, doorbell: dup(&fds.cmd_data), thread: Some(thread) };
         self.workers.lock().unwrap().insert(session.to_owned(), handle);
-        Ok(OpenedSession { fds, worker_pid: 4242, worker_uid: client_uid, cgroup: format!("/fake/session-{session}"),
+        Ok(OpenedSession {
+            fds,
+            worker_pid: 4242,
+            worker_uid: client_uid,
+            cgroup: format!("/fake/session-{session}"),
             tmp: format!("/fake-tmp/{session}"),
         })
     }

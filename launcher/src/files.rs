@@ -65,7 +65,8 @@ pub fn write_files(ruleset: Option<BorrowedFd<'_>>, files: &[FileSpec]) -> Vec<R
         match crate::sys::write_files_confined(ruleset, &writes) {
             Ok(errnos) => {
                 for (i, e) in index.iter().zip(errnos) {
-                    results[*i] = Some(if e == 0 { Ok(()) } else { Err(FileError::Io(io::Error::from_raw_os_error(e))) });
+                    results[*i] =
+                        Some(if e == 0 { Ok(()) } else { Err(FileError::Io(io::Error::from_raw_os_error(e))) });
                 }
             }
             Err(e) => {

@@ -27,7 +27,8 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let cmd = launcher::run_command::Command { cgroup: args.cgroup, cwd: args.cwd, argv: args.argv, policy: args.policy };
+    let cmd =
+        launcher::run_command::Command { cgroup: args.cgroup, cwd: args.cwd, argv: args.argv, policy: args.policy };
     match launcher::run_command::run(&cmd) {
         Ok(status) => std::process::exit(status.shell_code()),
         Err(err) => {

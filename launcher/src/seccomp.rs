@@ -51,7 +51,7 @@ pub fn build_filter(policy: &Policy) -> Result<BpfProgram, SeccompError> {
     let compile = SeccompError::Compile;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for rule in &policy.seccomp.deny {
-        rules.insert(rule.nr as i64, Vec::new());
+        rules.insert(rule.nr, Vec::new());
     }
     if policy.seccomp.deny_tiocsti {
         let cond = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, TIOCSTI).map_err(compile)?;
@@ -80,18 +80,18 @@ pub fn build_filter(policy: &Policy) -> Result<BpfProgram, SeccompError> {
 /// `if arch == x86_64 && nr >= X32_SYSCALL_BIT { return EPERM }`, falling through to the next program.
 fn x32_guard() -> BpfProgram {
     use seccompiler::sock_filter;
-    const LD_ABS_W: u16 = 0x00 | 0x00 | 0x20;
-    const JEQ_K: u16 = 0x05 | 0x10;
+    const LD_ABS_W: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
     const JGE_K: u16 = 0x05 | 0x30;
     const RET_K: u16 = 0x06;
     const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
     const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
     let ins = |code, jt, jf, k| sock_filter { code, jt, jf, k };
     vec![
-        ins(LD_ABS_W, 0, 0, 4),                 // A = seccomp_data.arch
-        ins(JEQ_K, 0, 3, AUDIT_ARCH_X86_64),    // not x86_64: on to the arch check (which kills)
-        ins(LD_ABS_W, 0, 0, 0),                 // A = seccomp_data.nr
-        ins(JGE_K, 0, 1, X32_SYSCALL_BIT),      // an x32 number?
+        ins(LD_ABS_W, 0, 0, 4),              // A = seccomp_data.arch
+        ins(JEQ_K, 0, 3, AUDIT_ARCH_X86_64), // not x86_64: on to the arch check (which kills)
+        ins(LD_ABS_W, 0, 0, 0),              // A = seccomp_data.nr
+        ins(JGE_K, 0, 1, X32_SYSCALL_BIT),   // an x32 number?
         ins(RET_K, 0, 0, SECCOMP_RET_ERRNO | libc::EPERM as u32),
     ]
 }

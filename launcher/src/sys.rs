@@ -65,7 +65,8 @@ pub(crate) enum Stage {
 impl Stage {
     pub(crate) fn from_u32(v: u32) -> Option<Stage> {
         [Stage::Cgroup, Stage::Stdio, Stage::Chdir, Stage::Exec, Stage::NoNewPrivs, Stage::Landlock]
-            .into_iter().find(|s| *s as u32 == v)
+            .into_iter()
+            .find(|s| *s as u32 == v)
     }
 }
 
@@ -284,7 +285,7 @@ unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
     }
     if plan.landlock.is_some() {
         // SAFETY: fd 4 is the ruleset fd moved there above; flags 0.
-        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, 4 as c_int, 0 as u32) } < 0 {
+        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, 4 as c_int, 0_u32) } < 0 {
             // SAFETY: as above.
             unsafe { fail(status, Stage::Landlock) }
         }
@@ -428,7 +429,12 @@ pub(crate) fn landlock_abi() -> i32 {
     const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
     // SAFETY: with a NULL attribute pointer, size 0 and the VERSION flag, the syscall only returns a number.
     let v = unsafe {
-        libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, LANDLOCK_CREATE_RULESET_VERSION)
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
     };
     i32::try_from(v).unwrap_or(0)
 }
@@ -490,7 +496,9 @@ pub(crate) fn write_files_confined(ruleset: Option<BorrowedFd<'_>>, files: &[Fil
     }
     let mut status = 0;
     // SAFETY: `pid` is our own unreaped child.
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {}
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+    {}
     if got < buf.len() {
         return Err(io::Error::other("the file-writing child ended before reporting every file"));
     }

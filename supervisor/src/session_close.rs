@@ -115,7 +115,14 @@ mod tests {
     use std::path::PathBuf;
 
     fn open(t: &mut crate::fake::Table, id: &str) {
-        let out = t.handle(ToSupervisor::OpenSession { req: 1, session: id.into(), client_uid: 0, policy: "workspace".into(), network: None, project: "/".into() });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 1,
+            session: id.into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+        });
         assert!(matches!(out.msg, FromSupervisor::SessionOpened { .. }), "{:?}", out.msg);
     }
 

@@ -156,7 +156,14 @@ mod tests {
     #[test]
     fn open_creates_delegates_and_spawns_in_order() {
         let (mut t, calls) = table();
-        let out = t.handle(ToSupervisor::OpenSession { req: 1, session: "demo".into(), client_uid: 0, policy: "workspace".into(), network: None, project: "/".into() });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 1,
+            session: "demo".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+        });
         let FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup, .. } = &out.msg else {
             panic!("{:?}", out.msg)
         };
@@ -185,7 +192,14 @@ mod tests {
     #[test]
     fn non_root_client_gets_a_worker_of_its_own_uid() {
         let (mut t, calls) = table();
-        let out = t.handle(ToSupervisor::OpenSession { req: 2, session: "mine".into(), client_uid: 4000123, policy: "workspace".into(), network: None, project: "/".into() });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 2,
+            session: "mine".into(),
+            client_uid: 4000123,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+        });
         assert!(matches!(out.msg, FromSupervisor::SessionOpened { worker_uid: 4000123, .. }));
         assert!(calls.take().contains(&Call::SpawnWorker("mine".into(), p("/cg/heddle/session-mine"), 4000123)));
     }
@@ -193,7 +207,14 @@ mod tests {
     #[test]
     fn invalid_id_fails_without_touching_anything() {
         let (mut t, calls) = table();
-        let out = t.handle(ToSupervisor::OpenSession { req: 3, session: "../etc".into(), client_uid: 0, policy: "workspace".into(), network: None, project: "/".into() });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 3,
+            session: "../etc".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+        });
         assert!(
             matches!(out.msg, FromSupervisor::SessionFailed { req: 3, ref error, .. } if error.contains("not valid"))
         );
@@ -204,9 +225,23 @@ mod tests {
     #[test]
     fn duplicate_id_is_refused_and_first_session_survives() {
         let (mut t, calls) = table();
-        t.handle(ToSupervisor::OpenSession { req: 1, session: "a".into(), client_uid: 0, policy: "workspace".into(), network: None, project: "/".into() });
+        t.handle(ToSupervisor::OpenSession {
+            req: 1,
+            session: "a".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+        });
         calls.take();
-        let out = t.handle(ToSupervisor::OpenSession { req: 2, session: "a".into(), client_uid: 0, policy: "workspace".into(), network: None, project: "/".into() });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 2,
+            session: "a".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+        });
         assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("already open")));
         assert_eq!(calls.take(), vec![]);
         assert!(t.get("a").is_some());
@@ -216,7 +251,14 @@ mod tests {
     fn spawn_failure_removes_what_was_created() {
         let (mut t, calls) = table();
         calls.fail_spawn();
-        let out = t.handle(ToSupervisor::OpenSession { req: 5, session: "x".into(), client_uid: 0, policy: "workspace".into(), network: None, project: "/".into() });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 5,
+            session: "x".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+        });
         assert!(
             matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("starting the worker failed"))
         );
@@ -229,7 +271,14 @@ mod tests {
     fn existing_cgroup_dir_fails_and_is_not_removed() {
         let (mut t, calls) = table();
         calls.fail_create("/cg/heddle/session-old");
-        let out = t.handle(ToSupervisor::OpenSession { req: 6, session: "old".into(), client_uid: 0, policy: "workspace".into(), network: None, project: "/".into() });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 6,
+            session: "old".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+        });
         assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("already exists")));
         assert_eq!(calls.take(), vec![]);
     }
@@ -238,7 +287,14 @@ mod tests {
     fn chown_failure_removes_the_session_dir() {
         let (mut t, calls) = table();
         calls.fail_chown();
-        let out = t.handle(ToSupervisor::OpenSession { req: 7, session: "c".into(), client_uid: 0, policy: "workspace".into(), network: None, project: "/".into() });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 7,
+            session: "c".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+        });
         assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("cgroup")));
         let got = calls.take();
         assert_eq!(got.last(), Some(&Call::RemoveTree(p("/cg/heddle/session-c"))));

@@ -107,7 +107,10 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         match opened {
             Ok((worker_pid, worker_uid, cgroup, tmp, fds)) => {
                 let tmp = tmp.display().to_string();
-                Outgoing { msg: FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup, tmp }, fds }
+                Outgoing {
+                    msg: FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup, tmp },
+                    fds,
+                }
             }
             Err(e) => {
                 if let OpenError::Dup(_) = e {

@@ -35,7 +35,10 @@ fn writes_outside_the_roots_are_refused_and_explained() {
     let why = r["refusals"][0].as_str().unwrap_or_default();
     assert!(why.starts_with("/etc/heddle-test was not written"), "{r}");
     assert!(why.contains(&format!("{} ({{project}})", h.project.display())), "{why}");
-    assert!(r["warnings"][0].as_str().unwrap().starts_with("preflight: this command writes or deletes /etc/heddle-test"));
+    assert!(r["warnings"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("preflight: this command writes or deletes /etc/heddle-test"));
 
     // $HOME is world-writable here: only Landlock refuses it.
     let r = run(&mut c, &s, "echo 'alias ls=rm' >> $HOME/.bashrc");
@@ -57,7 +60,10 @@ fn create_rename_across_dirs_and_delete_work_inside_the_project_and_tmpdir() {
     let r = run(&mut c, &s, cmd);
     assert_eq!((r["exit_code"].as_i64(), r["view"].as_str()), (Some(0), Some("tmp-ok\n")), "{r}");
     assert_eq!(std::fs::read_dir(&h.project).unwrap().count(), 0);
-    let tmp = c.call("describe", json!({"session": s})).unwrap()["sessions"][0]["sandbox"]["tmp"].as_str().unwrap().to_owned();
+    let tmp = c.call("describe", json!({"session": s})).unwrap()["sessions"][0]["sandbox"]["tmp"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(Path::new(&tmp).is_dir());
     c.call("session.close", json!({"session": s})).unwrap();
     assert!(!Path::new(&tmp).exists(), "the session temp dir is removed at close");
@@ -77,7 +83,13 @@ fn link_toolchain(h: &Heddle) -> PathBuf {
     }
     let st = std::process::Command::new("cp").arg("-al").arg(sysroot.join("lib")).arg(&dst).status().unwrap();
     if !st.success() {
-        assert!(std::process::Command::new("cp").arg("-a").arg(sysroot.join("lib")).arg(&dst).status().unwrap().success());
+        assert!(std::process::Command::new("cp")
+            .arg("-a")
+            .arg(sysroot.join("lib"))
+            .arg(&dst)
+            .status()
+            .unwrap()
+            .success());
     }
     assert!(std::process::Command::new("chmod").args(["-R", "a+rX"]).arg(&dst).status().unwrap().success());
     dst
@@ -92,7 +104,11 @@ fn cargo_new_and_build_and_git_commit_work_inside_the_project() {
     let path = format!("{}/bin:/usr/local/bin:/usr/bin:/bin", tc.display());
     let env = json!({"HOME": home, "CARGO_HOME": home.join(".cargo"), "PATH": path, "CARGO_NET_OFFLINE": "true"});
     let s = open(&mut c, &h, env);
-    let r = run(&mut c, &s, "mkdir -p $HOME && cargo new -q --vcs none tiny && cd tiny && cargo build -q && ./target/debug/tiny");
+    let r = run(
+        &mut c,
+        &s,
+        "mkdir -p $HOME && cargo new -q --vcs none tiny && cd tiny && cargo build -q && ./target/debug/tiny",
+    );
     assert_eq!((r["exit_code"].as_i64(), r["view"].as_str()), (Some(0), Some("Hello, world!\n")), "{r}");
 
     let git = "set -e; export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; \
@@ -149,7 +165,11 @@ fn namespaces_mounts_and_x32_syscalls_are_refused() {
     assert!(r["view"].as_str().unwrap().contains("Operation not permitted"), "{r}");
     assert!(r["view"].as_str().unwrap().ends_with("rc=1\n"), "{r}");
     // mount(2) directly: EPERM from the filter (perl's syscall() needs no privilege of its own).
-    let r = run(&mut c, &s, r#"perl -e 'my ($s, $t, $f) = ("none", "/mnt", "tmpfs"); $!=0; syscall(165, $s, $t, $f, 0, 0); print "$!\n"'; mount -t tmpfs none /mnt 2>/dev/null; echo rc=$?"#);
+    let r = run(
+        &mut c,
+        &s,
+        r#"perl -e 'my ($s, $t, $f) = ("none", "/mnt", "tmpfs"); $!=0; syscall(165, $s, $t, $f, 0, 0); print "$!\n"'; mount -t tmpfs none /mnt 2>/dev/null; echo rc=$?"#,
+    );
     let view = r["view"].as_str().unwrap();
     assert!(view.starts_with("Operation not permitted\n") && view.ends_with("rc=32\n"), "{r}");
     // x32 getpid (0x40000027): the x32 guard answers EPERM (without it: ENOSYS or a pid).

@@ -11,11 +11,11 @@ use crate::emit::{error_chain, truncate};
 use crate::event_loop::WorkerError;
 use crate::job::{unix_ns, Job, Pipe, Source};
 use crate::Worker;
+use launcher::files::{FileError, FileSpec};
 use launcher::{LaunchError, PrepareError, Prepared, Stdio};
 use mio::unix::SourceFd;
 use mio::Interest;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
-use launcher::files::{FileError, FileSpec};
 use shm_proto::msg::{Event, FileOutcome, JobId, RunSpec};
 use std::ffi::OsStr;
 use std::io;
@@ -144,7 +144,11 @@ impl<C: CgroupOps> Worker<C> {
         let files: Vec<FileSpec> = spec
             .files
             .iter()
-            .map(|f| FileSpec { path: PathBuf::from(OsStr::from_bytes(&f.path)), content: f.content.clone(), mode: f.mode })
+            .map(|f| FileSpec {
+                path: PathBuf::from(OsStr::from_bytes(&f.path)),
+                content: f.content.clone(),
+                mode: f.mode,
+            })
             .collect();
         let refusal = self.sandbox.as_ref().and_then(|s| s.refusal().map(str::to_owned));
         let results = match &refusal {
@@ -176,4 +180,3 @@ impl<C: CgroupOps> Worker<C> {
         }
     }
 }
-

@@ -85,7 +85,8 @@ impl SessionSandbox {
         match launcher::seccomp::install(&sb.seccomp) {
             Ok(()) => self.info.seccomp_installed = true,
             Err(e) => {
-                let why = format!("the session's seccomp filter could not be installed: {}", crate::emit::error_chain(&e));
+                let why =
+                    format!("the session's seccomp filter could not be installed: {}", crate::emit::error_chain(&e));
                 self.info.refusal.get_or_insert_with(|| format!("{why}; jobs are refused"));
                 warnings.push(why);
             }
@@ -112,7 +113,9 @@ impl SessionSandbox {
     pub fn explain_write(&self, path: &Path) -> String {
         let Some(sb) = &self.sandbox else { return "the session's sandbox is not in force".into() };
         match sb.policy.root_for(path) {
-            Some(root) => format!("{} lies beneath writable root {} ({})", path.display(), root.path.display(), root.template),
+            Some(root) => {
+                format!("{} lies beneath writable root {} ({})", path.display(), root.path.display(), root.template)
+            }
             None => format!(
                 "{} is outside every writable root of policy '{}' ({}); Landlock refuses writes there. Write inside \
                  one of them, or open a session with a profile that lists the directory as a writable root",
@@ -156,7 +159,11 @@ fn fill(info: &mut SandboxInfo, sb: &Sandbox) {
         .policy
         .writable
         .iter()
-        .map(|w| RootInfo { path: w.path.display().to_string(), template: w.template.clone(), reason: w.reason.clone() })
+        .map(|w| RootInfo {
+            path: w.path.display().to_string(),
+            template: w.template.clone(),
+            reason: w.reason.clone(),
+        })
         .collect();
     info.skipped = sb.policy.skipped.iter().map(|s| format!("{}: {}", s.template, s.why)).collect();
     let sc = &sb.policy.policy.seccomp;
