@@ -346,6 +346,10 @@ impl ProcessWorker {
         assert_eq!(*pid, w.child.as_ref().unwrap().id());
         assert_eq!((cgroup.as_str(), bash.as_str()), (w.dir.to_str().unwrap(), "/bin/bash"));
         assert!(bash_version.starts_with(|c: char| c.is_ascii_digit()), "{bash_version}");
+        // Then the sandbox report: the worker confined itself and refuses nothing on this kernel.
+        let sb = w.front.expect("Sandbox");
+        let Event::Sandbox(info) = &sb else { panic!("second event {sb:?}") };
+        assert!(info.seccomp_installed && info.worker_confined && info.refusal.is_none(), "{info:?}");
         w
     }
 
