@@ -2,6 +2,8 @@
 //! same run. Needs root (it starts a real heddle stack). Build with `cargo build --release --workspace
 //! --bins`, then `./target/release/heddle-bench spawn`.
 
+mod sandbox;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use heddle_bench::{report, time_us, Summary};
@@ -35,6 +37,14 @@ enum Bench {
         #[arg(long, default_value_t = 2000)]
         iterations: usize,
     },
+    /// Spawn+wait through the launcher with Landlock + seccomp + cgroup placement, vs bare, vs bwrap.
+    Sandbox {
+        #[arg(long, default_value_t = 500)]
+        iterations: usize,
+    },
+    /// Internal: the sandboxed loop of `sandbox`, in its own process (the filter is installed on it).
+    #[command(hide = true)]
+    SandboxChild { cgroup: std::path::PathBuf },
 }
 
 fn main() -> Result<()> {
@@ -42,6 +52,8 @@ fn main() -> Result<()> {
         Bench::Spawn { iterations } => spawn(iterations),
         Bench::State { iterations } => state::run(iterations),
         Bench::Cgroup { iterations } => cgroup_bench::run(iterations),
+        Bench::Sandbox { iterations } => sandbox::run(iterations),
+        Bench::SandboxChild { cgroup } => sandbox::child(cgroup),
     }
 }
 

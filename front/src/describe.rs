@@ -75,6 +75,7 @@ fn facts(s: &Session) -> SessionFacts {
         shell_state: st.record.summary(),
         limits: None,
         jobs_cpu_ms: st.jobs.values().map(|j| j.cpu_ms()).sum(),
+        sandbox: st.sandbox.clone(),
     }
 }
 

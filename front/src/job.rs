@@ -60,6 +60,9 @@ pub struct Job {
     emptied: Option<(u64, JobUsage)>,
     kept: Option<String>,
     oom_killed: bool,
+    files: Vec<crate::sandbox::FileResult>,
+    /// Preflight warnings given at launch.
+    pub warnings: Vec<String>,
 }
 
 impl Job {
@@ -88,6 +91,8 @@ impl Job {
             emptied: None,
             kept: None,
             oom_killed: false,
+            files: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -318,6 +323,18 @@ impl Job {
         (self.store.plan(stream, offset), self.store.stored(stream))
     }
 
+    /// The worker wrote (or refused) the job's files.
+    pub fn on_files(&mut self, files: Vec<shm_proto::msg::FileOutcome>) {
+        self.files = files
+            .into_iter()
+            .map(|f| crate::sandbox::FileResult {
+                path: String::from_utf8_lossy(&f.path).into_owned(),
+                written: f.error.is_none(),
+                error: f.error,
+            })
+            .collect();
+    }
+
     /// The store's error, when storing stopped.
     pub fn store_error(&self) -> Option<&str> {
         self.store.error()
@@ -355,6 +372,9 @@ impl Job {
             usage: self.usage(),
             kept: self.kept.clone(),
             oom_killed: self.oom_killed,
+            files: self.files.clone(),
+            refusals: Vec::new(),
+            warnings: self.warnings.clone(),
         }
     }
 

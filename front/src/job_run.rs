@@ -39,6 +39,8 @@ struct Params {
     keep: bool,
     #[serde(default)]
     name: Option<String>,
+    #[serde(default)]
+    files: Vec<crate::sandbox::FileParam>,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
@@ -56,7 +58,9 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     let (d, clamp_note) = clamp_wait("yield_ms", p.yield_ms, DEFAULT_YIELD_MS);
     let until = deadline(d);
     let s = k.live_session(client, &p.session)?;
+    let files = crate::sandbox::file_specs(&p.files, &s.spec().cwd)?;
     let (job, restore) = admit_job(&s, &p.cmd)?;
+    preflight(&s, job, &p.cmd);
     let spec = RunSpec {
         job,
         cmd: p.cmd,
@@ -64,6 +68,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
         env: merge_env(&s.spec().env, extra_env),
         stdin: StdinMode::Null,
         state: Some(restore),
+        files,
     };
     let mut notes: Vec<String> = clamp_note.into_iter().collect();
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {
@@ -118,6 +123,16 @@ fn admit_job(s: &Session, cmd: &str) -> Result<(JobId, Vec<u8>), RpcError> {
         j.set_state_base(version, base);
     }
     Ok((id, restore))
+}
+
+/// Attach the preflight warnings (writes outside the writable roots) to the new job.
+fn preflight(s: &Session, job: JobId, cmd: &str) {
+    let mut st = s.lock();
+    let Some(info) = &st.sandbox else { return };
+    let warnings = crate::sandbox::preflight(cmd, info);
+    if let Some(j) = st.jobs.get_mut(&job) {
+        j.warnings = warnings;
+    }
 }
 
 /// The session's environment with the call's entries on top (a call's entry replaces the session's).

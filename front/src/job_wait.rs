@@ -79,6 +79,11 @@ pub(crate) fn answer_when(
     if live.is_some() {
         result.liveness = j.liveness(now, live.as_ref());
     }
+    if let (Some(info), Some(code)) = (&st.sandbox, result.exit_code) {
+        if code != 0 {
+            result.refusals = crate::sandbox::explain_refusals(&result.view, &s.spec().cwd, info);
+        }
+    }
     result.announcements = st.take_announcements(now);
     Ok(result)
 }

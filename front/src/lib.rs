@@ -39,6 +39,7 @@ pub mod output_read;
 pub mod pump;
 pub mod results;
 pub mod rpc;
+pub mod sandbox;
 pub mod server;
 pub mod service;
 pub mod session;

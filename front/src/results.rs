@@ -145,6 +145,12 @@ pub struct JobResult {
     pub kept: Option<String>,
     /// True when the kernel's OOM killer killed a process of the job.
     pub oom_killed: bool,
+    /// The files channel: each file given to `run`, written or not (with why).
+    pub files: Vec<crate::sandbox::FileResult>,
+    /// Writes the sandbox refused, each explained: which path, which rule, how to widen it.
+    pub refusals: Vec<String>,
+    /// Warnings given before launch (preflight: plain writes or deletions outside the writable roots).
+    pub warnings: Vec<String>,
 }
 
 /// A job's place in the session's state history.
@@ -269,6 +275,9 @@ pub struct SessionFacts {
     pub limits: Option<SessionLimitsInfo>,
     /// CPU time of the session's ended jobs whose cgroups emptied.
     pub jobs_cpu_ms: f64,
+    /// The session's sandbox as its worker enforces it: policy, writable roots, Landlock ABI and what
+    /// is enforced, seccomp denials; `null` until the worker reported it.
+    pub sandbox: Option<shm_proto::msg::SandboxInfo>,
 }
 
 /// A session's limits and accounting (on hybrid hosts, from the v1 memory and pids hierarchies).

@@ -99,6 +99,8 @@ pub struct SessionState {
     /// Answers to liveness probes, by probe number (`None`: the job was not running).
     pub probes: std::collections::HashMap<u64, Option<shm_proto::msg::JobLiveness>>,
     pub next_probe: u64,
+    /// The session's sandbox as its worker reported it (after `Hello`).
+    pub sandbox: Option<shm_proto::msg::SandboxInfo>,
 }
 
 impl SessionState {
@@ -128,8 +130,9 @@ impl SessionState {
             | Event::Emptied { job, .. }
             | Event::OomKilled { job }
             | Event::PidsLimited { job, .. }
-            | Event::Forgotten { job } => Some(*job),
-            Event::Hello { .. } | Event::Warning { .. } | Event::Status { .. } => None,
+            | Event::Forgotten { job }
+            | Event::FilesWritten { job, .. } => Some(*job),
+            Event::Hello { .. } | Event::Warning { .. } | Event::Status { .. } | Event::Sandbox(_) => None,
         };
         let job = match job_id {
             Some(id) => match self.jobs.get_mut(&id) {
@@ -169,6 +172,8 @@ impl SessionState {
                 self.worker = Some(WorkerInfo { pid, uid });
             }
             (Event::Warning { job, message }, _) => self.warn(job, message),
+            (Event::Sandbox(info), _) => self.sandbox = Some(info),
+            (Event::FilesWritten { files, .. }, Some(j)) => j.on_files(files),
             _ => {}
         }
         true

@@ -21,6 +21,7 @@
 use crate::kernel::{deadline, session_lost, Client, Kernel, Slot};
 use crate::results::{join_notes, SessionOpenResult, ShellInfo, WorkerInfo};
 use crate::rpc::{self, ErrorKind, RpcError};
+use crate::sandbox::SandboxRequest;
 use crate::session::{Session, SessionSpec};
 use serde::Deserialize;
 use serde_json::Value;
@@ -47,6 +48,10 @@ struct Params {
     /// Memory and process limits for the whole session (supervisor defaults when absent).
     #[serde(default)]
     limits: Option<LimitParams>,
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    network: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -68,12 +73,15 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Session
         validate_cwd(cwd)?;
     }
     let env = validate_env("session.open", p.env.as_ref())?;
+    let cwd = p.cwd.clone().unwrap_or_else(|| "/".to_owned());
+    let sandbox = SandboxRequest::new(p.policy.as_deref(), p.network, &cwd)?;
+    let gave = p.cwd.is_some() || p.env.is_some() || p.policy.is_some() || p.network.is_some();
     match claim(k, client, p.name.as_deref())? {
-        Claim::Existing(s) => attach_existing(k, &s, p.cwd.is_some() || p.env.is_some()),
+        Claim::Existing(s) => attach_existing(k, &s, gave || p.limits.is_some()),
         Claim::New(name) => {
             let l = p.limits.unwrap_or_default();
             let limits = SessionLimits { memory_max: l.memory_max, pids_max: l.pids_max, ..Default::default() };
-            open_new(k, client, name, p.cwd.unwrap_or_else(|| "/".to_owned()), env, &limits)
+            open_new(k, client, name, cwd, env, &sandbox, &limits)
         }
     }
 }
@@ -174,9 +182,10 @@ fn open_new(
     name: String,
     cwd: String,
     env: Vec<(String, String)>,
+    sandbox: &SandboxRequest,
     limits: &SessionLimits,
 ) -> Result<SessionOpenResult, RpcError> {
-    let opened = match k.link.open_session_limited(&name, client.uid, limits) {
+    let opened = match k.link.open_session(&name, client.uid, sandbox, limits) {
         Ok(o) => o,
         Err(e) => {
             k.release(&name, None);
@@ -254,7 +263,7 @@ fn wait_ready(k: &Kernel, s: &Session) -> Result<(ShellInfo, WorkerInfo), RpcErr
 fn attach_existing(k: &Kernel, s: &Session, gave_settings: bool) -> Result<SessionOpenResult, RpcError> {
     let (shell, worker) = wait_ready(k, s)?;
     let note = gave_settings.then(|| {
-        format!("session '{}' already existed, so its own cwd and env are kept; the cwd and env given here were not applied", s.name())
+        format!("session '{}' already existed, so its own cwd, env and policy are kept; the cwd, env and policy given here were not applied", s.name())
     });
     let mut st = s.lock();
     let announcements = st.take_announcements(Instant::now());

@@ -64,6 +64,8 @@ pub struct OpenedSession {
     pub worker_pid: u32,
     pub worker_uid: u32,
     pub cgroup: String,
+    /// The session's temp dir.
+    pub tmp: String,
 }
 
 /// A session the supervisor closed.
@@ -92,24 +94,17 @@ pub enum LinkError {
 /// What the kernel needs from the supervisor.
 pub trait SupervisorLink: Send + Sync {
     /// Open a session for a client of uid `client_uid`.
-    fn open_session(&self, session: &str, client_uid: u32) -> Result<OpenedSession, LinkError>;
+    fn open_session(
+        &self,
+        session: &str,
+        client_uid: u32,
+        sandbox: &crate::sandbox::SandboxRequest,
+        limits: &SessionLimits,
+    ) -> Result<OpenedSession, LinkError>;
     /// Kill and remove a session's cgroup subtree.
     fn close_session(&self, session: &str) -> Result<ClosedSession, LinkError>;
     /// The supervisor's own facts.
     fn describe(&self) -> Result<SupervisorFacts, LinkError>;
-    /// Open a session with memory and process limits.
-    fn open_session_limited(
-        &self,
-        session: &str,
-        client_uid: u32,
-        limits: &SessionLimits,
-    ) -> Result<OpenedSession, LinkError> {
-        if limits.memory_max.is_some() || limits.pids_max.is_some() {
-            return Err(LinkError::Refused("this supervisor does not set session limits".into()));
-        }
-        self.open_session(session, client_uid)
-    }
-    /// Move a job's processes to `kept/NAME`.
     fn keep_job(&self, _session: &str, _job: u64, _name: &str, _owner_uid: u32) -> Result<KeptInfo, LinkError> {
         Err(LinkError::Refused("this supervisor cannot keep jobs".into()))
     }
@@ -248,8 +243,23 @@ impl ControlLink {
 }
 
 impl SupervisorLink for ControlLink {
-    fn open_session(&self, session: &str, client_uid: u32) -> Result<OpenedSession, LinkError> {
-        let make = |req| ToSupervisor::OpenSession { req, session: session.to_owned(), client_uid };
+    fn open_session(
+        &self,
+        session: &str,
+        client_uid: u32,
+        sandbox: &crate::sandbox::SandboxRequest,
+        limits: &SessionLimits,
+    ) -> Result<OpenedSession, LinkError> {
+        let make = |req| ToSupervisor::OpenSession {
+            req,
+            session: session.to_owned(),
+            client_uid,
+            policy: sandbox.policy.clone(),
+            network: sandbox.network,
+            project: sandbox.project.clone(),
+            memory_max: limits.memory_max,
+            pids_max: limits.pids_max,
+        };
         self.opened(session, self.request(make, OPEN_TIMEOUT)?)
     }
 
@@ -274,25 +284,6 @@ impl SupervisorLink for ControlLink {
             (FromSupervisor::Error { error, .. }, _) => Err(LinkError::Refused(error)),
             (other, _) => Err(LinkError::Protocol(format!("unexpected answer to Describe: {other:?}"))),
         }
-    }
-
-    fn open_session_limited(
-        &self,
-        session: &str,
-        client_uid: u32,
-        limits: &SessionLimits,
-    ) -> Result<OpenedSession, LinkError> {
-        if limits.memory_max.is_none() && limits.pids_max.is_none() {
-            return self.open_session(session, client_uid);
-        }
-        let make = |req| ToSupervisor::OpenSessionLimited {
-            req,
-            session: session.to_owned(),
-            client_uid,
-            memory_max: limits.memory_max,
-            pids_max: limits.pids_max,
-        };
-        self.opened(session, self.request(make, OPEN_TIMEOUT)?)
     }
 
     fn keep_job(&self, session: &str, job: u64, name: &str, owner_uid: u32) -> Result<KeptInfo, LinkError> {
@@ -334,11 +325,11 @@ impl ControlLink {
     /// An answer to an open request, as an opened session.
     fn opened(&self, session: &str, reply: Reply) -> Result<OpenedSession, LinkError> {
         match reply {
-            (FromSupervisor::SessionOpened { worker_pid, worker_uid, cgroup, .. }, fds) => {
+            (FromSupervisor::SessionOpened { worker_pid, worker_uid, cgroup, tmp, .. }, fds) => {
                 let fds = SessionFds::from_vec(fds).inspect_err(|_| {
                     let _ = self.close_session(session);
                 })?;
-                Ok(OpenedSession { fds, worker_pid, worker_uid, cgroup })
+                Ok(OpenedSession { fds, worker_pid, worker_uid, cgroup, tmp })
             }
             (FromSupervisor::SessionFailed { error, .. } | FromSupervisor::Error { error, .. }, _) => {
                 Err(LinkError::Refused(error))
@@ -363,6 +354,10 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn req() -> crate::sandbox::SandboxRequest {
+        crate::sandbox::SandboxRequest { policy: "workspace".into(), network: None, project: "/".into() }
+    }
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     use shm_proto::region::{Region, RegionConfig};
 
@@ -380,18 +375,24 @@ mod tests {
         let (tx, _rx) = crossbeam_channel::unbounded();
         let link = ControlLink::start(front, tx).unwrap();
         let t = std::thread::spawn(move || {
-            let ToSupervisor::OpenSession { req, session, client_uid } = recv_to(&sup) else { panic!() };
+            let ToSupervisor::OpenSession { req, session, client_uid, .. } = recv_to(&sup) else { panic!() };
             assert_eq!((session.as_str(), client_uid), ("s1", 1000));
             let (_r, memfd) = Region::create(RegionConfig::default()).unwrap();
             let efds: Vec<EventFd> = (0..4).map(|_| EventFd::new().unwrap()).collect();
             let mut fds = vec![memfd.as_fd()];
             fds.extend(efds.iter().map(|e| e.as_fd()));
-            let msg =
-                FromSupervisor::SessionOpened { req, session, worker_pid: 7, worker_uid: 1000, cgroup: "/cg".into() };
+            let msg = FromSupervisor::SessionOpened {
+                req,
+                session,
+                worker_pid: 7,
+                worker_uid: 1000,
+                cgroup: "/cg".into(),
+                tmp: "/t".into(),
+            };
             control::send(sup.as_fd(), &msg, &fds).unwrap();
             sup
         });
-        let opened = link.open_session("s1", 1000).unwrap();
+        let opened = link.open_session("s1", 1000, &req(), &SessionLimits::default()).unwrap();
         assert_eq!((opened.worker_pid, opened.cgroup.as_str()), (7, "/cg"));
         Region::attach(opened.fds.memfd.as_fd()).unwrap();
         t.join().unwrap();
@@ -410,7 +411,7 @@ mod tests {
                 .unwrap();
             drop(sup);
         });
-        let err = link.open_session("s1", 0).unwrap_err();
+        let err = link.open_session("s1", 0, &req(), &SessionLimits::default()).unwrap_err();
         assert!(matches!(&err, LinkError::Refused(e) if e == "no cgroup"), "{err}");
         t.join().unwrap();
         let n = rx.recv_timeout(Duration::from_secs(5)).unwrap();

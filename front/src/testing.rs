@@ -76,7 +76,13 @@ impl FakeSupervisor {
 }
 
 impl SupervisorLink for FakeSupervisor {
-    fn open_session(&self, session: &str, client_uid: u32) -> Result<OpenedSession, LinkError> {
+    fn open_session(
+        &self,
+        session: &str,
+        client_uid: u32,
+        _sandbox: &crate::sandbox::SandboxRequest,
+        _limits: &shm_proto::control::SessionLimits,
+    ) -> Result<OpenedSession, LinkError> {
         if let Some(e) = self.refuse.lock().unwrap().take() {
             return Err(LinkError::Refused(e));
         }
@@ -101,7 +107,13 @@ impl SupervisorLink for FakeSupervisor {
         let thread = std::thread::spawn(move || worker.run(hello, client_uid));
         let handle = WorkerHandle { stop, doorbell: dup(&fds.cmd_data), thread: Some(thread) };
         self.workers.lock().unwrap().insert(session.to_owned(), handle);
-        Ok(OpenedSession { fds, worker_pid: 4242, worker_uid: client_uid, cgroup: format!("/fake/session-{session}") })
+        Ok(OpenedSession {
+            fds,
+            worker_pid: 4242,
+            worker_uid: client_uid,
+            cgroup: format!("/fake/session-{session}"),
+            tmp: format!("/fake-tmp/{session}"),
+        })
     }
 
     fn close_session(&self, session: &str) -> Result<ClosedSession, LinkError> {

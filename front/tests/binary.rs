@@ -118,7 +118,7 @@ fn supervise(sock: OwnedFd) -> std::thread::JoinHandle<OwnedFd> {
                     };
                     control::send(sock.as_fd(), &info, &[]).unwrap();
                 }
-                ToSupervisor::OpenSession { req, session, client_uid } => {
+                ToSupervisor::OpenSession { req, session, client_uid, .. } => {
                     let (region, memfd) = Region::create(RegionConfig::default()).unwrap();
                     let efds: Vec<EventFd> = (0..4).map(|_| EventFd::new().unwrap()).collect();
                     let stop = Arc::new(AtomicBool::new(false));
@@ -134,6 +134,7 @@ fn supervise(sock: OwnedFd) -> std::thread::JoinHandle<OwnedFd> {
                         worker_pid: 9,
                         worker_uid: client_uid,
                         cgroup: "/t/s".into(),
+                        tmp: "/t/tmp".into(),
                     };
                     control::send(sock.as_fd(), &opened, &fds).unwrap();
                 }

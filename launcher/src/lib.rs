@@ -3,8 +3,10 @@
 //! A job is [`Prepared`] before any fork (program, `argv`, `envp`, working directory, stdio fds, optional
 //! cgroup directory), then [`spawn`]ed: a fork-style `clone3(CLONE_PIDFD | CLONE_INTO_CGROUP)` whose
 //! child runs a fixed list of async-signal-safe steps — `dup2` of stdin/stdout/stderr onto 0/1/2, close
-//! every other fd (`close_range`), `chdir`, reset signal dispositions and mask, the sandbox hooks
-//! (no_new_privs, Landlock, seccomp: added by the sandbox work), `execve`. A failed step comes back to the
+//! every other fd (`close_range`), `chdir`, reset signal dispositions and mask, no_new_privs,
+//! `landlock_restrict_self` on a prebuilt ruleset ([`landlock_rules`]), `execve`. The seccomp filter
+//! ([`seccomp`]) is installed once in the launching process and inherited. [`sandbox`] builds both from
+//! a resolved policy; [`files`] writes the files channel under a job's ruleset. A failed step comes back to the
 //! parent as a precise [`LaunchError`] through a close-on-exec status pipe; success returns a [`Child`]
 //! with its pid and pidfd. [`job_env`] builds the allowlisted job environment.
 //!
@@ -32,8 +34,12 @@
 #![deny(unsafe_code)]
 
 pub mod env;
+pub mod files;
+pub mod landlock_rules;
 pub mod prepare;
 pub mod run_command;
+pub mod sandbox;
+pub mod seccomp;
 pub mod spawn;
 mod sys;
 

@@ -1,5 +1,6 @@
 //! `heddle-launch [--cgroup DIR] [--cwd DIR] -- CMD [ARGS...]`: run one command through heddle's launcher
-//! (allowlisted environment, stdin from /dev/null, optional cgroup) and exit with its status.
+//! (allowlisted environment, stdin from /dev/null, optional cgroup, optional `--policy` sandbox: Landlock +
+//! seccomp + no_new_privs) and exit with its status.
 
 use clap::Parser;
 use std::ffi::OsString;
@@ -15,6 +16,10 @@ struct Args {
     /// Working directory for CMD (default: the current one).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
+    /// Sandbox CMD with this policy profile: a TOML file, or a builtin's name (`workspace`, `readonly`).
+    /// The working directory is the project; `TMPDIR` and `HOME` fill the other placeholders.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     argv: Vec<OsString>,
@@ -22,7 +27,8 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let cmd = launcher::run_command::Command { cgroup: args.cgroup, cwd: args.cwd, argv: args.argv };
+    let cmd =
+        launcher::run_command::Command { cgroup: args.cgroup, cwd: args.cwd, argv: args.argv, policy: args.policy };
     match launcher::run_command::run(&cmd) {
         Ok(status) => std::process::exit(status.shell_code()),
         Err(err) => {

@@ -74,6 +74,8 @@ pub struct Prepared {
     pub(crate) force_procs_write: bool,
     /// An fd the job inherits at a fixed number ([`Prepared::with_extra_fd`]); the source is ≥ 5.
     pub(crate) extra: Option<(OwnedFd, i32)>,
+    pub(crate) no_new_privs: bool,
+    pub(crate) landlock: Option<OwnedFd>,
 }
 
 impl Prepared {
@@ -116,6 +118,8 @@ impl Prepared {
             cgroup: None,
             force_procs_write: false,
             extra: None,
+            no_new_privs: false,
+            landlock: None,
         })
     }
 
@@ -158,6 +162,20 @@ impl Prepared {
     pub fn force_procs_write(mut self) -> Prepared {
         self.force_procs_write = true;
         self
+    }
+
+    /// Set no_new_privs in the child before exec.
+    pub fn with_no_new_privs(mut self) -> Prepared {
+        self.no_new_privs = true;
+        self
+    }
+
+    /// Restrict the child with the Landlock ruleset `ruleset` (built before the fork, see
+    /// [`crate::landlock_rules`]) just before exec; implies no_new_privs. The fd is duplicated.
+    pub fn with_landlock(mut self, ruleset: std::os::fd::BorrowedFd<'_>) -> Result<Prepared, PrepareError> {
+        self.landlock = Some(crate::sys::dup_at_least(ruleset, 4).map_err(PrepareError::Fd)?);
+        self.no_new_privs = true;
+        Ok(self)
     }
 
     /// The program that will be executed.

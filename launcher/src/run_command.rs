@@ -6,7 +6,7 @@
 //! through the pidfd and reports the command's status the way a shell does (128 + signal).
 //!
 //! ```no_run
-//! let cmd = launcher::run_command::Command { cgroup: None, cwd: None, argv: vec!["true".into()] };
+//! let cmd = launcher::run_command::Command { argv: vec!["true".into()], ..Default::default() };
 //! assert_eq!(launcher::run_command::run(&cmd).unwrap().shell_code(), 0);
 //! ```
 
@@ -26,6 +26,8 @@ pub struct Command {
     pub cwd: Option<PathBuf>,
     /// The command and its arguments.
     pub argv: Vec<OsString>,
+    /// A policy profile (a TOML file, or a builtin's name) to sandbox the command with.
+    pub policy: Option<PathBuf>,
 }
 
 /// Errors running a command.
@@ -50,6 +52,16 @@ pub enum RunError {
     Launch(#[from] LaunchError),
     #[error("waiting for the command failed")]
     Wait(#[source] io::Error),
+    #[error("cannot read policy file {}", .0.display())]
+    PolicyRead(PathBuf, #[source] io::Error),
+    #[error(transparent)]
+    Policy(#[from] policies::PolicyError),
+    #[error("the policy's writable roots cannot be resolved")]
+    Resolve(#[from] policies::ResolveError),
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::SandboxError),
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl RunError {
@@ -75,6 +87,21 @@ pub fn run(cmd: &Command) -> Result<ExitStatus, RunError> {
     let stderr = io::stderr().as_fd().try_clone_to_owned().map_err(RunError::Stdio)?;
     let stdio = Stdio::null_stdin(stdout, stderr).map_err(RunError::Stdio)?;
     let mut prepared = Prepared::new(&program, &cmd.argv, &env, cmd.cwd.as_deref(), stdio)?;
+    let sandbox = match &cmd.policy {
+        Some(p) => Some(sandbox_for(p, cmd.cwd.as_deref(), &env)?),
+        None => None,
+    };
+    if let Some(sb) = &sandbox {
+        if let Some(why) = sb.refusal() {
+            return Err(RunError::Refused(why));
+        }
+        // heddle-launch is a one-shot process: the filter it installs on itself is inherited by the
+        // command, exactly as the worker's is by its jobs.
+        crate::seccomp::install(&sb.seccomp).map_err(crate::sandbox::SandboxError::from)?;
+        if let Some(fd) = &sb.job.fd {
+            prepared = prepared.with_landlock(fd.as_fd())?;
+        }
+    }
     if let Some(dir) = &cmd.cgroup {
         let fd = open_dir(dir).map_err(|source| RunError::Cgroup { path: dir.clone(), source })?;
         prepared = prepared.with_cgroup(fd);
@@ -82,6 +109,30 @@ pub fn run(cmd: &Command) -> Result<ExitStatus, RunError> {
     let child = spawn(&prepared)?;
     drop(prepared);
     child.wait().map_err(RunError::Wait)
+}
+
+/// Load `policy` (a file, or a builtin's name) and resolve it with the working directory as the project,
+/// `TMPDIR` (or `/tmp`) as the session temp dir and `HOME` as home.
+fn sandbox_for(
+    policy: &std::path::Path,
+    cwd: Option<&std::path::Path>,
+    env: &[(String, String)],
+) -> Result<crate::sandbox::Sandbox, RunError> {
+    let p = if policy.exists() {
+        let text = std::fs::read_to_string(policy).map_err(|e| RunError::PolicyRead(policy.to_path_buf(), e))?;
+        policies::Policy::from_toml(&policy.display().to_string(), &text)?
+    } else {
+        policies::Policy::builtin(&policy.to_string_lossy())?
+    };
+    let var = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| PathBuf::from(v));
+    let project = match cwd {
+        Some(c) => c.to_path_buf(),
+        None => std::env::current_dir().map_err(|e| RunError::PolicyRead(".".into(), e))?,
+    };
+    let tmp = var("TMPDIR").unwrap_or_else(|| "/tmp".into());
+    let home = var("HOME").unwrap_or_else(|| "/".into());
+    let ctx = policies::ResolveCtx::new(project, tmp, home).with_git_dirs();
+    Ok(crate::sandbox::Sandbox::build(&p.resolve(&ctx)?)?)
 }
 
 fn open_dir(dir: &std::path::Path) -> io::Result<std::os::fd::OwnedFd> {

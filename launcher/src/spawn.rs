@@ -53,6 +53,10 @@ pub enum LaunchError {
     },
     #[error("the job process sent a malformed exec status ({0} bytes)")]
     BadStatus(usize),
+    #[error("cannot set no_new_privs for the job")]
+    NoNewPrivs(#[source] io::Error),
+    #[error("cannot restrict the job with its Landlock ruleset")]
+    Landlock(#[source] io::Error),
 }
 
 /// How a child was created and placed.
@@ -208,6 +212,8 @@ fn plan<'a>(p: &'a Prepared, status: BorrowedFd<'a>, procs: Option<BorrowedFd<'a
         procs,
         max_fd,
         extra: p.extra.as_ref().map(|(fd, target)| (fd.as_fd(), *target)),
+        no_new_privs: p.no_new_privs,
+        landlock: p.landlock.as_ref().map(|f| f.as_fd()),
     }
 }
 
@@ -262,6 +268,8 @@ fn describe_failure(p: &Prepared, f: ChildFailure) -> LaunchError {
             LaunchError::Chdir { path: p.cwd.as_ref().map(|(_, path)| path.clone()).unwrap_or_default(), source }
         }
         Some(Stage::Exec) => LaunchError::Exec { program: p.program_path.clone(), source },
+        Some(Stage::NoNewPrivs) => LaunchError::NoNewPrivs(source),
+        Some(Stage::Landlock) => LaunchError::Landlock(source),
         None => LaunchError::BadStatus(sys::STATUS_LEN),
     }
 }

@@ -56,11 +56,17 @@ pub(crate) enum Stage {
     Chdir = 3,
     /// `execve`.
     Exec = 4,
+    /// `prctl(PR_SET_NO_NEW_PRIVS)`.
+    NoNewPrivs = 5,
+    /// `landlock_restrict_self` on the prebuilt ruleset.
+    Landlock = 6,
 }
 
 impl Stage {
     pub(crate) fn from_u32(v: u32) -> Option<Stage> {
-        [Stage::Cgroup, Stage::Stdio, Stage::Chdir, Stage::Exec].into_iter().find(|s| *s as u32 == v)
+        [Stage::Cgroup, Stage::Stdio, Stage::Chdir, Stage::Exec, Stage::NoNewPrivs, Stage::Landlock]
+            .into_iter()
+            .find(|s| *s as u32 == v)
     }
 }
 
@@ -84,6 +90,10 @@ pub(crate) struct ChildPlan<'a> {
     pub max_fd: c_int,
     /// An fd to hand to the job at a fixed number (source > 4 and ≠ target, target ≥ 4).
     pub extra: Option<(BorrowedFd<'a>, c_int)>,
+    /// Set no_new_privs before exec (always set with a Landlock ruleset).
+    pub no_new_privs: bool,
+    /// A Landlock ruleset fd (≥ 4, close-on-exec) to restrict the child with just before exec.
+    pub landlock: Option<BorrowedFd<'a>>,
 }
 
 /// How to create the child.
@@ -238,22 +248,49 @@ unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
         }
         3
     };
-    // 3b. The extra fd (not close-on-exec), then close everything else above 3.
-    let keep = match plan.extra {
+    // 3b. Park the Landlock ruleset above every slot we fill (F_DUPFD_CLOEXEC never replaces an open
+    //     fd), place the extra fd at its target (not close-on-exec), then the ruleset right above the
+    //     highest kept fd (close-on-exec), and close everything else above 3.
+    let parked_ll = match plan.landlock {
+        // SAFETY: `ll` is open for the duration of the spawn; F_DUPFD_CLOEXEC picks a free number ≥ 64.
+        Some(ll) => match unsafe { libc::fcntl(ll.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64 as c_int) } {
+            // SAFETY: as above.
+            n if n < 0 => unsafe { fail(status, Stage::Stdio) },
+            n => Some(n),
+        },
+        None => None,
+    };
+    let extra_target = match plan.extra {
         Some((src, target)) => {
             // SAFETY: `src` is open (> 4, so neither step above replaced it); `target` ≥ 4.
             if unsafe { libc::dup2(src.as_raw_fd(), target) } < 0 {
                 // SAFETY: as above.
                 unsafe { fail(status, Stage::Stdio) }
             }
-            target
+            Some(target)
         }
-        None => 3,
+        None => None,
     };
-    // SAFETY: closing fds of this single-threaded child only affects the child; `keep` stays open.
+    let ll_slot = extra_target.map_or(4, |t| t + 1);
+    if let Some(ll) = parked_ll {
+        // SAFETY: `ll` is the parked copy (≥ 64); `ll_slot` holds nothing we keep, which dup3 replaces.
+        if unsafe { libc::dup3(ll, ll_slot, libc::O_CLOEXEC) } < 0 {
+            // SAFETY: as above.
+            unsafe { fail(status, Stage::Stdio) }
+        }
+    }
+    let highest_kept = match (extra_target, parked_ll) {
+        (_, Some(_)) => ll_slot,
+        (Some(t), None) => t,
+        (None, None) => 3,
+    };
+    // SAFETY: closing fds of this single-threaded child only affects the child; the kept fds (3, the extra
+    // target, the ruleset slot) stay open, and the parked ruleset copy (≥ 64) is closed here.
     unsafe {
-        close_between(4, keep - 1);
-        close_from(keep.max(3) + 1, plan.max_fd)
+        if let Some(t) = extra_target {
+            close_between(4, t - 1);
+        }
+        close_from(highest_kept + 1, plan.max_fd)
     };
     // 4. Working directory.
     if let Some(cwd) = plan.cwd {
@@ -266,10 +303,23 @@ unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
     // 5. Signals: every disposition back to the default, nothing blocked.
     // SAFETY: only raw rt_sigaction / rt_sigprocmask calls on this single-threaded child.
     unsafe { reset_signals() };
-    // 6. Sandbox hooks, in this order, added by the sandbox issue (rulesets and BPF built before the fork):
-    //    a. prctl(PR_SET_NO_NEW_PRIVS, 1)
-    //    b. landlock_restrict_self(prebuilt ruleset fd)
-    //    c. seccomp(SECCOMP_SET_MODE_FILTER, prebuilt program) — last, so it cannot refuse the steps above.
+    // 6. Sandbox: no_new_privs, then Landlock on the ruleset built before the fork. seccomp is not
+    //    installed here: the launching process installed the session's filter once (`crate::seccomp`),
+    //    and the child inherited it with the clone, at no cost per job.
+    if plan.no_new_privs || plan.landlock.is_some() {
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
+            // SAFETY: as above.
+            unsafe { fail(status, Stage::NoNewPrivs) }
+        }
+    }
+    if plan.landlock.is_some() {
+        // SAFETY: `ll_slot` holds the ruleset fd moved there above; flags 0.
+        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ll_slot, 0_u32) } < 0 {
+            // SAFETY: as above.
+            unsafe { fail(status, Stage::Landlock) }
+        }
+    }
     // 7. Exec.
     // SAFETY: program, argv and envp are NUL-terminated strings / NULL-terminated arrays built before the
     // fork and valid in the child's copy of memory.
@@ -421,4 +471,155 @@ pub(crate) fn max_fd() -> c_int {
         Ok((soft, _)) if soft > 0 => c_int::try_from(soft - 1).unwrap_or(c_int::MAX),
         _ => 1 << 20,
     }
+}
+
+/// The running kernel's Landlock ABI version (`landlock_create_ruleset(NULL, 0, VERSION)`); ≤ 0 when the
+/// kernel has no Landlock or it is disabled.
+pub(crate) fn landlock_abi() -> i32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+    // SAFETY: with a NULL attribute pointer, size 0 and the VERSION flag, the syscall only returns a number.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    i32::try_from(v).unwrap_or(0)
+}
+
+/// `prctl(PR_SET_NO_NEW_PRIVS, 1)` for the calling thread.
+pub(crate) fn set_no_new_privs() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `landlock_restrict_self(fd, 0)` for the calling thread (no_new_privs must be set).
+pub(crate) fn landlock_restrict_self(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: `fd` is an open Landlock ruleset fd for the duration of the call; flags 0.
+    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// One file the files channel writes: everything prepared before the fork.
+pub(crate) struct FileWrite {
+    pub target: CString,
+    pub temp: CString,
+    pub content: Vec<u8>,
+    pub mode: libc::mode_t,
+}
+
+/// Write `files` from a short-lived forked child restricted by `ruleset` (so the job's own Landlock
+/// domain decides what may be written), each to its temp name then renamed over the target. Returns one
+/// errno (0 for written) per file, in order.
+pub(crate) fn write_files_confined(ruleset: Option<BorrowedFd<'_>>, files: &[FileWrite]) -> io::Result<Vec<i32>> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let guard = BlockAll::new();
+    // SAFETY: fork() in a process whose other threads (if any) hold no lock the child needs: the child
+    // only makes raw system calls on data prepared before the fork, then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: we are the fork child; `files`, `ruleset` and `w` are valid in our copy of memory.
+        unsafe { files_child(ruleset, files, w.as_raw_fd()) }
+    }
+    drop(guard);
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    drop(w);
+    let mut buf = vec![0u8; files.len() * 4];
+    let mut got = 0;
+    let mut reader = std::fs::File::from(r);
+    while got < buf.len() {
+        match std::io::Read::read(&mut reader, &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut status = 0;
+    // SAFETY: `pid` is our own unreaped child.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+    {}
+    if got < buf.len() {
+        return Err(io::Error::other("the file-writing child ended before reporting every file"));
+    }
+    Ok(buf.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+/// The files child: restrict, write each file atomically, report an errno per file, `_exit`.
+///
+/// # Safety
+/// Fork-child only; never returns.
+unsafe fn files_child(ruleset: Option<BorrowedFd<'_>>, files: &[FileWrite], report: c_int) -> ! {
+    let errno = || nix::errno::Errno::last_raw();
+    let mut restrict_errno = 0;
+    if let Some(rs) = ruleset {
+        // SAFETY: integer-only prctl and a syscall on an open ruleset fd.
+        let ok = unsafe {
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                && libc::syscall(libc::SYS_landlock_restrict_self, rs.as_raw_fd(), 0u32) == 0
+        };
+        if !ok {
+            restrict_errno = errno();
+        }
+    }
+    for f in files {
+        // SAFETY: raw syscalls on NUL-terminated paths and a byte buffer prepared before the fork.
+        let e = if restrict_errno != 0 { restrict_errno } else { unsafe { write_one(f) } };
+        let bytes = e.to_le_bytes();
+        // SAFETY: `report` is the pipe's write end; 4 bytes ≤ PIPE_BUF are written atomically.
+        unsafe { libc::write(report, bytes.as_ptr().cast(), 4) };
+    }
+    // SAFETY: ends the child without running the parent's atexit handlers.
+    unsafe { libc::_exit(0) }
+}
+
+/// Write one file to its temp name and rename it over the target; 0 or the errno of the failed step.
+///
+/// # Safety
+/// Fork-child only (see [`files_child`]).
+unsafe fn write_one(f: &FileWrite) -> i32 {
+    let errno = || nix::errno::Errno::last_raw();
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+    // SAFETY: `temp` is NUL-terminated; mode is a plain integer.
+    let fd = unsafe { libc::open(f.temp.as_ptr(), flags, 0o600 as libc::c_uint) };
+    if fd < 0 {
+        return errno();
+    }
+    let mut off = 0;
+    while off < f.content.len() {
+        // SAFETY: the slice from `off` is valid for its length.
+        let n = unsafe { libc::write(fd, f.content[off..].as_ptr().cast(), f.content.len() - off) };
+        if n < 0 {
+            let e = errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            // SAFETY: closing our own fd and unlinking our own temp name.
+            unsafe { (libc::close(fd), libc::unlink(f.temp.as_ptr())) };
+            return e;
+        }
+        off += n as usize;
+    }
+    // SAFETY: `fd` is open; fchmod applies the exact mode (the umask only applied to open).
+    let e = if unsafe { libc::fchmod(fd, f.mode) } < 0 { errno() } else { 0 };
+    // SAFETY: our own fd.
+    unsafe { libc::close(fd) };
+    // SAFETY: NUL-terminated paths.
+    if e != 0 || unsafe { libc::rename(f.temp.as_ptr(), f.target.as_ptr()) } < 0 {
+        let e = if e != 0 { e } else { errno() };
+        // SAFETY: as above.
+        unsafe { libc::unlink(f.temp.as_ptr()) };
+        return e;
+    }
+    0
 }

@@ -150,7 +150,7 @@ pub struct SeccompPolicy {
     /// Deny `ioctl(fd, TIOCSTI, ..)` (pushing input into a terminal).
     pub deny_tiocsti: bool,
     pub tiocsti_reason: String,
-    /// Kill any syscall with the x32 bit (`__X32_SYSCALL_BIT`) set.
+    /// Refuse (`EPERM`) any syscall with the x32 bit (`__X32_SYSCALL_BIT`) set.
     pub x32_guard: bool,
     pub x32_reason: String,
 }

@@ -140,6 +140,14 @@ impl Policy {
         let mut skipped = Vec::new();
         for root in &self.writable {
             match resolve_root(root, ctx)? {
+                // A placeholder whose value is `/` (a session opened on `/`) would make everything
+                // writable; writing everywhere is `landlock.require = "off"`, never a root.
+                Ok(resolved) if resolved.path == Path::new("/") => skipped.push(SkippedRoot {
+                    template: resolved.template,
+                    path: Some(resolved.path),
+                    why: "resolves to /, which is never a writable root (open the session in a project directory)"
+                        .into(),
+                }),
                 Ok(resolved) => found.push(resolved),
                 Err(skip) => skipped.push(skip),
             }
@@ -202,6 +210,16 @@ mod tests {
     struct Dirs {
         _tmp: tempfile::TempDir,
         root: PathBuf,
+    }
+
+    #[test]
+    fn a_project_of_slash_is_skipped_not_made_writable() {
+        let d = dirs();
+        let ctx = ResolveCtx::new("/", d.root.join("tmp"), d.root.join("home"));
+        let r = Policy::builtin("workspace").unwrap().resolve(&ctx).unwrap();
+        assert!(r.writable.iter().all(|w| w.path != Path::new("/")), "{:?}", r.writable);
+        assert!(r.writable.iter().any(|w| w.template == "{session_tmp}"));
+        assert!(r.skipped.iter().any(|s| s.template == "{project}" && s.why.starts_with("resolves to /")));
     }
 
     fn dirs() -> Dirs {

@@ -24,6 +24,16 @@ pub enum ToSupervisor {
         session: String,
         /// The uid of the client that asked (the worker's default uid when it is not root).
         client_uid: u32,
+        /// The policy profile's name (`workspace`, `readonly`), passed to the worker.
+        policy: String,
+        /// `Some` when the session switched the profile's network setting.
+        network: Option<bool>,
+        /// The session's project directory (its cwd): the `{project}` writable root.
+        project: String,
+        /// Memory limit for the whole session, bytes (`None`: the supervisor's default).
+        memory_max: Option<u64>,
+        /// Process limit for the whole session (`None`: the supervisor's default).
+        pids_max: Option<u64>,
     },
     /// Kill everything in the session's cgroup subtree (worker included), verify it empty, remove it.
     CloseSession { req: u64, session: String },
@@ -37,8 +47,6 @@ pub enum ToSupervisor {
     KillKept { req: u64, name: String },
     /// The session's accounting and limits (answered by `Usage`).
     SessionUsage { req: u64, session: String },
-    /// `OpenSession` with limits: memory (bytes) and process count for the whole session.
-    OpenSessionLimited { req: u64, session: String, client_uid: u32, memory_max: Option<u64>, pids_max: Option<u64> },
 }
 
 /// A kept job: a cgroup under `<root>/kept/` the supervisor owns.
@@ -86,6 +94,8 @@ pub enum FromSupervisor {
         worker_uid: u32,
         /// The session's cgroup directory.
         cgroup: String,
+        /// The session's private temp dir (owned by the worker's uid, removed at close).
+        tmp: String,
     },
     /// The session could not be opened; nothing of it remains.
     SessionFailed { req: u64, session: String, error: String },

@@ -50,6 +50,7 @@ mod tests {
             env: vec![("A".into(), "b".into())],
             stdin: StdinMode::Null,
             state: Some(b"builtin cd -- '/x'\n".to_vec()),
+            files: vec![crate::msg::FileSpec { path: b"/p/\xff".to_vec(), content: b"\0EOF\n".to_vec(), mode: None }],
         });
         let mut buf = Vec::new();
         encode(&cmd, &mut buf).unwrap();

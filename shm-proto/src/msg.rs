@@ -43,6 +43,68 @@ pub struct RunSpec {
     /// and the worker reports it with [`Event::StateCaptured`] or [`Event::StateUnknown`]); `None` runs
     /// `bash -c CMD` bare. An empty script restores nothing (the session's first call).
     pub state: Option<Vec<u8>>,
+    /// Files to write before the command starts (the files channel), under the job's policy.
+    pub files: Vec<FileSpec>,
+}
+
+/// One file of the files channel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSpec {
+    /// Absolute path (raw bytes).
+    #[serde(with = "serde_bytes")]
+    pub path: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    pub content: Vec<u8>,
+    pub mode: Option<u32>,
+}
+
+/// What became of one file of the files channel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileOutcome {
+    #[serde(with = "serde_bytes")]
+    pub path: Vec<u8>,
+    /// `None`: written. Otherwise why not, as a sentence.
+    pub error: Option<String>,
+}
+
+/// A writable root of the session's resolved policy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootInfo {
+    pub path: String,
+    /// The profile's template (`{project}`).
+    pub template: String,
+    pub reason: String,
+}
+
+/// The session's sandbox, as the worker built and enforces it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxInfo {
+    /// The profile's name.
+    pub policy: String,
+    pub network: bool,
+    /// The running kernel's Landlock ABI (0: none).
+    pub landlock_abi: i32,
+    /// `fully_enforced`, `partially_enforced` or `not_enforced`.
+    pub landlock_status: String,
+    /// Handled filesystem rights.
+    pub landlock_rights: Vec<String>,
+    /// Scopes in force (`signal`, `abstract_unix_socket`).
+    pub landlock_scopes: Vec<String>,
+    /// The profile's `landlock.require`.
+    pub landlock_require: String,
+    pub writable: Vec<RootInfo>,
+    /// Profile roots not enforced as their own rule, with why (`template: why`).
+    pub skipped: Vec<String>,
+    /// Names of the syscalls the seccomp filter denies, plus `ioctl(TIOCSTI)`, `x32`, `socket(!AF_UNIX)`.
+    pub seccomp_denied: Vec<String>,
+    /// True once the worker installed the filter on itself (jobs inherit it).
+    pub seccomp_installed: bool,
+    /// True once the worker restricted itself with its own Landlock domain.
+    pub worker_confined: bool,
+    /// The session's temp dir (TMPDIR of jobs).
+    pub tmp: String,
+    /// Why jobs are refused, when they are (Landlock requirement not met, sandbox could not be built).
+    pub refusal: Option<String>,
 }
 
 /// Front → worker.
@@ -163,4 +225,8 @@ pub enum Event {
     Status { job: JobId, probe: u64, liveness: Option<JobLiveness> },
     /// Answer to `Command::Forget`: no more events for the job.
     Forgotten { job: JobId },
+    /// The session's sandbox; sent once, right after `Hello`.
+    Sandbox(SandboxInfo),
+    /// The job's files channel, written before its command started; precedes `Started`/`SpawnFailed`.
+    FilesWritten { job: JobId, files: Vec<FileOutcome> },
 }

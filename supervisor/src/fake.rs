@@ -142,6 +142,12 @@ impl ProcessOps for FakeProcesses {
         self.0.push(Call::Reap);
         Ok(Some(Exit::Signal(libc::SIGKILL)))
     }
+    fn make_tmp(&self, id: &str, _user: &UserInfo) -> std::io::Result<std::path::PathBuf> {
+        Ok(std::path::PathBuf::from(format!("/fake-tmp/{id}")))
+    }
+    fn remove_tmp(&self, _dir: &Path) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 pub type Table = Sessions<FakeCgroups, FakeProcesses>;

@@ -91,6 +91,25 @@ pub struct Session {
     pub v1: Vec<PathBuf>,
     /// The limits it was opened with.
     pub limits: shm_proto::control::SessionLimits,
+    /// The session's private temp dir (created by the supervisor, owned by the worker's uid).
+    pub tmp: PathBuf,
+}
+
+/// The sandbox settings a session's worker is started with (`session.open {policy, network, cwd}`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerPolicy {
+    /// The profile's name; only `[a-z0-9_-]` is passed on.
+    pub policy: String,
+    /// `Some` when the session switched the profile's network setting.
+    pub network: Option<bool>,
+    /// The project directory (`{project}`).
+    pub project: String,
+}
+
+impl Default for WorkerPolicy {
+    fn default() -> Self {
+        WorkerPolicy { policy: "workspace".into(), network: None, project: "/".into() }
+    }
 }
 
 #[cfg(test)]

@@ -100,6 +100,9 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         if !removed {
             log(&format!("session {:?}: {} is left behind, not verified empty", s.id, dir.display()));
         }
+        if let Err(e) = self.procs.remove_tmp(&s.tmp) {
+            warn(&format!("removing the temp dir {}", s.tmp.display()), &e);
+        }
         Teardown { killed, verified_empty: removed, exit }
     }
 }
@@ -115,7 +118,16 @@ mod tests {
     use std::path::PathBuf;
 
     fn open(t: &mut crate::fake::Table, id: &str) {
-        let out = t.handle(ToSupervisor::OpenSession { req: 1, session: id.into(), client_uid: 0 });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 1,
+            session: id.into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+            memory_max: None,
+            pids_max: None,
+        });
         assert!(matches!(out.msg, FromSupervisor::SessionOpened { .. }), "{:?}", out.msg);
     }
 

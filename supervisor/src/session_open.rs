@@ -14,7 +14,7 @@
 //! ```
 
 use crate::cgroup::{CgroupError, CgroupOps};
-use crate::session::{self, InvalidId, Session, SessionFds, Worker};
+use crate::session::{self, InvalidId, Session, SessionFds, Worker, WorkerPolicy};
 use crate::sessions::{log, Sessions};
 use crate::spawn::{ProcessOps, SpawnError, WorkerSpec};
 use crate::users::UserInfo;
@@ -46,25 +46,47 @@ pub enum OpenError {
     Spawn(#[from] SpawnError),
     #[error("duplicating the session's fds for the front failed")]
     Dup(#[source] io::Error),
+    #[error("creating the session's temp dir failed")]
+    Tmp(#[source] io::Error),
+    #[error("policy name {0:?} is not [a-z0-9_-]{{1,64}}")]
+    PolicyName(String),
+}
+
+/// Only plain names reach the worker's command line (the worker validates the profile itself).
+fn validate_policy(p: &WorkerPolicy) -> Result<(), OpenError> {
+    let ok = (1..=64).contains(&p.policy.len())
+        && p.policy.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(OpenError::PolicyName(p.policy.clone()))
+    }
 }
 
 impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     /// Open session `id` for a client of uid `client_uid` (root: the worker runs as `--worker-user`).
     pub fn open(&mut self, id: &str, client_uid: u32) -> Result<&Session, OpenError> {
-        let limits = self.defaults.clone();
-        self.open_limited(id, client_uid, limits)
+        self.open_with(id, client_uid, &WorkerPolicy::default(), self.defaults.clone())
     }
 
-    /// Open session `id` with `limits` (v1 memory/pids on hybrid hosts).
-    pub fn open_limited(&mut self, id: &str, client_uid: u32, limits: SessionLimits) -> Result<&Session, OpenError> {
+    /// Open session `id` with the sandbox settings `policy` (passed to the worker) and `limits` (v1
+    /// memory/pids on hybrid hosts).
+    pub fn open_with(
+        &mut self,
+        id: &str,
+        client_uid: u32,
+        policy: &WorkerPolicy,
+        limits: SessionLimits,
+    ) -> Result<&Session, OpenError> {
         session::validate_id(id)?;
+        validate_policy(policy)?;
         if self.live.contains_key(id) {
             return Err(OpenError::Duplicate(id.to_owned()));
         }
         let user = self.worker_user(client_uid)?;
         let dir = session::session_dir(&self.root, id);
         self.cg.create(&dir)?;
-        match self.populate(id, &dir, &user, limits) {
+        match self.populate(id, &dir, &user, policy, limits) {
             Ok(s) => Ok(self.live.entry(id.to_owned()).or_insert(s)),
             Err(e) => {
                 if let Err(rm) = self.cg.remove_tree(&dir) {
@@ -87,7 +109,14 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     }
 
     /// Everything after the session directory exists; the caller removes the directory on error.
-    fn populate(&self, id: &str, dir: &Path, user: &UserInfo, limits: SessionLimits) -> Result<Session, OpenError> {
+    fn populate(
+        &self,
+        id: &str,
+        dir: &Path,
+        user: &UserInfo,
+        policy: &WorkerPolicy,
+        limits: SessionLimits,
+    ) -> Result<Session, OpenError> {
         if user.uid == 0 {
             return Err(OpenError::RootWorker(user.uid));
         }
@@ -99,16 +128,24 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             Some(v1) => v1.create_session(id, &limits)?,
             None => Vec::new(),
         };
-        let spec = WorkerSpec { session: id, cgroup: dir, user, fds: fds.ordered(), v1: &v1 };
+        let tmp = match self.procs.make_tmp(id, user) {
+            Ok(t) => t,
+            Err(e) => {
+                crate::limits::remove_dirs(&v1);
+                return Err(OpenError::Tmp(e));
+            }
+        };
+        let spec = WorkerSpec { session: id, cgroup: dir, user, fds: fds.ordered(), v1: &v1, policy, tmp: &tmp };
         let spawned = match self.procs.spawn_worker(&spec) {
             Ok(s) => s,
             Err(e) => {
                 crate::limits::remove_dirs(&v1);
+                let _ = self.procs.remove_tmp(&tmp);
                 return Err(e.into());
             }
         };
         let worker = Worker { pid: spawned.pid, uid: user.uid, pidfd: spawned.pidfd };
-        Ok(Session { id: id.to_owned(), cgroup: dir.to_owned(), worker, fds, v1, limits })
+        Ok(Session { id: id.to_owned(), cgroup: dir.to_owned(), worker, fds, v1, limits, tmp })
     }
 
     /// Delegate the session subtree to the worker's uid, as the cgroup v2 delegation model requires.
@@ -145,8 +182,17 @@ mod tests {
     #[test]
     fn open_creates_delegates_and_spawns_in_order() {
         let (mut t, calls) = table();
-        let out = t.handle(ToSupervisor::OpenSession { req: 1, session: "demo".into(), client_uid: 0 });
-        let FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup } = &out.msg else {
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 1,
+            session: "demo".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+            memory_max: None,
+            pids_max: None,
+        });
+        let FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup, .. } = &out.msg else {
             panic!("{:?}", out.msg)
         };
         assert_eq!((*req, session.as_str(), *worker_pid, *worker_uid), (1, "demo", 4242, 65534));
@@ -174,7 +220,16 @@ mod tests {
     #[test]
     fn non_root_client_gets_a_worker_of_its_own_uid() {
         let (mut t, calls) = table();
-        let out = t.handle(ToSupervisor::OpenSession { req: 2, session: "mine".into(), client_uid: 4000123 });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 2,
+            session: "mine".into(),
+            client_uid: 4000123,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+            memory_max: None,
+            pids_max: None,
+        });
         assert!(matches!(out.msg, FromSupervisor::SessionOpened { worker_uid: 4000123, .. }));
         assert!(calls.take().contains(&Call::SpawnWorker("mine".into(), p("/cg/heddle/session-mine"), 4000123)));
     }
@@ -182,7 +237,16 @@ mod tests {
     #[test]
     fn invalid_id_fails_without_touching_anything() {
         let (mut t, calls) = table();
-        let out = t.handle(ToSupervisor::OpenSession { req: 3, session: "../etc".into(), client_uid: 0 });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 3,
+            session: "../etc".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+            memory_max: None,
+            pids_max: None,
+        });
         assert!(
             matches!(out.msg, FromSupervisor::SessionFailed { req: 3, ref error, .. } if error.contains("not valid"))
         );
@@ -193,9 +257,27 @@ mod tests {
     #[test]
     fn duplicate_id_is_refused_and_first_session_survives() {
         let (mut t, calls) = table();
-        t.handle(ToSupervisor::OpenSession { req: 1, session: "a".into(), client_uid: 0 });
+        t.handle(ToSupervisor::OpenSession {
+            req: 1,
+            session: "a".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+            memory_max: None,
+            pids_max: None,
+        });
         calls.take();
-        let out = t.handle(ToSupervisor::OpenSession { req: 2, session: "a".into(), client_uid: 0 });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 2,
+            session: "a".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+            memory_max: None,
+            pids_max: None,
+        });
         assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("already open")));
         assert_eq!(calls.take(), vec![]);
         assert!(t.get("a").is_some());
@@ -205,7 +287,16 @@ mod tests {
     fn spawn_failure_removes_what_was_created() {
         let (mut t, calls) = table();
         calls.fail_spawn();
-        let out = t.handle(ToSupervisor::OpenSession { req: 5, session: "x".into(), client_uid: 0 });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 5,
+            session: "x".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+            memory_max: None,
+            pids_max: None,
+        });
         assert!(
             matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("starting the worker failed"))
         );
@@ -218,7 +309,16 @@ mod tests {
     fn existing_cgroup_dir_fails_and_is_not_removed() {
         let (mut t, calls) = table();
         calls.fail_create("/cg/heddle/session-old");
-        let out = t.handle(ToSupervisor::OpenSession { req: 6, session: "old".into(), client_uid: 0 });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 6,
+            session: "old".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+            memory_max: None,
+            pids_max: None,
+        });
         assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("already exists")));
         assert_eq!(calls.take(), vec![]);
     }
@@ -227,7 +327,16 @@ mod tests {
     fn chown_failure_removes_the_session_dir() {
         let (mut t, calls) = table();
         calls.fail_chown();
-        let out = t.handle(ToSupervisor::OpenSession { req: 7, session: "c".into(), client_uid: 0 });
+        let out = t.handle(ToSupervisor::OpenSession {
+            req: 7,
+            session: "c".into(),
+            client_uid: 0,
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+            memory_max: None,
+            pids_max: None,
+        });
         assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("cgroup")));
         let got = calls.take();
         assert_eq!(got.last(), Some(&Call::RemoveTree(p("/cg/heddle/session-c"))));

@@ -111,17 +111,14 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     /// Answer one request from the front.
     pub fn handle(&mut self, msg: ToSupervisor) -> Outgoing {
         match msg {
-            ToSupervisor::OpenSession { req, session, client_uid } => {
-                let limits = self.defaults.clone();
-                self.handle_open(req, session, client_uid, limits)
-            }
-            ToSupervisor::OpenSessionLimited { req, session, client_uid, memory_max, pids_max } => {
+            ToSupervisor::OpenSession { req, session, client_uid, policy, network, project, memory_max, pids_max } => {
                 let limits = SessionLimits {
                     memory_max: memory_max.or(self.defaults.memory_max),
                     pids_max: pids_max.or(self.defaults.pids_max),
                     ..Default::default()
                 };
-                self.handle_open(req, session, client_uid, limits)
+                let policy = crate::session::WorkerPolicy { policy, network, project };
+                self.handle_open(req, session, client_uid, &policy, limits)
             }
             ToSupervisor::KeepJob { req, session, job, name, owner_uid } => {
                 self.handle_keep(req, &session, job, &name, owner_uid)
@@ -173,17 +170,28 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         }
     }
 
-    fn handle_open(&mut self, req: u64, session: String, client_uid: u32, limits: SessionLimits) -> Outgoing {
-        let opened = match self.open_limited(&session, client_uid, limits) {
+    fn handle_open(
+        &mut self,
+        req: u64,
+        session: String,
+        client_uid: u32,
+        policy: &crate::session::WorkerPolicy,
+        limits: SessionLimits,
+    ) -> Outgoing {
+        let opened = match self.open_with(&session, client_uid, policy, limits) {
             Ok(s) => match s.fds.duplicate() {
-                Ok(fds) => Ok((s.worker.pid, s.worker.uid, s.cgroup.display().to_string(), fds)),
+                Ok(fds) => Ok((s.worker.pid, s.worker.uid, s.cgroup.display().to_string(), s.tmp.clone(), fds)),
                 Err(e) => Err(OpenError::Dup(e)),
             },
             Err(e) => Err(e),
         };
         match opened {
-            Ok((worker_pid, worker_uid, cgroup, fds)) => {
-                Outgoing { msg: FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup }, fds }
+            Ok((worker_pid, worker_uid, cgroup, tmp, fds)) => {
+                let tmp = tmp.display().to_string();
+                Outgoing {
+                    msg: FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup, tmp },
+                    fds,
+                }
             }
             Err(e) => {
                 if let OpenError::Dup(_) = e {

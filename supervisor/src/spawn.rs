@@ -54,6 +54,10 @@ pub struct WorkerSpec<'a> {
     pub fds: [BorrowedFd<'a>; 5],
     /// The session's v1 cgroup directories (hybrid hosts): the worker joins them before exec.
     pub v1: &'a [PathBuf],
+    /// The sandbox settings (`--policy`, `--network`, `--project`).
+    pub policy: &'a crate::session::WorkerPolicy,
+    /// The session's temp dir (`--tmp`).
+    pub tmp: &'a Path,
 }
 
 /// Starting and reaping workers.
@@ -63,6 +67,16 @@ pub trait ProcessOps {
     /// Wait up to `timeout` for the child behind `pidfd` to exit, and reap it; `None` if it is still
     /// running.
     fn reap(&self, pidfd: BorrowedFd<'_>, timeout: Duration) -> io::Result<Option<Exit>>;
+    /// Create session `id`'s private temp dir, mode 0700, owned by `user`.
+    fn make_tmp(&self, id: &str, user: &UserInfo) -> io::Result<PathBuf>;
+    /// Remove a session's temp dir and everything in it.
+    fn remove_tmp(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// Where session temp dirs live: `$TMPDIR` (or `/tmp`) `/heddle-sessions-<supervisor pid>`, mode 0711.
+pub fn tmp_root() -> PathBuf {
+    let base = std::env::var_os("TMPDIR").filter(|v| !v.is_empty()).unwrap_or_else(|| "/tmp".into());
+    PathBuf::from(base).join(format!("heddle-sessions-{}", std::process::id()))
 }
 
 /// The real [`ProcessOps`].
@@ -87,7 +101,7 @@ impl ProcessOps for RealProcesses {
         let setup = ChildSetup {
             exe: self.worker_exe.as_fd(),
             arg0: "heddle-worker",
-            args: vec!["--session".into(), spec.session.into(), "--cgroup".into(), spec.cgroup.into()],
+            args: worker_args(spec),
             env: worker_env(spec.user, std::env::vars_os()),
             uid: spec.user.uid,
             gid: spec.user.gid,
@@ -101,6 +115,41 @@ impl ProcessOps for RealProcesses {
     fn reap(&self, pidfd: BorrowedFd<'_>, timeout: Duration) -> io::Result<Option<Exit>> {
         reap_within(pidfd, timeout)
     }
+
+    fn make_tmp(&self, id: &str, user: &UserInfo) -> io::Result<PathBuf> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let root = tmp_root();
+        match std::fs::DirBuilder::new().mode(0o711).create(&root) {
+            Ok(()) => std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !root.is_symlink() => {}
+            Err(e) => return Err(e),
+        }
+        let dir = root.join(id);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid))?;
+        Ok(dir)
+    }
+
+    fn remove_tmp(&self, dir: &Path) -> io::Result<()> {
+        std::fs::remove_dir_all(dir)
+    }
+}
+
+/// The worker's arguments: `--session ID --cgroup DIR --policy=NAME --project=DIR --tmp=DIR
+/// [--network=BOOL]`.
+fn worker_args(spec: &WorkerSpec<'_>) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["--session".into(), spec.session.into(), "--cgroup".into(), spec.cgroup.into()];
+    args.push(format!("--policy={}", spec.policy.policy).into());
+    let mut project: OsString = "--project=".into();
+    project.push(&spec.policy.project);
+    args.push(project);
+    let mut tmp: OsString = "--tmp=".into();
+    tmp.push(spec.tmp);
+    args.push(tmp);
+    if let Some(n) = spec.policy.network {
+        args.push(format!("--network={n}").into());
+    }
+    args
 }
 
 /// Spawn `setup` and open its pidfd; a child whose pidfd cannot be opened is killed and reaped.

@@ -232,7 +232,10 @@ fn session_lifecycle_drops_privileges_places_and_kills() {
     assert_eq!(field(&opened, "fds"), "memfd,eventfd,eventfd,eventfd,eventfd", "{opened}");
     assert_eq!(field(&opened, "fd8"), "closed", "{opened}");
     assert_eq!(field(&opened, "env"), "HOME,LANG,LOGNAME,PATH,USER", "{opened}");
-    assert_eq!(field(&opened, "args"), format!("--session,demo,--cgroup,{}", dir.display()), "{opened}");
+    let base = std::env::var("TMPDIR").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "/tmp".into());
+    let tmp = format!("{base}/heddle-sessions-{}/demo", fx.sup.id());
+    let args = format!("--session,demo,--cgroup,{},--policy=workspace,--project=/,--tmp={tmp}", dir.display());
+    assert_eq!(field(&opened, "args"), args, "{opened}");
     assert_eq!(field(&opened, "jobs"), "2", "{opened}");
     let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.join("cgroup.procs")).unwrap());
     assert_eq!(owner, 65534);
@@ -396,7 +399,16 @@ impl FakeFront {
         match words.as_slice() {
             ["describe"] => format!("{:?}", self.ask(ToSupervisor::Describe { req }).0),
             ["open", id, uid] => {
-                let msg = ToSupervisor::OpenSession { req, session: id.to_string(), client_uid: uid.parse().unwrap() };
+                let msg = ToSupervisor::OpenSession {
+                    req,
+                    session: id.to_string(),
+                    client_uid: uid.parse().unwrap(),
+                    policy: "workspace".into(),
+                    network: None,
+                    project: "/".into(),
+                    memory_max: None,
+                    pids_max: None,
+                };
                 let (reply, fds) = self.ask(msg);
                 if !matches!(reply, FromSupervisor::SessionOpened { .. }) {
                     return format!("{reply:?}");

@@ -78,6 +78,12 @@ impl Heddle {
 
     /// Start the stack with extra `heddle up` flags.
     pub fn start_with(extra: &[&str]) -> Heddle {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Start the stack with extra `heddle up` flags and extra variables in its environment (what an
+    /// operator's shell would have exported: tokens, keys).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Heddle {
         require_root();
         let bins = bin_dir();
         let dir = tempfile::Builder::new().prefix("heddle-e2e-").tempdir_in("/tmp").expect("temp dir");
@@ -98,6 +104,7 @@ impl Heddle {
             .arg("--cgroup-root")
             .arg(&cgroup_root)
             .args(extra)
+            .envs(env.iter().copied())
             .env_remove("HEDDLE_SOCKET")
             .spawn()
             .expect("spawn heddle up");

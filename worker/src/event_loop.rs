@@ -62,6 +62,8 @@ pub struct Settings {
     pub hello: Event,
     /// Warnings to send right after `Hello` (e.g. the bash version probe failed).
     pub startup_warnings: Vec<String>,
+    /// The session's sandbox (`None` in tests without one: jobs run unconfined).
+    pub sandbox: Option<std::sync::Arc<crate::sandbox::SessionSandbox>>,
 }
 
 /// Why the worker stopped with an error (after telling the front, when it still could).
@@ -98,6 +100,7 @@ pub struct Worker<C: CgroupOps> {
     region: Option<Region>,
     pub(crate) cgroups: C,
     pub(crate) base_env: Vec<(String, String)>,
+    pub(crate) sandbox: Option<std::sync::Arc<crate::sandbox::SessionSandbox>>,
     pub(crate) jobs: HashMap<JobId, Job>,
     pub(crate) serials: HashMap<usize, JobId>,
     pub(crate) next_serial: usize,
@@ -140,6 +143,7 @@ impl<C: CgroupOps> Worker<C> {
             region: ch.region,
             cgroups,
             base_env: settings.base_env,
+            sandbox: settings.sandbox.clone(),
             jobs: HashMap::new(),
             serials: HashMap::new(),
             next_serial: 0,
@@ -150,6 +154,9 @@ impl<C: CgroupOps> Worker<C> {
             watch_registered: false,
         };
         w.out.emit(&settings.hello)?;
+        if let Some(sb) = &settings.sandbox {
+            w.out.emit(&Event::Sandbox(sb.info.clone()))?;
+        }
         for msg in settings.startup_warnings {
             w.out.emit(&warning(None, msg))?;
         }
@@ -313,7 +320,7 @@ mod tests {
             region: None,
         };
         let hello = Event::StreamsClosed { job: 0 };
-        let settings = Settings { base_env: Vec::new(), hello, startup_warnings: Vec::new() };
+        let settings = Settings { base_env: Vec::new(), hello, startup_warnings: Vec::new(), sandbox: None };
         (Worker::new(ch, RecordingCgroups::default(), settings).unwrap(), evt_rx)
     }
 

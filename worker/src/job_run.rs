@@ -11,16 +11,17 @@ use crate::emit::{error_chain, truncate};
 use crate::event_loop::WorkerError;
 use crate::job::{unix_ns, Job, Pipe, Source};
 use crate::Worker;
+use launcher::files::{FileError, FileSpec};
 use launcher::{LaunchError, PrepareError, Prepared, Stdio};
 use mio::unix::SourceFd;
 use mio::Interest;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
-use shm_proto::msg::{Event, JobId, RunSpec};
+use shm_proto::msg::{Event, FileOutcome, JobId, RunSpec};
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Why a job could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,8 @@ pub enum StartError {
     Launch(#[from] LaunchError),
     #[error("cannot watch the job's pipes and pidfd")]
     Register(#[source] io::Error),
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// A close-on-exec pipe whose read end is non-blocking: `(read, write)`.
@@ -61,6 +64,13 @@ impl<C: CgroupOps> Worker<C> {
         if self.jobs.contains_key(&job) {
             let error = error_chain(&StartError::Duplicate(job));
             return Ok(self.out.emit(&Event::SpawnFailed { job, error })?);
+        }
+        if !spec.files.is_empty() {
+            let files = self.write_files(&spec);
+            self.out.emit(&Event::FilesWritten { job, files })?;
+        }
+        if let Some(why) = self.sandbox.as_ref().and_then(|s| s.refusal().map(str::to_owned)) {
+            return Ok(self.out.emit(&Event::SpawnFailed { job, error: truncate(why) })?);
         }
         let cgroup = match self.cgroups.create(job) {
             Ok(fd) => fd,
@@ -99,6 +109,9 @@ impl<C: CgroupOps> Worker<C> {
                 (p.with_extra_fd(w, crate::state::STATE_FD)?, Some(r))
             }
         };
+        if let Some(rs) = self.sandbox.as_ref().and_then(|s| s.job_ruleset()) {
+            prepared = prepared.with_landlock(rs)?;
+        }
         if let Some(dir) = cgroup {
             prepared = prepared.with_cgroup(dir);
         }
@@ -141,5 +154,47 @@ impl<C: CgroupOps> Worker<C> {
             oom_base,
             pids_base,
         })
+    }
+}
+impl<C: CgroupOps> Worker<C> {
+    /// The files channel: write the job's files under its Landlock ruleset (see [`launcher::files`]).
+    fn write_files(&self, spec: &RunSpec) -> Vec<FileOutcome> {
+        let files: Vec<FileSpec> = spec
+            .files
+            .iter()
+            .map(|f| FileSpec {
+                path: PathBuf::from(OsStr::from_bytes(&f.path)),
+                content: f.content.clone(),
+                mode: f.mode,
+            })
+            .collect();
+        let refusal = self.sandbox.as_ref().and_then(|s| s.refusal().map(str::to_owned));
+        let results = match &refusal {
+            Some(_) => Vec::new(),
+            None => launcher::files::write_files(self.sandbox.as_ref().and_then(|s| s.job_ruleset()), &files),
+        };
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let error = match (&refusal, results.get(i)) {
+                    (Some(why), _) => Some(why.clone()),
+                    (None, Some(Ok(()))) => None,
+                    (None, Some(Err(e))) => Some(self.file_error(&f.path, e)),
+                    (None, None) => Some("not attempted".into()),
+                };
+                FileOutcome { path: f.path.as_os_str().as_bytes().to_vec(), error }
+            })
+            .collect()
+    }
+
+    fn file_error(&self, path: &Path, e: &FileError) -> String {
+        let denied = matches!(e, FileError::Io(io) if matches!(io.raw_os_error(), Some(libc::EACCES | libc::EPERM | libc::EROFS)));
+        match (&self.sandbox, denied) {
+            (Some(sb), true) if sb.sandbox.as_ref().is_some_and(|s| s.policy.root_for(path).is_none()) => {
+                format!("{}: {}", error_chain(e), sb.explain_write(path))
+            }
+            _ => error_chain(e),
+        }
     }
 }

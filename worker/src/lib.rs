@@ -38,6 +38,7 @@ pub mod job_settle;
 pub mod limits;
 pub mod output;
 pub mod procinfo;
+pub mod sandbox;
 pub mod startup;
 pub mod state;
 pub mod sys;

@@ -1,9 +1,11 @@
-//! `heddle-worker --session ID --cgroup DIR`: one session's worker. Expects fds 3–7 from the supervisor
-//! (see `docs/contract-wip.md`); exits 0 after `Shutdown`, non-zero on a fatal error.
+//! `heddle-worker --session ID --cgroup DIR [--policy=NAME --project=DIR --tmp=DIR --network=BOOL]`: one
+//! session's worker. Expects fds 3–7 from the supervisor (see `docs/contract-wip.md`); exits 0 after
+//! `Shutdown`, non-zero on a fatal error.
 
 use anyhow::Context;
 use clap::Parser;
 use std::path::PathBuf;
+use worker::sandbox::{SandboxArgs, SessionSandbox};
 use worker::{cgroup::SessionCgroup, Channels, Settings};
 
 /// heddle's per-session worker (started by heddle-supervisor).
@@ -16,6 +18,18 @@ struct Args {
     /// The session's delegated cgroup directory; jobs go in DIR/job-<N>.
     #[arg(long, value_name = "DIR")]
     cgroup: PathBuf,
+    /// The policy profile jobs run under.
+    #[arg(long, default_value = "workspace")]
+    policy: String,
+    /// Switch the profile's network setting for this session.
+    #[arg(long)]
+    network: Option<bool>,
+    /// The session's project directory (`{project}`).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    project: PathBuf,
+    /// The session's temp dir (`{session_tmp}`, TMPDIR of jobs).
+    #[arg(long, value_name = "DIR", default_value = "/tmp")]
+    tmp: PathBuf,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -23,6 +37,19 @@ fn main() -> anyhow::Result<()> {
     let channels = Channels::inherited().context("cannot take the session's fds")?;
     let cgroups = SessionCgroup::open(&args.cgroup)
         .with_context(|| format!("cannot open the session cgroup {}", args.cgroup.display()))?;
-    let settings = Settings::for_session(&args.cgroup);
+    let mut settings = Settings::for_session(&args.cgroup);
+    settings.base_env.retain(|(k, _)| k != "TMPDIR");
+    settings.base_env.push(("TMPDIR".into(), args.tmp.display().to_string()));
+    let home = settings.base_env.iter().find(|(k, _)| k == "HOME").map(|(_, v)| PathBuf::from(v));
+    let sb_args = SandboxArgs {
+        policy: args.policy,
+        network: args.network,
+        project: args.project,
+        tmp: args.tmp,
+        home: home.unwrap_or_else(|| "/".into()),
+    };
+    let mut sandbox = SessionSandbox::build(&sb_args);
+    settings.startup_warnings.extend(sandbox.enter(&args.cgroup));
+    settings.sandbox = Some(std::sync::Arc::new(sandbox));
     worker::serve(channels, cgroups, settings).with_context(|| format!("worker of session {} failed", args.session))
 }

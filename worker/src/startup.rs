@@ -102,7 +102,7 @@ impl Settings {
             bash_version,
             cgroup: cgroup.to_string_lossy().into_owned(),
         };
-        Settings { base_env, hello, startup_warnings }
+        Settings { base_env, hello, startup_warnings, sandbox: None }
     }
 }
 

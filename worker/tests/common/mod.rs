@@ -59,8 +59,15 @@ impl Front {
 
     pub fn run_in(&mut self, job: JobId, cmd: &str, cwd: &str, env: &[(&str, &str)]) {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let spec =
-            RunSpec { job, cmd: cmd.into(), cwd: cwd.as_bytes().to_vec(), env, stdin: StdinMode::Null, state: None };
+        let spec = RunSpec {
+            job,
+            cmd: cmd.into(),
+            cwd: cwd.as_bytes().to_vec(),
+            env,
+            stdin: StdinMode::Null,
+            state: None,
+            files: Vec::new(),
+        };
         self.send(&Command::Run(spec));
     }
 
@@ -222,7 +229,7 @@ impl LocalWorker {
             bash_version: "test".into(),
             cgroup: "/fake".into(),
         };
-        let settings = worker::Settings { base_env, hello, startup_warnings: Vec::new() };
+        let settings = worker::Settings { base_env, hello, startup_warnings: Vec::new(), sandbox: None };
         let cgroups = worker::cgroup::RecordingCgroups::default();
         let fake = cgroups.clone();
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
@@ -340,6 +347,10 @@ impl ProcessWorker {
         assert_eq!(*pid, w.child.as_ref().unwrap().id());
         assert_eq!((cgroup.as_str(), bash.as_str()), (w.dir.to_str().unwrap(), "/bin/bash"));
         assert!(bash_version.starts_with(|c: char| c.is_ascii_digit()), "{bash_version}");
+        // Then the sandbox report: the worker confined itself and refuses nothing on this kernel.
+        let sb = w.front.expect("Sandbox");
+        let Event::Sandbox(info) = &sb else { panic!("second event {sb:?}") };
+        assert!(info.seccomp_installed && info.worker_confined && info.refusal.is_none(), "{info:?}");
         w
     }
 

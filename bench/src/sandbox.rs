@@ -1,0 +1,134 @@
+//! `heddle-bench sandbox`: what heddle's sandbox adds to a spawn, vs a bare spawn and vs bubblewrap.
+//!
+//! Four spawn+wait loops of `bash --noprofile --norc -c true`, interleaved in batches so drift hits all
+//! alike: (1) bare `posix_spawn` (std), the baseline; (2) the launcher with nothing added; (3) the
+//! launcher with the `workspace` profile's Landlock ruleset (built once, `restrict_self` in the child),
+//! the session seccomp filter (installed once, inherited) and `clone3(CLONE_INTO_CGROUP)` into a
+//! pre-made cgroup — measured in a child process of this bench (`sandbox-child`), which installs the
+//! filter on itself as the worker does; (4) `bwrap --ro-bind / / --dev /dev --proc /proc`, when
+//! bubblewrap is installed (the report says so when it is not). The cgroup's mkdir/rmdir (~40 + 30 µs per
+//! job in the worker) is not part of (3): it is the job model's cost, not the sandbox's.
+
+use heddle_bench::{time_us, Summary};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const BATCH: usize = 25;
+
+fn bash_true(cmd: &mut Command) {
+    let st = cmd.stdin(Stdio::null()).status().expect("spawn");
+    assert!(st.success());
+}
+
+fn launcher_true(ruleset: Option<std::os::fd::BorrowedFd<'_>>, cgroup: Option<&Path>) {
+    let null = || std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap().into();
+    let stdio = launcher::Stdio::null_stdin(null(), null()).unwrap();
+    let env = launcher::job_env(&launcher::process_env(), &[]);
+    let mut p = launcher::Prepared::bash("true", &env, None, stdio).unwrap();
+    if let Some(rs) = ruleset {
+        p = p.with_landlock(rs).unwrap();
+    }
+    if let Some(dir) = cgroup {
+        let fd = std::fs::File::open(dir).unwrap();
+        p = p.with_cgroup(fd.into());
+    }
+    let child = launcher::spawn(&p).unwrap();
+    drop(p);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+/// The sandboxed loop, in its own process: install the filter, build the ruleset, then answer each line
+/// `N` on stdin with N timings (µs) on one line.
+pub fn child(cgroup: PathBuf) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let ctx = policies::ResolveCtx::new(dir.path(), dir.path(), dir.path());
+    let resolved = policies::Policy::builtin("workspace")?.resolve(&ctx)?;
+    let sb = launcher::sandbox::Sandbox::build(&resolved)?;
+    launcher::seccomp::install(&sb.seccomp)?;
+    let rs = sb.job.fd.as_ref().map(std::os::fd::AsFd::as_fd);
+    let mut out = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        let n: usize = line?.trim().parse()?;
+        let times: Vec<String> = (0..n).map(|_| time_us(|| launcher_true(rs, Some(&cgroup))).to_string()).collect();
+        writeln!(out, "{}", times.join(" "))?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+pub fn run(iterations: usize) -> anyhow::Result<()> {
+    heddle_tests::require_root();
+    let cgroup = heddle_tests::cgroup2_mount().join(format!("heddle-bench-{}", std::process::id()));
+    std::fs::create_dir(&cgroup)?;
+    let result = measure(iterations, &cgroup);
+    let _ = std::fs::remove_dir(&cgroup);
+    result
+}
+
+fn measure(iterations: usize, cgroup: &Path) -> anyhow::Result<()> {
+    let bwrap = Path::new("/usr/bin/bwrap").exists().then_some("/usr/bin/bwrap");
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("sandbox-child")
+        .arg(cgroup)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut to_child = child.stdin.take().expect("stdin");
+    let mut from_child = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut sandboxed = |n: usize| -> anyhow::Result<Vec<f64>> {
+        writeln!(to_child, "{n}")?;
+        let mut line = String::new();
+        from_child.read_line(&mut line)?;
+        Ok(line.split_whitespace().map(|t| t.parse().unwrap_or(f64::NAN)).collect())
+    };
+    let bare = || bash_true(Command::new("bash").args(["--noprofile", "--norc", "-c", "true"]));
+    let bw = |b: &str| {
+        bash_true(Command::new(b).args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]).args([
+            "bash",
+            "--noprofile",
+            "--norc",
+            "-c",
+            "true",
+        ]))
+    };
+    sandboxed(20)?;
+    let (mut s_bare, mut s_launch, mut s_sandbox, mut s_bwrap) = (vec![], vec![], vec![], vec![]);
+    let mut done = 0;
+    while done < iterations {
+        let n = BATCH.min(iterations - done);
+        for _ in 0..n {
+            s_bare.push(time_us(bare));
+            s_launch.push(time_us(|| launcher_true(None, None)));
+            if let Some(b) = bwrap {
+                s_bwrap.push(time_us(|| bw(b)));
+            }
+        }
+        s_sandbox.extend(sandboxed(n)?);
+        done += n;
+    }
+    drop(to_child);
+    let _ = child.wait();
+    print(Summary::of(s_bare), Summary::of(s_launch), Summary::of(s_sandbox), bwrap.map(|_| Summary::of(s_bwrap)));
+    Ok(())
+}
+
+fn print(bare: Summary, launch: Summary, sandbox: Summary, bwrap: Option<Summary>) {
+    println!("== sandbox cost: spawn+wait of `bash --noprofile --norc -c true` (n = {})", bare.n);
+    println!("{:<58} {:>9} {:>9} {:>9} {:>9}", "", "p50 µs", "p90 µs", "p99 µs", "p50 ratio");
+    let row = |name: &str, s: Summary| {
+        println!("{name:<58} {:>9.1} {:>9.1} {:>9.1} {:>9.3}", s.p50, s.p90, s.p99, s.p50 / bare.p50);
+    };
+    row("bare posix_spawn + wait (baseline)", bare);
+    row("launcher, nothing added", launch);
+    row("launcher + Landlock + seccomp (inherited) + cgroup", sandbox);
+    match bwrap {
+        Some(b) => row("bwrap --ro-bind / / --dev /dev --proc /proc", b),
+        None => println!("bwrap: NOT INSTALLED (/usr/bin/bwrap missing; `apt-get install bubblewrap`), not measured"),
+    }
+    println!(
+        "sandbox over bare: {:+.1}% at p50 (target ≤ +5%); over the launcher alone: {:+.1}%",
+        (sandbox.p50 / bare.p50 - 1.0) * 100.0,
+        (sandbox.p50 / launch.p50 - 1.0) * 100.0
+    );
+}

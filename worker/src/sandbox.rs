@@ -1,0 +1,180 @@
+//! The session's sandbox as the worker holds it: built once at startup from the profile the supervisor
+//! named, installed on the worker itself (seccomp, then its own Landlock domain), and applied to every
+//! job (the job ruleset, restricted in the launcher's child just before exec).
+//!
+//! Order at startup ([`SessionSandbox::enter`]): no_new_privs (already set by the supervisor), the
+//! seccomp filter on the worker — every job inherits it at no cost per spawn — then the worker's own
+//! Landlock domain: read everywhere, write only beneath the session's cgroup subtree (job cgroups), the
+//! session temp dir and the policy's writable roots. Each job's domain nests inside it, so Landlock's
+//! signal scoping stops a job signalling the worker, the front or another session.
+//!
+//! A sandbox that cannot be built, or whose Landlock enforcement falls short of the profile's
+//! `landlock.require`, does not stop the worker: it reports the refusal in [`SandboxInfo`] and every job
+//! is refused with that sentence.
+//!
+//! ```no_run
+//! use worker::sandbox::{SandboxArgs, SessionSandbox};
+//! let args = SandboxArgs { policy: "workspace".into(), network: None, project: "/tmp/p".into(),
+//!     tmp: "/tmp/t".into(), home: "/nonexistent".into() };
+//! let mut sb = SessionSandbox::build(&args);
+//! let warnings = sb.enter(std::path::Path::new("/sys/fs/cgroup/unified/heddle/session-a"));
+//! assert!(sb.info.refusal.is_none(), "{warnings:?}");
+//! ```
+
+use launcher::sandbox::Sandbox;
+use policies::{LandlockRequirement, Policy, ResolveCtx};
+use shm_proto::msg::{RootInfo, SandboxInfo};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+
+/// What the supervisor told the worker about its session's sandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxArgs {
+    pub policy: String,
+    pub network: Option<bool>,
+    pub project: PathBuf,
+    pub tmp: PathBuf,
+    pub home: PathBuf,
+}
+
+/// The session's sandbox and its report.
+#[derive(Debug)]
+pub struct SessionSandbox {
+    /// `None` when it could not be built (then `info.refusal` says why).
+    pub sandbox: Option<Sandbox>,
+    pub info: SandboxInfo,
+}
+
+impl SessionSandbox {
+    /// Resolve the profile and build the job ruleset and the seccomp program.
+    pub fn build(args: &SandboxArgs) -> SessionSandbox {
+        let mut info = SandboxInfo {
+            policy: args.policy.clone(),
+            network: args.network.unwrap_or(false),
+            landlock_abi: 0,
+            landlock_status: "not_enforced".into(),
+            landlock_rights: Vec::new(),
+            landlock_scopes: Vec::new(),
+            landlock_require: String::new(),
+            writable: Vec::new(),
+            skipped: Vec::new(),
+            seccomp_denied: Vec::new(),
+            seccomp_installed: false,
+            worker_confined: false,
+            tmp: args.tmp.display().to_string(),
+            refusal: None,
+        };
+        match build(args) {
+            Ok(sb) => {
+                fill(&mut info, &sb);
+                info.refusal = sb.refusal();
+                SessionSandbox { sandbox: Some(sb), info }
+            }
+            Err(why) => {
+                info.refusal = Some(why);
+                SessionSandbox { sandbox: None, info }
+            }
+        }
+    }
+
+    /// Confine the worker itself: the seccomp filter, then its own Landlock domain (writable: the job
+    /// roots plus `cgroup`, its session subtree). Returns warnings for what failed.
+    pub fn enter(&mut self, cgroup: &Path) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let Some(sb) = &self.sandbox else { return warnings };
+        match launcher::seccomp::install(&sb.seccomp) {
+            Ok(()) => self.info.seccomp_installed = true,
+            Err(e) => {
+                let why =
+                    format!("the session's seccomp filter could not be installed: {}", crate::emit::error_chain(&e));
+                self.info.refusal.get_or_insert_with(|| format!("{why}; jobs are refused"));
+                warnings.push(why);
+            }
+        }
+        let own = sb.worker_ruleset(&[cgroup.to_path_buf()]).map_err(|e| crate::emit::error_chain(&e));
+        match own.and_then(|rs| rs.restrict_self().map(|_| rs.fd.is_some()).map_err(|e| e.to_string())) {
+            Ok(confined) => self.info.worker_confined = confined,
+            Err(e) => warnings.push(format!("the worker could not restrict itself with Landlock: {e}")),
+        }
+        warnings
+    }
+
+    /// Why jobs are refused, if they are.
+    pub fn refusal(&self) -> Option<&str> {
+        self.info.refusal.as_deref()
+    }
+
+    /// The job ruleset fd, when Landlock is in force.
+    pub fn job_ruleset(&self) -> Option<BorrowedFd<'_>> {
+        self.sandbox.as_ref().and_then(|s| s.job.fd.as_ref()).map(|f| f.as_fd())
+    }
+
+    /// A sentence explaining a refused write to `path`: which rule, and how to widen it.
+    pub fn explain_write(&self, path: &Path) -> String {
+        let Some(sb) = &self.sandbox else { return "the session's sandbox is not in force".into() };
+        match sb.policy.root_for(path) {
+            Some(root) => {
+                format!("{} lies beneath writable root {} ({})", path.display(), root.path.display(), root.template)
+            }
+            None => format!(
+                "{} is outside every writable root of policy '{}' ({}); Landlock refuses writes there. Write inside \
+                 one of them, or open a session with a profile that lists the directory as a writable root",
+                path.display(),
+                sb.policy.policy.name,
+                roots_list(&self.info)
+            ),
+        }
+    }
+}
+
+/// `a ({project}), b ({session_tmp})`.
+pub fn roots_list(info: &SandboxInfo) -> String {
+    info.writable.iter().map(|r| format!("{} ({})", r.path, r.template)).collect::<Vec<_>>().join(", ")
+}
+
+fn build(args: &SandboxArgs) -> Result<Sandbox, String> {
+    let mut policy = Policy::builtin(&args.policy).map_err(|e| e.to_string())?;
+    if let Some(n) = args.network {
+        policy = policy.with_network(n);
+    }
+    let ctx = ResolveCtx::new(&args.project, &args.tmp, &args.home).with_git_dirs();
+    let resolved = policy.resolve(&ctx).map_err(|e| format!("the policy cannot be applied: {e}"))?;
+    Sandbox::build(&resolved).map_err(|e| crate::emit::error_chain(&e))
+}
+
+fn fill(info: &mut SandboxInfo, sb: &Sandbox) {
+    let r = &sb.job.report;
+    info.network = sb.policy.policy.network;
+    info.landlock_abi = r.abi;
+    info.landlock_status = r.status.as_str().into();
+    info.landlock_rights = r.fs_rights.clone();
+    info.landlock_scopes = r.scopes.clone();
+    info.landlock_require = match sb.policy.policy.landlock {
+        LandlockRequirement::Full => "full",
+        LandlockRequirement::BestEffort => "best_effort",
+        LandlockRequirement::Off => "off",
+    }
+    .into();
+    info.writable = sb
+        .policy
+        .writable
+        .iter()
+        .map(|w| RootInfo {
+            path: w.path.display().to_string(),
+            template: w.template.clone(),
+            reason: w.reason.clone(),
+        })
+        .collect();
+    info.skipped = sb.policy.skipped.iter().map(|s| format!("{}: {}", s.template, s.why)).collect();
+    let sc = &sb.policy.policy.seccomp;
+    info.seccomp_denied = sc.deny.iter().map(|d| d.name.to_owned()).collect();
+    if sc.deny_tiocsti {
+        info.seccomp_denied.push("ioctl(TIOCSTI)".into());
+    }
+    if sc.x32_guard {
+        info.seccomp_denied.push("x32 syscalls".into());
+    }
+    if !sb.policy.policy.network {
+        info.seccomp_denied.push("socket(non-AF_UNIX)".into());
+    }
+}
