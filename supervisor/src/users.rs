@@ -37,7 +37,12 @@ pub enum UserError {
     Lookup(String, #[source] nix::Error),
     #[error("user {0:?} is root; heddle runs its front and workers unprivileged")]
     Root(String),
+    #[error("uid {0} (the front's default when no `heddle` user exists) belongs to user {1:?}; create a `heddle` user or pass --front-user")]
+    Taken(String, String),
 }
+
+/// The front's uid (and gid) when no `heddle` user exists: one no passwd entry names, used by nothing else.
+pub const FRONT_FALLBACK_UID: u32 = 65533;
 
 impl UserInfo {
     /// Resolve a name, or a numeric uid (which need not have a passwd entry).
@@ -64,10 +69,25 @@ impl UserInfo {
         })
     }
 
-    /// `--front-user`'s default: `heddle` if that user exists, else `nobody`.
+    /// `--front-user`'s default: `heddle` if that user exists, else uid and gid [`FRONT_FALLBACK_UID`] —
+    /// never `nobody`, which root-opened sessions' workers and jobs run as: sharing it would let a job read
+    /// every session's stored output in the front's state directory. A passwd entry of another name on that
+    /// uid is refused rather than borrowed.
     pub fn default_front() -> Result<UserInfo, UserError> {
         match UserInfo::resolve("heddle") {
-            Err(UserError::Unknown(_)) => UserInfo::resolve("nobody"),
+            Err(UserError::Unknown(_)) => {
+                let spec = FRONT_FALLBACK_UID.to_string();
+                match User::from_uid(Uid::from_raw(FRONT_FALLBACK_UID)) {
+                    Ok(None) => Ok(UserInfo {
+                        uid: FRONT_FALLBACK_UID,
+                        gid: FRONT_FALLBACK_UID,
+                        name: "heddle-front".to_owned(),
+                        home: PathBuf::from("/"),
+                    }),
+                    Ok(Some(u)) => Err(UserError::Taken(spec, u.name)),
+                    Err(e) => Err(UserError::Lookup(spec, e)),
+                }
+            }
             other => other,
         }
     }
@@ -96,6 +116,15 @@ mod tests {
     fn uid_without_entry_falls_back() {
         let u = UserInfo::resolve("4000123").unwrap();
         assert_eq!((u.uid, u.gid, u.name.as_str(), u.home.to_str()), (4000123, NOGROUP, "4000123", Some("/")));
+    }
+
+    #[test]
+    fn the_default_front_never_shares_nobody() {
+        let nobody = UserInfo::resolve("nobody").unwrap();
+        match UserInfo::default_front() {
+            Ok(f) => assert_ne!(f.uid, nobody.uid),
+            Err(e) => assert!(matches!(e, UserError::Taken(..)), "{e}"),
+        }
     }
 
     #[test]

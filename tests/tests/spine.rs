@@ -24,6 +24,7 @@ fn three_processes_with_their_uids_and_no_socket_between_front_and_worker() {
     assert_ne!(proc_uid(worker), Some(0), "worker is unprivileged");
     assert_eq!(d["front"]["uid"].as_u64().map(|u| u as u32), proc_uid(front));
     assert!(front != sup && worker != sup && worker != front);
+    assert_ne!(proc_uid(front), proc_uid(worker), "jobs run as the worker's uid and must not share the front's");
 
     // The worker holds no socket at all: its only channel to the front is the shared region.
     let fds: Vec<String> = std::fs::read_dir(format!("/proc/{worker}/fd"))
