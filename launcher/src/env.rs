@@ -55,6 +55,24 @@ pub fn job_env(worker_env: &[(String, String)], session_env: &[(String, String)]
     env.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
 }
 
+/// The environment for a job of a session with a policy: the variables of `worker_env` the profile's
+/// `env.allow` rules let through, the profile's forced `env.set` values, `TMPDIR` when still unset, then the
+/// session's own entries on top. The profile, not the built-in allowlist of [`job_env`], decides.
+pub fn policy_env(
+    policy: &policies::EnvPolicy,
+    worker_env: &[(String, String)],
+    session_env: &[(String, String)],
+) -> Vec<(String, String)> {
+    let mut env: BTreeMap<String, String> = policy.filter(worker_env.iter().cloned()).into_iter().collect();
+    if env.get("TMPDIR").is_none_or(|v| v.is_empty()) {
+        env.insert("TMPDIR".to_owned(), DEFAULT_TMPDIR.to_owned());
+    }
+    for (k, v) in session_env {
+        env.insert(k.clone(), v.clone());
+    }
+    env.into_iter().collect()
+}
+
 /// This process's environment, skipping entries that are not UTF-8 (they cannot be allowlisted by name,
 /// and jobs never see them).
 pub fn process_env() -> Vec<(String, String)> {
@@ -64,6 +82,25 @@ pub fn process_env() -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_profile_decides_a_sessions_job_environment() {
+        let policy = policies::Policy::builtin("workspace").unwrap();
+        let worker = pairs(&[
+            ("PATH", "/usr/bin"),
+            ("XDG_CONFIG_HOME", "/h/.config"),
+            ("AWS_SECRET_ACCESS_KEY", "s3cr3t"),
+            ("TERM", "xterm-256color"),
+        ]);
+        let env = policy_env(&policy.env, &worker, &pairs(&[("FOO", "bar")]));
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("PATH"), Some("/usr/bin"));
+        assert_eq!(get("XDG_CONFIG_HOME"), Some("/h/.config"), "the profile allows every XDG_* variable");
+        assert_eq!(get("AWS_SECRET_ACCESS_KEY"), None);
+        assert_eq!(get("TERM"), Some("dumb"), "forced by the profile");
+        assert_eq!(get("TMPDIR"), Some(DEFAULT_TMPDIR));
+        assert_eq!(get("FOO"), Some("bar"));
+    }
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()

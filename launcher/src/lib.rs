@@ -43,6 +43,6 @@ pub mod seccomp;
 pub mod spawn;
 mod sys;
 
-pub use env::{job_env, process_env};
+pub use env::{job_env, policy_env, process_env};
 pub use prepare::{resolve_program, PrepareError, Prepared, Stdio, BASH};
 pub use spawn::{cgroup_spawn_path, spawn, Child, ExitStatus, LaunchError, SpawnPath};
