@@ -66,6 +66,7 @@ fn facts(s: &Session) -> SessionFacts {
         warnings: st.warnings.iter().cloned().collect(),
         note: join_notes(lost.into_iter().chain(closing)),
         shell_state: st.record.summary(),
+        persistent: s.spec().persistent,
     }
 }
 

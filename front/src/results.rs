@@ -161,6 +161,8 @@ pub struct SessionOpenResult {
     pub cwd: String,
     pub note: Option<String>,
     pub announcements: Vec<Announcement>,
+    /// A named persistent session (one long-lived bash, one command at a time).
+    pub persistent: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -221,6 +223,8 @@ pub struct SessionFacts {
     pub note: Option<String>,
     /// The session's shell-state record, summarised.
     pub shell_state: crate::state_record::StateSummary,
+    /// A named persistent session (one long-lived bash, one command at a time).
+    pub persistent: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -43,6 +43,8 @@ struct Params {
     cwd: Option<String>,
     #[serde(default)]
     env: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    persistent: bool,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<SessionOpenResult, RpcError> {
@@ -57,7 +59,10 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Session
     let env = validate_env("session.open", p.env.as_ref())?;
     match claim(k, client, p.name.as_deref())? {
         Claim::Existing(s) => attach_existing(k, &s, p.cwd.is_some() || p.env.is_some()),
-        Claim::New(name) => open_new(k, client, name, p.cwd.unwrap_or_else(|| "/".to_owned()), env),
+        Claim::New(name) => {
+            let cwd = p.cwd.unwrap_or_else(|| "/".to_owned());
+            open_new(k, client, name, NewSession { cwd, env, persistent: p.persistent })
+        }
     }
 }
 
@@ -147,17 +152,19 @@ fn claim(k: &Kernel, client: &Client, name: Option<&str>) -> Result<Claim, RpcEr
     }
 }
 
+/// What a new session is opened with.
+struct NewSession {
+    cwd: String,
+    env: Vec<(String, String)>,
+    persistent: bool,
+}
+
 fn open_failed(name: &str, why: impl std::fmt::Display) -> RpcError {
     RpcError::new(ErrorKind::SessionOpenFailed, format!("session '{name}' could not be opened: {why}"))
 }
 
-fn open_new(
-    k: &Kernel,
-    client: &Client,
-    name: String,
-    cwd: String,
-    env: Vec<(String, String)>,
-) -> Result<SessionOpenResult, RpcError> {
+fn open_new(k: &Kernel, client: &Client, name: String, new: NewSession) -> Result<SessionOpenResult, RpcError> {
+    let NewSession { cwd, env, persistent } = new;
     let opened = match k.link.open_session(&name, client.uid) {
         Ok(o) => o,
         Err(e) => {
@@ -177,6 +184,7 @@ fn open_new(
         cwd,
         env,
         dir,
+        persistent,
     };
     let (s, end) = match Session::attach(spec, opened.fds) {
         Ok(x) => x,
@@ -200,6 +208,7 @@ fn open_new(
             cwd: s.spec().cwd.clone(),
             note: dir_note,
             announcements: Vec::new(),
+            persistent: s.spec().persistent,
         }),
         Err(e) => {
             k.pump.remove(s.spec().serial);
@@ -249,6 +258,7 @@ fn attach_existing(k: &Kernel, s: &Session, gave_settings: bool) -> Result<Sessi
         cwd: s.spec().cwd.clone(),
         note: join_notes(note),
         announcements,
+        persistent: s.spec().persistent,
     })
 }
 

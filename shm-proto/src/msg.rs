@@ -43,6 +43,9 @@ pub struct RunSpec {
     /// and the worker reports it with [`Event::StateCaptured`] or [`Event::StateUnknown`]); `None` runs
     /// `bash -c CMD` bare. An empty script restores nothing (the session's first call).
     pub state: Option<Vec<u8>>,
+    /// Run in the session's persistent shell (one long-lived bash, one command at a time) instead of a
+    /// fresh bash; `state` then restores only a shell that (re)starts for this command.
+    pub persistent: bool,
 }
 
 /// Front → worker.

@@ -105,6 +105,7 @@ pub struct Worker<C: CgroupOps> {
     pub(crate) ready: VecDeque<(JobId, Stream)>,
     pub(crate) deadlines: BinaryHeap<Reverse<(Instant, JobId)>>,
     evt_parked: bool,
+    pub(crate) persistent: crate::persistent::Persistent,
 }
 
 /// Run a session's worker until `Shutdown` (`Ok`) or a fatal error.
@@ -142,6 +143,7 @@ impl<C: CgroupOps> Worker<C> {
             ready: VecDeque::new(),
             deadlines: BinaryHeap::new(),
             evt_parked: false,
+            persistent: Default::default(),
         };
         w.out.emit(&settings.hello)?;
         for msg in settings.startup_warnings {
@@ -215,6 +217,7 @@ impl<C: CgroupOps> Worker<C> {
                     Source::Stderr => self.mark_ready(job, Stream::Stderr),
                     Source::Pidfd => self.reap(job)?,
                     Source::State => self.read_state(job),
+                    Source::Done => self.shell_status(job)?,
                 }
             }
         }
@@ -241,6 +244,7 @@ impl<C: CgroupOps> Worker<C> {
             };
             n += 1;
             match cmd {
+                Command::Run(spec) if spec.persistent => self.run_in_shell(spec)?,
                 Command::Run(spec) => self.start_job(spec)?,
                 Command::Kill { job, grace_ms } => self.kill_job(job, grace_ms)?,
                 Command::Shutdown => {

@@ -134,6 +134,8 @@ impl<C: CgroupOps> Worker<C> {
             closed_sent: false,
             kill_requested: false,
             state: state_r.map(crate::state::StatePipe::new),
+            shell: None,
+            in_shell: false,
         })
     }
 }

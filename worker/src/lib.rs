@@ -33,6 +33,8 @@ pub mod job;
 pub mod job_kill;
 pub mod job_run;
 pub mod output;
+pub mod persistent;
+pub mod shell_run;
 pub mod startup;
 pub mod state;
 pub mod sys;

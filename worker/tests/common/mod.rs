@@ -59,8 +59,15 @@ impl Front {
 
     pub fn run_in(&mut self, job: JobId, cmd: &str, cwd: &str, env: &[(&str, &str)]) {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let spec =
-            RunSpec { job, cmd: cmd.into(), cwd: cwd.as_bytes().to_vec(), env, stdin: StdinMode::Null, state: None };
+        let spec = RunSpec {
+            job,
+            cmd: cmd.into(),
+            cwd: cwd.as_bytes().to_vec(),
+            env,
+            stdin: StdinMode::Null,
+            state: None,
+            persistent: false,
+        };
         self.send(&Command::Run(spec));
     }
 
