@@ -76,6 +76,7 @@ fn facts(s: &Session) -> SessionFacts {
         limits: None,
         jobs_cpu_ms: st.jobs.values().map(|j| j.cpu_ms()).sum(),
         sandbox: st.sandbox.clone(),
+        persistent: s.spec().persistent,
     }
 }
 

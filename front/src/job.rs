@@ -249,6 +249,11 @@ impl Job {
         self.shell.base = Some((version, base));
     }
 
+    /// The job runs in the session's persistent shell (its capture diffs against the record as it is then).
+    pub fn set_in_persistent_shell(&mut self) {
+        self.shell.persistent = true;
+    }
+
     /// The worker sent the job's capture: apply it to the session's record.
     pub fn on_state_captured(&mut self, data: &[u8], record: &mut crate::state_record::StateRecord) {
         self.shell.captured(data, record);

@@ -69,6 +69,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
         stdin: StdinMode::Null,
         state: Some(restore),
         files,
+        persistent: s.spec().persistent,
     };
     let mut notes: Vec<String> = clamp_note.into_iter().collect();
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {
@@ -121,6 +122,9 @@ fn admit_job(s: &Session, cmd: &str) -> Result<(JobId, Vec<u8>), RpcError> {
     let restore = crate::state_record::restore_script(&base);
     if let Some(j) = st.jobs.get_mut(&id) {
         j.set_state_base(version, base);
+        if s.spec().persistent {
+            j.set_in_persistent_shell();
+        }
     }
     Ok((id, restore))
 }

@@ -22,12 +22,18 @@ pub struct JobShellState {
     pub changes: Vec<String>,
     /// The record's version once the job's changes applied.
     pub to: Option<u64>,
+    /// The job ran in the persistent shell: commands run one at a time there and the shell carries the
+    /// state itself, so the capture is diffed against the record as it is when the capture arrives.
+    pub persistent: bool,
 }
 
 impl JobShellState {
     /// Apply a capture; a capture that does not parse leaves the state unknown.
     pub fn captured(&mut self, data: &[u8], record: &mut StateRecord) {
-        let Some((from, base)) = self.base.take() else { return };
+        let Some((mut from, mut base)) = self.base.take() else { return };
+        if self.persistent {
+            (from, base) = record.snapshot();
+        }
         match parse(data) {
             Ok(items) => {
                 let applied = record.apply(from, &base, items);

@@ -211,6 +211,8 @@ pub struct SessionOpenResult {
     pub cwd: String,
     pub note: Option<String>,
     pub announcements: Vec<Announcement>,
+    /// A named persistent session (one long-lived bash, one command at a time).
+    pub persistent: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -278,6 +280,8 @@ pub struct SessionFacts {
     /// The session's sandbox as its worker enforces it: policy, writable roots, Landlock ABI and what
     /// is enforced, seccomp denials; `null` until the worker reported it.
     pub sandbox: Option<shm_proto::msg::SandboxInfo>,
+    /// A named persistent session (one long-lived bash, one command at a time).
+    pub persistent: bool,
 }
 
 /// A session's limits and accounting (on hybrid hosts, from the v1 memory and pids hierarchies).

@@ -19,7 +19,7 @@
 //! let fds = SessionFds { memfd, cmd_data: e(), cmd_space: e(), evt_data: e(), evt_space: e() };
 //! let dir = tempfile::tempdir().unwrap();
 //! let spec = SessionSpec { name: "s1".into(), serial: 1, owner_uid: 1000, cgroup: "/cg".into(),
-//!     cwd: "/".into(), env: vec![], dir: dir.path().into() };
+//!     cwd: "/".into(), env: vec![], dir: dir.path().into(), persistent: false };
 //! let (session, _events) = Session::attach(spec, fds).unwrap();
 //! assert_eq!(session.name(), "s1");
 //! ```
@@ -55,6 +55,8 @@ pub struct SessionSpec {
     pub env: Vec<(String, String)>,
     /// `<state-dir>/sessions/<name>`; job logs go under `jobs/`.
     pub dir: PathBuf,
+    /// A named persistent session: its jobs run one at a time in one long-lived bash.
+    pub persistent: bool,
 }
 
 /// Errors sending a command to the worker.
@@ -458,6 +460,7 @@ mod tests {
             cwd: "/".into(),
             env: vec![],
             dir: dir.path().into(),
+            persistent: false,
         };
         let (s, end) = Session::attach(spec, fds).unwrap();
         Fixture { _dir: dir, s, end, region, file }

@@ -52,6 +52,8 @@ struct Params {
     policy: Option<String>,
     #[serde(default)]
     network: Option<bool>,
+    #[serde(default)]
+    persistent: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -81,7 +83,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Session
         Claim::New(name) => {
             let l = p.limits.unwrap_or_default();
             let limits = SessionLimits { memory_max: l.memory_max, pids_max: l.pids_max, ..Default::default() };
-            open_new(k, client, name, cwd, env, &sandbox, &limits)
+            open_new(k, client, name, NewSession { cwd, env, persistent: p.persistent }, &sandbox, &limits)
         }
     }
 }
@@ -172,6 +174,13 @@ fn claim(k: &Kernel, client: &Client, name: Option<&str>) -> Result<Claim, RpcEr
     }
 }
 
+/// What a new session is opened with.
+struct NewSession {
+    cwd: String,
+    env: Vec<(String, String)>,
+    persistent: bool,
+}
+
 fn open_failed(name: &str, why: impl std::fmt::Display) -> RpcError {
     RpcError::new(ErrorKind::SessionOpenFailed, format!("session '{name}' could not be opened: {why}"))
 }
@@ -180,11 +189,11 @@ fn open_new(
     k: &Kernel,
     client: &Client,
     name: String,
-    cwd: String,
-    env: Vec<(String, String)>,
+    new: NewSession,
     sandbox: &SandboxRequest,
     limits: &SessionLimits,
 ) -> Result<SessionOpenResult, RpcError> {
+    let NewSession { cwd, env, persistent } = new;
     let opened = match k.link.open_session(&name, client.uid, sandbox, limits) {
         Ok(o) => o,
         Err(e) => {
@@ -204,6 +213,7 @@ fn open_new(
         cwd,
         env,
         dir,
+        persistent,
     };
     let (s, end) = match Session::attach(spec, opened.fds) {
         Ok(x) => x,
@@ -227,6 +237,7 @@ fn open_new(
             cwd: s.spec().cwd.clone(),
             note: dir_note,
             announcements: Vec::new(),
+            persistent: s.spec().persistent,
         }),
         Err(e) => {
             k.pump.remove(s.spec().serial);
@@ -276,6 +287,7 @@ fn attach_existing(k: &Kernel, s: &Session, gave_settings: bool) -> Result<Sessi
         cwd: s.spec().cwd.clone(),
         note: join_notes(note),
         announcements,
+        persistent: s.spec().persistent,
     })
 }
 

@@ -44,6 +44,7 @@ mod tests {
     #[test]
     fn command_round_trips() {
         let cmd = Command::Run(RunSpec {
+            persistent: false,
             job: 7,
             cmd: "echo 'hi'\n$HOME".into(),
             cwd: b"/tmp/\xff dir".to_vec(),

@@ -45,6 +45,9 @@ pub struct RunSpec {
     pub state: Option<Vec<u8>>,
     /// Files to write before the command starts (the files channel), under the job's policy.
     pub files: Vec<FileSpec>,
+    /// Run in the session's persistent shell (one long-lived bash, one command at a time) instead of a
+    /// fresh bash; `state` then restores only a shell that (re)starts for this command.
+    pub persistent: bool,
 }
 
 /// One file of the files channel.

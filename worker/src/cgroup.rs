@@ -82,6 +82,9 @@ pub struct SessionCgroup {
 }
 
 fn job_name(job: JobId) -> String {
+    if job == crate::persistent::SHELL_CGROUP {
+        return "shell".to_owned();
+    }
     format!("job-{job}")
 }
 

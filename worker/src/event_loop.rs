@@ -112,6 +112,7 @@ pub struct Worker<C: CgroupOps> {
     pub(crate) v1: crate::limits::V1Session,
     /// The cgroup-events watch fd is in the poll.
     pub(crate) watch_registered: bool,
+    pub(crate) persistent: crate::persistent::Persistent,
 }
 
 /// Run a session's worker until `Shutdown` (`Ok`) or a fatal error.
@@ -152,6 +153,7 @@ impl<C: CgroupOps> Worker<C> {
             evt_parked: false,
             v1: crate::limits::V1Session::detect(),
             watch_registered: false,
+            persistent: Default::default(),
         };
         w.out.emit(&settings.hello)?;
         if let Some(sb) = &settings.sandbox {
@@ -229,6 +231,7 @@ impl<C: CgroupOps> Worker<C> {
                     Source::Stderr => self.mark_ready(job, Stream::Stderr),
                     Source::Pidfd => self.reap(job)?,
                     Source::State => self.read_state(job),
+                    Source::Done => self.shell_status(job)?,
                 }
             }
         }
@@ -255,6 +258,7 @@ impl<C: CgroupOps> Worker<C> {
             };
             n += 1;
             match cmd {
+                Command::Run(spec) if spec.persistent => self.run_in_shell(spec)?,
                 Command::Run(spec) => self.start_job(spec)?,
                 Command::Kill { job, grace_ms } => self.kill_job(job, grace_ms)?,
                 Command::Shutdown => {

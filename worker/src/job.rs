@@ -24,10 +24,12 @@ pub(crate) enum Source {
     Pidfd = 2,
     /// The private state pipe of a shell-state job.
     State = 3,
+    /// The control socket of the persistent shell (the command's status line).
+    Done = 4,
 }
 
 /// Poll sources per job (the token stride).
-pub(crate) const SOURCES: usize = 4;
+pub(crate) const SOURCES: usize = 5;
 
 impl Source {
     pub(crate) fn from_index(i: usize) -> Source {
@@ -35,7 +37,8 @@ impl Source {
             0 => Source::Stdout,
             1 => Source::Stderr,
             2 => Source::Pidfd,
-            _ => Source::State,
+            3 => Source::State,
+            _ => Source::Done,
         }
     }
 
@@ -88,6 +91,10 @@ pub(crate) struct Job {
     /// The session's OOM-kill and pids-limit counters when the job started (hybrid hosts with limits).
     pub oom_base: Option<u64>,
     pub pids_base: Option<u64>,
+    /// A command of the persistent shell: its hold on the live shell (`None` once the shell died).
+    pub shell: Option<crate::persistent::ShellLink>,
+    /// A command of the persistent shell (its cgroup is the shell's).
+    pub in_shell: bool,
 }
 
 impl Job {
@@ -143,12 +150,22 @@ impl<C: CgroupOps> Worker<C> {
             let _ = self.poll.registry().deregister(&mut SourceFd(&child.pidfd.as_raw_fd()));
         }
         j.exit = Some((status, at));
+        let in_shell = j.in_shell;
         if let Some(mut pipe) = j.state.take() {
             let _ = self.poll.registry().deregister(&mut SourceFd(&pipe.fd.as_raw_fd()));
             let limit = self.state_limit();
             pipe.read_available(limit);
-            let verdict = pipe.verdict(job, limit);
+            let mut verdict = pipe.verdict(job, limit);
+            if let (Event::StateUnknown { reason, .. }, true) = (&mut verdict, in_shell) {
+                let how = status.map_or_else(|| "unknown status".to_owned(), |s| format!("{s:?}"));
+                *reason = format!(
+                    "the persistent shell ended ({how}); the next call starts a new shell from the last known state"
+                );
+            }
             self.out.emit(&verdict)?;
+        }
+        if in_shell {
+            self.shell_died(job);
         }
         let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
         for pipe in j.pipes.iter_mut().flatten() {
@@ -173,12 +190,22 @@ impl<C: CgroupOps> Worker<C> {
             }
         }
         let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
+        if j.exited_sent && j.shell.is_some() {
+            return self.release_shell(job);
+        }
         if j.exited_sent && !j.closed_sent && j.pipes.iter().all(Option::is_none) {
             j.closed_sent = true;
-            let serial = j.serial;
+            let (serial, in_shell) = (j.serial, j.in_shell);
             self.out.emit(&Event::StreamsClosed { job })?;
             self.serials.remove(&serial);
-            self.finish_if_done(job)?;
+            if in_shell {
+                // The persistent shell died (its pipes closed): its cgroup was killed and is removed here.
+                let _ = self.cgroups.remove(crate::persistent::SHELL_CGROUP);
+                self.jobs.remove(&job);
+                self.next_in_shell(job)?;
+            } else {
+                self.finish_if_done(job)?;
+            }
         }
         Ok(())
     }

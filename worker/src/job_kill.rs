@@ -20,21 +20,25 @@ use std::time::{Duration, Instant};
 impl<C: CgroupOps> Worker<C> {
     /// Handle `Kill { job, grace_ms }`.
     pub(crate) fn kill_job(&mut self, job: JobId, grace_ms: u32) -> Result<(), WorkerError> {
+        if self.drop_queued(job)? {
+            return Ok(());
+        }
         let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
         if !j.exited_sent {
             j.kill_requested = true;
         }
+        let cg = self.cgroup_of(job);
         if grace_ms == 0 {
-            if let Err(e) = self.cgroups.kill(job) {
+            if let Err(e) = self.cgroups.kill(cg) {
                 self.out.emit(&job_warning(job, "cgroup.kill failed", &e))?;
             }
             return Ok(());
         }
-        if let Err(e) = self.terminate(job) {
+        if let Err(e) = self.terminate(cg) {
             // Could not deliver SIGTERM properly: do not leave the job frozen or half-signalled.
             self.out.emit(&job_warning(job, "SIGTERM to the job's processes failed; killing it instead", &e))?;
-            let _ = self.cgroups.set_frozen(job, false);
-            if let Err(e) = self.cgroups.kill(job) {
+            let _ = self.cgroups.set_frozen(cg, false);
+            if let Err(e) = self.cgroups.kill(cg) {
                 self.out.emit(&job_warning(job, "cgroup.kill failed", &e))?;
             }
             return Ok(());
@@ -64,10 +68,11 @@ impl<C: CgroupOps> Worker<C> {
             if !self.jobs.contains_key(&job) {
                 continue;
             }
-            match self.cgroups.populated(job) {
+            let cg = self.cgroup_of(job);
+            match self.cgroups.populated(cg) {
                 Ok(false) => {}
                 Ok(true) => {
-                    if let Err(e) = self.cgroups.kill(job) {
+                    if let Err(e) = self.cgroups.kill(cg) {
                         self.out.emit(&job_warning(job, "cgroup.kill after the grace period failed", &e))?;
                     }
                 }
@@ -81,7 +86,8 @@ impl<C: CgroupOps> Worker<C> {
     pub(crate) fn kill_all(&mut self) {
         let jobs: Vec<JobId> = self.jobs.keys().copied().collect();
         for job in jobs {
-            let _ = self.cgroups.kill(job);
+            let cg = self.cgroup_of(job);
+            let _ = self.cgroups.kill(cg);
         }
     }
 }

@@ -156,6 +156,8 @@ impl<C: CgroupOps> Worker<C> {
             procs_seen: 1,
             oom_base,
             pids_base,
+            shell: None,
+            in_shell: false,
         })
     }
 }

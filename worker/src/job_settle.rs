@@ -48,8 +48,16 @@ impl<C: CgroupOps> Worker<C> {
 
     /// Right after `Exited`: settle at once, or watch the cgroup and list the survivors.
     pub(crate) fn after_exit(&mut self, job: JobId) -> Result<(), WorkerError> {
-        let Some(j) = self.jobs.get(&job) else { return Ok(()) };
+        let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
         if j.kept {
+            return self.finish_if_done(job);
+        }
+        if j.in_shell {
+            // A command of the persistent shell has no cgroup of its own: it is settled once the shell reports
+            // its end. What it left running in the background belongs to the shell, whose cgroup lives on.
+            j.emptied_sent = true;
+            let usage = JobUsage { cpu_usec: 0, procs_seen: j.procs_seen.max(1) };
+            self.out.emit(&Event::Emptied { job, at_unix_ns: unix_ns(), usage })?;
             return self.finish_if_done(job);
         }
         let killing = j.kill_requested;

@@ -83,7 +83,7 @@ impl StatePipe {
     }
 
     /// The event for this job once its bash has exited.
-    pub(crate) fn verdict(self, job: JobId, limit: usize) -> Event {
+    pub(crate) fn verdict(&mut self, job: JobId, limit: usize) -> Event {
         if self.overflow {
             let reason = format!("the captured state is larger than the {limit} bytes a session carries");
             return Event::StateUnknown { job, reason };
@@ -96,7 +96,7 @@ impl StatePipe {
             let reason = "the state capture was cut short (the shell ended or its fd closed while writing)".to_owned();
             return Event::StateUnknown { job, reason };
         }
-        Event::StateCaptured { job, data: self.buf }
+        Event::StateCaptured { job, data: std::mem::take(&mut self.buf) }
     }
 }
 

@@ -67,6 +67,7 @@ impl Front {
             stdin: StdinMode::Null,
             state: None,
             files: Vec::new(),
+            persistent: false,
         };
         self.send(&Command::Run(spec));
     }

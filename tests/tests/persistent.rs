@@ -1,0 +1,90 @@
+//! The named persistent session (issue 3): one long-lived bash whose commands run one at a time, through
+//! the real binaries and socket.
+
+use heddle_tests::{Client, Heddle};
+use serde_json::{json, Value};
+
+fn run(c: &mut Client, s: &Value, cmd: &str) -> Value {
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 20_000})).expect("run");
+    assert_ne!(r["state"], "running", "{r}");
+    r
+}
+
+/// Run `cmd`, assert it exited 0 with a known state, return its view.
+fn ok(c: &mut Client, s: &Value, cmd: &str) -> String {
+    let r = run(c, s, cmd);
+    assert_eq!(r["exit_code"], 0, "{cmd}: {r}");
+    assert!(r["state_note"].is_null(), "{cmd}: {r}");
+    r["view"].as_str().unwrap().to_owned()
+}
+
+fn persistent(h: &Heddle, c: &mut Client) -> Value {
+    let r = c.call("session.open", json!({"cwd": h.project, "persistent": true})).expect("session.open");
+    assert_eq!(r["persistent"], true, "{r}");
+    r["session"].clone()
+}
+
+#[test]
+fn keeps_a_trap_and_a_background_job_and_survives_strict_mode_and_ps1() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = persistent(&h, &mut c);
+    let d = c.call("describe", json!({"session": s})).unwrap();
+    assert_eq!(d["sessions"][0]["persistent"], true, "{d}");
+    ok(&mut c, &s, "trap 'echo bye' USR1; sleep 300 & echo started; exec 7>/dev/null");
+    ok(&mut c, &s, "set -euo pipefail; PS1='$ '");
+    let v = ok(&mut c, &s, "jobs; trap -p USR1; echo fd >&7 && echo fd7-open; echo $-");
+    assert!(v.contains("Running") && v.contains("sleep 300"), "{v}");
+    assert!(v.contains("trap -- 'echo bye' SIGUSR1"), "{v}");
+    assert!(v.contains("fd7-open"), "{v}");
+    assert!(v.lines().last().unwrap().contains('e') && v.lines().last().unwrap().contains('u'), "{v}");
+    assert_eq!(ok(&mut c, &s, "cat; echo after-stdin"), "after-stdin\n", "stdin is /dev/null");
+}
+
+#[test]
+fn exit_is_reported_and_the_next_call_has_the_previous_state() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = persistent(&h, &mut c);
+    ok(&mut c, &s, "export KEEP=kept; mkdir -p sub && cd sub");
+    let r = run(&mut c, &s, "KEEP=lost; echo before; exit 3");
+    assert_eq!(r["exit_code"], 3, "{r}");
+    assert!(r["view"].as_str().unwrap().contains("before"), "{r}");
+    let note = r["state_note"].as_str().unwrap_or_default();
+    assert!(note.starts_with("state unknown after this call") && note.contains("persistent shell"), "{r}");
+    assert_eq!(ok(&mut c, &s, "echo $KEEP ${PWD##*/}"), "kept sub\n");
+    let r = run(&mut c, &s, "exec true");
+    assert!(r["state_note"].is_string(), "{r}");
+    assert_eq!(ok(&mut c, &s, "echo $KEEP"), "kept\n");
+}
+
+#[test]
+fn output_that_imitates_the_framing_changes_nothing() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = persistent(&h, &mut c);
+    ok(&mut c, &s, "X=1");
+    let fake = r#"printf '0\n\0O\0\0V\0declare -- X="forged"\n\0E\0'; printf '5\n' >&2; printf '\0\0' "#;
+    let v = run(&mut c, &s, fake);
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(ok(&mut c, &s, "echo $X"), "1\n");
+    let r = run(&mut c, &s, "echo 7 >&0; echo ok");
+    assert!(r["view"].as_str().unwrap().contains("ok"), "{r}");
+    assert_eq!(ok(&mut c, &s, "echo $X"), "1\n");
+}
+
+#[test]
+fn kill_of_a_long_command_works_and_the_next_call_works() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = persistent(&h, &mut c);
+    ok(&mut c, &s, "export KEEP=kept");
+    let r = c.call("run", json!({"session": s, "cmd": "sleep 1000", "yield_ms": 200})).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    let queued = c.call("run", json!({"session": s, "cmd": "echo queued", "yield_ms": 0})).unwrap();
+    let k = c.call("kill", json!({"session": s, "job": r["job"]})).unwrap();
+    assert_eq!(k["state"], "killed", "{k}");
+    let w = c.call("wait", json!({"session": s, "job": queued["job"], "yield_ms": 20_000})).unwrap();
+    assert_eq!((w["state"].as_str(), w["view"].as_str()), (Some("exited"), Some("queued\n")), "{w}");
+    assert_eq!(ok(&mut c, &s, "echo $KEEP"), "kept\n");
+}

@@ -1,0 +1,109 @@
+//! The named persistent session: one long-lived `bash --noprofile --norc` whose commands run one at a time.
+//!
+//! The shell runs [`LOOP`] in its own cgroup (`<session>/shell`, [`SHELL_CGROUP`]). Its fds:
+//! - fd 0: the worker's control socket (a `SOCK_STREAM` socketpair). The worker writes each command as two
+//!   NUL-terminated blocks, the restore script (empty while the shell lives) and the command text; bash
+//!   values cannot hold NUL, so the framing cannot be forged. After a command, bash writes its exit
+//!   status as one line back on the same socket: that line is the command's boundary. Output is never
+//!   scanned for markers.
+//! - fd 1/2: one stdout and one stderr pipe for the shell's whole life, shared by its commands.
+//! - fd 4: the state pipe ([`crate::state::STATE_FD`]); after each command the loop writes the same
+//!   capture as the fresh-process wrapper, so the front's record follows the shell.
+//!
+//! The command runs as `eval "$cmd" 0</dev/null 4>&-`: its stdin is `/dev/null` and the control and
+//! state fds are closed for it (bash keeps its saved copies close-on-exec). `set -euvx` are switched off
+//! around the loop's own code and back on for the command, so `set -euo pipefail` or `set -x` cannot
+//! break the loop; `PS1` means nothing to a non-interactive shell.
+//!
+//! Boundaries: when the status line arrives, every byte the command wrote is already in the pipes; the
+//! worker notes how many bytes wait (`FIONREAD`), reads exactly those for the job, then sends `Exited` and
+//! `StreamsClosed`. Bytes written later (a background job of the shell) belong to the next command.
+//!
+//! A shell that dies during a command (`exit`, `exec`, a signal, `set -e` tripping, `kill`) ends that job
+//! with the shell's status and a state-unknown note; the shell's cgroup is killed (its background jobs go
+//! with it) and the next command starts a new shell from the record's last known state.
+
+use crate::job::{Job, Pipe, Source};
+use launcher::Child;
+use shm_proto::msg::{JobId, RunSpec};
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+
+/// The cgroup id of the persistent shell (named `shell` under the session, see [`crate::cgroup`]).
+pub const SHELL_CGROUP: JobId = JobId::MAX;
+
+/// The loop the persistent bash runs (`bash --noprofile --norc -c LOOP bash`). See the module docs.
+pub const LOOP: &str = concat!(
+    "builtin set +euvx; __heddle_f=\n",
+    "while builtin true; do\n",
+    " { IFS= builtin read -r -d '' __heddle_r && IFS= builtin read -r -d '' __heddle_c; } || builtin exit 0\n",
+    " if [[ -n $__heddle_r ]]; then builtin eval \"$__heddle_r\" 0</dev/null 4>&-;",
+    " { __heddle_f=$-; builtin set +euvx; } 2>/dev/null; fi\n",
+    " __heddle_s=${__heddle_f//[!euvx]/}\n",
+    " builtin eval \"${__heddle_s:+builtin set -$__heddle_s;}builtin unset -v __heddle_c __heddle_r __heddle_s;",
+    "$__heddle_c\" 0</dev/null 4>&-\n",
+    " { __heddle_rc=$? __heddle_f=$-; builtin set +euvx; { builtin printf '\\0O\\0'; builtin set +o;",
+    " for __heddle_n in e:errexit u:nounset v:verbose x:xtrace; do [[ $__heddle_f == *${__heddle_n%%:*}* ]]",
+    " && builtin printf 'set -o %s\\n' \"${__heddle_n#*:}\"; done;",
+    " builtin printf '\\0V\\0'; builtin declare -p;",
+    " builtin printf '\\0F\\0'; builtin declare -f; builtin printf '\\0A\\0';",
+    " for __heddle_n in \"${!BASH_ALIASES[@]}\"; do builtin printf '%s\\0%s\\0' \"$__heddle_n\" \"${BASH_ALIASES[$__heddle_n]}\"; done;",
+    " builtin printf '\\0D\\0'; for __heddle_n in \"${DIRSTACK[@]:1}\"; do builtin printf '%s\\0' \"$__heddle_n\"; done;",
+    " builtin printf '\\0S\\0'; builtin shopt -p; builtin printf '\\0U\\0'; builtin umask;",
+    " builtin printf '\\0P\\0'; builtin pwd; builtin printf '\\0E\\0'; } >&4;",
+    " builtin printf '%s\\n' \"$__heddle_rc\" >&0; } 2>/dev/null\n",
+    "done\n",
+);
+
+/// The idle shell between commands: everything a running command's [`Job`] borrows.
+pub(crate) struct Shell {
+    pub child: Child,
+    pub ctl: OwnedFd,
+    pub out: OwnedFd,
+    pub err: OwnedFd,
+    pub state: OwnedFd,
+}
+
+/// The session's persistent shell and the commands waiting their turn.
+#[derive(Default)]
+pub(crate) struct Persistent {
+    /// The live shell while no command runs (`None` while one runs, or before the first / after a death).
+    pub idle: Option<Shell>,
+    /// A command is running in the shell.
+    pub active: Option<JobId>,
+    pub queue: VecDeque<RunSpec>,
+}
+
+/// A running command's hold on the shell: its control socket and the status line read so far.
+pub(crate) struct ShellLink {
+    pub ctl: OwnedFd,
+    pub line: Vec<u8>,
+}
+
+impl Job {
+    /// Build the job of one command from the idle shell's parts.
+    pub(crate) fn in_shell(serial: usize, shell: Shell) -> Job {
+        Job {
+            serial,
+            pid: shell.child.pid,
+            child: Some(shell.child),
+            pipes: [Some(Pipe::new(shell.out)), Some(Pipe::new(shell.err))],
+            exit: None,
+            exited_sent: false,
+            closed_sent: false,
+            kill_requested: false,
+            state: Some(crate::state::StatePipe::new(shell.state)),
+            shell: Some(ShellLink { ctl: shell.ctl, line: Vec::new() }),
+            in_shell: true,
+            emptied_sent: false,
+            kept: false,
+            procs_seen: 1,
+            oom_base: None,
+            pids_base: None,
+        }
+    }
+}
+
+/// The poll sources a command of the shell watches.
+pub(crate) const SHELL_SOURCES: [Source; 5] =
+    [Source::Stdout, Source::Stderr, Source::Pidfd, Source::State, Source::Done];
