@@ -80,14 +80,41 @@ pub enum DbError {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum Write {
-    SessionOpened { serial: u64, name: String, owner_uid: u32, cwd: String, cgroup: String },
-    SessionEnded { serial: u64, note: String },
-    StateRecord { serial: u64, version: u64, items: String },
+    SessionOpened {
+        serial: u64,
+        name: String,
+        owner_uid: u32,
+        cwd: String,
+        cgroup: String,
+    },
+    SessionEnded {
+        serial: u64,
+        note: String,
+    },
+    StateRecord {
+        serial: u64,
+        version: u64,
+        items: String,
+    },
     /// A job record (insert or replace): `record` is the job's summary as JSON.
-    Job { serial: u64, session: String, job: u64, row: JobRow },
+    Job {
+        serial: u64,
+        session: String,
+        job: u64,
+        row: JobRow,
+    },
     Receipt(ReceiptRow),
-    Announced { session: String, job: u64 },
-    Audit { uid: u32, op: String, session: Option<String>, job: Option<u64>, detail: String },
+    Announced {
+        session: String,
+        job: u64,
+    },
+    Audit {
+        uid: u32,
+        op: String,
+        session: Option<String>,
+        job: Option<u64>,
+        detail: String,
+    },
 }
 
 /// The columns of a job record.

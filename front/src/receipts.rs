@@ -74,7 +74,9 @@ type Scope = (u32, String, String);
 
 enum Slot {
     /// The first call with this key is being admitted.
-    Pending { fingerprint: String },
+    Pending {
+        fingerprint: String,
+    },
     Done(Arc<Entry>),
 }
 
@@ -122,7 +124,12 @@ impl Receipts {
             }
             inner.by_id.insert(row.id, entry);
         }
-        Ok(Receipts { inner: Mutex::new(inner), changed: Condvar::new(), next: AtomicU64::new(1), prefix: db.boot().into() })
+        Ok(Receipts {
+            inner: Mutex::new(inner),
+            changed: Condvar::new(),
+            next: AtomicU64::new(1),
+            prefix: db.boot().into(),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -366,9 +373,9 @@ fn run_reference(k: &Kernel, client: &Client, e: &Entry, session: &str, job: u64
     }
     k.db.sync();
     let record = e.serial.and_then(|serial| k.db.job_record(&e.boot, serial, job).ok().flatten());
-    let mut v = record.and_then(|r| serde_json::from_str::<Value>(&r).ok()).unwrap_or_else(|| {
-        serde_json::json!({"job": job, "state": "lost"})
-    });
+    let mut v = record
+        .and_then(|r| serde_json::from_str::<Value>(&r).ok())
+        .unwrap_or_else(|| serde_json::json!({"job": job, "state": "lost"}));
     v["session"] = Value::String(session.to_owned());
     v["note"] = Value::String(format!(
         "job {job} was admitted under this idempotency_key in an earlier incarnation of session '{session}' \
@@ -441,7 +448,10 @@ mod tests {
         let first = h.ok("run", params.clone());
         let again = h.ok("run", params);
         assert_eq!(first["receipt"]["id"], again["receipt"]["id"]);
-        assert_eq!((first["receipt"]["replayed"].as_bool(), again["receipt"]["replayed"].as_bool()), (Some(false), Some(true)));
+        assert_eq!(
+            (first["receipt"]["replayed"].as_bool(), again["receipt"]["replayed"].as_bool()),
+            (Some(false), Some(true))
+        );
         assert_eq!((again["job"].as_u64(), again["view"].as_str()), (Some(1), Some("once\n")));
         assert_eq!(h.ok("jobs", json!({"session": "demo"}))["jobs"].as_array().unwrap().len(), 1);
         let looked = h.ok("receipt", json!({"idempotency_key": "k1", "session": "demo"}));
@@ -459,7 +469,8 @@ mod tests {
                 .map(|_| {
                     let h = &h;
                     scope.spawn(move || {
-                        let p = json!({"session": "demo", "cmd": "echo c", "idempotency_key": "same", "yield_ms": 5000});
+                        let p =
+                            json!({"session": "demo", "cmd": "echo c", "idempotency_key": "same", "yield_ms": 5000});
                         h.ok("run", p)["job"].as_u64().unwrap()
                     })
                 })
@@ -484,7 +495,10 @@ mod tests {
     fn every_mutation_carries_a_receipt_and_a_refusal_frees_its_key() {
         let h = Harness::new();
         let open = h.ok("session.open", json!({"name": "demo", "idempotency_key": "o"}));
-        assert_eq!((open["receipt"]["op"].as_str(), open["receipt"]["outcome"].as_str()), (Some("session.open"), Some("admitted")));
+        assert_eq!(
+            (open["receipt"]["op"].as_str(), open["receipt"]["outcome"].as_str()),
+            (Some("session.open"), Some("admitted"))
+        );
         let e = h.call("run", json!({"session": "nope", "cmd": "x", "idempotency_key": "r"})).unwrap_err();
         assert_eq!(e.kind, ErrorKind::UnknownSession);
         assert!(h.call("receipt", json!({"idempotency_key": "r", "session": "nope"})).is_err());

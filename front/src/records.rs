@@ -77,7 +77,10 @@ impl Recorder {
             }
             let row = JobRow {
                 cmd: sum.cmd.clone(),
-                state: serde_json::to_value(sum.state).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+                state: serde_json::to_value(sum.state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
                 exit_code: sum.exit_code,
                 signal: sum.signal,
                 stdout_bytes: sum.stdout_bytes,
