@@ -68,7 +68,7 @@ pub fn serve(cfg: KernelConfig, control: OwnedFd, listener: UnixListener) -> Res
                 // `shutdown {}`: mutations are refused already; queries answer through the grace.
                 std::thread::sleep(grace);
                 crate::shutdown::close_all(&kernel);
-                break 0;
+                break shm_proto::control::FRONT_EXIT_SHUTDOWN;
             }
             Ok(Notice::WorkerDied { session, code, signal, killed }) => {
                 kernel.worker_died(&session, code, signal, &killed)

@@ -4,7 +4,7 @@
 //! From the moment it is asked, every mutation is refused with `shutting_down` (-32004) while queries
 //! (`jobs`, `wait`, `output`, `describe`) and `receipt` go on answering; after `grace_ms` (default 0, at
 //! most 60 000) the front closes every session itself — survivors listed in the log and the audit log,
-//! kept jobs left running in their kept cgroups — records everything, and exits with status 0, which
+//! kept jobs left running in their kept cgroups — records everything, and exits with `FRONT_EXIT_SHUTDOWN`, which
 //! tells the supervisor to shut down too. SIGTERM to `heddle up` takes the supervisor's path instead:
 //! the supervisor tells the front (`Shutdown`), which refuses mutations at once and exits after the
 //! in-flight answers, and the supervisor closes the sessions.

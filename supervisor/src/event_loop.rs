@@ -236,14 +236,14 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
         }
     }
 
-    /// The front exited; true when it exited with status 0, which it does only after a root client's
-    /// `shutdown {}`: then the supervisor shuts down too.
+    /// The front exited; true when it exited with [`shm_proto::control::FRONT_EXIT_SHUTDOWN`], which it does only after a root
+    /// client's `shutdown {}`: then the supervisor shuts down too.
     fn front_died(&mut self) -> bool {
         let Some(front) = self.front.take() else { return false };
         let _ = self.poll.registry().deregister(&mut SourceFd(&front.pidfd.as_raw_fd()));
         let status = sys::wait_exit(front.pidfd.as_fd(), true);
-        if let Ok(Some(sys::Exit::Code(0))) = status {
-            log(&format!("the front (pid {}) exited with status 0 after a shutdown request; shutting down", front.pid));
+        if let Ok(Some(sys::Exit::Code(shm_proto::control::FRONT_EXIT_SHUTDOWN))) = status {
+            log(&format!("the front (pid {}) exited after a client's shutdown request; shutting down", front.pid));
             self.drop_control();
             return true;
         }
