@@ -44,6 +44,17 @@ struct Params {
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
+    call_admitting(k, client, params, &|_, _| {})
+}
+
+/// `run`, calling `on_admit(session serial, job)` once the job is registered and before the worker is
+/// told (the receipt's moment of admission, see `receipts`).
+pub(crate) fn call_admitting(
+    k: &Kernel,
+    client: &Client,
+    params: Value,
+    on_admit: &dyn Fn(u64, JobId),
+) -> Result<JobResult, RpcError> {
     let p: Params = rpc::params("run", params)?;
     k.admit()?;
     let extra_env = validate_env("run", p.env.as_ref())?;
@@ -60,6 +71,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     let s = k.live_session(client, &p.session)?;
     let files = crate::sandbox::file_specs(&p.files, &s.spec().cwd)?;
     let (job, restore) = admit_job(&s, &p.cmd)?;
+    on_admit(s.spec().serial, job);
     preflight(&s, job, &p.cmd);
     let spec = RunSpec {
         job,
@@ -236,8 +248,8 @@ mod tests {
         assert!(e.message.contains("missing field `cmd`"), "{}", e.message);
         let e = h.call("run", json!({"session": "demo", "cmd": "x", "yield_ms": "soon"})).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidParams);
-        let e = h.call("run", json!({"session": "demo", "cmd": "x", "idempotency_key": "k"})).unwrap_err();
-        assert!(e.message.contains("unknown field `idempotency_key`"), "{}", e.message);
+        let e = h.call("run", json!({"session": "demo", "cmd": "x", "idempotency_key": 7})).unwrap_err();
+        assert!(e.message.contains("idempotency_key must be a non-empty string"), "{}", e.message);
         let e = h.call("run", json!({"session": "nope", "cmd": "x"})).unwrap_err();
         assert_eq!(e.kind, ErrorKind::UnknownSession);
         assert_eq!(e.message, "no session named 'nope'; open one with session.open");

@@ -35,8 +35,21 @@ pub const MAX_YIELD_MS: u64 = 600_000;
 /// How long a command may wait for room in a full command ring.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Every method, for the "unknown method" message.
-pub const METHODS: [&str; 11] =
-    ["session.open", "session.close", "run", "wait", "kill", "jobs", "output", "describe", "keep", "kept", "kept.kill"];
+pub const METHODS: [&str; 13] = [
+    "session.open",
+    "session.close",
+    "run",
+    "wait",
+    "kill",
+    "jobs",
+    "output",
+    "describe",
+    "keep",
+    "kept",
+    "kept.kill",
+    "receipt",
+    "shutdown",
+];
 
 /// Where the kernel keeps things and what it tells `describe`.
 #[derive(Clone, Debug)]
@@ -75,12 +88,23 @@ pub struct Kernel {
     pub(crate) registry_changed: Condvar,
     serials: AtomicU64,
     shutting_down: AtomicBool,
+    pub(crate) db: crate::db::Db,
+    pub(crate) receipts: crate::receipts::Receipts,
+    pub(crate) recorder: crate::records::Recorder,
+    pub(crate) shutdown: crate::shutdown::Trigger,
 }
 
 impl Kernel {
     /// A kernel talking to the supervisor through `link`; starts the pump thread.
     pub fn new(cfg: KernelConfig, link: Arc<dyn SupervisorLink>) -> std::io::Result<Arc<Kernel>> {
         std::fs::create_dir_all(cfg.state_dir.join("sessions"))?;
+        let db = crate::db::Db::open(&cfg.state_dir.join("heddle.db")).map_err(std::io::Error::other)?;
+        let receipts = crate::receipts::Receipts::load(&db).map_err(std::io::Error::other)?;
+        match db.lose_orphans() {
+            Ok(0) => {}
+            Ok(n) => eprintln!("heddle-front: {n} jobs of an earlier front's sessions were running; marked lost"),
+            Err(e) => eprintln!("heddle-front: marking an earlier front's jobs lost failed: {e}"),
+        }
         let pump = Pump::start(link.clone())?;
         Ok(Arc::new(Kernel {
             cfg,
@@ -90,11 +114,33 @@ impl Kernel {
             registry_changed: Condvar::new(),
             serials: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
+            db,
+            receipts,
+            recorder: crate::records::Recorder::default(),
+            shutdown: crate::shutdown::Trigger::default(),
         }))
     }
 
-    /// Answer one request.
+    /// Answer one request: mutations get receipts (see `receipts`), and the job records of the session
+    /// a call named are brought up to date in the database afterwards.
     pub fn call(&self, client: &Client, method: &str, params: Value) -> Result<Box<RawValue>, RpcError> {
+        let session = params.get("session").or_else(|| params.get("name")).and_then(Value::as_str).map(str::to_owned);
+        let before = session.as_deref().and_then(|n| self.session(client, n).ok());
+        let r = match method {
+            m if crate::receipts::MUTATIONS.contains(&m) => encode(crate::receipts::mutate(self, client, m, params)),
+            "receipt" => encode(crate::receipts::call(self, client, params)),
+            "shutdown" => encode(crate::shutdown::call(self, client, params)),
+            _ => self.call_method(client, method, params),
+        };
+        let s = before.or_else(|| session.and_then(|n| self.session(client, &n).ok()));
+        if let Some(s) = s {
+            self.recorder.record(self, &s);
+        }
+        r
+    }
+
+    /// One method, without receipts.
+    pub(crate) fn call_method(&self, client: &Client, method: &str, params: Value) -> Result<Box<RawValue>, RpcError> {
         match method {
             "session.open" => encode(crate::session_open::call(self, client, params)),
             "session.close" => encode(crate::session_close::call(self, client, params)),

@@ -24,6 +24,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod db;
 pub mod describe;
 pub mod inherit;
 pub mod job;
@@ -37,6 +38,8 @@ pub mod jobs_list;
 pub mod kernel;
 pub mod output_read;
 pub mod pump;
+pub mod receipts;
+pub mod records;
 pub mod results;
 pub mod rpc;
 pub mod sandbox;
@@ -45,6 +48,7 @@ pub mod service;
 pub mod session;
 pub mod session_close;
 pub mod session_open;
+pub mod shutdown;
 pub mod state_capture;
 pub mod state_record;
 pub mod store;

@@ -36,6 +36,9 @@ pub enum ErrorKind {
     ShuttingDown,
     SessionOpenFailed,
     Internal,
+    IdempotencyConflict,
+    UnknownReceipt,
+    NotPermitted,
 }
 
 impl ErrorKind {
@@ -52,6 +55,9 @@ impl ErrorKind {
             ErrorKind::ShuttingDown => -32004,
             ErrorKind::SessionOpenFailed => -32005,
             ErrorKind::Internal => -32000,
+            ErrorKind::IdempotencyConflict => -32010,
+            ErrorKind::UnknownReceipt => -32011,
+            ErrorKind::NotPermitted => -32012,
         }
     }
 
@@ -68,6 +74,9 @@ impl ErrorKind {
             ErrorKind::ShuttingDown => "shutting_down",
             ErrorKind::SessionOpenFailed => "session_open_failed",
             ErrorKind::Internal => "internal",
+            ErrorKind::IdempotencyConflict => "idempotency_conflict",
+            ErrorKind::UnknownReceipt => "unknown_receipt",
+            ErrorKind::NotPermitted => "not_permitted",
         }
     }
 }

@@ -55,11 +55,21 @@ pub fn serve(cfg: KernelConfig, control: OwnedFd, listener: UnixListener) -> Res
             }
         })
         .map_err(ServeError::Signals)?;
-    let link = ControlLink::start(control, tx).map_err(ServeError::Link)?;
+    let link = ControlLink::start(control, tx.clone()).map_err(ServeError::Link)?;
     let kernel = Kernel::new(cfg, link).map_err(ServeError::Kernel)?;
     let server = Server::start(listener, kernel.clone()).map_err(ServeError::Server)?;
+    let asked = tx.clone();
+    kernel.shutdown.set(Box::new(move |grace| {
+        let _ = asked.send(Notice::Asked(grace));
+    }));
     let status = loop {
         match notices.recv() {
+            Ok(Notice::Asked(grace)) => {
+                // `shutdown {}`: mutations are refused already; queries answer through the grace.
+                std::thread::sleep(grace);
+                crate::shutdown::close_all(&kernel);
+                break shm_proto::control::FRONT_EXIT_SHUTDOWN;
+            }
             Ok(Notice::WorkerDied { session, code, signal, killed }) => {
                 kernel.worker_died(&session, code, signal, &killed)
             }
@@ -81,5 +91,9 @@ pub fn serve(cfg: KernelConfig, control: OwnedFd, listener: UnixListener) -> Res
         eprintln!("heddle-front: some requests were still being answered after {DRAIN_TIMEOUT:?}");
     }
     kernel.finish();
+    for s in kernel.open_sessions() {
+        kernel.record_session(&s);
+    }
+    kernel.db.sync();
     Ok(status)
 }

@@ -31,6 +31,12 @@ struct Params {
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<SessionCloseResult, RpcError> {
     let p: Params = rpc::params("session.close", params)?;
     k.admit()?;
+    close(k, client, &p.session)
+}
+
+/// Close `name` (also during shutdown, which refuses clients' mutations but closes every session).
+pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCloseResult, RpcError> {
+    let p = Params { session: name.to_owned() };
     let s = k.session(client, &p.session)?;
     let was_lost = {
         let mut st = s.lock();

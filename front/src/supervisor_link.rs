@@ -137,6 +137,8 @@ pub enum Notice {
     SupervisorGone(String),
     /// A termination signal arrived.
     Signal(i32),
+    /// A root client asked for `shutdown` with this grace.
+    Asked(std::time::Duration),
 }
 
 type Reply = (FromSupervisor, Vec<OwnedFd>);

@@ -15,6 +15,10 @@ pub const MAX_CONTROL_PACKET: usize = 64 * 1024;
 /// The fds that accompany [`FromSupervisor::SessionOpened`], in this order.
 pub const SESSION_FDS: [&str; 5] = ["memfd", "cmd_data", "cmd_space", "evt_data", "evt_space"];
 
+/// The front's exit status after a root client's `shutdown {}`: the supervisor shuts down too (any other
+/// exit of the front leaves the sessions running).
+pub const FRONT_EXIT_SHUTDOWN: i32 = 10;
+
 /// Front → supervisor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToSupervisor {

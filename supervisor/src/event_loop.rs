@@ -163,7 +163,11 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
                         self.read_control();
                     }
                 }
-                FRONT => self.front_died(),
+                FRONT => {
+                    if self.front_died() {
+                        return Ok(true);
+                    }
+                }
                 token => self.worker_event(token),
             }
         }
@@ -232,10 +236,18 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
         }
     }
 
-    fn front_died(&mut self) {
-        let Some(front) = self.front.take() else { return };
+    /// The front exited; true when it exited with [`shm_proto::control::FRONT_EXIT_SHUTDOWN`], which it does only after a root
+    /// client's `shutdown {}`: then the supervisor shuts down too.
+    fn front_died(&mut self) -> bool {
+        let Some(front) = self.front.take() else { return false };
         let _ = self.poll.registry().deregister(&mut SourceFd(&front.pidfd.as_raw_fd()));
-        let how = match sys::wait_exit(front.pidfd.as_fd(), true) {
+        let status = sys::wait_exit(front.pidfd.as_fd(), true);
+        if let Ok(Some(sys::Exit::Code(shm_proto::control::FRONT_EXIT_SHUTDOWN))) = status {
+            log(&format!("the front (pid {}) exited after a client's shutdown request; shutting down", front.pid));
+            self.drop_control();
+            return true;
+        }
+        let how = match status {
             Ok(Some(exit)) => exit.to_string(),
             Ok(None) => "an unknown status (still running?)".to_owned(),
             Err(e) => format!("a status that could not be read ({e})"),
@@ -243,6 +255,7 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
         let n = self.sessions.ids().len();
         log(&format!("the front (pid {}) exited with {how}; {n} sessions stay alive", front.pid));
         self.drop_control();
+        false
     }
 
     fn drop_control(&mut self) {

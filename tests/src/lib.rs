@@ -95,19 +95,7 @@ impl Heddle {
         let cgroup_root = cgroup2_mount().join(format!("heddle-e2e-{}-{n}", std::process::id()));
         let socket = dir.path().join("run/heddle.sock");
         let state_dir = dir.path().join("state");
-        let up = Command::new(bins.join("heddle"))
-            .arg("up")
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--state-dir")
-            .arg(&state_dir)
-            .arg("--cgroup-root")
-            .arg(&cgroup_root)
-            .args(extra)
-            .envs(env.iter().copied())
-            .env_remove("HEDDLE_SOCKET")
-            .spawn()
-            .expect("spawn heddle up");
+        let up = spawn_up(&bins, &socket, &state_dir, &cgroup_root, extra, env);
         let mut h = Heddle { dir, socket, state_dir, cgroup_root, project, up: Some(up) };
         h.wait_for_socket();
         h
@@ -127,6 +115,19 @@ impl Heddle {
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("heddle did not answer at {} within 20 s", self.socket.display());
+    }
+
+    /// Stop the stack (SIGTERM) and start it again on the same socket, state directory and cgroup root.
+    pub fn restart(&mut self, extra: &[&str]) {
+        self.stop();
+        self.up = Some(spawn_up(&bin_dir(), &self.socket, &self.state_dir, &self.cgroup_root, extra, &[]));
+        self.wait_for_socket();
+    }
+
+    /// The pids of the direct children of `pid` (from `/proc`).
+    pub fn children(pid: u32) -> Vec<u32> {
+        let path = format!("/proc/{pid}/task/{pid}/children");
+        std::fs::read_to_string(path).unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect()
     }
 
     /// A new client connection.
@@ -174,6 +175,22 @@ impl Drop for Heddle {
             }
         }
     }
+}
+
+fn spawn_up(bins: &Path, socket: &Path, state: &Path, cgroup: &Path, extra: &[&str], env: &[(&str, &str)]) -> Child {
+    Command::new(bins.join("heddle"))
+        .arg("up")
+        .arg("--socket")
+        .arg(socket)
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--cgroup-root")
+        .arg(cgroup)
+        .args(extra)
+        .envs(env.iter().copied())
+        .env_remove("HEDDLE_SOCKET")
+        .spawn()
+        .expect("spawn heddle up")
 }
 
 /// Kill and remove a cgroup tree this test created (leaves first). Used only on our own roots.

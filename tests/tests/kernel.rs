@@ -1,0 +1,128 @@
+//! The kernel's promises end to end: receipts and idempotency (concurrent retries, retries after a
+//! restart), shutdown refusing mutations while receipts answer, a database left by a killed front, and
+//! sessions invisible to other uids.
+
+use heddle_tests::{eventually, Heddle};
+use serde_json::{json, Value};
+use std::os::unix::process::CommandExt;
+use std::time::Duration;
+
+fn appended_run(h: &Heddle, session: &str, file: &std::path::Path, key: &str) -> Value {
+    let cmd = format!("echo line >> {}", file.display());
+    let mut c = h.client();
+    c.call("run", json!({"session": session, "cmd": cmd, "idempotency_key": key, "yield_ms": 10000})).expect("run")
+}
+
+#[test]
+fn the_same_keyed_run_runs_once_concurrently_and_after_a_restart() {
+    let mut h = Heddle::start();
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "idem", "cwd": h.project})).unwrap();
+    let file = h.project.join("once.txt");
+    let answers: Vec<Value> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..4).map(|_| scope.spawn(|| appended_run(&h, "idem", &file, "k-1"))).collect();
+        calls.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let ids: Vec<&Value> = answers.iter().map(|a| &a["receipt"]["id"]).collect();
+    assert!(ids.iter().all(|id| *id == ids[0] && id.is_string()), "{answers:?}");
+    assert_eq!(answers.iter().filter(|a| a["receipt"]["replayed"] == false).count(), 1, "{answers:?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "line\n");
+    h.restart(&[]);
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "idem", "cwd": h.project})).unwrap();
+    let again = appended_run(&h, "idem", &file, "k-1");
+    assert_eq!((&again["receipt"]["id"], again["receipt"]["replayed"].as_bool()), (ids[0], Some(true)), "{again}");
+    assert_eq!((again["job"].as_u64(), again["exit_code"].as_i64()), (Some(1), Some(0)), "{again}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "line\n", "never run twice");
+    let looked = c.call("receipt", json!({"idempotency_key": "k-1", "session": "idem"})).unwrap();
+    assert_eq!(&looked["receipt"]["id"], ids[0]);
+    let e = c.call("run", json!({"session": "idem", "cmd": "echo other", "idempotency_key": "k-1"})).unwrap_err();
+    assert_eq!(e.code(), Some(-32010), "{e:?}");
+}
+
+#[test]
+fn during_shutdown_a_run_is_refused_while_receipts_answer() {
+    let mut h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let first = c.call("run", json!({"session": s, "cmd": "echo hi"})).unwrap();
+    let r = c.call("shutdown", json!({"grace_ms": 3000})).unwrap();
+    assert_eq!(r["shutting_down"], true);
+    let e = c.call("run", json!({"session": s, "cmd": "echo no"})).unwrap_err();
+    assert_eq!(e.code(), Some(-32004), "{e:?}");
+    let mut other = h.client();
+    let found = other.call("receipt", json!({"id": first["receipt"]["id"]})).unwrap();
+    assert_eq!(found["receipt"]["job"], 1);
+    assert!(
+        eventually(Duration::from_secs(20), || heddle_tests::Client::connect(&h.socket).is_err()),
+        "the server goes away after the grace"
+    );
+    let st = h.stop();
+    assert!(st.is_some_and(|s| s.success()), "heddle up exits 0 after the shutdown: {st:?}");
+}
+
+#[test]
+fn a_database_left_by_a_killed_front_opens_cleanly_and_keeps_receipts() {
+    let mut h = Heddle::start();
+    let sup = Heddle::children(h.up_pid())[0];
+    let front = Heddle::children(sup);
+    assert_eq!(front.len(), 1, "before any session the front is the supervisor's only child");
+    let front = front[0];
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "burst", "cwd": h.project})).unwrap();
+    let kept = c.call("run", json!({"session": "burst", "cmd": "true", "idempotency_key": "before"})).unwrap();
+    let burst = std::thread::spawn({
+        let socket = h.socket.clone();
+        move || {
+            let mut c = heddle_tests::Client::connect(&socket).unwrap();
+            for i in 0..10_000 {
+                if c.call(
+                    "run",
+                    json!({"session": "burst", "cmd": "true", "idempotency_key": format!("b{i}"), "yield_ms": 0}),
+                )
+                .is_err()
+                {
+                    return i;
+                }
+            }
+            10_000
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(front as i32), nix::sys::signal::SIGKILL).unwrap();
+    let done = burst.join().unwrap();
+    assert!(done > 0 && done < 10_000, "the burst was cut by the kill ({done} runs)");
+    h.restart(&[]);
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "burst", "cwd": h.project})).unwrap();
+    let again = c.call("run", json!({"session": "burst", "cmd": "true", "idempotency_key": "before"})).unwrap();
+    assert_eq!(again["receipt"]["id"], kept["receipt"]["id"], "{again}");
+    assert!(eventually(Duration::from_secs(5), || c.call("describe", json!({})).is_ok()));
+}
+
+#[test]
+fn a_client_of_another_uid_cannot_see_or_touch_the_session() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    c.call("run", json!({"session": s, "cmd": "echo secret-marker"})).unwrap();
+    let as_nobody = |args: &[&str]| {
+        std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
+            .arg("--socket")
+            .arg(&h.socket)
+            .args(["--session", s.as_str().unwrap(), "--json"])
+            .args(args)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    };
+    let jobs = as_nobody(&["jobs"]);
+    let seen = String::from_utf8_lossy(&jobs.stdout).into_owned() + &String::from_utf8_lossy(&jobs.stderr);
+    assert!(!seen.contains("secret-marker"), "nobody saw root's job: {seen}");
+    let kill = as_nobody(&["kill", "1"]);
+    assert!(!kill.status.success(), "nobody killed root's job: {kill:?}");
+    let mine = c.call("jobs", json!({"session": s})).unwrap();
+    assert_eq!(mine["jobs"].as_array().unwrap().len(), 1, "{mine}");
+    assert_eq!(mine["jobs"][0]["state"], "exited");
+}
