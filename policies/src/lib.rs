@@ -33,6 +33,7 @@
 mod builtin;
 mod error;
 pub mod git;
+pub mod redaction;
 mod parse;
 mod policy;
 mod raw;
