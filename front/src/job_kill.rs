@@ -8,7 +8,7 @@
 //! ← {"jsonrpc":"2.0","id":4,"result":{"session":"demo","job":1,"state":"killed","exit_code":null,"signal":9,…}}
 //! ```
 
-use crate::job_wait::answer;
+use crate::job_wait::{answer, view_budget};
 use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel, SEND_TIMEOUT};
 use crate::results::{join_notes, JobResult, JobState};
 use crate::rpc::{self, RpcError};
@@ -27,23 +27,29 @@ struct Params {
     job: JobId,
     #[serde(default)]
     grace_ms: Option<u64>,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+    #[serde(default)]
+    max_output_bytes: Option<u64>,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
     let p: Params = rpc::params("kill", params)?;
     k.admit()?;
     let s = k.session(client, &p.session)?;
+    let mut budget_notes = Vec::new();
+    let budget = view_budget(p.max_output_tokens, p.max_output_bytes, &mut budget_notes);
     {
         let mut st = s.lock();
         let job = st.jobs.get_mut(&p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
         if job.state().ended() {
             drop(st);
-            return answer(k, &s, p.job, Instant::now(), Vec::new());
+            return answer(k, &s, p.job, Instant::now(), budget_notes, budget);
         }
         job.set_kill_requested();
     }
     let (grace, clamp_note) = clamp_wait("grace_ms", p.grace_ms, 0);
-    let mut notes: Vec<String> = clamp_note.into_iter().collect();
+    let mut notes: Vec<String> = clamp_note.into_iter().chain(budget_notes).collect();
     let kill = Command::Kill { job: p.job, grace_ms: grace.as_millis() as u32 };
     let until = match s.send(&kill, SEND_TIMEOUT) {
         Ok(()) => deadline(grace + KILL_WAIT),
@@ -55,7 +61,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
             Instant::now()
         }
     };
-    let mut result = answer(k, &s, p.job, until, notes)?;
+    let mut result = answer(k, &s, p.job, until, notes, budget)?;
     if result.state == JobState::Running {
         let waited = grace + KILL_WAIT;
         let note = format!(

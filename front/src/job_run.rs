@@ -13,7 +13,7 @@
 //!    "omitted":null,"liveness":null,"survivors":[],"settled":true,"note":null,"announcements":[]}}
 //! ```
 
-use crate::job_wait::answer;
+use crate::job_wait::{answer, view_budget};
 use crate::kernel::{clamp_wait, deadline, session_lost, Client, Kernel, DEFAULT_YIELD_MS, SEND_TIMEOUT};
 use crate::results::JobResult;
 use crate::rpc::{self, ErrorKind, RpcError};
@@ -34,6 +34,10 @@ struct Params {
     yield_ms: Option<u64>,
     #[serde(default)]
     env: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+    #[serde(default)]
+    max_output_bytes: Option<u64>,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
@@ -74,7 +78,8 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
             s.notify();
         }
     }
-    answer(k, &s, job, until, notes)
+    let budget = view_budget(p.max_output_tokens, p.max_output_bytes, &mut notes);
+    answer(k, &s, job, until, notes, budget)
 }
 
 /// Register the job, re-checking under the session's lock that the session still takes work.

@@ -16,6 +16,7 @@ use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel, DEFAULT_Y
 use crate::results::JobResult;
 use crate::rpc::{self, RpcError};
 use crate::session::Session;
+use crate::view;
 use serde::Deserialize;
 use serde_json::Value;
 use shm_proto::msg::JobId;
@@ -28,6 +29,10 @@ struct Params {
     job: JobId,
     #[serde(default)]
     yield_ms: Option<u64>,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+    #[serde(default)]
+    max_output_bytes: Option<u64>,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
@@ -37,7 +42,27 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
         return Err(unknown_job(&p.session, p.job));
     }
     let (d, note) = clamp_wait("yield_ms", p.yield_ms, DEFAULT_YIELD_MS);
-    answer(k, &s, p.job, deadline(d), note.into_iter().collect())
+    let mut notes: Vec<String> = note.into_iter().collect();
+    let budget = view_budget(p.max_output_tokens, p.max_output_bytes, &mut notes);
+    answer(k, &s, p.job, deadline(d), notes, budget)
+}
+
+/// The view budget in bytes from `max_output_tokens` (≈ 4 bytes each) or `max_output_bytes` (the
+/// smaller when both are given), clamped to what a view can hold, with a note when clamped.
+pub(crate) fn view_budget(tokens: Option<u64>, bytes: Option<u64>, notes: &mut Vec<String>) -> usize {
+    let asked = match (tokens.map(|t| t.saturating_mul(4)), bytes) {
+        (Some(a), Some(b)) => a.min(b),
+        (a, b) => a.or(b).unwrap_or(view::DEFAULT_BUDGET as u64),
+    };
+    let (min, max) = (view::MIN_BUDGET as u64, view::MAX_BUDGET as u64);
+    if !(min..=max).contains(&asked) {
+        let clamped = asked.clamp(min, max);
+        notes.push(format!(
+            "the output budget of {asked} bytes is outside {min}..={max}; the view uses {clamped} bytes"
+        ));
+        return clamped as usize;
+    }
+    asked as usize
 }
 
 /// Wait until `job` ends or `until` passes, then answer its result with the session's announcements.
@@ -47,6 +72,7 @@ pub(crate) fn answer(
     job: JobId,
     until: Instant,
     mut notes: Vec<String>,
+    budget: usize,
 ) -> Result<JobResult, RpcError> {
     let ended = |st: &crate::session::SessionState| st.jobs.get(&job).is_none_or(|j| j.state().ended());
     let mut st = s.wait_until(s.lock(), until, k.shutdown_flag(), ended);
@@ -57,7 +83,7 @@ pub(crate) fn answer(
     let Some(j) = st.jobs.get_mut(&job) else {
         return Err(unknown_job(s.name(), job));
     };
-    let mut result = j.result(s.name(), now, notes, true);
+    let mut result = j.result(s.name(), now, notes, true, budget);
     result.announcements = st.take_announcements(now);
     Ok(result)
 }

@@ -23,6 +23,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod binary;
 pub mod describe;
 pub mod inherit;
 pub mod job;
@@ -31,10 +32,13 @@ pub mod job_run;
 pub mod job_wait;
 pub mod jobs_list;
 pub mod kernel;
+pub mod linelog;
 pub mod output_read;
 pub mod pump;
+pub mod rendered;
 pub mod results;
 pub mod rpc;
+pub mod screen;
 pub mod server;
 pub mod service;
 pub mod session;

@@ -38,21 +38,18 @@ pub struct Liveness {
     pub pid: Option<u32>,
 }
 
-/// One omitted byte range of one stream.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct OmittedRange {
-    pub stream: &'static str,
-    pub offset: u64,
-    pub len: u64,
-}
-
-/// What the view left out.
+/// What the view left out: rendered lines `lines[0]..=lines[1]`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Omitted {
+    pub lines: [u64; 2],
+    pub line_count: u64,
+    /// Rendered bytes of those lines (newlines included).
     pub bytes: u64,
+    /// Error-shaped lines among them (listed under the marker).
+    pub errors: u64,
     pub hint: String,
-    /// The omitted bytes as per-stream ranges for the `output` call (empty ranges left out).
-    pub ranges: Vec<OmittedRange>,
+    /// The `output` call that shows them, as its params object.
+    pub call: serde_json::Value,
 }
 
 /// A process found alive in a cgroup.
