@@ -34,6 +34,7 @@ pub mod jobs_list;
 pub mod kernel;
 pub mod linelog;
 pub mod output_read;
+pub mod output_views;
 pub mod pump;
 pub mod rendered;
 pub mod results;

@@ -171,6 +171,29 @@ pub struct OutputResult {
     pub complete: bool,
     pub note: Option<String>,
     pub announcements: Vec<Announcement>,
+    /// Raw bytes are never redacted: always true here, so a client cannot mistake them for a view.
+    pub unredacted: bool,
+}
+
+/// The result of a line view of `output` (`lines`, `tail`, `grep`, `errors`).
+#[derive(Clone, Debug, Serialize)]
+pub struct OutputViewResult {
+    pub session: String,
+    pub job: u64,
+    pub view: &'static str,
+    pub stream: &'static str,
+    /// The lines as `N: text`, redacted.
+    pub text: String,
+    pub lines: Vec<crate::output_views::ViewLine>,
+    /// Lines numbered so far.
+    pub total_lines: u64,
+    /// grep/errors: matching lines in all (also past `max`).
+    pub matches: Option<u64>,
+    /// When the view stopped early: the call that continues it.
+    pub next: Option<serde_json::Value>,
+    pub complete: bool,
+    pub note: Option<String>,
+    pub announcements: Vec<Announcement>,
 }
 
 /// `{pid, uid}` of the front.
