@@ -16,11 +16,9 @@
 //! assert_eq!(j.state(), JobState::Exited);
 //! ```
 
-use crate::results::{
-    join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted,
-};
-use crate::store::{OutputStore, ReadPlan};
 use crate::rendered::RenderedOutput;
+use crate::results::{join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted};
+use crate::store::{OutputStore, ReadPlan};
 use crate::view::{self, stream_index, Omission};
 use shm_proto::msg::{JobId, Stream};
 use std::path::PathBuf;

@@ -35,7 +35,8 @@ pub const MAX_YIELD_MS: u64 = 600_000;
 /// How long a command may wait for room in a full command ring.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Every method, for the "unknown method" message.
-pub const METHODS: [&str; 8] = ["session.open", "session.close", "run", "wait", "kill", "jobs", "output", "describe"];
+pub const METHODS: [&str; 10] =
+    ["session.open", "session.close", "run", "wait", "kill", "jobs", "output", "describe", "subscribe", "unsubscribe"];
 
 /// Where the kernel keeps things and what it tells `describe`.
 #[derive(Clone, Debug)]
@@ -103,11 +104,30 @@ impl Kernel {
             "jobs" => encode(crate::jobs_list::call(self, client, params)),
             "output" => encode(crate::output_read::call(self, client, params)),
             "describe" => encode(crate::describe::call(self, client, params)),
+            "subscribe" | "unsubscribe" => Err(RpcError::new(
+                ErrorKind::InvalidRequest,
+                format!("{method} needs a socket connection to send notifications on; call it over the control socket"),
+            )),
             _ => Err(RpcError::new(
                 ErrorKind::MethodNotFound,
                 format!("there is no method '{method}'; the methods are {}", METHODS.join(", ")),
             )),
         }
+    }
+
+    /// Remove the subscriptions of connection `conn` (all, or only subscription `only`) from every
+    /// session; how many were removed.
+    pub fn drop_subscriptions(&self, conn: u64, only: Option<u64>) -> usize {
+        let sessions: Vec<Arc<Session>> = self
+            .registry()
+            .slots
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Open(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect();
+        sessions.iter().map(|s| crate::subscribe::remove(&mut s.lock().subscribers, conn, only)).sum()
     }
 
     pub(crate) fn registry(&self) -> MutexGuard<'_, Registry> {

@@ -46,6 +46,7 @@ pub mod session;
 pub mod session_close;
 pub mod session_open;
 pub mod store;
+pub mod subscribe;
 pub mod supervisor_link;
 pub mod view;
 

@@ -220,7 +220,12 @@ mod tests {
         log.flush();
         assert!(log.error().unwrap().contains("failed"));
         let mut n = 0;
-        log.plan(1).scan(|_| { n += 1; true }).unwrap();
+        log.plan(1)
+            .scan(|_| {
+                n += 1;
+                true
+            })
+            .unwrap();
         assert_eq!(n, 1);
     }
 

@@ -124,7 +124,10 @@ fn raw(k: &Kernel, client: &Client, p: &Params, offset: u64, len: Option<u64>) -
         StreamSel::Stdout => (Stream::Stdout, "stdout"),
         StreamSel::Stderr => (Stream::Stderr, "stderr"),
         StreamSel::Both => {
-            return Err(RpcError::invalid_params("output", "raw bytes are read one stream at a time: stream stdout or stderr".to_owned()))
+            return Err(RpcError::invalid_params(
+                "output",
+                "raw bytes are read one stream at a time: stream stdout or stderr".to_owned(),
+            ))
         }
     };
     let mut notes = vec!["raw bytes are unredacted: do not paste them into a model's context".to_owned()];
@@ -200,7 +203,9 @@ fn line_view(k: &Kernel, client: &Client, p: &Params, sel: Selector) -> Result<O
     };
     let mut notes = Vec::new();
     if open > 0 {
-        notes.push(format!("{open} more lines are still being drawn (the job is running) and get numbers when they are final"));
+        notes.push(format!(
+            "{open} more lines are still being drawn (the job is running) and get numbers when they are final"
+        ));
     }
     let next = found.next_line.filter(|_| matches!(view, "lines" | "tail")).map(|n| next_call(p, n));
     if found.cut && matches!(view, "grep" | "errors") {

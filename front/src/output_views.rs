@@ -189,9 +189,10 @@ pub fn search(
 
 /// Compile a grep pattern (bounded size), as a client error when it is not a valid regex.
 pub fn compile(pattern: &str) -> Result<Regex, RpcError> {
-    regex::RegexBuilder::new(pattern).size_limit(1 << 22).build().map_err(|e| {
-        RpcError::invalid_params("output", format!("grep.pattern is not a valid regular expression: {e}"))
-    })
+    regex::RegexBuilder::new(pattern)
+        .size_limit(1 << 22)
+        .build()
+        .map_err(|e| RpcError::invalid_params("output", format!("grep.pattern is not a valid regular expression: {e}")))
 }
 
 /// The `errors` predicate: stderr lines and error-shaped lines.

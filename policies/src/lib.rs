@@ -33,10 +33,10 @@
 mod builtin;
 mod error;
 pub mod git;
-pub mod redaction;
 mod parse;
 mod policy;
 mod raw;
+pub mod redaction;
 mod resolve;
 pub mod syscalls;
 mod template;

@@ -129,7 +129,8 @@ fn check_common(id: &str, placeholder: &str, reason: &str) -> Result<(), Redacti
     if id.is_empty() {
         return Err(invalid(id, "the id is empty"));
     }
-    if placeholder.is_empty() || !placeholder.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+    if placeholder.is_empty() || !placeholder.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
         return Err(invalid(id, "the placeholder must be lowercase letters, digits and '-'"));
     }
     if reason.trim().is_empty() {
@@ -158,7 +159,14 @@ impl Redactor {
             if !(0.0..=8.0).contains(&min_entropy) {
                 return Err(invalid(&r.id, "min_entropy must be between 0 and 8 bits per character"));
             }
-            rules.push(Rule { id: r.id, placeholder: r.placeholder, reason: r.reason, regex, secret_group, min_entropy });
+            rules.push(Rule {
+                id: r.id,
+                placeholder: r.placeholder,
+                reason: r.reason,
+                regex,
+                secret_group,
+                min_entropy,
+            });
         }
         let mut blocks = Vec::new();
         for b in raw.block {
@@ -307,7 +315,13 @@ mod tests {
     fn a_pem_block_is_redacted_across_lines() {
         let r = Redactor::builtin();
         let mut st = BlockState::default();
-        let lines = ["before", "-----BEGIN RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEA", "-----END RSA PRIVATE KEY----- after", "x"];
+        let lines = [
+            "before",
+            "-----BEGIN RSA PRIVATE KEY-----",
+            "MIIEowIBAAKCAQEA",
+            "-----END RSA PRIVATE KEY----- after",
+            "x",
+        ];
         let out: Vec<String> = lines.iter().map(|l| r.redact_line(&mut st, l).into_owned()).collect();
         assert_eq!(
             out,
