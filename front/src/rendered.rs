@@ -105,6 +105,8 @@ pub struct RenderedOutput {
     errors_total: u64,
     fresh: Option<Vec<FreshLine>>,
     finished: bool,
+    /// The stream of the previous chunk (a switch commits the other stream's complete lines).
+    last_stream: Option<usize>,
 }
 
 impl RenderedOutput {
@@ -128,6 +130,7 @@ impl RenderedOutput {
             errors_total: 0,
             fresh: None,
             finished: false,
+            last_stream: None,
         }
     }
 
@@ -147,6 +150,14 @@ impl RenderedOutput {
 
     /// Feed a chunk of stream `s` (0 stdout, 1 stderr).
     pub fn push(&mut self, s: usize, data: &[u8]) {
+        if self.last_stream != Some(s) {
+            let other = 1 - s;
+            if self.last_stream == Some(other) {
+                self.screens[other].settle();
+                self.drain(other);
+            }
+            self.last_stream = Some(s);
+        }
         match &mut self.kinds[s] {
             Kind::Text => self.screens[s].feed(data),
             Kind::Binary { bytes, .. } => *bytes += data.len() as u64,
@@ -379,6 +390,16 @@ mod tests {
         })
         .unwrap();
         assert_eq!(runs, [(1, 1), (2, 1000), (1002, 1)]);
+    }
+
+    #[test]
+    fn lines_of_both_streams_keep_their_arrival_order() {
+        let (_d, mut r) = out();
+        r.push(0, b"out 1\n");
+        r.push(1, b"err 1\n");
+        r.push(0, b"out 2\n");
+        r.finish();
+        assert_eq!(r.display_lines(), ["out 1", "err 1", "out 2"]);
     }
 
     #[test]

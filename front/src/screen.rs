@@ -200,6 +200,17 @@ impl Screen {
         v
     }
 
+    /// Another stream wrote: commit every complete line (all but the one being written), so lines of
+    /// the two streams keep their arrival order. A later cursor-up cannot reach them any more.
+    pub fn settle(&mut self) {
+        let t = &mut self.term;
+        while t.lines.len() > 1 {
+            let l = t.lines.pop_front().unwrap_or_default();
+            t.committed.push(l.text());
+            t.row = t.row.saturating_sub(1);
+        }
+    }
+
     /// The stream ended: commit every open line (a final empty line after `\n` is not a line).
     pub fn finish(&mut self) {
         let open = self.open_lines();
