@@ -2,6 +2,8 @@
 //! same run. Needs root (it starts a real heddle stack). Build with `cargo build --release --workspace
 //! --bins`, then `./target/release/heddle-bench spawn`.
 
+mod output;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use heddle_bench::{report, time_us, Summary};
@@ -22,11 +24,33 @@ enum Bench {
         #[arg(long, default_value_t = 500)]
         iterations: usize,
     },
+    /// `head -c N /dev/zero | tr '\0' a` through the stack into the store vs a raw pipe read.
+    Throughput {
+        #[arg(long, default_value_t = 1024)]
+        mib: u64,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// A job's stamped line → a subscribed client, vs a Unix-socket hop and a direct pipe.
+    Latency {
+        #[arg(long, default_value_t = 2000)]
+        lines: usize,
+    },
+    /// Model-view rendering per MiB of build output vs copy + line split.
+    View {
+        #[arg(long, default_value_t = 64)]
+        mib: usize,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
 }
 
 fn main() -> Result<()> {
     match Args::parse().bench {
         Bench::Spawn { iterations } => spawn(iterations),
+        Bench::Throughput { mib, rounds } => output::throughput(mib, rounds),
+        Bench::Latency { lines } => output::latency(lines),
+        Bench::View { mib, rounds } => output::view(mib, rounds),
     }
 }
 

@@ -55,11 +55,23 @@ struct Term {
     col: usize,
     windowed: bool,
     committed: Vec<String>,
+    /// An escape sequence ended (a dispatch) since this was last cleared.
+    seq_ended: bool,
+    /// Inside a DCS string (between `hook` and `unhook`).
+    in_dcs: bool,
 }
 
 impl Default for Term {
     fn default() -> Self {
-        Term { lines: VecDeque::from([Line::default()]), row: 0, col: 0, windowed: false, committed: Vec::new() }
+        Term {
+            lines: VecDeque::from([Line::default()]),
+            row: 0,
+            col: 0,
+            windowed: false,
+            committed: Vec::new(),
+            seq_ended: false,
+            in_dcs: false,
+        }
     }
 }
 
@@ -116,6 +128,32 @@ impl Term {
     }
 }
 
+impl Term {
+    /// Printable ASCII (no controls) at the cursor, in bulk.
+    fn put_ascii(&mut self, seg: &[u8]) {
+        let line = &mut self.lines[self.row];
+        if self.col != line.chars.len() {
+            seg.iter().for_each(|&b| self.put(char::from(b)));
+            return;
+        }
+        let take = seg.len().min(MAX_CHARS.saturating_sub(self.col));
+        line.chars.extend(seg[..take].iter().map(|&b| char::from(b)));
+        line.dropped += (seg.len() - take) as u64;
+        self.col += seg.len();
+    }
+
+    /// Printable ASCII and `\n` only, with the parser in its ground state: what the parser would do.
+    fn plain(&mut self, bytes: &[u8]) {
+        let mut start = 0;
+        for nl in memchr::memchr_iter(b'\n', bytes) {
+            self.put_ascii(&bytes[start..nl]);
+            self.newline();
+            start = nl + 1;
+        }
+        self.put_ascii(&bytes[start..]);
+    }
+}
+
 impl vte::Perform for Term {
     fn print(&mut self, c: char) {
         self.put(c);
@@ -131,7 +169,25 @@ impl vte::Perform for Term {
         }
     }
 
+    fn esc_dispatch(&mut self, _intermediates: &[u8], _ignore: bool, _byte: u8) {
+        self.seq_ended = true;
+    }
+
+    fn osc_dispatch(&mut self, _params: &[&[u8]], _bell_terminated: bool) {
+        self.seq_ended = true;
+    }
+
+    fn hook(&mut self, _params: &vte::Params, _intermediates: &[u8], _ignore: bool, _action: char) {
+        self.in_dcs = true;
+    }
+
+    fn unhook(&mut self) {
+        self.in_dcs = false;
+        self.seq_ended = true;
+    }
+
     fn csi_dispatch(&mut self, params: &vte::Params, intermediates: &[u8], ignore: bool, action: char) {
+        self.seq_ended = true;
         if ignore || !intermediates.is_empty() {
             return;
         }
@@ -163,10 +219,41 @@ impl vte::Perform for Term {
 }
 
 /// A stream's parser and screen.
-#[derive(Default)]
 pub struct Screen {
     parser: vte::Parser,
     term: Term,
+    /// The parser is known to be in its ground state (outside any escape sequence and UTF-8
+    /// character), so plain text may bypass it. False means "not known", never "known not".
+    ground: bool,
+}
+
+impl Default for Screen {
+    fn default() -> Self {
+        Screen { parser: vte::Parser::default(), term: Term::default(), ground: true }
+    }
+}
+
+/// Printable ASCII and `\n` only.
+fn is_plain(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| (0x20..0x7f).contains(&b) || b == b'\n')
+}
+
+/// True when `bytes` ends inside a UTF-8 character.
+fn ends_mid_char(bytes: &[u8]) -> bool {
+    for back in 1..=bytes.len().min(3) {
+        let b = bytes[bytes.len() - back];
+        if b & 0xC0 == 0x80 {
+            continue;
+        }
+        let need = match b {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1,
+        };
+        return need > back;
+    }
+    false
 }
 
 impl std::fmt::Debug for Screen {
@@ -176,9 +263,35 @@ impl std::fmt::Debug for Screen {
 }
 
 impl Screen {
-    /// Feed raw bytes of the stream.
+    /// Feed raw bytes of the stream. Plain text (printable ASCII and newlines) with the parser in its
+    /// ground state takes a bulk path that does exactly what the parser would; everything else goes
+    /// through the parser. Ground is proven, not assumed: after the last ESC of a chunk a sequence must
+    /// have ended (a dispatch, outside any DCS), and the chunk must not end inside a UTF-8 character.
     pub fn feed(&mut self, bytes: &[u8]) {
-        self.parser.advance(&mut self.term, bytes);
+        if self.ground && is_plain(bytes) {
+            self.term.plain(bytes);
+            return;
+        }
+        let ground_before = self.ground;
+        match memchr::memrchr(0x1b, bytes) {
+            Some(p) => {
+                // The ESC itself may end an OSC string (a dispatch) while starting a new sequence:
+                // only a dispatch after it proves the ground state.
+                self.parser.advance(&mut self.term, &bytes[..=p]);
+                self.term.seq_ended = false;
+                self.parser.advance(&mut self.term, &bytes[p + 1..]);
+                self.ground = self.term.seq_ended && !self.term.in_dcs;
+            }
+            None => {
+                self.term.seq_ended = false;
+                self.parser.advance(&mut self.term, bytes);
+                let cancels = bytes.iter().any(|&b| b == 0x18 || b == 0x1a);
+                self.ground = (ground_before || self.term.seq_ended) && !self.term.in_dcs && !cancels;
+            }
+        }
+        if ends_mid_char(bytes) {
+            self.ground = false;
+        }
     }
 
     /// Lines that can no longer change, in order, since the last call.
@@ -289,7 +402,32 @@ mod tests {
         assert!(out[0].starts_with(&"x".repeat(MAX_CHARS)) && out[0].contains("10 more characters"));
     }
 
+    /// The bulk path must render exactly like the parser alone, whatever the chunking.
+    fn parser_only(chunks: &[Vec<u8>]) -> Vec<String> {
+        let mut s = Screen::default();
+        for c in chunks {
+            s.parser.advance(&mut s.term, c);
+        }
+        s.finish();
+        s.take_committed()
+    }
+
     proptest! {
+        #[test]
+        fn the_bulk_path_matches_the_parser(chunks in proptest::collection::vec(
+            proptest::collection::vec(prop_oneof![
+                4 => 0x20u8..0x7f, 2 => Just(b'\n'), 1 => Just(0x1b), 1 => Just(b'['), 1 => Just(b'\r'),
+                1 => Just(b']'), 1 => Just(0x07), 1 => Just(b'P'), 1 => Just(b'\\'), 1 => 0x80u8..=0xff,
+                1 => Just(b'A'), 1 => Just(b'm'), 1 => Just(0x18),
+            ], 0..60), 0..30)) {
+            let mut s = Screen::default();
+            for c in &chunks {
+                s.feed(c);
+            }
+            s.finish();
+            prop_assert_eq!(s.take_committed(), parser_only(&chunks));
+        }
+
         #[test]
         fn garbage_never_panics_and_stays_bounded(chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 0..30)) {
             let mut s = Screen::default();
