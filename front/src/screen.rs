@@ -132,11 +132,15 @@ impl Term {
     /// Printable ASCII (no controls) at the cursor, in bulk.
     fn put_ascii(&mut self, seg: &[u8]) {
         let line = &mut self.lines[self.row];
-        if self.col != line.chars.len() {
+        if self.col < line.chars.len() {
             seg.iter().for_each(|&b| self.put(char::from(b)));
             return;
         }
+        // At or past the end: pad to the cursor (as `put` does), append what fits, count the rest.
         let take = seg.len().min(MAX_CHARS.saturating_sub(self.col));
+        if take > 0 {
+            line.chars.resize(self.col, ' ');
+        }
         line.chars.extend(seg[..take].iter().map(|&b| char::from(b)));
         line.dropped += (seg.len() - take) as u64;
         self.col += seg.len();
@@ -235,7 +239,8 @@ impl Default for Screen {
 
 /// Printable ASCII and `\n` only.
 fn is_plain(bytes: &[u8]) -> bool {
-    bytes.iter().all(|&b| (0x20..0x7f).contains(&b) || b == b'\n')
+    // Branch-free per block so the compiler vectorizes it.
+    bytes.chunks(64).all(|c| c.iter().fold(true, |ok, &b| ok & (((0x20..0x7f).contains(&b)) | (b == b'\n'))))
 }
 
 /// True when `bytes` ends inside a UTF-8 character.
