@@ -161,7 +161,7 @@ fn raw(k: &Kernel, client: &Client, p: &Params, offset: u64, len: Option<u64>) -
         session: p.session.clone(),
         job: p.job,
         stream: name,
-        offset: offset,
+        offset,
         len: n,
         total,
         encoding,

@@ -117,7 +117,7 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
     }
     // The tail, from the end: open lines first, then runs.
     let (mut t_open, mut t_runs) = (0, 0);
-    while t_open < open.len() && used + open[open.len() - 1 - t_open].len() + 1 <= room {
+    while t_open < open.len() && used + open[open.len() - 1 - t_open].len() < room {
         used += open[open.len() - 1 - t_open].len() + 1;
         t_open += 1;
     }
