@@ -2,6 +2,7 @@
 //! same run. Needs root (it starts a real heddle stack). Build with `cargo build --release --workspace
 //! --bins`, then `./target/release/heddle-bench spawn`.
 
+mod output;
 mod sandbox;
 
 use anyhow::Result;
@@ -45,6 +46,25 @@ enum Bench {
     /// Internal: the sandboxed loop of `sandbox`, in its own process (the filter is installed on it).
     #[command(hide = true)]
     SandboxChild { cgroup: std::path::PathBuf },
+    /// `head -c N /dev/zero | tr '\0' a` through the stack into the store vs a raw pipe read.
+    Throughput {
+        #[arg(long, default_value_t = 1024)]
+        mib: u64,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// A job's stamped line → a subscribed client, vs a Unix-socket hop and a direct pipe.
+    Latency {
+        #[arg(long, default_value_t = 2000)]
+        lines: usize,
+    },
+    /// Model-view rendering per MiB of build output vs copy + line split.
+    View {
+        #[arg(long, default_value_t = 64)]
+        mib: usize,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
 }
 
 fn main() -> Result<()> {
@@ -54,6 +74,9 @@ fn main() -> Result<()> {
         Bench::Cgroup { iterations } => cgroup_bench::run(iterations),
         Bench::Sandbox { iterations } => sandbox::run(iterations),
         Bench::SandboxChild { cgroup } => sandbox::child(cgroup),
+        Bench::Throughput { mib, rounds } => output::throughput(mib, rounds),
+        Bench::Latency { lines } => output::latency(lines),
+        Bench::View { mib, rounds } => output::view(mib, rounds),
     }
 }
 

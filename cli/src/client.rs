@@ -30,11 +30,13 @@ impl CallError {
     }
 }
 
-/// One connection to the front.
+/// One connection to the front. Notifications (lines without `id`, from `subscribe`) that arrive
+/// while a call waits for its answer are kept, in order, for [`Client::next_notification`].
 pub struct Client {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
     next_id: u64,
+    notifications: std::collections::VecDeque<Value>,
 }
 
 impl Client {
@@ -42,7 +44,7 @@ impl Client {
     pub fn connect(path: &Path) -> std::io::Result<Client> {
         let writer = UnixStream::connect(path)?;
         let reader = BufReader::new(writer.try_clone()?);
-        Ok(Client { reader, writer, next_id: 1 })
+        Ok(Client { reader, writer, next_id: 1, notifications: Default::default() })
     }
 
     /// Call `method` with `params`; the result on success.
@@ -66,8 +68,36 @@ impl Client {
         self.read_response()
     }
 
-    /// Read the next response line.
+    /// Read the next response line (notifications before it are queued).
     pub fn read_response(&mut self) -> Result<Value, CallError> {
+        loop {
+            let v = self.read_line()?;
+            if v.get("id").is_none() && v.get("method").is_some() {
+                self.notifications.push_back(v);
+                continue;
+            }
+            return Ok(v);
+        }
+    }
+
+    /// The next notification: a queued one, else the next line read (which must be one).
+    pub fn next_notification(&mut self) -> Result<Value, CallError> {
+        if let Some(n) = self.notifications.pop_front() {
+            return Ok(n);
+        }
+        let v = self.read_line()?;
+        if v.get("id").is_some() {
+            return Err(CallError::BadResponse(format!("expected a notification, got a response: {v}")));
+        }
+        Ok(v)
+    }
+
+    /// Receive timeout of the socket (`None`: block).
+    pub fn set_read_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
+        self.writer.set_read_timeout(t)
+    }
+
+    fn read_line(&mut self) -> Result<Value, CallError> {
         let mut line = String::new();
         if self.reader.read_line(&mut line)? == 0 {
             return Err(CallError::Closed);

@@ -198,7 +198,10 @@ fn print_output(client: &mut Client, session: &Value, job: u64, stream: &str) ->
     let mut offset = 0u64;
     let mut out = std::io::stdout().lock();
     loop {
-        let r = client.call("output", json!({"session": session, "job": job, "stream": stream, "offset": offset}))?;
+        let r = client.call(
+            "output",
+            json!({"session": session, "job": job, "stream": stream, "raw": {"offset": offset, "unredacted": true}}),
+        )?;
         let data = r["data"].as_str().unwrap_or("");
         let bytes = if r["encoding"] == "base64" {
             use base64::Engine;

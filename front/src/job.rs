@@ -16,11 +16,12 @@
 //! assert_eq!(j.state(), JobState::Exited);
 //! ```
 
+use crate::rendered::RenderedOutput;
 use crate::results::{
-    join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted, OmittedRange, Survivor, Usage,
+    join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted, Survivor, Usage,
 };
 use crate::store::{OutputStore, ReadPlan};
-use crate::view::{Omission, ViewBuf};
+use crate::view::{self, stream_index, Omission};
 use shm_proto::msg::{JobId, Stream};
 use shm_proto::msg::{JobLiveness, JobUsage, ProcStat};
 use std::path::PathBuf;
@@ -46,7 +47,8 @@ pub struct Job {
     /// When it ended: our clock, and the worker's `at_unix_ns` when it told one.
     ended: Option<(Instant, Option<u64>)>,
     pid: Option<u32>,
-    view: ViewBuf,
+    rendered: RenderedOutput,
+    counts: [u64; 2],
     store: OutputStore,
     last_output: Option<Instant>,
     streams_closed: bool,
@@ -79,7 +81,8 @@ impl Job {
             started: None,
             ended: None,
             pid: None,
-            view: ViewBuf::default(),
+            rendered: RenderedOutput::new(log_path.with_extension("lines")),
+            counts: [0, 0],
             store: OutputStore::create(log_path),
             last_output: None,
             streams_closed: false,
@@ -224,7 +227,9 @@ impl Job {
     }
 
     pub fn on_output(&mut self, stream: Stream, data: &[u8], now: Instant, unix_ns: u64) {
-        self.view.push(stream, data);
+        let s = stream_index(stream);
+        self.counts[s] += data.len() as u64;
+        self.rendered.push(s, data);
         self.store.append(stream, data, unix_ns);
         self.last_output = Some(now);
     }
@@ -265,6 +270,7 @@ impl Job {
 
     pub fn on_streams_closed(&mut self) {
         self.streams_closed = true;
+        self.rendered.finish();
         self.store.flush();
     }
 
@@ -275,6 +281,7 @@ impl Job {
             self.note(format!("{why}; the job's outcome is unknown and it is not re-run"));
         }
         self.streams_closed = true;
+        self.rendered.finish();
         self.store.flush();
     }
 
@@ -285,6 +292,7 @@ impl Job {
             self.note("ended by session.close".to_owned());
         }
         self.streams_closed = true;
+        self.rendered.finish();
         self.store.flush();
     }
 
@@ -302,10 +310,11 @@ impl Job {
     /// Write buffered output to disk.
     pub fn flush(&mut self) {
         self.store.flush();
+        self.rendered.flush();
     }
 
     pub fn dirty(&self) -> bool {
-        self.store.dirty()
+        self.store.dirty() || self.rendered.dirty()
     }
 
     pub fn duration(&self, now: Instant) -> Duration {
@@ -319,7 +328,16 @@ impl Job {
 
     /// Per-stream byte counts `[stdout, stderr]`.
     pub fn counts(&self) -> [u64; 2] {
-        self.view.counts()
+        self.counts
+    }
+
+    /// The rendered (model-facing, redacted) output.
+    pub fn rendered(&self) -> &RenderedOutput {
+        &self.rendered
+    }
+
+    pub fn rendered_mut(&mut self) -> &mut RenderedOutput {
+        &mut self.rendered
     }
 
     /// Plan a read of stored bytes (flushes first so the newest bytes are readable).
@@ -346,14 +364,24 @@ impl Job {
     }
 
     /// The full result. `final_result` marks the job reported when it has ended.
-    pub fn result(&mut self, session: &str, now: Instant, extra: Vec<String>, final_result: bool) -> JobResult {
+    /// The full result, its view within `budget` bytes. `final_result` marks the job reported when it
+    /// has ended.
+    pub fn result(
+        &mut self,
+        session: &str,
+        now: Instant,
+        extra: Vec<String>,
+        final_result: bool,
+        budget: usize,
+    ) -> JobResult {
         if final_result && self.state.ended() {
             self.reported = true;
         }
-        let rendered = self.view.render();
+        let rendered = view::render(&self.rendered, budget, session, self.id);
         let [stdout_bytes, stderr_bytes] = self.counts();
         let liveness = self.liveness(now, None);
-        let notes = self.notes.iter().cloned().chain(self.store.error().map(str::to_owned)).chain(extra);
+        let errors = [self.store.error(), self.rendered.error()];
+        let notes = self.notes.iter().cloned().chain(errors.into_iter().flatten().map(str::to_owned)).chain(extra);
         JobResult {
             session: session.to_owned(),
             job: self.id,
@@ -393,7 +421,7 @@ impl Job {
             exit_code: self.exit_code,
             signal: self.signal,
             duration_ms: millis(self.duration(now)),
-            last_lines: self.view.last_lines(),
+            last_lines: view::last_lines(&self.rendered),
         }
     }
 
@@ -426,28 +454,26 @@ impl Job {
 }
 
 fn omitted(session: &str, job: JobId, o: Omission) -> Omitted {
-    let ranges: Vec<OmittedRange> = [("stdout", o.stdout), ("stderr", o.stderr)]
-        .into_iter()
-        .filter(|(_, (a, b))| b > a)
-        .map(|(stream, (a, b))| OmittedRange { stream, offset: a, len: b - a })
-        .collect();
-    let parts: Vec<String> =
-        ranges.iter().map(|r| format!("{} bytes {}..{}", r.stream, r.offset, r.offset + r.len)).collect();
-    let example = ranges.first().map_or(String::new(), |r| {
-        let session = serde_json::to_string(session).unwrap_or_default();
-        format!(
-            ", e.g. output {{\"session\": {session}, \"job\": {job}, \"stream\": \"{}\", \"offset\": {}}} (up to 4 MiB per call)",
-            r.stream, r.offset
-        )
-    });
+    let call = serde_json::json!({"session": session, "job": job, "lines": [o.first, o.last]});
+    let errors = if o.errors > 0 {
+        format!("; {} error-shaped lines among them are listed under the marker", o.errors)
+    } else {
+        String::new()
+    };
     Omitted {
+        lines: [o.first, o.last],
+        line_count: o.lines(),
         bytes: o.bytes,
+        errors: o.errors,
         hint: format!(
-            "{} bytes are not shown ({}); read them with the output call{example}",
+            "lines {}–{} ({} lines, {} bytes) are not shown{errors}; read them with {} (grep, errors, tail and raw views also work)",
+            o.first,
+            o.last,
+            o.lines(),
             o.bytes,
-            parts.join(" and ")
+            view::lines_call(session, job, o.first, o.last)
         ),
-        ranges,
+        call,
     }
 }
 
@@ -486,29 +512,29 @@ mod tests {
         j.on_started(42, 1_000_000, now);
         j.on_exited(Some(0), None, 3_500_000, false, now);
         assert_eq!(j.duration(now), Duration::from_micros(2500));
-        assert_eq!(j.result("s", now, vec![], true).duration_ms, 2.5);
+        assert_eq!(j.result("s", now, vec![], true, view::DEFAULT_BUDGET).duration_ms, 2.5);
     }
 
     #[test]
     fn final_results_mark_reported_and_running_ones_do_not() {
         let (_d, mut j) = job();
-        let r = j.result("s", Instant::now(), vec![], true);
+        let r = j.result("s", Instant::now(), vec![], true, view::DEFAULT_BUDGET);
         assert_eq!(r.state, JobState::Running);
         assert!(r.liveness.is_some());
         assert!(!j.reported());
         j.on_exited(Some(0), None, 0, false, Instant::now());
         assert!(j.needs_announcement());
-        let r = j.result("s", Instant::now(), vec!["extra".into()], true);
+        let r = j.result("s", Instant::now(), vec!["extra".into()], true, view::DEFAULT_BUDGET);
         assert_eq!((r.note.as_deref(), r.liveness.is_none()), (Some("extra"), true));
         assert!(j.reported() && !j.needs_announcement());
     }
 
     #[test]
-    fn omitted_hint_names_the_ranges_and_the_call() {
-        let o = omitted("de\"mo", 7, Omission { bytes: 10, stdout: (5, 15), stderr: (3, 3) });
-        assert_eq!(o.ranges, [OmittedRange { stream: "stdout", offset: 5, len: 10 }]);
-        assert!(o.hint.contains("stdout bytes 5..15"), "{}", o.hint);
-        assert!(o.hint.contains(r#""session": "de\"mo", "job": 7, "stream": "stdout", "offset": 5"#), "{}", o.hint);
+    fn omitted_hint_names_the_lines_and_the_call() {
+        let o = omitted("de\"mo", 7, Omission { first: 5, last: 14, bytes: 100, errors: 0 });
+        assert_eq!((o.lines, o.line_count), ([5, 14], 10));
+        assert!(o.hint.contains("lines 5–14 (10 lines, 100 bytes)"), "{}", o.hint);
+        assert!(o.hint.contains(r#"output {"session": "de\"mo", "job": 7, "lines": [5, 14]}"#), "{}", o.hint);
     }
 
     #[test]
@@ -520,12 +546,12 @@ mod tests {
         assert!(!j.end_known(), "the worker has not said what the exit left behind");
         let p = ProcStat { pid: 9, cmdline: "sleep 1000".into(), age_ms: 5, cpu_ms: 0 };
         j.on_survivors(vec![p]);
-        let r = j.result("s", now, vec![], true);
+        let r = j.result("s", now, vec![], true, crate::view::DEFAULT_BUDGET);
         assert!(j.end_known() && !r.settled && j.worth_probing());
         assert_eq!((r.survivors.len(), r.survivors[0].age_ms), (1, Some(5)));
         assert!(r.note.unwrap().contains("outlived its main process"));
         j.on_emptied(2_000_000, JobUsage { cpu_usec: 2500, procs_seen: 3 });
-        let r = j.result("s", now, vec![], true);
+        let r = j.result("s", now, vec![], true, crate::view::DEFAULT_BUDGET);
         assert!(r.settled && r.survivors.is_empty() && r.note.is_none(), "{r:?}");
         let u = r.usage.unwrap();
         assert_eq!((u.cpu_ms, u.procs_seen, u.emptied_at_ms), (2.5, 3, 2));
@@ -535,7 +561,7 @@ mod tests {
     fn spawn_failure_is_failed_with_a_note() {
         let (_d, mut j) = job();
         j.on_spawn_failed("no such directory", Instant::now());
-        let r = j.result("s", Instant::now(), vec![], true);
+        let r = j.result("s", Instant::now(), vec![], true, view::DEFAULT_BUDGET);
         assert_eq!((r.state, r.exit_code, r.signal, r.settled), (JobState::Failed, None, None, true));
         assert!(r.note.unwrap().contains("no such directory"));
     }

@@ -12,7 +12,7 @@
 //! ← {"jsonrpc":"2.0","id":4,"result":{"session":"demo","job":1,"state":"killed","exit_code":null,"signal":9,…}}
 //! ```
 
-use crate::job_wait::{answer, answer_when};
+use crate::job_wait::{answer, answer_when, view_budget};
 use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel, SEND_TIMEOUT};
 use crate::results::{join_notes, JobResult, JobState};
 use crate::rpc::{self, RpcError};
@@ -31,25 +31,31 @@ struct Params {
     job: JobId,
     #[serde(default)]
     grace_ms: Option<u64>,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+    #[serde(default)]
+    max_output_bytes: Option<u64>,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
     let p: Params = rpc::params("kill", params)?;
     k.admit()?;
     let s = k.session(client, &p.session)?;
+    let mut budget_notes = Vec::new();
+    let budget = view_budget(p.max_output_tokens, p.max_output_bytes, &mut budget_notes);
     {
         let mut st = s.lock();
         let job = st.jobs.get_mut(&p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
         if job.state().ended() && (job.cgroup_settled() || job.kept().is_some()) {
             drop(st);
-            return answer(k, &s, p.job, Instant::now(), Vec::new());
+            return answer(k, &s, p.job, Instant::now(), budget_notes, budget);
         }
         if !job.state().ended() {
             job.set_kill_requested();
         }
     }
     let (grace, clamp_note) = clamp_wait("grace_ms", p.grace_ms, 0);
-    let mut notes: Vec<String> = clamp_note.into_iter().collect();
+    let mut notes: Vec<String> = clamp_note.into_iter().chain(budget_notes).collect();
     let kill = Command::Kill { job: p.job, grace_ms: grace.as_millis() as u32 };
     let until = match s.send(&kill, SEND_TIMEOUT) {
         Ok(()) => deadline(grace + KILL_WAIT),
@@ -61,7 +67,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
             Instant::now()
         }
     };
-    let mut result = answer_when(k, &s, p.job, until, notes, |j| j.state().ended() && j.cgroup_settled())?;
+    let mut result = answer_when(k, &s, p.job, until, notes, |j| j.state().ended() && j.cgroup_settled(), budget)?;
     if !result.settled && result.state.ended() && result.kept.is_none() {
         let note = "the job ended but its cgroup was not seen empty in time; kill it again".to_owned();
         result.note = join_notes(result.note.take().into_iter().chain([note]));

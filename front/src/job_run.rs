@@ -13,7 +13,7 @@
 //!    "omitted":null,"liveness":null,"survivors":[],"settled":true,"note":null,"announcements":[]}}
 //! ```
 
-use crate::job_wait::answer;
+use crate::job_wait::{answer, view_budget};
 use crate::kernel::{clamp_wait, deadline, session_lost, Client, Kernel, DEFAULT_YIELD_MS, SEND_TIMEOUT};
 use crate::results::JobResult;
 use crate::rpc::{self, ErrorKind, RpcError};
@@ -41,6 +41,10 @@ struct Params {
     name: Option<String>,
     #[serde(default)]
     files: Vec<crate::sandbox::FileParam>,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+    #[serde(default)]
+    max_output_bytes: Option<u64>,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
@@ -106,6 +110,7 @@ pub(crate) fn call_admitting(
             s.notify();
         }
     }
+    let budget = view_budget(p.max_output_tokens, p.max_output_bytes, &mut notes);
     if let Some(name) = keep_name {
         let started = |st: &crate::session::SessionState| {
             st.jobs.get(&job).is_none_or(|j| j.pid().is_some() || j.state().ended())
@@ -115,7 +120,7 @@ pub(crate) fn call_admitting(
             notes.extend(crate::job_keep::keep_failed_note(&e));
         }
     }
-    answer(k, &s, job, until, notes)
+    answer(k, &s, job, until, notes, budget)
 }
 
 /// Register the job, re-checking under the session's lock that the session still takes work; the job

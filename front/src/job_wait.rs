@@ -17,6 +17,7 @@ use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel, DEFAULT_Y
 use crate::results::JobResult;
 use crate::rpc::{self, RpcError};
 use crate::session::Session;
+use crate::view;
 use serde::Deserialize;
 use serde_json::Value;
 use shm_proto::msg::JobId;
@@ -29,6 +30,10 @@ struct Params {
     job: JobId,
     #[serde(default)]
     yield_ms: Option<u64>,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+    #[serde(default)]
+    max_output_bytes: Option<u64>,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
@@ -38,7 +43,27 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
         return Err(unknown_job(&p.session, p.job));
     }
     let (d, note) = clamp_wait("yield_ms", p.yield_ms, DEFAULT_YIELD_MS);
-    answer(k, &s, p.job, deadline(d), note.into_iter().collect())
+    let mut notes: Vec<String> = note.into_iter().collect();
+    let budget = view_budget(p.max_output_tokens, p.max_output_bytes, &mut notes);
+    answer(k, &s, p.job, deadline(d), notes, budget)
+}
+
+/// The view budget in bytes from `max_output_tokens` (≈ 4 bytes each) or `max_output_bytes` (the
+/// smaller when both are given), clamped to what a view can hold, with a note when clamped.
+pub(crate) fn view_budget(tokens: Option<u64>, bytes: Option<u64>, notes: &mut Vec<String>) -> usize {
+    let asked = match (tokens.map(|t| t.saturating_mul(4)), bytes) {
+        (Some(a), Some(b)) => a.min(b),
+        (a, b) => a.or(b).unwrap_or(view::DEFAULT_BUDGET as u64),
+    };
+    let (min, max) = (view::MIN_BUDGET as u64, view::MAX_BUDGET as u64);
+    if !(min..=max).contains(&asked) {
+        let clamped = asked.clamp(min, max);
+        notes.push(format!(
+            "the output budget of {asked} bytes is outside {min}..={max}; the view uses {clamped} bytes"
+        ));
+        return clamped as usize;
+    }
+    asked as usize
 }
 
 /// Wait until `job` ends (and the worker said what it left behind) or `until` passes, then answer its
@@ -49,8 +74,9 @@ pub(crate) fn answer(
     job: JobId,
     until: Instant,
     notes: Vec<String>,
+    budget: usize,
 ) -> Result<JobResult, RpcError> {
-    answer_when(k, s, job, until, notes, Job::end_known)
+    answer_when(k, s, job, until, notes, Job::end_known, budget)
 }
 
 /// [`answer`], waiting until `done` holds for the job.
@@ -61,6 +87,7 @@ pub(crate) fn answer_when(
     until: Instant,
     mut notes: Vec<String>,
     done: fn(&Job) -> bool,
+    budget: usize,
 ) -> Result<JobResult, RpcError> {
     let ended = |st: &crate::session::SessionState| st.jobs.get(&job).is_none_or(done);
     let st = s.wait_until(s.lock(), until, k.shutdown_flag(), ended);
@@ -75,7 +102,7 @@ pub(crate) fn answer_when(
     let Some(j) = st.jobs.get_mut(&job) else {
         return Err(unknown_job(s.name(), job));
     };
-    let mut result = j.result(s.name(), now, notes, true);
+    let mut result = j.result(s.name(), now, notes, true, budget);
     if live.is_some() {
         result.liveness = j.liveness(now, live.as_ref());
     }

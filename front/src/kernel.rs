@@ -35,7 +35,7 @@ pub const MAX_YIELD_MS: u64 = 600_000;
 /// How long a command may wait for room in a full command ring.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Every method, for the "unknown method" message.
-pub const METHODS: [&str; 13] = [
+pub const METHODS: [&str; 15] = [
     "session.open",
     "session.close",
     "run",
@@ -49,6 +49,8 @@ pub const METHODS: [&str; 13] = [
     "kept.kill",
     "receipt",
     "shutdown",
+    "subscribe",
+    "unsubscribe",
 ];
 
 /// Where the kernel keeps things and what it tells `describe`.
@@ -153,11 +155,30 @@ impl Kernel {
             "keep" => encode(crate::job_keep::call_keep(self, client, params)),
             "kept" => encode(crate::job_keep::call_kept(self, client, params)),
             "kept.kill" => encode(crate::job_keep::call_kill(self, client, params)),
+            "subscribe" | "unsubscribe" => Err(RpcError::new(
+                ErrorKind::InvalidRequest,
+                format!("{method} needs a socket connection to send notifications on; call it over the control socket"),
+            )),
             _ => Err(RpcError::new(
                 ErrorKind::MethodNotFound,
                 format!("there is no method '{method}'; the methods are {}", METHODS.join(", ")),
             )),
         }
+    }
+
+    /// Remove the subscriptions of connection `conn` (all, or only subscription `only`) from every
+    /// session; how many were removed.
+    pub fn drop_subscriptions(&self, conn: u64, only: Option<u64>) -> usize {
+        let sessions: Vec<Arc<Session>> = self
+            .registry()
+            .slots
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Open(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect();
+        sessions.iter().map(|s| crate::subscribe::remove(&mut s.lock().subscribers, conn, only)).sum()
     }
 
     pub(crate) fn registry(&self) -> MutexGuard<'_, Registry> {

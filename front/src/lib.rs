@@ -24,6 +24,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod binary;
 pub mod db;
 pub mod describe;
 pub mod inherit;
@@ -36,13 +37,17 @@ pub mod job_state;
 pub mod job_wait;
 pub mod jobs_list;
 pub mod kernel;
+pub mod linelog;
 pub mod output_read;
+pub mod output_views;
 pub mod pump;
 pub mod receipts;
 pub mod records;
+pub mod rendered;
 pub mod results;
 pub mod rpc;
 pub mod sandbox;
+pub mod screen;
 pub mod server;
 pub mod service;
 pub mod session;
@@ -52,6 +57,7 @@ pub mod shutdown;
 pub mod state_capture;
 pub mod state_record;
 pub mod store;
+pub mod subscribe;
 pub mod supervisor_link;
 pub mod view;
 

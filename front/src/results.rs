@@ -60,21 +60,18 @@ pub struct Usage {
     pub emptied_at_ms: u64,
 }
 
-/// One omitted byte range of one stream.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct OmittedRange {
-    pub stream: &'static str,
-    pub offset: u64,
-    pub len: u64,
-}
-
-/// What the view left out.
+/// What the view left out: rendered lines `lines[0]..=lines[1]`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Omitted {
+    pub lines: [u64; 2],
+    pub line_count: u64,
+    /// Rendered bytes of those lines (newlines included).
     pub bytes: u64,
+    /// Error-shaped lines among them (listed under the marker).
+    pub errors: u64,
     pub hint: String,
-    /// The omitted bytes as per-stream ranges for the `output` call (empty ranges left out).
-    pub ranges: Vec<OmittedRange>,
+    /// The `output` call that shows them, as its params object.
+    pub call: serde_json::Value,
 }
 
 /// A process found alive in a cgroup.
@@ -237,6 +234,29 @@ pub struct OutputResult {
     pub total: u64,
     pub encoding: &'static str,
     pub data: String,
+    pub complete: bool,
+    pub note: Option<String>,
+    pub announcements: Vec<Announcement>,
+    /// Raw bytes are never redacted: always true here, so a client cannot mistake them for a view.
+    pub unredacted: bool,
+}
+
+/// The result of a line view of `output` (`lines`, `tail`, `grep`, `errors`).
+#[derive(Clone, Debug, Serialize)]
+pub struct OutputViewResult {
+    pub session: String,
+    pub job: u64,
+    pub view: &'static str,
+    pub stream: &'static str,
+    /// The lines as `N: text`, redacted.
+    pub text: String,
+    pub lines: Vec<crate::output_views::ViewLine>,
+    /// Lines numbered so far.
+    pub total_lines: u64,
+    /// grep/errors: matching lines in all (also past `max`).
+    pub matches: Option<u64>,
+    /// When the view stopped early: the call that continues it.
+    pub next: Option<serde_json::Value>,
     pub complete: bool,
     pub note: Option<String>,
     pub announcements: Vec<Announcement>,

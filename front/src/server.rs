@@ -17,6 +17,7 @@
 
 use crate::kernel::{Client, Kernel};
 use crate::rpc::{self, RpcError, MAX_LINE};
+use crate::subscribe::{self, Outbox, OutboxRx};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use shm_proto::sys::EventFd;
@@ -90,7 +91,7 @@ fn accept_loop(listener: UnixListener, kernel: Arc<Kernel>, stop: Arc<EventFd>, 
                     let (k, f) = (kernel.clone(), in_flight.clone());
                     let spawned = std::thread::Builder::new()
                         .name(format!("conn-{n}"))
-                        .spawn(move || serve_connection(stream, &k, &f));
+                        .spawn(move || serve_connection(stream, &k, &f, n));
                     if let Err(e) = spawned {
                         eprintln!("heddle-front: could not start a connection thread: {e}");
                     }
@@ -152,7 +153,7 @@ fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io::Re
     }
 }
 
-fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize) {
+fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize, conn: u64) {
     let client = match getsockopt(&stream, PeerCredentials) {
         Ok(c) => Client { uid: c.uid(), pid: Some(c.pid()) },
         Err(e) => {
@@ -162,26 +163,58 @@ fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize
     };
     let Ok(read_half) = stream.try_clone() else { return };
     let mut reader = BufReader::with_capacity(64 * 1024, read_half);
-    let mut writer = stream;
+    let (outbox, rx) = Outbox::new(conn);
+    let writer = match std::thread::Builder::new().name(format!("conn-{conn}-w")).spawn(move || write_loop(stream, rx))
+    {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("heddle-front: could not start a connection writer: {e}");
+            return;
+        }
+    };
     let mut line = Vec::new();
     loop {
         let reply = match read_line(&mut reader, &mut line, MAX_LINE) {
-            Ok(Line::Eof) | Err(_) => return,
+            Ok(Line::Eof) | Err(_) => break,
             Ok(Line::TooLong) => Some(rpc::encode_error(None, &too_long())),
             Ok(Line::Data) => {
                 in_flight.fetch_add(1, Ordering::SeqCst);
-                let reply = answer_line(kernel, &client, &line);
+                let reply = answer_line_on(kernel, &client, &line, Some(&outbox));
                 in_flight.fetch_sub(1, Ordering::SeqCst);
                 reply
             }
         };
         if let Some(reply) = reply {
-            if writer.write_all(&reply).is_err() {
-                return;
+            if !outbox.send(reply) {
+                break;
             }
         }
         // One huge request must not pin megabytes to the connection for its lifetime.
         line.shrink_to(64 * 1024);
+    }
+    // The connection is gone: its subscriptions go with it, then the writer drains and ends.
+    kernel.drop_subscriptions(conn, None);
+    drop(outbox);
+    let _ = writer.join();
+}
+
+/// Write queued lines (answers and notifications, in queue order), batching what is waiting.
+fn write_loop(mut stream: UnixStream, out: OutboxRx) {
+    let mut batch = Vec::new();
+    while let Ok(first) = out.rx.recv() {
+        batch.clear();
+        batch.extend_from_slice(&first);
+        while batch.len() < 256 * 1024 {
+            match out.rx.try_recv() {
+                Ok(more) => batch.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if stream.write_all(&batch).is_err() {
+            // Reading goes on until the peer's EOF; later sends are dropped with the receiver.
+            return;
+        }
+        out.written(batch.len());
     }
 }
 
@@ -192,6 +225,12 @@ fn too_long() -> RpcError {
 
 /// The response line for one request line, or `None` for a notification or a blank line.
 pub fn answer_line(kernel: &Kernel, client: &Client, line: &[u8]) -> Option<Vec<u8>> {
+    answer_line_on(kernel, client, line, None)
+}
+
+/// [`answer_line`] on a connection that can carry notifications (`subscribe` queues its own answer
+/// into `out`, ahead of any notification, and this returns `None` for it).
+pub fn answer_line_on(kernel: &Kernel, client: &Client, line: &[u8], out: Option<&Outbox>) -> Option<Vec<u8>> {
     if line.trim_ascii().is_empty() {
         return None;
     }
@@ -200,6 +239,19 @@ pub fn answer_line(kernel: &Kernel, client: &Client, line: &[u8]) -> Option<Vec<
         Err(bad) if bad.notification => return None,
         Err(bad) => return Some(rpc::encode_error(bad.id.as_deref(), &bad.error)),
     };
+    if let (Some(out), Some(id), "subscribe" | "unsubscribe") = (out, req.id.as_deref(), req.method.as_str()) {
+        let done = catch_unwind(AssertUnwindSafe(|| match req.method.as_str() {
+            "subscribe" => subscribe::subscribe(kernel, client, req.params, id, out).map(|()| None),
+            _ => subscribe::unsubscribe(kernel, req.params, out).map(|v| Some(rpc::encode_result(Some(id), &v))),
+        }));
+        return match done {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(e)) => Some(rpc::encode_error(Some(id), &e)),
+            Err(_) => {
+                Some(rpc::encode_error(Some(id), &RpcError::internal("subscribing failed unexpectedly".to_owned())))
+            }
+        };
+    }
     let result = catch_unwind(AssertUnwindSafe(|| kernel.call(client, &req.method, req.params))).unwrap_or_else(|_| {
         Err(RpcError::internal(format!("answering {} failed unexpectedly; the server keeps running", req.method)))
     });
@@ -307,6 +359,54 @@ mod tests {
         drop(_r);
         let r = h.ok("wait", serde_json::json!({"session": "demo", "job": 1, "yield_ms": 10000}));
         assert_eq!((r["state"].as_str(), r["exit_code"].as_i64()), (Some("exited"), Some(0)));
+        server.stop_accepting();
+    }
+
+    #[test]
+    fn a_subscriber_gets_every_chunk_in_order_then_the_end() {
+        let mut h = Harness::new();
+        h.client.uid = nix::unistd::getuid().as_raw();
+        h.open("demo");
+        let (server, mut r, mut w) = connected(&h);
+        w.write_all(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"subscribe\",\"params\":{\"session\":\"demo\",\"raw\":true}}\n",
+        )
+        .unwrap();
+        let sub = reply(&mut r);
+        assert_eq!(sub["id"], 1, "the answer precedes every notification: {sub}");
+        let id = sub["result"]["subscription"].as_u64().unwrap();
+        h.run("demo", "lines 3000", 10_000);
+        let (mut seq, mut bytes, mut data, mut numbered) = (0, 0u64, String::new(), Vec::new());
+        loop {
+            let n = reply(&mut r);
+            let p = &n["params"];
+            assert_eq!((p["subscription"].as_u64(), p["seq"].as_u64()), (Some(id), Some(seq + 1)), "no gaps: {n}");
+            seq += 1;
+            for l in p["lines"].as_array().unwrap() {
+                numbered.push(l["line"].as_u64().unwrap());
+            }
+            match n["method"].as_str().unwrap() {
+                "output" => {
+                    assert_eq!(p["offset"].as_u64(), Some(bytes), "offsets continue: {n}");
+                    bytes += p["len"].as_u64().unwrap();
+                    data.push_str(p["data"].as_str().unwrap());
+                }
+                "job.end" => assert_eq!(p["state"], "exited"),
+                "job.settled" => break,
+                other => panic!("unexpected {other}"),
+            }
+        }
+        let want: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(data, want);
+        assert_eq!(numbered, (1..=3000).collect::<Vec<u64>>(), "every rendered line once, in order");
+        w.write_all(
+            format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"unsubscribe\",\"params\":{{\"subscription\":{id}}}}}\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(reply(&mut r)["result"]["removed"], true);
         server.stop_accepting();
     }
 }

@@ -26,6 +26,7 @@
 
 use crate::job::{unix_ns, Job};
 use crate::results::{Announcement, ShellInfo, Survivor, WorkerInfo};
+use crate::subscribe;
 use crate::supervisor_link::SessionFds;
 use shm_proto::msg::{Command, Event, JobId};
 use shm_proto::region::{AttachError, Region};
@@ -103,6 +104,10 @@ pub struct SessionState {
     pub next_probe: u64,
     /// The session's sandbox as its worker reported it (after `Hello`).
     pub sandbox: Option<shm_proto::msg::SandboxInfo>,
+    /// Live-streaming subscriptions (see [`crate::subscribe`]).
+    pub subscribers: Vec<crate::subscribe::Subscriber>,
+    /// The session's name, for notifications (set when the pump first applies an event).
+    pub name: String,
 }
 
 impl SessionState {
@@ -149,18 +154,43 @@ impl SessionState {
         match (ev, job) {
             (Event::Output { stream, data, .. }, Some(j)) => {
                 let was_dirty = j.dirty();
+                let live = !self.subscribers.is_empty() && subscribe::wanted(&self.subscribers, j.id());
+                let s = crate::view::stream_index(stream);
+                let offset = j.counts()[s];
+                j.rendered_mut().collect_fresh(live);
                 j.on_output(stream, &data, now, ns);
                 if !was_dirty && j.dirty() {
                     self.dirty.push(j.id());
                 }
+                if live {
+                    let fresh = j.rendered_mut().take_fresh();
+                    let c = subscribe::Chunk {
+                        job: j.id(),
+                        stream: s as u8,
+                        offset,
+                        data: &data,
+                        at_unix_ns: ns,
+                        fresh: &fresh,
+                    };
+                    subscribe::publish_chunk(&mut self.subscribers, &self.name, &c);
+                }
                 return false;
             }
             (Event::Started { pid, at_unix_ns, .. }, Some(j)) => j.on_started(pid, at_unix_ns, now),
-            (Event::SpawnFailed { error, .. }, Some(j)) => j.on_spawn_failed(&error, now),
-            (Event::Exited { code, signal, at_unix_ns, killed, .. }, Some(j)) => {
-                j.on_exited(code, signal, at_unix_ns, killed, now)
+            (Event::SpawnFailed { error, .. }, Some(j)) => {
+                j.on_spawn_failed(&error, now);
+                publish_end(&mut self.subscribers, &self.name, j, true);
             }
-            (Event::StreamsClosed { .. }, Some(j)) => j.on_streams_closed(),
+            (Event::Exited { code, signal, at_unix_ns, killed, .. }, Some(j)) => {
+                j.on_exited(code, signal, at_unix_ns, killed, now);
+                publish_end(&mut self.subscribers, &self.name, j, false);
+            }
+            (Event::StreamsClosed { .. }, Some(j)) => {
+                let live = subscribe::wanted(&self.subscribers, j.id());
+                j.rendered_mut().collect_fresh(live);
+                j.on_streams_closed();
+                publish_end(&mut self.subscribers, &self.name, j, true);
+            }
             (Event::StateCaptured { data, .. }, Some(j)) => j.on_state_captured(&data, &mut self.record),
             (Event::StateUnknown { reason, .. }, Some(j)) => j.on_state_unknown(&reason),
             (Event::Survivors { procs, .. }, Some(j)) => j.on_survivors(procs),
@@ -224,6 +254,24 @@ impl SessionState {
     }
 }
 
+/// Tell subscribers that `j` ended (`settled`: its output is complete, with its last lines).
+fn publish_end(subs: &mut Vec<subscribe::Subscriber>, session: &str, j: &mut Job, settled: bool) {
+    if !subscribe::wanted(subs, j.id()) {
+        return;
+    }
+    let fresh = j.rendered_mut().take_fresh();
+    let r = j.summary(Instant::now());
+    let e = subscribe::End {
+        job: j.id(),
+        settled,
+        state: r.state,
+        exit_code: r.exit_code,
+        signal: r.signal,
+        fresh: &fresh,
+    };
+    subscribe::publish_end(subs, session, &e);
+}
+
 /// The command ring's producer and its encode buffer.
 struct CmdRing {
     producer: Producer,
@@ -271,7 +319,7 @@ impl Session {
             _region: region,
             cmd_data: fds.cmd_data,
             cmd_space: fds.cmd_space,
-            state: Mutex::new(SessionState::default()),
+            state: Mutex::new(SessionState { name: spec.name.clone(), ..SessionState::default() }),
             changed: Condvar::new(),
             lost: AtomicBool::new(false),
             spec,

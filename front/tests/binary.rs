@@ -196,7 +196,7 @@ fn the_binary_serves_clients_and_exits_0_on_shutdown() {
     let open = c.call("session.open", json!({"name": "demo"}));
     assert_eq!(open["result"]["shell"]["path"], "/bin/bash", "{open}");
     let run = c.call("run", json!({"session": "demo", "cmd": "hello from the ring"}));
-    assert_eq!(run["result"]["view"], "hello from the ring", "{run}");
+    assert_eq!(run["result"]["view"], "hello from the ring\n", "the view ends every line with a newline: {run}");
     let out = c.call("output", json!({"session": "demo", "job": 1}));
     assert_eq!(out["result"]["data"], "hello from the ring");
     let log = front._dir.path().join("state/sessions/demo/jobs/1.log");

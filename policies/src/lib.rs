@@ -36,6 +36,7 @@ pub mod git;
 mod parse;
 mod policy;
 mod raw;
+pub mod redaction;
 mod resolve;
 pub mod syscalls;
 mod template;

@@ -257,7 +257,7 @@ pub fn read_stream(c: &mut Client, session: &Value, job: &Value, stream: &str) -
     let mut out = Vec::new();
     loop {
         let r = c
-            .call("output", json!({"session": session, "job": job, "stream": stream, "offset": out.len()}))
+            .call("output", json!({"session": session, "job": job, "stream": stream, "raw": {"offset": out.len(), "unredacted": true}}))
             .expect("output");
         let data = r["data"].as_str().expect("data");
         let bytes = if r["encoding"] == "base64" {

@@ -116,7 +116,7 @@ fn cargo_new_and_build_and_git_commit_work_inside_the_project() {
                git worktree add -q ../wt; cd ../wt; echo 2 > g; git add g; git commit -qm two; \
                git -C ../repo log --all --format=%s | sort | tr '\\n' ' '";
     let r = run(&mut c, &s, git);
-    assert_eq!((r["exit_code"].as_i64(), r["view"].as_str()), (Some(0), Some("one two ")), "{r}");
+    assert_eq!((r["exit_code"].as_i64(), r["view"].as_str()), (Some(0), Some("one two\n")), "{r}");
 }
 
 #[test]

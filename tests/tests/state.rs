@@ -10,12 +10,13 @@ fn run(c: &mut Client, s: &Value, cmd: &str) -> Value {
     r
 }
 
-/// Run `cmd` and return its view, asserting it exited 0 with a known state.
+/// Run `cmd` and return its exact stdout (the stored raw bytes, not the model view, which ends every line
+/// with a newline), asserting it exited 0 with a known state.
 fn ok(c: &mut Client, s: &Value, cmd: &str) -> String {
     let r = run(c, s, cmd);
     assert_eq!(r["exit_code"], 0, "{cmd}: {r}");
     assert!(r["state_note"].is_null(), "{cmd}: {r}");
-    r["view"].as_str().unwrap().to_owned()
+    String::from_utf8_lossy(&heddle_tests::read_stream(c, s, &r["job"], "stdout")).into_owned()
 }
 
 fn changes(r: &Value) -> Vec<String> {

@@ -1,0 +1,178 @@
+//! Output-path benchmarks (issue 6): throughput into the store vs a raw pipe, capture latency to a
+//! subscriber vs a Unix-socket hop and a direct pipe, and model-view rendering cost vs a copy + line
+//! split. Each figure is printed next to its baseline measured in the same run.
+
+use anyhow::{ensure, Context, Result};
+use heddle_bench::{report, Summary};
+use serde_json::json;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+fn now_us() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
+
+/// `head -c <bytes> /dev/zero | tr '\0' a` through heddle into the store vs read from a pipe by us.
+pub fn throughput(mib: u64, rounds: usize) -> Result<()> {
+    let bytes = mib << 20;
+    let cmd = format!("head -c {bytes} /dev/zero | tr '\\0' a");
+    let h = heddle_tests::Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let (mut pipe, mut heddle) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let mut child =
+            Command::new("bash").args(["--noprofile", "--norc", "-c", &cmd]).stdout(Stdio::piped()).spawn()?;
+        let mut out = child.stdout.take().context("stdout")?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0u64;
+        loop {
+            let n = out.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            got += n as u64;
+        }
+        child.wait()?;
+        ensure!(got == bytes, "pipe read {got} of {bytes}");
+        pipe.push(bytes as f64 / t.elapsed().as_secs_f64() / 1e9);
+        let t = Instant::now();
+        let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 600_000}))?;
+        let r = if r["settled"] == true { r } else { c.call("wait", json!({"session": s, "job": r["job"]}))? };
+        ensure!(r["stdout_bytes"].as_u64() == Some(bytes), "heddle stored {} of {bytes}", r["stdout_bytes"]);
+        heddle.push(bytes as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    let (p, hd) = (Summary::of(pipe), Summary::of(heddle));
+    println!("== throughput, {mib} MiB of 'a' per round, {rounds} rounds (GB/s, p50)");
+    println!("{:<52} {:>8.3}", "raw pipe: bash → pipe → this process", p.p50);
+    println!("{:<52} {:>8.3}", "heddle: job → worker → ring → front → store (run)", hd.p50);
+    println!("{:<52} {:>8.3}", "ratio heddle / pipe (target ≥ 0.5)", hd.p50 / p.p50);
+    Ok(())
+}
+
+const STAMPER: &str = r#"for ((i = 0; i < N; i++)); do printf '%s\n' "$EPOCHREALTIME"; sleep 0.002; done"#;
+
+fn stamp_latency(line: &str, at: f64) -> Option<f64> {
+    let t: f64 = line.trim().parse().ok()?;
+    Some(at - t * 1e6)
+}
+
+/// A job prints `$EPOCHREALTIME` every ~2 ms; a subscribed client measures receive time − that stamp.
+pub fn latency(n: usize) -> Result<()> {
+    let script = STAMPER.replace('N', &n.to_string());
+    // Baseline 1: the same bash loop writing into a pipe read by this process.
+    let mut child =
+        Command::new("bash").args(["--noprofile", "--norc", "-c", &script]).stdout(Stdio::piped()).spawn()?;
+    let mut pipe = Vec::new();
+    for line in BufReader::new(child.stdout.take().context("stdout")?).lines() {
+        pipe.extend(stamp_latency(&line?, now_us()));
+    }
+    child.wait()?;
+    // Baseline 2: one Unix-socket hop between two threads, stamps taken the same way.
+    let (mut a, b) = std::os::unix::net::UnixStream::pair()?;
+    let writer = std::thread::spawn(move || {
+        for _ in 0..n {
+            let _ = writeln!(a, "{}", now_us() / 1e6);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    });
+    let mut sock = Vec::new();
+    for line in BufReader::new(b).lines().take(n) {
+        sock.extend(stamp_latency(&line?, now_us()));
+    }
+    let _ = writer.join();
+    // heddle: subscribe, run, measure every stamped line as its notification arrives.
+    let h = heddle_tests::Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let mut sub = h.client();
+    sub.call("subscribe", json!({"session": s, "raw": true}))?;
+    c.call("run", json!({"session": s, "cmd": script, "yield_ms": 0}))?;
+    let mut heddle = Vec::new();
+    let mut partial = String::new();
+    loop {
+        let note = sub.next_notification()?;
+        let at = now_us();
+        match note["method"].as_str() {
+            Some("output") => {
+                partial.push_str(note["params"]["data"].as_str().unwrap_or(""));
+                while let Some(i) = partial.find('\n') {
+                    heddle.extend(stamp_latency(&partial[..i], at));
+                    partial.drain(..=i);
+                }
+            }
+            Some("job.settled") => break,
+            _ => {}
+        }
+    }
+    ensure!(heddle.len() == n, "received {} of {n} stamps", heddle.len());
+    let show = |name: &str, s: Summary| println!("{name:<48} {:>9.1} {:>9.1} {:>9.1}", s.p50, s.p99, s.p999);
+    println!("== capture latency: write → visible to the reader (µs), n = {n}, one line per ~2 ms");
+    println!("{:<48} {:>9} {:>9} {:>9}", "", "p50", "p99", "p99.9");
+    let (p, so, hd) = (Summary::of(pipe), Summary::of(sock), Summary::of(heddle));
+    show("baseline: Unix socket hop (thread → thread)", so);
+    show("baseline: bash → pipe → this process", p);
+    show("heddle: job → ring → front → subscriber socket", hd);
+    println!("{:<48} {:>9.2} {:>9.2} {:>9.2}", "ratio heddle / pipe", hd.p50 / p.p50, hd.p99 / p.p99, hd.p999 / p.p999);
+    Ok(())
+}
+
+/// Typical build output: compile lines with colours, warnings with source excerpts, `\r` progress.
+fn build_output(target: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(target + 4096);
+    let mut i = 0usize;
+    while out.len() < target {
+        i += 1;
+        out.extend_from_slice(
+            format!("\r\x1b[K\x1b[1m\x1b[32m   Compiling\x1b[0m crate-{i} v0.{}.{}\n", i % 9, i % 31).as_bytes(),
+        );
+        if i % 7 == 0 {
+            out.extend_from_slice(format!("\x1b[1m\x1b[33mwarning\x1b[0m: unused variable: `x{i}`\n  --> src/lib.rs:{i}:9\n   |\n{i:>3} |     let x{i} = compute();\n   |         ^^ help: prefix it with an underscore\n\n").as_bytes());
+        }
+        for f in 0..3 {
+            out.extend_from_slice(
+                format!("\x1b[1m\x1b[36m    Building\x1b[0m [{:=>w$}>   ] {i}/{}: crate-{i}", "", 9999, w = f + 1)
+                    .as_bytes(),
+            );
+            out.push(b'\r');
+        }
+    }
+    out
+}
+
+/// Rendering cost per MiB of build output vs copying it and splitting it into lines.
+pub fn view(mib: usize, rounds: usize) -> Result<()> {
+    let data = build_output(mib << 20);
+    let dir = tempfile::tempdir()?;
+    let (mut base, mut render) = (Vec::new(), Vec::new());
+    for r in 0..rounds {
+        let t = Instant::now();
+        let mut copy = Vec::with_capacity(data.len());
+        let mut lines = 0usize;
+        for chunk in data.chunks(64 * 1024) {
+            copy.extend_from_slice(chunk);
+            lines += chunk.iter().filter(|&&b| b == b'\n').count();
+        }
+        std::hint::black_box((&copy, lines));
+        base.push(t.elapsed().as_secs_f64() * 1e6 / mib as f64);
+        let t = Instant::now();
+        let mut out = front::rendered::RenderedOutput::new(dir.path().join(format!("{r}.lines")));
+        for chunk in data.chunks(64 * 1024) {
+            out.push(0, chunk);
+        }
+        out.finish();
+        let v = front::view::render(&out, front::view::DEFAULT_BUDGET, "bench", 1);
+        std::hint::black_box(v);
+        render.push(t.elapsed().as_secs_f64() * 1e6 / mib as f64);
+    }
+    report(
+        &format!("model-view rendering of {mib} MiB of build output (µs per MiB)"),
+        "baseline: copy + newline count",
+        Summary::of(base),
+        "vte screen + redaction + line log + view",
+        Summary::of(render),
+    );
+    Ok(())
+}

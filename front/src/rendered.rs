@@ -1,0 +1,449 @@
+//! A job's model-facing output, built incrementally as chunks arrive: per stream a [`Screen`]
+//! (terminal rendering) or a binary summary, then secret redaction, then numbering, collapsing of
+//! identical consecutive lines into runs, the [`LineLog`] on disk, and in memory what the model view
+//! needs — the first runs (head), the last runs (tail window), exact counts, and the error-shaped lines.
+//! Nothing here re-reads the output: a 200 MiB job costs its head, its tail window and its error list.
+//!
+//! Invariants: line numbers are assigned once, in commit order, starting at 1, and never change; every
+//! committed line is in the log or in the pending run; `rendered_bytes` counts every committed line's
+//! text plus its newline, repetitions included; every string that leaves this module passed the
+//! redactor.
+//!
+//! ```
+//! use front::rendered::RenderedOutput;
+//! let dir = tempfile::tempdir().unwrap();
+//! let mut r = RenderedOutput::new(dir.path().join("1.lines"));
+//! r.push(0, b"same\nsame\nsame\n");
+//! r.finish();
+//! assert_eq!(r.display_lines(), ["same (×3)"]);
+//! ```
+
+use crate::binary::{human_bytes, sniff, Sniff, SNIFF_LEN};
+use crate::linelog::{LineLog, LinePlan, Run};
+use crate::screen::Screen;
+use policies::redaction::{BlockState, Redactor};
+use regex::Regex;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// Display bytes of runs kept from the start and from the end (the largest view budget is below both).
+pub const HEAD_KEEP: usize = 256 * 1024;
+pub const TAIL_KEEP: usize = 256 * 1024;
+/// Error-shaped lines kept from the start and from the end of the output.
+const ERRORS_KEEP: usize = 1000;
+/// Longest error line text kept.
+const ERROR_TEXT: usize = 300;
+
+/// Lines that look like errors (case-insensitive words).
+pub fn error_shaped() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| {
+        Regex::new(
+            r"(?i)\b(?:error|errors|fatal|panic|panicked|exception|traceback|failed|failure|segmentation fault|core dumped|aborted|abort)\b",
+        )
+        .expect("static regex")
+    })
+}
+
+#[derive(Debug)]
+enum Kind {
+    Undecided(Vec<u8>),
+    Text,
+    Binary { name: &'static str, bytes: u64 },
+}
+
+/// A numbered line, as subscribers receive it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FreshLine {
+    pub line: u64,
+    pub stream: u8,
+    pub text: String,
+}
+
+/// A run with its rendered-byte offset (bytes of all lines before it).
+#[derive(Clone, Debug)]
+pub struct Placed {
+    pub run: Run,
+    pub bytes_before: u64,
+}
+
+impl Placed {
+    /// The run as one display line (without newline).
+    pub fn display(&self) -> String {
+        display(&self.run)
+    }
+}
+
+/// One run as the model sees it.
+pub fn display(run: &Run) -> String {
+    if run.count > 1 {
+        format!("{} (×{})", run.text, run.count)
+    } else {
+        run.text.clone()
+    }
+}
+
+/// A job's rendered output.
+#[derive(Debug)]
+pub struct RenderedOutput {
+    screens: [Screen; 2],
+    kinds: [Kind; 2],
+    blocks: [BlockState; 2],
+    pending: Option<Placed>,
+    next_line: u64,
+    log: LineLog,
+    head: Vec<Placed>,
+    head_bytes: usize,
+    tail: VecDeque<Placed>,
+    tail_bytes: usize,
+    /// Runs left the tail window's front: the log holds lines the memory does not.
+    evicted: bool,
+    rendered_bytes: u64,
+    errors_first: Vec<(u64, String)>,
+    errors_last: VecDeque<(u64, String)>,
+    errors_total: u64,
+    fresh: Option<Vec<FreshLine>>,
+    finished: bool,
+    /// The stream of the previous chunk (a switch commits the other stream's complete lines).
+    last_stream: Option<usize>,
+}
+
+impl RenderedOutput {
+    /// A job's rendered output; its line log goes to `path`.
+    pub fn new(path: PathBuf) -> RenderedOutput {
+        RenderedOutput {
+            screens: [Screen::default(), Screen::default()],
+            kinds: [Kind::Undecided(Vec::new()), Kind::Undecided(Vec::new())],
+            blocks: [BlockState::default(); 2],
+            pending: None,
+            next_line: 1,
+            log: LineLog::create(path),
+            head: Vec::new(),
+            head_bytes: 0,
+            tail: VecDeque::new(),
+            tail_bytes: 0,
+            evicted: false,
+            rendered_bytes: 0,
+            errors_first: Vec::new(),
+            errors_last: VecDeque::new(),
+            errors_total: 0,
+            fresh: None,
+            finished: false,
+            last_stream: None,
+        }
+    }
+
+    /// Collect committed lines for subscribers (until [`RenderedOutput::take_fresh`] is no longer called).
+    pub fn collect_fresh(&mut self, on: bool) {
+        if on && self.fresh.is_none() {
+            self.fresh = Some(Vec::new());
+        } else if !on {
+            self.fresh = None;
+        }
+    }
+
+    /// Lines committed since the last call (when collecting).
+    pub fn take_fresh(&mut self) -> Vec<FreshLine> {
+        self.fresh.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Feed a chunk of stream `s` (0 stdout, 1 stderr).
+    pub fn push(&mut self, s: usize, data: &[u8]) {
+        if self.last_stream != Some(s) {
+            let other = 1 - s;
+            if self.last_stream == Some(other) {
+                self.screens[other].settle();
+                self.drain(other);
+            }
+            self.last_stream = Some(s);
+        }
+        match &mut self.kinds[s] {
+            Kind::Text => self.screens[s].feed(data),
+            Kind::Binary { bytes, .. } => *bytes += data.len() as u64,
+            Kind::Undecided(buf) => {
+                buf.extend_from_slice(data);
+                self.decide(s, false);
+            }
+        }
+        self.drain(s);
+    }
+
+    fn decide(&mut self, s: usize, ended: bool) {
+        let Kind::Undecided(buf) = &mut self.kinds[s] else { return };
+        let verdict = sniff(&buf[..buf.len().min(SNIFF_LEN)], ended);
+        match verdict {
+            Sniff::Undecided if buf.len() < SNIFF_LEN => {}
+            Sniff::Binary(name) => self.kinds[s] = Kind::Binary { name, bytes: buf.len() as u64 },
+            Sniff::Text | Sniff::Undecided => {
+                let buf = std::mem::take(buf);
+                self.kinds[s] = Kind::Text;
+                self.screens[s].feed(&buf);
+            }
+        }
+    }
+
+    fn drain(&mut self, s: usize) {
+        if self.screens[s].has_committed() {
+            for line in self.screens[s].take_committed() {
+                self.commit(s as u8, &line);
+            }
+        }
+    }
+
+    /// Both streams ended: commit what is still open (and name binary streams).
+    pub fn finish(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        for s in 0..2 {
+            self.decide(s, true);
+            match &self.kinds[s] {
+                Kind::Binary { name, bytes } => {
+                    let line = format!("<binary: {}, {name}>", human_bytes(*bytes));
+                    self.commit(s as u8, &line);
+                }
+                _ => {
+                    self.screens[s].finish();
+                    self.drain(s);
+                }
+            }
+        }
+        if let Some(p) = self.pending.take() {
+            self.place(p);
+        }
+        self.log.flush();
+    }
+
+    fn commit(&mut self, stream: u8, raw_line: &str) {
+        let text = Redactor::builtin().redact_line(&mut self.blocks[usize::from(stream)], raw_line).into_owned();
+        let line = self.next_line;
+        self.next_line += 1;
+        self.rendered_bytes += text.len() as u64 + 1;
+        if error_shaped().is_match(&text) {
+            self.note_error(line, &text);
+        }
+        if let Some(f) = &mut self.fresh {
+            f.push(FreshLine { line, stream, text: text.clone() });
+        }
+        if let Some(p) = &mut self.pending {
+            if p.run.stream == stream && p.run.text == text && p.run.count < u32::MAX {
+                p.run.count += 1;
+                return;
+            }
+        }
+        let bytes_before = self.rendered_bytes - text.len() as u64 - 1;
+        let next = Placed { run: Run { stream, first: line, count: 1, text }, bytes_before };
+        if let Some(done) = self.pending.replace(next) {
+            self.place(done);
+        }
+    }
+
+    fn note_error(&mut self, line: u64, text: &str) {
+        self.errors_total += 1;
+        let mut end = text.len().min(ERROR_TEXT);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let entry = (line, text[..end].to_owned());
+        if self.errors_first.len() < ERRORS_KEEP {
+            self.errors_first.push(entry);
+        } else {
+            if self.errors_last.len() == ERRORS_KEEP {
+                self.errors_last.pop_front();
+            }
+            self.errors_last.push_back(entry);
+        }
+    }
+
+    /// A finished run goes to the log and to the head or the tail window.
+    fn place(&mut self, p: Placed) {
+        self.log.append(&p.run);
+        let len = p.display().len() + 1;
+        if self.tail.is_empty() && self.head_bytes + len <= HEAD_KEEP {
+            self.head_bytes += len;
+            self.head.push(p);
+            return;
+        }
+        self.tail_bytes += len;
+        self.tail.push_back(p);
+        while self.tail_bytes > TAIL_KEEP && self.tail.len() > 1 {
+            let gone = self.tail.pop_front().map_or(0, |g| g.display().len() + 1);
+            self.evicted = true;
+            self.tail_bytes -= gone;
+        }
+    }
+
+    pub fn flush(&mut self) {
+        self.log.flush();
+    }
+
+    pub fn dirty(&self) -> bool {
+        self.log.dirty()
+    }
+
+    pub fn error(&self) -> Option<&str> {
+        self.log.error()
+    }
+
+    /// Lines committed so far.
+    pub fn line_count(&self) -> u64 {
+        self.next_line - 1
+    }
+
+    /// Rendered bytes of every committed line (newlines included).
+    pub fn rendered_bytes(&self) -> u64 {
+        self.rendered_bytes
+    }
+
+    /// Lines drawn but still changeable (a progress bar mid-draw), redacted; empty once finished.
+    pub fn open_lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for s in 0..2 {
+            match &self.kinds[s] {
+                Kind::Binary { name, bytes } if !self.finished => {
+                    out.push(format!("<binary: {} so far, {name}>", human_bytes(*bytes)))
+                }
+                _ => {
+                    let mut st = self.blocks[s];
+                    let r = Redactor::builtin();
+                    out.extend(self.screens[s].open_lines().iter().map(|l| r.redact_line(&mut st, l).into_owned()));
+                }
+            }
+        }
+        out
+    }
+
+    /// The runs the model view can use: head, whether runs were dropped between head and tail, tail
+    /// (with the pending run at its end).
+    pub fn view_runs(&self) -> (&[Placed], bool, Vec<&Placed>) {
+        let mut tail: Vec<&Placed> = self.tail.iter().collect();
+        tail.extend(self.pending.as_ref());
+        (&self.head, self.evicted, tail)
+    }
+
+    /// Error-shaped lines kept, in order, and how many there were in all.
+    pub fn errors(&self) -> (Vec<&(u64, String)>, u64) {
+        (self.errors_first.iter().chain(self.errors_last.iter()).collect(), self.errors_total)
+    }
+
+    /// Flush and plan a scan of the log from line `from`; also returns the pending run (not in the log).
+    pub fn plan(&mut self, from: u64) -> (LinePlan, Option<Run>) {
+        self.log.flush();
+        (self.log.plan(from), self.pending.as_ref().map(|p| p.run.clone()))
+    }
+
+    /// Index entries' first lines, for finding a tail.
+    pub fn index_lines(&self) -> Vec<u64> {
+        self.log.index_lines()
+    }
+
+    /// Every display line held in memory, in order (tests and small outputs).
+    pub fn display_lines(&self) -> Vec<String> {
+        let (head, _, tail) = self.view_runs();
+        head.iter().chain(tail).map(|p| p.display()).chain(self.open_lines()).collect()
+    }
+
+    /// The last `n` display lines (announcements).
+    pub fn last_lines(&self, n: usize) -> Vec<String> {
+        let (head, _, tail) = self.view_runs();
+        let mut v: Vec<String> = self.open_lines().into_iter().rev().take(n).collect();
+        for p in tail.iter().copied().rev().chain(head.iter().rev()) {
+            if v.len() >= n {
+                break;
+            }
+            v.push(p.display());
+        }
+        v.reverse();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out() -> (tempfile::TempDir, RenderedOutput) {
+        let dir = tempfile::tempdir().unwrap();
+        let r = RenderedOutput::new(dir.path().join("1.lines"));
+        (dir, r)
+    }
+
+    #[test]
+    fn identical_lines_collapse_and_keep_their_numbers() {
+        let (_d, mut r) = out();
+        r.push(0, b"start\n");
+        for _ in 0..1000 {
+            r.push(0, b"same\n");
+        }
+        r.push(0, b"end\n");
+        r.finish();
+        assert_eq!(r.display_lines(), ["start", "same (×1000)", "end"]);
+        assert_eq!(r.line_count(), 1002);
+        let (plan, pending) = r.plan(1);
+        assert!(pending.is_none());
+        let mut runs = Vec::new();
+        plan.scan(|x| {
+            runs.push((x.first, x.count));
+            true
+        })
+        .unwrap();
+        assert_eq!(runs, [(1, 1), (2, 1000), (1002, 1)]);
+    }
+
+    #[test]
+    fn lines_of_both_streams_keep_their_arrival_order() {
+        let (_d, mut r) = out();
+        r.push(0, b"out 1\n");
+        r.push(1, b"err 1\n");
+        r.push(0, b"out 2\n");
+        r.finish();
+        assert_eq!(r.display_lines(), ["out 1", "err 1", "out 2"]);
+    }
+
+    #[test]
+    fn gzip_is_named_not_printed() {
+        let (_d, mut r) = out();
+        let mut data = vec![0x1f, 0x8b, 8, 0];
+        data.extend((0..5000u32).map(|i| (i * 7) as u8));
+        r.push(0, &data[..2]);
+        r.push(0, &data[2..]);
+        r.finish();
+        assert_eq!(r.display_lines(), ["<binary: 4.9 KiB, gzip data>"]);
+    }
+
+    #[test]
+    fn secrets_are_redacted_before_anything_keeps_them() {
+        let (_d, mut r) = out();
+        r.collect_fresh(true);
+        r.push(1, b"key=AKIAIOSFODNN7EXAMPLE\n-----BEGIN PRIVATE KEY-----\nMIIB\nabc\n-----END PRIVATE KEY-----\n");
+        r.finish();
+        let lines = r.display_lines().join("\n");
+        assert!(!lines.contains("AKIA") && !lines.contains("MIIB"), "{lines}");
+        assert!(r.take_fresh().iter().all(|l| !l.text.contains("MIIB")));
+    }
+
+    #[test]
+    fn error_lines_are_listed_with_their_numbers() {
+        let (_d, mut r) = out();
+        r.push(0, b"ok\nthread 'main' panicked at x\nok\n");
+        r.finish();
+        let (errs, total) = r.errors();
+        assert_eq!((errs[0].0, total), (2, 1));
+    }
+
+    #[test]
+    fn the_tail_window_stays_bounded() {
+        let (_d, mut r) = out();
+        for i in 0..200_000 {
+            r.push(0, format!("line {i}\n").as_bytes());
+        }
+        r.finish();
+        let (head, gap, tail) = r.view_runs();
+        assert!(gap);
+        assert_eq!(head[0].run.text, "line 0");
+        assert_eq!(tail.last().unwrap().run.text, "line 199999");
+        assert!(r.tail_bytes <= TAIL_KEEP && r.head_bytes <= HEAD_KEEP);
+    }
+}
