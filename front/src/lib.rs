@@ -46,6 +46,7 @@ pub mod session;
 pub mod session_close;
 pub mod session_open;
 pub mod state_capture;
+pub mod state_env;
 pub mod state_record;
 pub mod store;
 pub mod supervisor_link;

@@ -189,11 +189,31 @@ fn describe(key: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> Option<String>
     })
 }
 
-/// The bash text that re-applies `items` in a fresh `bash --noprofile --norc`, in this order: working
-/// directory, umask, variables (tombstones unset), functions (with `extglob` on while they are read),
-/// aliases, directory stack, then `shopt` and `set` options last (so `set -e`/`-u` never trip the
-/// restore, and the command is parsed under the recorded options). Empty for an empty record.
+/// A job's restore: the script bash evaluates and the entries added to its environment.
+#[derive(Debug, Default)]
+pub struct Restore {
+    pub script: Vec<u8>,
+    pub env: Vec<(String, String)>,
+}
+
+/// The restore of a fresh bash: what bash can import from its environment travels there
+/// ([`crate::state_env`]), the rest in the script.
+pub fn restore(items: &Items) -> Restore {
+    let borne = crate::state_env::split(items);
+    Restore { script: script(items, &borne), env: borne.env }
+}
+
+/// The restore entirely as a script (for a shell that is already running, or started elsewhere).
 pub fn restore_script(items: &Items) -> Vec<u8> {
+    script(items, &crate::state_env::EnvBorne::default())
+}
+
+/// The bash text that re-applies `items` (less what `borne` carries) in a fresh
+/// `bash --noprofile --norc`, in this order: working directory, umask, variables (tombstones unset),
+/// functions (with `extglob` on while they are read), aliases, directory stack, then `shopt` and `set`
+/// options last (so `set -e`/`-u` never trip the restore, and the command is parsed under the recorded
+/// options). Options are items only where they differ from bash's defaults. Empty for an empty record.
+fn script(items: &Items, borne: &crate::state_env::EnvBorne) -> Vec<u8> {
     let mut s = Vec::with_capacity(4096);
     if items.is_empty() {
         return s;
@@ -209,6 +229,9 @@ pub fn restore_script(items: &Items) -> Vec<u8> {
         s.push(b'\n');
     }
     for (k, v) in items.range("var:".to_owned().."var;".to_owned()) {
+        if borne.vars.contains(&k[4..]) {
+            continue;
+        }
         if v.is_empty() {
             s.extend_from_slice(format!("builtin unset -v {}\n", &k[4..]).as_bytes());
         } else {
@@ -218,10 +241,18 @@ pub fn restore_script(items: &Items) -> Vec<u8> {
             s.push(b'\n');
         }
     }
-    let funcs = items.range("func:".to_owned().."func;".to_owned());
-    s.extend_from_slice(b"builtin shopt -s extglob\n");
-    for (_, v) in funcs {
-        s.extend_from_slice(v);
+    if !borne.funcs.is_empty() {
+        s.extend_from_slice(format!("builtin export -nf {}\n", borne.funcs.join(" ")).as_bytes());
+    }
+    let mut funcs = items.range("func:".to_owned().."func;".to_owned()).filter(|(k, _)| !borne.funcs.iter().any(|f| *f == k[5..])).peekable();
+    if funcs.peek().is_some() {
+        s.extend_from_slice(b"builtin shopt -s extglob\n");
+        for (_, v) in funcs {
+            s.extend_from_slice(v);
+        }
+        if items.get("shopt:extglob").is_none_or(|v| v != b"s") {
+            s.extend_from_slice(b"builtin shopt -u extglob\n");
+        }
     }
     for (k, v) in items.range("alias:".to_owned().."alias;".to_owned()) {
         s.extend_from_slice(b"builtin alias -- ");
@@ -351,6 +382,13 @@ mod tests {
         assert_eq!(
             s,
             "builtin cd -- '/x'\nbuiltin umask 0077\nbuiltin shopt -s extglob\nf () \n{ \n    :\n}\n\
+             builtin alias -- 'll=ls -l'\nbuiltin shopt -s extglob\nbuiltin set +o xtrace -o errexit\n"
+        );
+        let r = restore(&it);
+        assert_eq!(r.env, [("BASH_FUNC_f%%".to_owned(), "() { \n    :\n}\n".to_owned())]);
+        assert_eq!(
+            String::from_utf8(r.script).unwrap(),
+            "builtin cd -- '/x'\nbuiltin umask 0077\nbuiltin export -nf f\n\
              builtin alias -- 'll=ls -l'\nbuiltin shopt -s extglob\nbuiltin set +o xtrace -o errexit\n"
         );
     }
