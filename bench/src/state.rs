@@ -4,7 +4,9 @@
 //! - `bare`: `bash --noprofile --norc -c true` — the baseline;
 //! - `wrapper, empty state`: the worker's state wrapper with nothing to restore, capture to the state pipe;
 //! - `wrapper, typical state`: restore + capture of 20 exported variables, 5 functions, 10 aliases;
-//! - `restore only`: the same restore script, no capture (where the time goes);
+//! - `restore only`: the same restore (script + environment entries), no capture (where the time goes);
+//! - `restore as a script alone`: the same state with everything in the script (no environment-borne
+//!   part), no capture;
 //! - `env | base64 capture`: the typical restore, then a forking capture (`env`, `declare -f`, `alias`
 //!   through `base64`) — the style of capture the builtins replace.
 
@@ -48,41 +50,65 @@ pub fn run(iterations: usize) -> Result<()> {
     let wrap = worker::state::WRAPPER.as_bytes();
     let captured = spawn(&worker::state::argv(b"", TYPICAL).map(|a| a), true, &env);
     let items = front::state_capture::parse(&captured).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let restore = front::state_record::restore_script(&items);
+    let all_script = front::state_record::restore_script(&items);
+    let borne = front::state_record::restore(&items);
+    let restore = borne.script;
+    let mut state_env = env.clone();
+    worker::state::add_state_env(&mut state_env, &borne.env);
     println!(
-        "typical state: {} items, restore script {} bytes, capture {} bytes",
+        "typical state: {} items; restore: script {} bytes + {} environment entries ({} bytes as a script alone); capture {} bytes",
         items.len(),
         restore.len(),
+        borne.env.len(),
+        all_script.len(),
         captured.len()
     );
     let base64_capture: &[u8] = b"true; { env; declare -f; alias; } | base64 >&4";
-    let restore_then_base64 = [restore.as_slice(), b"\n", base64_capture].concat();
-    type Variant<'a> = (&'a str, Vec<&'a [u8]>, bool);
+    let restore_then_base64 = [all_script.as_slice(), b"\n", base64_capture].concat();
+    type Variant<'a> = (&'a str, Vec<&'a [u8]>, bool, &'a [(String, String)]);
     let variants: Vec<Variant> = vec![
-        ("bare bash -c true", vec![b"bash", b"--noprofile", b"--norc", b"-c", b"true"], false),
-        ("wrapper, empty state", vec![b"bash", b"--noprofile", b"--norc", b"-c", wrap, b"bash", b"", b"true"], true),
+        ("bare bash -c true", vec![b"bash", b"--noprofile", b"--norc", b"-c", b"true"], false, &env),
+        (
+            "wrapper, empty state",
+            vec![b"bash", b"--noprofile", b"--norc", b"-c", wrap, b"bash", b"", b"true"],
+            true,
+            &env,
+        ),
         (
             "wrapper, typical state",
             vec![b"bash", b"--noprofile", b"--norc", b"-c", wrap, b"bash", &restore, b"true"],
             true,
+            &state_env,
         ),
-        ("restore only (typical), no capture", vec![b"bash", b"--noprofile", b"--norc", b"-c", &restore], false),
+        (
+            "restore only (typical), no capture",
+            vec![b"bash", b"--noprofile", b"--norc", b"-c", &restore],
+            false,
+            &state_env,
+        ),
+        (
+            "typical restore as a script alone, no capture",
+            vec![b"bash", b"--noprofile", b"--norc", b"-c", &all_script],
+            false,
+            &env,
+        ),
         (
             "typical restore + env|base64 capture",
             vec![b"bash", b"--noprofile", b"--norc", b"-c", &restore_then_base64],
             true,
+            &env,
         ),
     ];
     for v in &variants {
         for _ in 0..20 {
-            spawn(&v.1, v.2, &env);
+            spawn(&v.1, v.2, v.3);
         }
     }
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for _ in 0..iterations {
         for (i, v) in variants.iter().enumerate() {
             samples[i].push(time_us(|| {
-                spawn(&v.1, v.2, &env);
+                spawn(&v.1, v.2, v.3);
             }));
         }
     }

@@ -260,8 +260,18 @@ impl Job {
     }
 
     /// The worker sent the job's capture: apply it to the session's record.
-    pub fn on_state_captured(&mut self, data: &[u8], record: &mut crate::state_record::StateRecord) {
-        self.shell.captured(data, record);
+    /// Returns the earlier jobs whose changes this one overrode, with the items.
+    pub fn on_state_captured(
+        &mut self,
+        data: &[u8],
+        record: &mut crate::state_record::StateRecord,
+    ) -> Vec<(u64, String)> {
+        self.shell.captured(data, record, self.id)
+    }
+
+    /// A later job overrode `items` this one changed.
+    pub fn on_state_overridden(&mut self, by: u64, items: &[String]) {
+        self.shell.overridden(by, items);
     }
 
     pub fn on_state_unknown(&mut self, reason: &str) {
@@ -376,6 +386,7 @@ impl Job {
     ) -> JobResult {
         if final_result && self.state.ended() {
             self.reported = true;
+            self.shell.conflict_unannounced = false;
         }
         let rendered = view::render(&self.rendered, budget, session, self.id);
         let [stdout_bytes, stderr_bytes] = self.counts();
@@ -408,12 +419,14 @@ impl Job {
             files: self.files.clone(),
             refusals: Vec::new(),
             warnings: self.warnings.clone(),
+            state_conflicts: self.shell.conflicts.clone(),
         }
     }
 
     /// The announcement of this ended job; marks it reported.
     pub fn announce(&mut self, now: Instant) -> Announcement {
         self.reported = true;
+        self.shell.conflict_unannounced = false;
         Announcement {
             job: self.id,
             cmd: self.cmd.clone(),
@@ -422,12 +435,13 @@ impl Job {
             signal: self.signal,
             duration_ms: millis(self.duration(now)),
             last_lines: view::last_lines(&self.rendered),
+            state_conflicts: self.shell.conflicts.clone(),
         }
     }
 
     /// True when the job ended and no response has carried that yet.
     pub fn needs_announcement(&self) -> bool {
-        self.state.ended() && !self.reported
+        self.state.ended() && (!self.reported || self.shell.conflict_unannounced)
     }
 
     pub fn summary(&self, now: Instant) -> JobSummary {
@@ -449,6 +463,7 @@ impl Job {
             usage: self.usage(),
             kept: self.kept.clone(),
             oom_killed: self.oom_killed,
+            state_conflicts: self.shell.conflicts.clone(),
         }
     }
 }

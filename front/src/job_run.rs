@@ -83,9 +83,10 @@ pub(crate) fn call_admitting(
         cwd: s.spec().cwd.as_bytes().to_vec(),
         env: merge_env(&s.spec().env, extra_env),
         stdin: StdinMode::Null,
-        state: Some(restore),
+        state: Some(restore.script),
         files,
         persistent: s.spec().persistent,
+        state_env: restore.env,
     };
     let mut notes: Vec<String> = clamp_note.into_iter().collect();
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {
@@ -125,7 +126,7 @@ pub(crate) fn call_admitting(
 
 /// Register the job, re-checking under the session's lock that the session still takes work; the job
 /// starts from the current state version, whose restore script is returned.
-fn admit_job(s: &Session, cmd: &str) -> Result<(JobId, Vec<u8>), RpcError> {
+fn admit_job(s: &Session, cmd: &str) -> Result<(JobId, crate::state_record::Restore), RpcError> {
     let mut st = s.lock();
     if let Some(lost) = &st.lost {
         return Err(session_lost(s.name(), &lost.note));
@@ -136,7 +137,11 @@ fn admit_job(s: &Session, cmd: &str) -> Result<(JobId, Vec<u8>), RpcError> {
     }
     let id = st.add_job(cmd.to_owned(), &s.jobs_dir());
     let (version, base) = st.record.snapshot();
-    let restore = crate::state_record::restore_script(&base);
+    let restore = match s.spec().persistent {
+        // The persistent shell is started once and restored in place: everything goes by script.
+        true => crate::state_record::Restore { script: crate::state_record::restore_script(&base), env: Vec::new() },
+        false => crate::state_record::restore(&base),
+    };
     if let Some(j) = st.jobs.get_mut(&id) {
         j.set_state_base(version, base);
         if s.spec().persistent {

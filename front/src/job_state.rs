@@ -2,7 +2,7 @@
 //!
 //! ```
 //! use front::job_state::JobShellState;
-//! let mut s = JobShellState::default();
+//! let mut s = JobShellState { base: Some((0, Default::default())), ..Default::default() };
 //! s.unknown("the command did not return to the shell");
 //! assert!(s.note.unwrap().starts_with("state unknown after this call; carrying the previous state"));
 //! ```
@@ -25,18 +25,25 @@ pub struct JobShellState {
     /// The job ran in the persistent shell: commands run one at a time there and the shell carries the
     /// state itself, so the capture is diffed against the record as it is when the capture arrives.
     pub persistent: bool,
+    /// Later completions that overrode what this job changed (`conflict: cwd changed by job 7 …`).
+    pub conflicts: Vec<String>,
+    /// A conflict was added after this job's end was reported: the session's next response says so.
+    pub conflict_unannounced: bool,
 }
 
 impl JobShellState {
-    /// Apply a capture; a capture that does not parse leaves the state unknown.
-    pub fn captured(&mut self, data: &[u8], record: &mut StateRecord) {
-        let Some((mut from, mut base)) = self.base.take() else { return };
+    /// Apply the capture of `job`; a capture that does not parse leaves the state unknown. Returns the
+    /// earlier jobs whose changes this one overrode, with the items.
+    pub fn captured(&mut self, data: &[u8], record: &mut StateRecord, job: u64) -> Vec<(u64, String)> {
+        let Some((mut from, mut base)) = self.base.take() else { return Vec::new() };
         if self.persistent {
             (from, base) = record.snapshot();
         }
+        let mut overridden = Vec::new();
         match parse(data) {
             Ok(items) => {
-                let applied = record.apply(from, &base, items);
+                let applied = record.apply(from, &base, items, job);
+                overridden = applied.overridden;
                 self.changes = applied.changes;
                 if !applied.conflicts.is_empty() {
                     self.changes.push(format!(
@@ -49,6 +56,17 @@ impl JobShellState {
             Err(e) => self.unknown(&format!("the capture could not be read: {e}")),
         }
         self.base = Some((from, base));
+        overridden
+    }
+
+    /// A later job (`by`) overrode `items` this job had changed: its result and the session's next
+    /// response say so.
+    pub fn overridden(&mut self, by: u64, items: &[String]) {
+        self.conflicts.push(format!(
+            "conflict: {} changed again by job {by}, which started before this call ended and ended after it; job {by}'s value is the session's now",
+            items.join(", ")
+        ));
+        self.conflict_unannounced = true;
     }
 
     /// The state after the job is unknown; the record is unchanged.

@@ -55,6 +55,7 @@ pub mod session_close;
 pub mod session_open;
 pub mod shutdown;
 pub mod state_capture;
+pub mod state_env;
 pub mod state_record;
 pub mod store;
 pub mod subscribe;

@@ -107,6 +107,8 @@ pub struct Announcement {
     pub signal: Option<i32>,
     pub duration_ms: f64,
     pub last_lines: Vec<String>,
+    /// Later jobs that overrode shell state this job changed (see `JobResult::state_conflicts`).
+    pub state_conflicts: Vec<String>,
 }
 
 /// The result of `run`, `wait` and `kill`.
@@ -148,6 +150,10 @@ pub struct JobResult {
     pub refusals: Vec<String>,
     /// Warnings given before launch (preflight: plain writes or deletions outside the writable roots).
     pub warnings: Vec<String>,
+    /// Later jobs that overrode shell state this job changed, after its result may already have been
+    /// returned (`conflict: cwd changed again by job 7 …`); also announced once in the session's next
+    /// response.
+    pub state_conflicts: Vec<String>,
 }
 
 /// A job's place in the session's state history.
@@ -175,6 +181,8 @@ pub struct JobSummary {
     pub usage: Option<Usage>,
     pub kept: Option<String>,
     pub oom_killed: bool,
+    /// Later jobs that overrode shell state this job changed (see `JobResult::state_conflicts`).
+    pub state_conflicts: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]

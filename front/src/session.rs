@@ -191,7 +191,11 @@ impl SessionState {
                 j.on_streams_closed();
                 publish_end(&mut self.subscribers, &self.name, j, true);
             }
-            (Event::StateCaptured { data, .. }, Some(j)) => j.on_state_captured(&data, &mut self.record),
+            (Event::StateCaptured { data, .. }, Some(j)) => {
+                let by = j.id();
+                let overridden = j.on_state_captured(&data, &mut self.record);
+                self.note_overridden(by, overridden);
+            }
             (Event::StateUnknown { reason, .. }, Some(j)) => j.on_state_unknown(&reason),
             (Event::Survivors { procs, .. }, Some(j)) => j.on_survivors(procs),
             (Event::Emptied { at_unix_ns, usage, .. }, Some(j)) => j.on_emptied(at_unix_ns, usage),
@@ -209,6 +213,19 @@ impl SessionState {
             _ => {}
         }
         true
+    }
+
+    /// Tell the earlier jobs whose state changes job `by` overrode (their results name the conflict).
+    fn note_overridden(&mut self, by: JobId, overridden: Vec<(u64, String)>) {
+        let mut per_job: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for (job, item) in overridden {
+            per_job.entry(job).or_default().push(item);
+        }
+        for (job, items) in per_job {
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.on_state_overridden(by, &items);
+            }
+        }
     }
 
     fn warn(&mut self, job: Option<JobId>, message: String) {

@@ -110,7 +110,9 @@ fn validate_cwd(cwd: &str) -> Result<(), RpcError> {
     Ok(())
 }
 
-/// Environment entries: names non-empty without `=` or NUL, values without NUL.
+/// Environment entries: names non-empty without `=` or NUL, values without NUL, and never a `BASH_FUNC_`
+/// name (bash would define a function from it: only heddle's own restore puts functions in a job's
+/// environment).
 pub(crate) fn validate_env(
     method: &str,
     env: Option<&BTreeMap<String, String>>,
@@ -119,6 +121,12 @@ pub(crate) fn validate_env(
     for (k, v) in env {
         if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
             return Err(RpcError::invalid_params(method, format!("env entry {k:?} is not a valid variable")));
+        }
+        if k.starts_with("BASH_FUNC_") {
+            let msg = format!(
+                "env entry {k:?} is refused: bash would import it as a function; define functions in a command instead"
+            );
+            return Err(RpcError::invalid_params(method, msg));
         }
     }
     Ok(env.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
@@ -314,6 +322,10 @@ mod tests {
         assert_eq!(validate_env("run", Some(&env)).unwrap(), [("A".to_owned(), "1".to_owned())]);
         env.insert("B=C".to_owned(), "1".to_owned());
         assert!(validate_env("run", Some(&env)).is_err());
+        let mut env = BTreeMap::new();
+        env.insert("BASH_FUNC_ls%%".to_owned(), "() { echo owned; }".to_owned());
+        let e = validate_env("session.open", Some(&env)).unwrap_err();
+        assert!(e.message.contains("import it as a function"), "{}", e.message);
     }
 
     #[test]

@@ -2,20 +2,23 @@
 //!
 //! The capture is what the worker's wrapper (`worker::state::WRAPPER`) makes bash write: NUL-framed
 //! sections in a fixed order, each `\0TAG\0` then its content —
-//! `O` (`set +o`), `V` (`declare -p`), `F` (`declare -f`), `A` (alias `name\0value\0` pairs), `D`
-//! (directory stack below the top, `dir\0` each), `S` (`shopt -p`), `U` (`umask`), `P` (`pwd`), `E` (end).
+//! `O` (`$SHELLOPTS` at the shell's start, NUL, `$SHELLOPTS` after the command), `V` (`declare -p`), `F`
+//! (`declare -f`), `A` (alias `name\0value\0` pairs), `D` (directory stack below the top, `dir\0` each),
+//! `S` (`$BASHOPTS` at start, NUL, after), `U` (`umask`), `P` (`pwd`), `E` (end).
 //! Bash values cannot contain NUL, so no value can forge a frame. Anything that does not fit the format
 //! exactly is an error (and the job's state is then unknown), never a panic.
 //!
 //! Items (key → value bytes): `cwd` (raw path), `dirstack` (entries joined by NUL), `umask`, `set:NAME`
-//! (`-` on, `+` off), `shopt:NAME` (`s`/`u`), `var:NAME` (its `declare -p` line), `func:NAME` (its
+//! (`-` on, `+` off) and `shopt:NAME` (`s`/`u`) only for options not at bash's default, `var:NAME` (its `declare -p` line), `func:NAME` (its
 //! `declare -f` text), `alias:NAME` (raw value). Variables bash owns are not items (see [`bash_owned`]).
 //!
 //! ```
-//! let cap = b"\0O\0set -o errexit\n\0V\0declare -x A=\"1\"\n\0F\0\0A\0ll\0ls -l\0\0D\0\0S\0shopt -s extglob\n\0U\0077\n\0P\0/tmp\n\0E\0";
+//! let cap = b"\0O\0hashall\0errexit:hashall\0V\0declare -x A=\"1\"\n\0F\0\0A\0ll\0ls -l\0\0D\0\0S\0\0extglob\0U\0077\n\0P\0/tmp\n\0E\0";
 //! let items = front::state_capture::parse(cap).unwrap();
 //! assert_eq!(items["var:A"], b"declare -x A=\"1\"");
 //! assert_eq!(items["cwd"], b"/tmp");
+//! assert_eq!((&items["set:errexit"][..], &items["shopt:extglob"][..]), (&b"-"[..], &b"s"[..]));
+//! assert!(!items.contains_key("set:hashall"), "options at their default are not items");
 //! ```
 
 use std::collections::BTreeMap;
@@ -76,8 +79,9 @@ impl<'a> Cursor<'a> {
 pub fn parse(data: &[u8]) -> Result<Items, CaptureError> {
     let mut items = Items::new();
     let mut c = Cursor { rest: data };
-    c.tag(b"O", "set +o")?;
-    lines(c.text(), "set +o", |l| options(l, b"set ", "set:", &mut items))?;
+    c.tag(b"O", "set -o")?;
+    let start = c.token("set -o")?;
+    options(start, c.text(), "set:", (b"-", b"+"), &mut items)?;
     c.tag(b"V", "declare -p")?;
     lines(c.text(), "declare -p", |l| variable(l, &mut items))?;
     c.tag(b"F", "declare -f")?;
@@ -97,8 +101,9 @@ pub fn parse(data: &[u8]) -> Result<Items, CaptureError> {
         dirs.push(c.token("dirs")?);
     }
     items.insert("dirstack".into(), dirs.join(&b"\0"[..]));
-    c.tag(b"S", "shopt -p")?;
-    lines(c.text(), "shopt -p", |l| options(l, b"shopt ", "shopt:", &mut items))?;
+    c.tag(b"S", "shopt")?;
+    let start = c.token("shopt")?;
+    options(start, c.text(), "shopt:", (b"s", b"u"), &mut items)?;
     c.tag(b"U", "umask")?;
     items.insert("umask".into(), trim_newline(c.text()).to_vec());
     c.tag(b"P", "pwd")?;
@@ -125,22 +130,33 @@ fn lines(text: &[u8], section: &'static str, mut f: impl FnMut(&[u8]) -> Option<
     Ok(())
 }
 
-/// `set -o NAME` / `set +o NAME` / `shopt -s NAME` / `shopt -u NAME`.
-fn options(line: &[u8], prefix: &[u8], key: &str, items: &mut Items) -> Option<()> {
-    let rest = line.strip_prefix(prefix)?;
-    let (flag, name) = (rest.get(..3)?, rest.get(3..)?);
-    let value: &[u8] = match flag {
-        b"-o " => b"-",
-        b"+o " => b"+",
-        b"-s " => b"s",
-        b"-u " => b"u",
-        _ => return None,
+/// Options as bash lists the enabled ones (`$SHELLOPTS`, `$BASHOPTS`: `a:b:c`), at the shell's start
+/// (bash's defaults) and after the command: an item for each option whose state differs from its
+/// default (`on` / `off` value). Options left at their default are not items.
+fn options(
+    start: &[u8],
+    end: &[u8],
+    key: &str,
+    (on, off): (&[u8], &[u8]),
+    items: &mut Items,
+) -> Result<(), CaptureError> {
+    let list = |b: &[u8]| -> Result<std::collections::BTreeSet<String>, CaptureError> {
+        let names = b.split(|c| *c == b':').filter(|n| !n.is_empty());
+        names
+            .map(|n| match n.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-') {
+                true => Ok(String::from_utf8_lossy(n).into_owned()),
+                false => Err(CaptureError::BadLine { section: "options", line: lossy(b) }),
+            })
+            .collect()
     };
-    if name.is_empty() || !name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-') {
-        return None;
+    let (start, end) = (list(start)?, list(end)?);
+    for name in end.difference(&start) {
+        items.insert(format!("{key}{name}"), on.to_vec());
     }
-    items.insert(format!("{key}{}", String::from_utf8_lossy(name)), value.to_vec());
-    Some(())
+    for name in start.difference(&end) {
+        items.insert(format!("{key}{name}"), off.to_vec());
+    }
+    Ok(())
 }
 
 /// One `declare -p` line: `declare -FLAGS NAME[=VALUE]`.
@@ -232,7 +248,7 @@ mod tests {
 
     fn capture(vars: &str, funcs: &str, aliases: &[u8], dirs: &[u8]) -> Vec<u8> {
         [
-            b"\0O\0set -o errexit\nset +o xtrace\n\0V\0".as_slice(),
+            b"\0O\0hashall:xtrace\0errexit:hashall\0V\0".as_slice(),
             vars.as_bytes(),
             b"\0F\0",
             funcs.as_bytes(),
@@ -240,7 +256,7 @@ mod tests {
             aliases,
             b"\0D\0",
             dirs,
-            b"\0S\0shopt -s extglob\nshopt -u nullglob\n\0U\0",
+            b"\0S\0nullglob:sourcepath\0extglob:sourcepath\0U\0",
             b"0077\n\0P\0/a dir/\n\n\0E\0",
         ]
         .concat()
@@ -261,6 +277,8 @@ mod tests {
         assert_eq!(items["alias:e"], b"");
         assert_eq!(items["dirstack"], b"/x\0/y");
         assert_eq!(items["shopt:extglob"], b"s");
+        assert_eq!(items["shopt:nullglob"], b"u");
+        assert!(!items.contains_key("set:hashall") && !items.contains_key("shopt:sourcepath"));
         assert_eq!((items["umask"].as_slice(), items["cwd"].as_slice()), (&b"0077"[..], &b"/a dir/\n"[..]));
         assert_eq!(items["func:f"], b"f () \n{ \n    cat <<EOF\nx\ng () \n{ \nEOF\n\n}\n", "heredoc is not a start");
         assert_eq!(items["func:g2"], b"g2 () \n{ \n    :\n}\n");

@@ -16,7 +16,7 @@
 //! let (v, base) = r.snapshot();
 //! let mut cap = (*base).clone();
 //! cap.insert("cwd".into(), b"/tmp".to_vec());
-//! let applied = r.apply(v, &base, cap);
+//! let applied = r.apply(v, &base, cap, 1);
 //! assert_eq!(r.version(), 1);
 //! assert!(applied.conflicts.is_empty());
 //! ```
@@ -35,6 +35,8 @@ pub struct StateRecord {
     items: Arc<Items>,
     /// The version at which each item last changed.
     changed_at: BTreeMap<String, u64>,
+    /// The job whose completion last set each item.
+    changed_by: BTreeMap<String, u64>,
 }
 
 /// What applying one job's capture did.
@@ -45,6 +47,8 @@ pub struct Applied {
     /// Items another job changed after this one started (this job's value won).
     pub conflicts: Vec<String>,
     pub version: u64,
+    /// The earlier jobs whose changes this completion overrode, with the item (their results say so too).
+    pub overridden: Vec<(u64, String)>,
 }
 
 impl StateRecord {
@@ -61,8 +65,8 @@ impl StateRecord {
         (self.version, Arc::clone(&self.items))
     }
 
-    /// Apply the diff between `base` (the snapshot at `base_version`) and `captured`.
-    pub fn apply(&mut self, base_version: u64, base: &Items, captured: Items) -> Applied {
+    /// Apply the diff between `base` (the snapshot at `base_version`) and `captured`, the capture of `job`.
+    pub fn apply(&mut self, base_version: u64, base: &Items, captured: Items, job: u64) -> Applied {
         let mut diff: Vec<(String, Option<Vec<u8>>)> = Vec::new();
         for (k, v) in &captured {
             if base.get(k) != Some(v) {
@@ -89,7 +93,11 @@ impl StateRecord {
         for (k, new) in diff {
             if self.changed_at.get(&k).is_some_and(|at| *at > base_version) {
                 applied.conflicts.push(k.clone());
+                if let Some(by) = self.changed_by.get(&k).filter(|by| **by != job) {
+                    applied.overridden.push((*by, k.clone()));
+                }
             }
+            self.changed_by.insert(k.clone(), job);
             let old = match &new {
                 Some(v) => items.insert(k.clone(), v.clone()),
                 None => items.remove(&k),
@@ -189,11 +197,31 @@ fn describe(key: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> Option<String>
     })
 }
 
-/// The bash text that re-applies `items` in a fresh `bash --noprofile --norc`, in this order: working
-/// directory, umask, variables (tombstones unset), functions (with `extglob` on while they are read),
-/// aliases, directory stack, then `shopt` and `set` options last (so `set -e`/`-u` never trip the
-/// restore, and the command is parsed under the recorded options). Empty for an empty record.
+/// A job's restore: the script bash evaluates and the entries added to its environment.
+#[derive(Debug, Default)]
+pub struct Restore {
+    pub script: Vec<u8>,
+    pub env: Vec<(String, String)>,
+}
+
+/// The restore of a fresh bash: what bash can import from its environment travels there
+/// ([`crate::state_env`]), the rest in the script.
+pub fn restore(items: &Items) -> Restore {
+    let borne = crate::state_env::split(items);
+    Restore { script: script(items, &borne), env: borne.env }
+}
+
+/// The restore entirely as a script (for a shell that is already running, or started elsewhere).
 pub fn restore_script(items: &Items) -> Vec<u8> {
+    script(items, &crate::state_env::EnvBorne::default())
+}
+
+/// The bash text that re-applies `items` (less what `borne` carries) in a fresh
+/// `bash --noprofile --norc`, in this order: working directory, umask, variables (tombstones unset),
+/// functions (with `extglob` on while they are read), aliases, directory stack, then `shopt` and `set`
+/// options last (so `set -e`/`-u` never trip the restore, and the command is parsed under the recorded
+/// options). Options are items only where they differ from bash's defaults. Empty for an empty record.
+fn script(items: &Items, borne: &crate::state_env::EnvBorne) -> Vec<u8> {
     let mut s = Vec::with_capacity(4096);
     if items.is_empty() {
         return s;
@@ -209,6 +237,9 @@ pub fn restore_script(items: &Items) -> Vec<u8> {
         s.push(b'\n');
     }
     for (k, v) in items.range("var:".to_owned().."var;".to_owned()) {
+        if borne.vars.contains(&k[4..]) {
+            continue;
+        }
         if v.is_empty() {
             s.extend_from_slice(format!("builtin unset -v {}\n", &k[4..]).as_bytes());
         } else {
@@ -218,10 +249,21 @@ pub fn restore_script(items: &Items) -> Vec<u8> {
             s.push(b'\n');
         }
     }
-    let funcs = items.range("func:".to_owned().."func;".to_owned());
-    s.extend_from_slice(b"builtin shopt -s extglob\n");
-    for (_, v) in funcs {
-        s.extend_from_slice(v);
+    if !borne.funcs.is_empty() {
+        s.extend_from_slice(format!("builtin export -nf {}\n", borne.funcs.join(" ")).as_bytes());
+    }
+    let mut funcs = items
+        .range("func:".to_owned().."func;".to_owned())
+        .filter(|(k, _)| !borne.funcs.iter().any(|f| *f == k[5..]))
+        .peekable();
+    if funcs.peek().is_some() {
+        s.extend_from_slice(b"builtin shopt -s extglob\n");
+        for (_, v) in funcs {
+            s.extend_from_slice(v);
+        }
+        if items.get("shopt:extglob").is_none_or(|v| v != b"s") {
+            s.extend_from_slice(b"builtin shopt -u extglob\n");
+        }
     }
     for (k, v) in items.range("alias:".to_owned().."alias;".to_owned()) {
         s.extend_from_slice(b"builtin alias -- ");
@@ -299,7 +341,7 @@ mod tests {
     fn concurrent_jobs_keep_each_others_changes_and_name_conflicts() {
         let mut r = StateRecord::default();
         let (v0, b0) = r.snapshot();
-        r.apply(v0, &b0, items(&[("cwd", "/"), ("var:HOME", "declare -x HOME=\"/\"")]));
+        r.apply(v0, &b0, items(&[("cwd", "/"), ("var:HOME", "declare -x HOME=\"/\"")]), 1);
         let (v, base) = r.snapshot();
         let mut a = (*base).clone();
         a.insert("var:A".into(), b"declare -x A=\"1\"".to_vec());
@@ -308,10 +350,11 @@ mod tests {
         b.insert("var:B".into(), b"declare -- B=\"2\"".to_vec());
         b.insert("cwd".into(), b"/b".to_vec());
         b.remove("var:HOME");
-        let ra = r.apply(v, &base, a);
+        let ra = r.apply(v, &base, a, 2);
         assert_eq!(ra.changes, ["cwd → /a", "+export A"]);
-        let rb = r.apply(v, &base, b);
+        let rb = r.apply(v, &base, b, 3);
         assert_eq!(rb.conflicts, ["cwd"]);
+        assert_eq!(rb.overridden, [(2, "cwd".to_owned())], "job 2's cwd was overridden by job 3");
         assert_eq!(rb.changes, ["cwd → /b", "+var B", "-var HOME"]);
         assert_eq!((r.version(), r.items()["cwd"].as_slice()), (3, &b"/b"[..]));
         assert!(r.items().contains_key("var:A") && r.items()["var:HOME"].is_empty());
@@ -324,9 +367,9 @@ mod tests {
     fn an_unchanged_capture_keeps_the_version() {
         let mut r = StateRecord::default();
         let (v, b) = r.snapshot();
-        r.apply(v, &b, items(&[("cwd", "/")]));
+        r.apply(v, &b, items(&[("cwd", "/")]), 1);
         let (v, b) = r.snapshot();
-        let a = r.apply(v, &b, (*b).clone());
+        let a = r.apply(v, &b, (*b).clone(), 2);
         assert_eq!((a.version, a.changes.len()), (1, 0));
     }
 
@@ -351,6 +394,13 @@ mod tests {
         assert_eq!(
             s,
             "builtin cd -- '/x'\nbuiltin umask 0077\nbuiltin shopt -s extglob\nf () \n{ \n    :\n}\n\
+             builtin alias -- 'll=ls -l'\nbuiltin shopt -s extglob\nbuiltin set +o xtrace -o errexit\n"
+        );
+        let r = restore(&it);
+        assert_eq!(r.env, [("BASH_FUNC_f%%".to_owned(), "() { \n    :\n}\n".to_owned())]);
+        assert_eq!(
+            String::from_utf8(r.script).unwrap(),
+            "builtin cd -- '/x'\nbuiltin umask 0077\nbuiltin export -nf f\n\
              builtin alias -- 'll=ls -l'\nbuiltin shopt -s extglob\nbuiltin set +o xtrace -o errexit\n"
         );
     }

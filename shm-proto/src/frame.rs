@@ -45,6 +45,7 @@ mod tests {
     fn command_round_trips() {
         let cmd = Command::Run(RunSpec {
             persistent: false,
+            state_env: Vec::new(),
             job: 7,
             cmd: "echo 'hi'\n$HOME".into(),
             cwd: b"/tmp/\xff dir".to_vec(),

@@ -48,6 +48,10 @@ pub struct RunSpec {
     /// Run in the session's persistent shell (one long-lived bash, one command at a time) instead of a
     /// fresh bash; `state` then restores only a shell that (re)starts for this command.
     pub persistent: bool,
+    /// The part of the state restore that travels in the environment (exported variables and
+    /// `BASH_FUNC_NAME%%` functions, see `front::state_env`): set on top of the job environment, after
+    /// the profile's rules, for a fresh bash with `state`. Empty otherwise.
+    pub state_env: Vec<(String, String)>,
 }
 
 /// One file of the files channel.

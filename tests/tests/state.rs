@@ -126,7 +126,7 @@ fn output_imitating_the_capture_format_changes_nothing() {
     let h = Heddle::start();
     let mut c = h.client();
     let s = session(&h, &mut c);
-    let fake = r#"printf '\0O\0set -o errexit\n\0V\0declare -x FORGED="1"\n\0F\0\0A\0\0D\0\0S\0\0U\0000\n\0P\0/\n\0E\0'; printf '\0E\0' >&2"#;
+    let fake = r#"printf '\0O\0\0errexit\0V\0declare -x FORGED="1"\n\0F\0\0A\0\0D\0\0S\0\0\0U\0000\n\0P\0/\n\0E\0'; printf '\0E\0' >&2"#;
     let r = run(&mut c, &s, fake);
     assert_eq!(r["exit_code"], 0, "{r}");
     assert_eq!(r["state_changes"], json!([]), "{r}");
@@ -168,6 +168,53 @@ fn twenty_concurrent_exports_all_land_and_concurrent_cds_report_their_conflict()
     assert!(changes(later).iter().any(|x| x.starts_with("conflict: cwd")), "{later}");
     assert!(!changes(&results[0]).iter().any(|x| x.starts_with("conflict")), "{}", results[0]);
     assert_eq!(ok(&mut c, &s, "pwd"), "/usr\n", "the later completion wins");
+}
+
+#[test]
+fn the_earlier_job_of_a_conflict_learns_it_through_wait_jobs_and_one_announcement() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    let late = c.call("run", json!({"session": s, "cmd": "sleep 1; cd /usr", "yield_ms": 50})).unwrap();
+    assert_eq!(late["state"], "running", "{late}");
+    let early = run(&mut c, &s, "cd /tmp");
+    assert!(early["state_conflicts"].as_array().unwrap().is_empty(), "{early}");
+    let (a, b) = (early["job"].clone(), late["job"].clone());
+    let w = c.call("wait", json!({"session": s, "job": b, "yield_ms": 20_000})).unwrap();
+    assert!(changes(&w).iter().any(|x| x.starts_with("conflict: cwd")), "the later job names it: {w}");
+    let announced: Vec<&Value> = w["announcements"].as_array().unwrap().iter().filter(|x| x["job"] == a).collect();
+    assert_eq!(announced.len(), 1, "the session's next response announces the earlier job's conflict: {w}");
+    let note = announced[0]["state_conflicts"][0].as_str().unwrap_or_default();
+    assert!(note.starts_with("conflict: cwd") && note.contains(&format!("job {b}")), "{w}");
+    let jobs = c.call("jobs", json!({"session": s})).unwrap();
+    assert!(jobs["announcements"].as_array().unwrap().iter().all(|x| x["job"] != a), "announced once: {jobs}");
+    let row = jobs["jobs"].as_array().unwrap().iter().find(|j| j["job"] == a).unwrap().clone();
+    assert!(row["state_conflicts"][0].as_str().unwrap_or_default().starts_with("conflict: cwd"), "{jobs}");
+    let again = c.call("wait", json!({"session": s, "job": a, "yield_ms": 100})).unwrap();
+    assert_eq!(again["state_conflicts"], row["state_conflicts"], "{again}");
+    assert_eq!(ok(&mut c, &s, "pwd"), "/usr\n", "the later completion wins");
+}
+
+#[test]
+fn session_env_cannot_define_functions() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let env = json!({"BASH_FUNC_ls%%": "() { echo owned; }"});
+    let e = c.call("session.open", json!({"name": "f", "env": env})).unwrap_err();
+    assert!(format!("{e:?}").contains("import it as a function"), "{e:?}");
+    let s = session(&h, &mut c);
+    let e = c.call("run", json!({"session": s, "cmd": "ls /", "env": env})).unwrap_err();
+    assert!(format!("{e:?}").contains("import it as a function"), "{e:?}");
+}
+
+#[test]
+fn environment_borne_functions_and_exports_behave_as_before() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    ok(&mut c, &s, "export EB='a \"b\" $c `d` \\e'; greet() { echo \"hi $1\"; }; plain() { :; }");
+    let out = ok(&mut c, &s, "printf '%s\\n' \"$EB\"; greet x; env | grep -c '^BASH_FUNC_plain' || true; bash -c 'type -t plain || echo none'");
+    assert_eq!(out, "a \"b\" $c `d` \\e\nhi x\n0\nnone\n", "functions are not exported to children by the restore");
 }
 
 #[test]

@@ -98,10 +98,13 @@ impl<C: CgroupOps> Worker<C> {
         let (out_r, out_w) = output_pipe().map_err(StartError::Pipes)?;
         let (err_r, err_w) = output_pipe().map_err(StartError::Pipes)?;
         let stdio = Stdio::null_stdin(out_w, err_w).map_err(StartError::Stdin)?;
-        let env = match self.sandbox.as_ref().and_then(|s| s.sandbox.as_ref()) {
+        let mut env = match self.sandbox.as_ref().and_then(|s| s.sandbox.as_ref()) {
             Some(sb) => launcher::policy_env(&sb.policy.policy.env, &self.base_env, &spec.env),
             None => launcher::job_env(&self.base_env, &spec.env),
         };
+        if spec.state.is_some() {
+            crate::state::add_state_env(&mut env, &spec.state_env);
+        }
         let cwd = Path::new(OsStr::from_bytes(&spec.cwd));
         let (mut prepared, state_r) = match &spec.state {
             None => (Prepared::bash(&spec.cmd, &env, Some(cwd), stdio)?, None),

@@ -34,7 +34,7 @@ pub const SHELL_CGROUP: JobId = JobId::MAX;
 
 /// The loop the persistent bash runs (`bash --noprofile --norc -c LOOP bash`). See the module docs.
 pub const LOOP: &str = concat!(
-    "builtin set +euvx; __heddle_f=\n",
+    "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS; builtin set +euvx; __heddle_f=\n",
     "while builtin true; do\n",
     " { IFS= builtin read -r -d '' __heddle_r && IFS= builtin read -r -d '' __heddle_c; } || builtin exit 0\n",
     " if [[ -n $__heddle_r ]]; then builtin eval \"$__heddle_r\" 0</dev/null 4>&-;",
@@ -42,14 +42,12 @@ pub const LOOP: &str = concat!(
     " __heddle_s=${__heddle_f//[!euvx]/}\n",
     " builtin eval \"${__heddle_s:+builtin set -$__heddle_s;}builtin unset -v __heddle_c __heddle_r __heddle_s;",
     "$__heddle_c\" 0</dev/null 4>&-\n",
-    " { __heddle_rc=$? __heddle_f=$-; builtin set +euvx; { builtin printf '\\0O\\0'; builtin set +o;",
-    " for __heddle_n in e:errexit u:nounset v:verbose x:xtrace; do [[ $__heddle_f == *${__heddle_n%%:*}* ]]",
-    " && builtin printf 'set -o %s\\n' \"${__heddle_n#*:}\"; done;",
-    " builtin printf '\\0V\\0'; builtin declare -p;",
+    " { __heddle_rc=$? __heddle_f=$- __heddle_p=$SHELLOPTS; builtin set +euvx;",
+    " { builtin printf '\\0O\\0%s\\0%s\\0V\\0' \"$__heddle_o\" \"$__heddle_p\"; builtin declare -p;",
     " builtin printf '\\0F\\0'; builtin declare -f; builtin printf '\\0A\\0';",
     " for __heddle_n in \"${!BASH_ALIASES[@]}\"; do builtin printf '%s\\0%s\\0' \"$__heddle_n\" \"${BASH_ALIASES[$__heddle_n]}\"; done;",
     " builtin printf '\\0D\\0'; for __heddle_n in \"${DIRSTACK[@]:1}\"; do builtin printf '%s\\0' \"$__heddle_n\"; done;",
-    " builtin printf '\\0S\\0'; builtin shopt -p; builtin printf '\\0U\\0'; builtin umask;",
+    " builtin printf '\\0S\\0%s\\0%s\\0U\\0' \"$__heddle_b\" \"$BASHOPTS\"; builtin umask;",
     " builtin printf '\\0P\\0'; builtin pwd; builtin printf '\\0E\\0'; } >&4;",
     " builtin printf '%s\\n' \"$__heddle_rc\" >&0; } 2>/dev/null\n",
     "done\n",

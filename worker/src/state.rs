@@ -4,13 +4,16 @@
 //! `bash --noprofile --norc -c WRAPPER bash RESTORE CMD` with the write end of a pipe at fd
 //! [`STATE_FD`]. The wrapper ([`WRAPPER`]):
 //!
-//! 1. takes the restore script and the command from `$1`/`$2` (never spliced into the wrapper's text),
-//!    clears the positional parameters, `eval`s the restore script;
+//! 1. notes bash's default options (`$SHELLOPTS`, `$BASHOPTS`), takes the restore script and the
+//!    command from `$1`/`$2` (never spliced into the wrapper's text), clears the positional parameters,
+//!    `eval`s the restore script (exported variables and most functions arrive in the environment
+//!    instead: see `front::state_record`);
 //! 2. `eval`s the command with `4>&-`: for the command, fd 4 is closed (bash keeps its saved copy at
 //!    fd ≥ 10 close-on-exec, so no program the command starts inherits it, and nothing the command
 //!    prints reaches it);
-//! 3. captures with builtins only (no fork): `set +o`, `declare -p`, `declare -f`, the aliases and the
-//!    directory stack from `BASH_ALIASES`/`DIRSTACK`, `shopt -p`, `umask`, `pwd`, as NUL-framed sections
+//! 3. captures with builtins only (no fork): the enabled options at start and now (`$SHELLOPTS`),
+//!    `declare -p`, `declare -f`, the aliases and the directory stack from `BASH_ALIASES`/`DIRSTACK`,
+//!    `$BASHOPTS` at start and now, `umask`, `pwd`, as NUL-framed sections
 //!    ending with the `\0E\0` marker, to fd 4 (stderr silenced so `set -x` leaves no trace);
 //! 4. exits with the command's status.
 //!
@@ -31,14 +34,15 @@ pub const STATE_FD: i32 = 4;
 
 /// The wrapper script (`bash -c WRAPPER bash RESTORE CMD`). See the module docs.
 pub const WRAPPER: &str = concat!(
-    "__heddle_r=$1 __heddle_c=$2; builtin set --; builtin eval \"$__heddle_r\"; builtin unset __heddle_r\n",
+    "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_r=$1 __heddle_c=$2; builtin set --;",
+    " builtin eval \"$__heddle_r\"; builtin unset __heddle_r\n",
     "builtin eval 'builtin unset __heddle_c;'\"$__heddle_c\" 4>&-\n",
-    "{ __heddle_rc=$?; { builtin printf '\\0O\\0'; builtin set +o; builtin set +euvx +o pipefail;",
-    " builtin trap - DEBUG RETURN ERR; builtin printf '\\0V\\0'; builtin declare -p;",
+    "{ __heddle_rc=$?; { builtin printf '\\0O\\0%s\\0%s\\0V\\0' \"$__heddle_o\" \"$SHELLOPTS\";",
+    " builtin set +euvx +o pipefail; builtin trap - DEBUG RETURN ERR; builtin declare -p;",
     " builtin printf '\\0F\\0'; builtin declare -f; builtin printf '\\0A\\0';",
     " for __heddle_n in \"${!BASH_ALIASES[@]}\"; do builtin printf '%s\\0%s\\0' \"$__heddle_n\" \"${BASH_ALIASES[$__heddle_n]}\"; done;",
     " builtin printf '\\0D\\0'; for __heddle_n in \"${DIRSTACK[@]:1}\"; do builtin printf '%s\\0' \"$__heddle_n\"; done;",
-    " builtin printf '\\0S\\0'; builtin shopt -p; builtin printf '\\0U\\0'; builtin umask;",
+    " builtin printf '\\0S\\0%s\\0%s\\0U\\0' \"$__heddle_b\" \"$BASHOPTS\"; builtin umask;",
     " builtin printf '\\0P\\0'; builtin pwd; builtin printf '\\0E\\0'; } >&4; } 2>/dev/null\n",
     "builtin exit \"$__heddle_rc\"\n",
 );
@@ -109,6 +113,14 @@ pub(crate) fn state_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((r, w))
 }
 
+/// Put the restore's environment entries on top of the job environment (they replace its entries of the
+/// same name). The front built them from the session's own state record; a session's `env` can never
+/// hold a `BASH_FUNC_` name (the front refuses it), so only this restore defines functions this way.
+pub fn add_state_env(env: &mut Vec<(String, String)>, state_env: &[(String, String)]) {
+    env.retain(|(k, _)| !state_env.iter().any(|(s, _)| s == k));
+    env.extend(state_env.iter().cloned());
+}
+
 /// `argv` of a state-carrying job.
 pub fn argv<'a>(restore: &'a [u8], cmd: &'a str) -> [&'a [u8]; 8] {
     [b"bash", b"--noprofile", b"--norc", b"-c", WRAPPER.as_bytes(), b"bash", restore, cmd.as_bytes()]
@@ -175,6 +187,6 @@ mod tests {
     fn xtrace_leaves_no_trace_of_the_capture() {
         let (out, state, _) = run("", "set -x; true");
         assert_eq!(out, "++ true\n", "one level deeper than bash -c: the command runs inside eval");
-        assert!(String::from_utf8_lossy(&state).contains("set -o xtrace"));
+        assert!(String::from_utf8_lossy(&state).contains(":xtrace"));
     }
 }

@@ -68,6 +68,7 @@ impl Front {
             state: None,
             files: Vec::new(),
             persistent: false,
+            state_env: Vec::new(),
         };
         self.send(&Command::Run(spec));
     }
