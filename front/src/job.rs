@@ -323,6 +323,11 @@ impl Job {
         self.rendered.flush();
     }
 
+    /// Bytes of the job's log file written so far.
+    pub fn log_len(&self) -> u64 {
+        self.store.durable_len()
+    }
+
     pub fn dirty(&self) -> bool {
         self.store.dirty() || self.rendered.dirty()
     }

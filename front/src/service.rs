@@ -57,13 +57,20 @@ pub fn serve(cfg: KernelConfig, control: OwnedFd, listener: UnixListener) -> Res
         .map_err(ServeError::Signals)?;
     let link = ControlLink::start(control, tx.clone()).map_err(ServeError::Link)?;
     let kernel = Kernel::new(cfg, link).map_err(ServeError::Kernel)?;
+    let mut early = take_over(&kernel, &notices);
     let server = Server::start(listener, kernel.clone()).map_err(ServeError::Server)?;
     let asked = tx.clone();
     kernel.shutdown.set(Box::new(move |grace| {
         let _ = asked.send(Notice::Asked(grace));
     }));
     let status = loop {
-        match notices.recv() {
+        let next = match early.pop_front() {
+            Some(n) => Ok(n),
+            None => notices.recv(),
+        };
+        match next {
+            Ok(Notice::Adopt(a)) => adopt_logged(&kernel, *a),
+            Ok(Notice::AdoptDone(_)) => {}
             Ok(Notice::Asked(grace)) => {
                 // `shutdown {}`: mutations are refused already; queries answer through the grace.
                 std::thread::sleep(grace);
@@ -96,4 +103,46 @@ pub fn serve(cfg: KernelConfig, control: OwnedFd, listener: UnixListener) -> Res
     }
     kernel.db.sync();
     Ok(status)
+}
+
+/// How long a starting front waits for the supervisor to hand over the live sessions.
+pub const ADOPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Take over every live session the supervisor hands this front (before clients are served); other
+/// notices that arrive meanwhile are returned, in order, for the control loop.
+fn take_over(kernel: &Kernel, notices: &crossbeam_channel::Receiver<Notice>) -> std::collections::VecDeque<Notice> {
+    let mut early = std::collections::VecDeque::new();
+    let deadline = std::time::Instant::now() + ADOPT_TIMEOUT;
+    loop {
+        match notices.recv_deadline(deadline) {
+            Ok(Notice::Adopt(a)) => adopt_logged(kernel, *a),
+            Ok(Notice::AdoptDone(n)) => {
+                if n > 0 {
+                    eprintln!("heddle-front: took over {n} live sessions");
+                }
+                return early;
+            }
+            Ok(other) => {
+                let stop = matches!(other, Notice::SupervisorGone(_) | Notice::Shutdown | Notice::Signal(_));
+                early.push_back(other);
+                if stop {
+                    return early;
+                }
+            }
+            Err(_) => {
+                eprintln!(
+                    "heddle-front: the supervisor handed over no sessions within {ADOPT_TIMEOUT:?}; serving anyway"
+                );
+                return early;
+            }
+        }
+    }
+}
+
+fn adopt_logged(kernel: &Kernel, a: crate::recovery::Adopted) {
+    let name = a.session.clone();
+    if let Err(e) = crate::recovery::adopt(kernel, a) {
+        eprintln!("heddle-front: cannot take over session '{name}': {e}; closing it");
+        let _ = kernel.link.close_session(&name);
+    }
 }

@@ -108,6 +108,8 @@ pub struct SessionState {
     pub subscribers: Vec<crate::subscribe::Subscriber>,
     /// The session's name, for notifications (set when the pump first applies an event).
     pub name: String,
+    /// What a restarted front needs to take the session over (`journal.rs`).
+    pub journal: crate::journal::Journal,
 }
 
 impl SessionState {
@@ -115,8 +117,15 @@ impl SessionState {
     pub fn add_job(&mut self, cmd: String, jobs_dir: &std::path::Path) -> JobId {
         self.next_job += 1;
         let id = self.next_job;
+        self.journal.append(&crate::journal::Entry::Job { id, cmd: cmd.clone() });
         self.jobs.insert(id, Job::new(id, cmd, jobs_dir.join(format!("{id}.log"))));
         id
+    }
+
+    /// Put back a job rebuilt by a restarted front; later jobs get higher ids.
+    pub fn restore_job(&mut self, job: Job) {
+        self.next_job = self.next_job.max(job.id());
+        self.jobs.insert(job.id(), job);
     }
 
     /// Apply one event from the worker; true when waiters should wake.
@@ -266,6 +275,25 @@ impl SessionState {
         }
     }
 
+    /// Journal a popped batch: its non-output events and the log length of each job it writes to.
+    fn journal_batch(&mut self, from: u64, to: u64, events: &[Event]) {
+        let mut before: Vec<(u64, u64)> = Vec::new();
+        let mut kept = Vec::new();
+        for ev in events {
+            match ev {
+                Event::Output { job, .. } => {
+                    if !before.iter().any(|(j, _)| j == job) {
+                        if let Some(j) = self.jobs.get(job) {
+                            before.push((*job, j.log_len()));
+                        }
+                    }
+                }
+                other => kept.push(other.clone()),
+            }
+        }
+        self.journal.append(&crate::journal::Entry::Batch { from, to, before, events: kept });
+    }
+
     pub fn running_jobs(&self) -> usize {
         self.jobs.values().filter(|j| !j.state().ended()).count()
     }
@@ -330,7 +358,10 @@ impl Session {
     pub fn attach(spec: SessionSpec, fds: SessionFds) -> Result<(std::sync::Arc<Session>, EventEnd), AttachError> {
         let region = Region::attach(fds.memfd.as_fd())?;
         region.header().front_pid.store(std::process::id(), Ordering::Relaxed);
-        let end = EventEnd { consumer: region.evt_consumer(), evt_data: fds.evt_data, evt_space: fds.evt_space };
+        let mut consumer = region.evt_consumer();
+        // The head is released only after a batch is journaled and its output written (`drain_events`).
+        consumer.hold();
+        let end = EventEnd { consumer, evt_data: fds.evt_data, evt_space: fds.evt_space };
         let session = Session {
             cmd: Mutex::new(CmdRing { producer: region.cmd_producer(), scratch: Vec::new() }),
             _region: region,
@@ -434,17 +465,18 @@ impl Session {
         Ok(())
     }
 
-    /// Pop and apply waiting events (up to a budget); the pump calls this.
+    /// Pop and apply waiting events (up to a budget); the pump calls this. The batch is journaled, its
+    /// output written to the job logs, and only then is the ring's head released (`journal.rs`).
     pub fn drain_events(&self, end: &mut EventEnd, scratch: &mut Vec<u8>) -> Drained {
         if end.consumer.is_empty() {
             return Drained::Empty;
         }
         let (now, ns) = (Instant::now(), unix_ns());
-        let mut st = self.lock();
-        let (mut n, mut wake, mut corrupt) = (0, false, None);
-        while n < DRAIN_BUDGET {
+        let from = end.consumer.positions().1;
+        let (mut events, mut corrupt) = (Vec::new(), None);
+        while events.len() < DRAIN_BUDGET {
             match end.consumer.pop_msg::<Event>(scratch) {
-                Ok(Some(ev)) => wake |= st.apply(ev, now, ns),
+                Ok(Some(ev)) => events.push(ev),
                 Ok(None) => break,
                 Err(PopError::Frame(e)) => {
                     eprintln!("heddle-front: session '{}': skipping a bad event frame: {e}", self.name())
@@ -458,7 +490,17 @@ impl Session {
                     break;
                 }
             }
-            n += 1;
+        }
+        let to = end.consumer.positions().1;
+        let mut st = self.lock();
+        let mut wake = false;
+        if to != from {
+            st.journal_batch(from, to, &events);
+            for ev in events {
+                wake |= st.apply(ev, now, ns);
+            }
+            st.flush();
+            end.consumer.release();
         }
         if let Some(why) = corrupt {
             let note = format!("the session's event ring is corrupt ({why}), so its worker can no longer be heard");

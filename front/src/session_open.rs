@@ -232,6 +232,7 @@ fn open_new(
         }
     };
     s.lock().worker = Some(WorkerInfo { pid: opened.worker_pid, uid: opened.worker_uid });
+    crate::recovery::start_journal(&s);
     k.registry().slots.insert(name.clone(), Slot::Open(s.clone()));
     k.registry_changed.notify_all();
     k.pump.add(s.clone(), end);

@@ -171,6 +171,11 @@ impl OutputStore {
     }
 
     /// Bytes of `stream` readable now (flushed).
+    /// Bytes of the file written so far (records up to the last flush).
+    pub fn durable_len(&self) -> u64 {
+        self.durable
+    }
+
     pub fn stored(&self, stream: Stream) -> u64 {
         self.durable_counts[stream_index(stream)]
     }

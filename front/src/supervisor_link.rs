@@ -123,7 +123,7 @@ pub trait SupervisorLink: Send + Sync {
 }
 
 /// Things the supervisor (or the process) says without being asked.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Notice {
     WorkerDied {
         session: String,
@@ -139,6 +139,10 @@ pub enum Notice {
     Signal(i32),
     /// A root client asked for `shutdown` with this grace.
     Asked(std::time::Duration),
+    /// A live session handed over to this (restarted) front.
+    Adopt(Box<crate::recovery::Adopted>),
+    /// Every live session was handed over.
+    AdoptDone(u32),
 }
 
 type Reply = (FromSupervisor, Vec<OwnedFd>);
@@ -182,6 +186,23 @@ impl ControlLink {
     }
 
     fn route(&self, msg: FromSupervisor, fds: Vec<OwnedFd>, notices: &Sender<Notice>) {
+        let msg = match msg {
+            FromSupervisor::SessionAdopt { session, worker_pid, worker_uid, cgroup, .. } => {
+                match SessionFds::from_vec(fds) {
+                    Ok(fds) => {
+                        let a = crate::recovery::Adopted { session, worker_pid, worker_uid, cgroup, fds };
+                        let _ = notices.send(Notice::Adopt(Box::new(a)));
+                    }
+                    Err(e) => eprintln!("heddle-front: cannot take over session '{session}': {e}"),
+                }
+                return;
+            }
+            FromSupervisor::AdoptDone { sessions } => {
+                let _ = notices.send(Notice::AdoptDone(sessions));
+                return;
+            }
+            other => other,
+        };
         let req = match &msg {
             FromSupervisor::WorkerDied { session, code, signal, killed } => {
                 let n = Notice::WorkerDied {
@@ -206,6 +227,7 @@ impl ControlLink {
             | FromSupervisor::KeptList { req, .. }
             | FromSupervisor::KeptKilled { req, .. }
             | FromSupervisor::Usage { req, .. } => *req,
+            FromSupervisor::SessionAdopt { .. } | FromSupervisor::AdoptDone { .. } => return,
         };
         let waiter = self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&req);
         match (waiter, msg) {

@@ -140,6 +140,11 @@ pub enum FromSupervisor {
     KeptKilled { req: u64, name: String, killed: Vec<ProcInfo>, verified_empty: bool },
     /// Answer to `SessionUsage`.
     Usage { req: u64, session: String, limits: SessionLimits },
+    /// Sent unasked to a (re)started front, once per live session, before [`FromSupervisor::AdoptDone`]:
+    /// take this session over. Carries the fds named in [`SESSION_FDS`], as `SessionOpened` does.
+    SessionAdopt { session: String, worker_pid: u32, worker_uid: u32, cgroup: String, tmp: String },
+    /// Every live session was handed over (`sessions` of them); sent to every front the supervisor starts.
+    AdoptDone { sessions: u32 },
 }
 
 /// Errors sending or receiving a control packet.

@@ -175,7 +175,7 @@ pub unsafe fn consumer(ctl: *const RingCtl, data: *mut u8, cap: usize, owner: Ar
     assert!(cap.is_power_of_two() && cap >= 2 * FRAME_ALIGN, "ring capacity must be a power of two");
     let ring = RawRing { ctl, data, cap: cap as u64, _owner: owner };
     let head = ring.ctl().head.load(Ordering::Acquire);
-    Consumer { ring, head, poisoned: None }
+    Consumer { ring, head, poisoned: None, held: false }
 }
 
 /// The writing end of a ring.
@@ -274,9 +274,30 @@ pub struct Consumer {
     /// Our own head; the shared copy is only ever written from here.
     head: u64,
     poisoned: Option<&'static str>,
+    /// When set, popping does not publish `head`: [`Consumer::release`] does (see [`Consumer::hold`]).
+    held: bool,
 }
 
 impl Consumer {
+    /// Stop publishing `head` on every pop: frames popped stay owned by the ring (the producer cannot
+    /// reuse their bytes, and a consumer attaching after a crash pops them again) until
+    /// [`Consumer::release`]. A consumer that must store what it popped before the ring forgets it uses
+    /// this.
+    pub fn hold(&mut self) {
+        self.held = true;
+    }
+
+    /// Publish `head` up to everything popped so far.
+    pub fn release(&mut self) {
+        // SYNC POINT: Release pairs with the producer's Acquire load of `head` in `free_bytes`.
+        self.ring.ctl().head.store(self.head, Ordering::Release);
+    }
+
+    /// `(published head, head after what was popped)`: equal unless frames are held.
+    pub fn positions(&self) -> (u64, u64) {
+        (self.ring.ctl().head.load(Ordering::Acquire), self.head)
+    }
+
     /// True when no published frame is waiting.
     pub fn is_empty(&self) -> bool {
         // SYNC POINT: Acquire pairs with the producer's Release store of `tail` in `try_push`.
@@ -325,9 +346,11 @@ impl Consumer {
         out.resize(len, 0);
         self.ring.read_at(self.head + FRAME_HEADER as u64, out);
         self.head = self.head.wrapping_add(size);
-        // SYNC POINT: Release pairs with the producer's Acquire load of `head` in `free_bytes`: we are done
-        // reading the bytes we hand back.
-        self.ring.ctl().head.store(self.head, Ordering::Release);
+        if !self.held {
+            // SYNC POINT: Release pairs with the producer's Acquire load of `head` in `free_bytes`: we are
+            // done reading the bytes we hand back.
+            self.ring.ctl().head.store(self.head, Ordering::Release);
+        }
         Ok(true)
     }
 
@@ -417,6 +440,24 @@ mod tests {
             assert!(c.try_pop(&mut out).unwrap());
             assert_eq!(out, vec![i as u8; 100]);
         }
+    }
+
+    #[test]
+    fn held_frames_keep_their_space_until_released() {
+        let (mut p, mut c) = heap_ring(1024);
+        c.hold();
+        let mut n = 0;
+        while p.try_push(&[n as u8; 100]).is_ok() {
+            n += 1;
+        }
+        let mut out = Vec::new();
+        assert!(c.try_pop(&mut out).unwrap());
+        let (published, popped) = c.positions();
+        assert!(published < popped);
+        assert_eq!(p.try_push(&[0; 100]), Err(PushError::Full), "a held frame's bytes are not free");
+        c.release();
+        assert_eq!(c.positions().0, c.positions().1);
+        p.try_push(&[0; 100]).unwrap();
     }
 
     #[test]

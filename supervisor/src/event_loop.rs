@@ -34,6 +34,12 @@ const SIGNALS: Token = Token(1);
 const FRONT: Token = Token(2);
 const FIRST_WORKER: usize = 16;
 
+/// The first delay before starting a new front after one died; it doubles per death up to
+/// [`MAX_BACKOFF`] and goes back to this after a front lived [`BACKOFF_RESET`].
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+pub const BACKOFF_RESET: Duration = Duration::from_secs(60);
+
 /// How long the front gets to exit after `Shutdown` before it is killed.
 pub const FRONT_GRACE: Duration = Duration::from_secs(5);
 
@@ -91,6 +97,8 @@ pub struct Parts<C: CgroupOps, P: ProcessOps> {
     pub socket: SocketFile,
     /// True if the supervisor created the cgroup root (and so removes it at exit, when empty).
     pub root_created: bool,
+    /// Starts a new front when one dies (`None` in tests: a dead front stays dead).
+    pub launcher: Option<crate::startup::FrontLauncher>,
 }
 
 /// The running supervisor.
@@ -100,7 +108,13 @@ pub struct EventLoop<C: CgroupOps, P: ProcessOps> {
     sessions: Sessions<C, P>,
     front: Option<Spawned>,
     control: Option<OwnedFd>,
-    _listener: UnixListener,
+    listener: UnixListener,
+    launcher: Option<crate::startup::FrontLauncher>,
+    /// When to start a new front, after one died.
+    respawn_at: Option<Instant>,
+    /// The next respawn delay (0.1 s doubling to 5 s; back to 0.1 s after a front lived 60 s).
+    backoff: Duration,
+    front_since: Instant,
     signals: SignalPipe,
     socket: SocketFile,
     root_created: bool,
@@ -121,25 +135,107 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
         register(&poll, parts.control.as_fd(), CONTROL, Interest::READABLE | Interest::WRITABLE)?;
         register(&poll, parts.signals.as_fd(), SIGNALS, Interest::READABLE)?;
         register(&poll, parts.front.pidfd.as_fd(), FRONT, Interest::READABLE)?;
-        Ok(EventLoop {
+        let mut lp = EventLoop {
             poll,
             sessions: parts.sessions,
             front: Some(parts.front),
             control: Some(parts.control),
-            _listener: parts.listener,
+            listener: parts.listener,
+            launcher: parts.launcher,
+            respawn_at: None,
+            backoff: FIRST_BACKOFF,
+            front_since: Instant::now(),
             signals: parts.signals,
             socket: parts.socket,
             root_created: parts.root_created,
             outbox: VecDeque::new(),
             workers: HashMap::new(),
             next_token: FIRST_WORKER,
-        })
+        };
+        lp.hand_over();
+        Ok(lp)
+    }
+
+    /// Queue every live session (with duplicates of its fds) for the front, then `AdoptDone`.
+    fn hand_over(&mut self) {
+        let mut n = 0;
+        for id in self.sessions.ids() {
+            let Some(s) = self.sessions.get(&id) else { continue };
+            let fds = match s.fds.duplicate() {
+                Ok(fds) => fds,
+                Err(e) => {
+                    log(&format!("cannot hand session {id:?} to the front (duplicating its fds failed: {e})"));
+                    continue;
+                }
+            };
+            let msg = FromSupervisor::SessionAdopt {
+                session: id.clone(),
+                worker_pid: s.worker.pid,
+                worker_uid: s.worker.uid,
+                cgroup: s.cgroup.display().to_string(),
+                tmp: s.tmp.display().to_string(),
+            };
+            self.outbox.push_back(Outgoing { msg, fds });
+            n += 1;
+        }
+        self.outbox.push_back(Outgoing::plain(FromSupervisor::AdoptDone { sessions: n }));
+    }
+
+    /// Start a new front on the same listener, with a new control socket, and hand it the sessions.
+    fn respawn(&mut self) {
+        self.respawn_at = None;
+        let Some(launcher) = self.launcher.as_ref() else { return };
+        let started = launcher.spawn(&self.listener).map_err(|e| chain(&e)).and_then(|(front, control)| {
+            set_nonblocking(control.as_fd()).map_err(|e| chain(&e))?;
+            register(&self.poll, control.as_fd(), CONTROL, Interest::READABLE | Interest::WRITABLE)
+                .map_err(|e| chain(&e))?;
+            register(&self.poll, front.pidfd.as_fd(), FRONT, Interest::READABLE).map_err(|e| chain(&e))?;
+            Ok((front, control))
+        });
+        match started {
+            Ok((front, control)) => {
+                log(&format!(
+                    "started a new front (pid {}); handing it {} sessions",
+                    front.pid,
+                    self.sessions.ids().len()
+                ));
+                self.front = Some(front);
+                self.control = Some(control);
+                self.front_since = Instant::now();
+                self.hand_over();
+            }
+            Err(e) => {
+                log(&format!("starting a new front failed: {e}"));
+                self.schedule_respawn();
+            }
+        }
+    }
+
+    fn schedule_respawn(&mut self) {
+        if self.launcher.is_none() {
+            return;
+        }
+        if self.front_since.elapsed() >= BACKOFF_RESET {
+            self.backoff = FIRST_BACKOFF;
+        }
+        log(&format!("starting a new front in {:?}", self.backoff));
+        self.respawn_at = Some(Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }
 
     /// Serve until SIGINT or SIGTERM, then shut down in order and return.
     pub fn run(mut self) -> Result<(), LoopError> {
         let mut events = Events::with_capacity(64);
-        while !self.turn(&mut events, None)? {}
+        loop {
+            let timeout = self.respawn_at.map(|t| t.saturating_duration_since(Instant::now()));
+            if self.turn(&mut events, timeout)? {
+                break;
+            }
+            if self.respawn_at.is_some_and(|t| Instant::now() >= t) {
+                self.respawn();
+                self.flush();
+            }
+        }
         self.shutdown();
         Ok(())
     }
@@ -255,6 +351,7 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
         let n = self.sessions.ids().len();
         log(&format!("the front (pid {}) exited with {how}; {n} sessions stay alive", front.pid));
         self.drop_control();
+        self.schedule_respawn();
         false
     }
 
@@ -392,8 +489,12 @@ mod tests {
         let listener = UnixListener::bind(&path).unwrap();
         let socket = SocketFile { path, identity: (0, 0, 0, 0) };
         let signals = SignalPipe::unregistered().unwrap();
-        let parts = Parts { sessions, front, control: ours, listener, signals, socket, root_created: false };
-        let lp = EventLoop::new(parts).unwrap();
+        let parts =
+            Parts { sessions, front, control: ours, listener, signals, socket, root_created: false, launcher: None };
+        let mut lp = EventLoop::new(parts).unwrap();
+        lp.flush();
+        let (first, _) = control::recv::<FromSupervisor>(theirs.as_fd()).unwrap();
+        assert_eq!(first, FromSupervisor::AdoptDone { sessions: 0 }, "every front is first told what to take over");
         Rig { lp, calls, front_end: theirs, front_bell: bell, events: Events::with_capacity(16), _tmp: tmp }
     }
 

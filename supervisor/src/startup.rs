@@ -132,7 +132,13 @@ fn start_created(
     let fail = |e: StartError| (root.clone(), e);
     prepare_state_dir(&plan.state_dir, &plan.front_user).map_err(fail)?;
     let (listener, socket) = bind_socket(&plan.socket).map_err(fail)?;
-    let front = spawn_front(&plan, &listener);
+    let launcher = FrontLauncher {
+        exe: plan.front_exe,
+        user: plan.front_user.clone(),
+        state_dir: plan.state_dir.clone(),
+        socket: plan.socket.clone(),
+    };
+    let front = launcher.spawn(&listener);
     let (front, control) = match front {
         Ok(f) => f,
         Err(e) => {
@@ -160,25 +166,37 @@ fn start_created(
     let sessions = Sessions::new(RealCgroups, procs, plan.root, plan.mode, plan.worker_user)
         .with_limits(v1, plan.defaults)
         .with_adopted(adopted);
-    let parts = Parts { sessions, front, control, listener, signals, socket, root_created };
+    let parts = Parts { sessions, front, control, listener, signals, socket, root_created, launcher: Some(launcher) };
     // A front is running by now; if the loop cannot start, the front gets EOF on its control
     // socket when this process exits.
     EventLoop::new(parts).map_err(|e| fail(e.into()))
 }
 
-fn spawn_front(plan: &Plan, listener: &UnixListener) -> Result<(spawn::Spawned, OwnedFd), StartError> {
-    let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
-        .map_err(StartError::ControlPair)?;
-    let spec = FrontSpec {
-        exe: plan.front_exe.as_fd(),
-        user: &plan.front_user,
-        control: theirs.as_fd(),
-        listener: listener.as_fd(),
-        state_dir: &plan.state_dir,
-        socket: &plan.socket,
-    };
-    let front = spawn::spawn_front(&spec).map_err(StartError::Front)?;
-    Ok((front, ours))
+/// What starting a front takes; kept by the main loop to start a new front when one dies.
+#[derive(Debug)]
+pub struct FrontLauncher {
+    pub exe: OwnedFd,
+    pub user: UserInfo,
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+}
+
+impl FrontLauncher {
+    /// Start a front on `listener` with a new control socket pair; returns it and our end of the pair.
+    pub fn spawn(&self, listener: &UnixListener) -> Result<(spawn::Spawned, OwnedFd), StartError> {
+        let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+            .map_err(StartError::ControlPair)?;
+        let spec = FrontSpec {
+            exe: self.exe.as_fd(),
+            user: &self.user,
+            control: theirs.as_fd(),
+            listener: listener.as_fd(),
+            state_dir: &self.state_dir,
+            socket: &self.socket,
+        };
+        let front = spawn::spawn_front(&spec).map_err(StartError::Front)?;
+        Ok((front, ours))
+    }
 }
 
 fn exe_dir() -> io::Result<PathBuf> {

@@ -1,0 +1,177 @@
+//! Taking over live sessions after the front itself was restarted (docs/architecture.md, "Front crash
+//! recovery"): the supervisor hands every live session's fds to the new front (`SessionAdopt`), and the
+//! front rebuilds each session from its directory — settings from `session.json`, jobs and their events
+//! from the journal, output from the job logs — then attaches the region and lets the pump resume at
+//! the ring's published head, so no byte is lost or doubled (`journal.rs` gives the argument).
+//!
+//! ```no_run
+//! # fn demo(k: &front::kernel::Kernel, a: front::recovery::Adopted) {
+//! front::recovery::adopt(k, a).unwrap();
+//! # }
+//! ```
+
+use crate::job::{unix_ns, Job};
+use crate::journal::{self, Entry, Meta};
+use crate::kernel::{Kernel, Slot};
+use crate::results::WorkerInfo;
+use crate::session::{Session, SessionSpec};
+use crate::supervisor_link::SessionFds;
+use shm_proto::msg::{Event, Stream};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::time::Instant;
+
+/// A session the supervisor handed over.
+#[derive(Debug)]
+pub struct Adopted {
+    pub session: String,
+    pub worker_pid: u32,
+    pub worker_uid: u32,
+    pub cgroup: String,
+    pub fds: SessionFds,
+}
+
+/// Write the new session's settings and open its journal.
+pub fn start_journal(s: &Session) {
+    let spec = s.spec();
+    let meta =
+        Meta { owner_uid: spec.owner_uid, cwd: spec.cwd.clone(), env: spec.env.clone(), persistent: spec.persistent };
+    if let Err(e) = journal::write_meta(&spec.dir, &meta) {
+        eprintln!("heddle-front: session '{}': cannot write its settings ({e}); it cannot be recovered", s.name());
+    }
+    s.lock().journal = journal::Journal::open(&spec.dir);
+}
+
+/// Rebuild a handed-over session and start reading its events again.
+pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
+    let dir = k.cfg.state_dir.join("sessions").join(&a.session);
+    let meta = journal::read_meta(&dir).map_err(|e| format!("its settings could not be read ({e})"))?;
+    let spec = SessionSpec {
+        name: a.session.clone(),
+        serial: k.next_serial(),
+        owner_uid: meta.owner_uid,
+        cgroup: a.cgroup,
+        cwd: meta.cwd,
+        env: meta.env,
+        dir: dir.clone(),
+        persistent: meta.persistent,
+    };
+    let (s, end) = Session::attach(spec, a.fds).map_err(|e| format!("its region could not be attached ({e})"))?;
+    let published = end.consumer.positions().0;
+    let (jobs, events) = rebuild(&dir, &s.jobs_dir(), published);
+    {
+        let mut st = s.lock();
+        st.worker = Some(WorkerInfo { pid: a.worker_pid, uid: a.worker_uid });
+        for job in jobs {
+            st.restore_job(job);
+        }
+        let (now, ns) = (Instant::now(), unix_ns());
+        for ev in events {
+            st.apply(ev, now, ns);
+        }
+        st.journal = journal::Journal::open(&dir);
+    }
+    let n = s.lock().jobs.len();
+    eprintln!("heddle-front: took over session '{}' ({n} jobs, ring head {published})", a.session);
+    k.registry().slots.insert(a.session, Slot::Open(s.clone()));
+    k.registry_changed.notify_all();
+    k.pump.add(s, end);
+    Ok(())
+}
+
+/// The jobs (with their stored output) and the events to apply, from the journal and the logs. A last
+/// batch that reaches past the published head was not released: its events are dropped and its job logs
+/// cut back to their lengths before it.
+fn rebuild(dir: &Path, jobs_dir: &Path, published: u64) -> (Vec<Job>, Vec<Event>) {
+    let mut cmds = BTreeMap::new();
+    let mut events = Vec::new();
+    let mut cut: BTreeMap<u64, u64> = BTreeMap::new();
+    for entry in journal::read(dir) {
+        match entry {
+            Entry::Job { id, cmd } => {
+                cmds.insert(id, cmd);
+            }
+            Entry::Batch { to, before, .. } if to > published => cut.extend(before),
+            Entry::Batch { events: evs, .. } => events.extend(evs),
+        }
+    }
+    let jobs = cmds
+        .into_iter()
+        .map(|(id, cmd)| restore_job(id, cmd, &jobs_dir.join(format!("{id}.log")), cut.get(&id).copied()))
+        .collect();
+    (jobs, events)
+}
+
+/// A job whose log is replayed (up to `limit` bytes of the file) into a fresh store at the same path.
+fn restore_job(id: u64, cmd: String, path: &Path, limit: Option<u64>) -> Job {
+    let old = path.with_extension("log.old");
+    let had = std::fs::rename(path, &old).is_ok();
+    let mut job = Job::new(id, cmd, path.to_owned());
+    if had {
+        let now = Instant::now();
+        for_each_record(&old, limit.unwrap_or(u64::MAX), |stream, ns, data| job.on_output(stream, data, now, ns));
+        job.flush();
+        let _ = std::fs::remove_file(&old);
+    }
+    job
+}
+
+/// Call `f` for every whole record in the first `limit` bytes of a job log (a torn tail is ignored).
+fn for_each_record(path: &Path, limit: u64, mut f: impl FnMut(Stream, u64, &[u8])) {
+    let Ok(file) = std::fs::File::open(path) else { return };
+    let mut r = std::io::BufReader::new(file.take(limit));
+    let mut header = [0u8; crate::store::RECORD_HEADER];
+    let mut data = Vec::new();
+    while r.read_exact(&mut header).is_ok() {
+        let stream = match header[0] {
+            1 => Stream::Stdout,
+            2 => Stream::Stderr,
+            _ => return,
+        };
+        let len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        let mut ns = [0u8; 8];
+        ns.copy_from_slice(&header[8..16]);
+        data.resize(len, 0);
+        if r.read_exact(&mut data).is_err() {
+            return;
+        }
+        f(stream, u64::from_le_bytes(ns), &data);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::OutputStore;
+
+    #[test]
+    fn an_unreleased_last_batch_is_cut_back_and_a_released_one_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        let mut store = OutputStore::create(jobs.join("1.log"));
+        store.append(Stream::Stdout, b"first ", 0);
+        store.flush();
+        let mid = store.durable_len();
+        store.append(Stream::Stdout, b"second", 0);
+        store.flush();
+        let mut j = journal::Journal::open(dir.path());
+        j.append(&Entry::Job { id: 1, cmd: "x".into() });
+        j.append(&Entry::Batch { from: 0, to: 64, before: vec![(1, 0)], events: vec![] });
+        let exit = Event::Exited { job: 1, code: Some(0), signal: None, at_unix_ns: 0, killed: false };
+        j.append(&Entry::Batch { from: 64, to: 192, before: vec![(1, mid)], events: vec![exit] });
+        // The second batch was not released: head 64.
+        let (mut got, events) = rebuild(dir.path(), &jobs, 64);
+        assert!(events.is_empty());
+        assert_eq!(got[0].counts(), [6, 0]);
+        drop(got.pop());
+        // Released (head 192): everything stays. The log was rewritten with the first batch only, so
+        // write the second again as the dead front had.
+        let mut store = OutputStore::create(jobs.join("1.log"));
+        store.append(Stream::Stdout, b"first second", 0);
+        store.flush();
+        let (got, events) = rebuild(dir.path(), &jobs, 192);
+        assert_eq!((got[0].counts(), events.len()), ([12, 0], 1));
+    }
+}

@@ -1,0 +1,65 @@
+//! Front crash recovery end to end: the front is SIGKILLed while jobs run; the supervisor starts a new
+//! one, hands it the live sessions, and the new front answers `wait` and `output` for jobs started
+//! before the crash, with every byte, and honours idempotency keys given before it.
+
+use heddle_tests::{eventually, read_stream, Heddle};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn front_pid(h: &Heddle) -> Option<u64> {
+    let mut c = heddle_tests::Client::connect(&h.socket).ok()?;
+    c.call("describe", json!({})).ok()?["front"]["pid"].as_u64()
+}
+
+/// SIGKILL the front and wait until a new one answers.
+fn kill_front(h: &Heddle) {
+    let old = front_pid(h).expect("the front answers describe");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(old as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || front_pid(h).is_some_and(|p| p != old)),
+        "a new front answers after the old one was killed"
+    );
+}
+
+fn expected_pattern(len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 16);
+    let mut i = 1u64;
+    while out.len() < len {
+        out.extend_from_slice(format!("{i}\n").as_bytes());
+        i += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+#[test]
+fn a_killed_front_loses_no_byte_of_a_50_mib_job_and_answers_wait() {
+    let mut h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let file = h.project.join("keyed.txt");
+    let keyed = format!("echo line >> {}", file.display());
+    let first = c.call("run", json!({"session": s, "cmd": keyed, "idempotency_key": "k", "yield_ms": 10000})).unwrap();
+    assert_eq!(first["exit_code"], 0, "{first}");
+    let big = c.call("run", json!({"session": s, "cmd": "seq 1 20000000 | head -c 52428800", "yield_ms": 0})).unwrap();
+    let slow = c.call("run", json!({"session": s, "cmd": "sleep 1; echo done", "yield_ms": 0})).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    kill_front(&h);
+    let mut c = h.client();
+    let r = c.call("wait", json!({"session": s, "job": big["job"], "yield_ms": 120000})).unwrap();
+    assert_eq!((r["state"].as_str(), r["exit_code"].as_i64()), (Some("exited"), Some(0)), "{r}");
+    let out = read_stream(&mut c, &s, &big["job"], "stdout");
+    assert_eq!(out.len(), 52_428_800, "every byte is stored once");
+    assert!(out == expected_pattern(52_428_800), "the bytes are the job's, in order");
+    let r = c.call("wait", json!({"session": s, "job": slow["job"], "yield_ms": 30000})).unwrap();
+    assert_eq!((r["state"].as_str(), r["exit_code"].as_i64()), (Some("exited"), Some(0)), "{r}");
+    assert_eq!(read_stream(&mut c, &s, &slow["job"], "stdout"), b"done\n");
+    let again = c.call("run", json!({"session": s, "cmd": keyed, "idempotency_key": "k", "yield_ms": 10000})).unwrap();
+    assert_eq!(again["receipt"]["id"], first["receipt"]["id"], "{again}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "line\n", "never run twice");
+    let next = c.call("run", json!({"session": s, "cmd": "echo after", "yield_ms": 10000})).unwrap();
+    let ids: Vec<&Value> = vec![&first["job"], &big["job"], &slow["job"]];
+    assert!(ids.iter().all(|id| id.as_u64() < next["job"].as_u64()), "job ids are not reused: {next}");
+    assert_eq!(next["exit_code"], 0, "{next}");
+    h.stop();
+}
