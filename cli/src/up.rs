@@ -1,12 +1,14 @@
 //! `heddle up`: start the privileged supervisor (which binds the socket and starts the unprivileged
-//! front) in the foreground, forward SIGINT/SIGTERM to it, and exit with its status. Also the background
-//! start that `heddle run` uses when no server answers.
+//! front) in the foreground, restart it when it dies unasked, forward SIGINT/SIGTERM to it, and exit with
+//! its status. Also the background start that `heddle run` uses when no server answers.
 
 use anyhow::{bail, Context, Result};
 use signal_hook::consts::{SIGINT, SIGTERM};
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Flags of `heddle up`, passed through to `heddle-supervisor`.
@@ -54,31 +56,90 @@ pub fn bin_dir() -> Result<PathBuf> {
     Ok(exe.parent().map(Path::to_path_buf).unwrap_or_default())
 }
 
-/// Run the supervisor in the foreground until it exits; returns its exit code.
+/// Run the supervisor in the foreground until it exits; returns its exit code. A supervisor that dies
+/// without being asked to stop (no SIGINT/SIGTERM forwarded) and not with status 0 is started again
+/// with backoff (0.1 s doubling to 5 s, reset after 60 s up); its recovery kills what it cannot adopt
+/// and the front it starts marks vanished jobs `lost`. Nothing is re-run.
 pub fn run_up(args: &UpArgs) -> Result<i32> {
     let sup = bin_dir()?.join("heddle-supervisor");
     if !sup.exists() {
         bail!("{} is missing: build every binary with `cargo build --workspace --bins`", sup.display());
     }
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
-    let mut child = Command::new(&sup)
-        .args(args.supervisor_args())
-        .spawn()
-        .with_context(|| format!("starting {}", sup.display()))?;
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    // The pid of the current supervisor (0: none) and whether a stop signal was forwarded to it.
+    let current = Arc::new(AtomicI32::new(0));
+    let stopping = Arc::new(AtomicBool::new(false));
     let handle = signals.handle();
-    let forwarder = std::thread::spawn(move || {
-        for sig in signals.forever() {
-            // The supervisor is our own child, named by the pid we spawned; it stops everything it started.
-            let sig = nix::sys::signal::Signal::try_from(sig).unwrap_or(nix::sys::signal::SIGTERM);
-            let _ = nix::sys::signal::kill(pid, sig);
+    let forwarder = std::thread::spawn({
+        let (current, stopping) = (Arc::clone(&current), Arc::clone(&stopping));
+        move || {
+            for sig in signals.forever() {
+                stopping.store(true, Ordering::SeqCst);
+                // The supervisor is our own child, named by the pid we spawned; it stops everything it started.
+                let sig = nix::sys::signal::Signal::try_from(sig).unwrap_or(nix::sys::signal::SIGTERM);
+                let pid = current.load(Ordering::SeqCst);
+                if pid > 0 {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+                }
+            }
         }
     });
-    let status = child.wait().context("waiting for the supervisor")?;
+    let code = supervise(&sup, args, &current, &stopping);
     handle.close();
     let _ = forwarder.join();
-    use std::os::unix::process::ExitStatusExt;
-    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    code
+}
+
+/// Start the supervisor, wait for it, and start it again while it dies unasked; returns the exit code
+/// of the last one.
+fn supervise(sup: &Path, args: &UpArgs, current: &AtomicI32, stopping: &AtomicBool) -> Result<i32> {
+    let mut backoff = RESTART_MIN;
+    loop {
+        let mut child =
+            Command::new(sup).args(args.supervisor_args()).spawn().with_context(|| format!("starting {}", sup.display()))?;
+        current.store(child.id() as i32, Ordering::SeqCst);
+        let started = Instant::now();
+        if stopping.load(Ordering::SeqCst) {
+            // A signal arrived between the spawn and the store: forward it now.
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
+        }
+        let status = child.wait().context("waiting for the supervisor")?;
+        current.store(0, Ordering::SeqCst);
+        let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        if stopping.load(Ordering::SeqCst) || status.success() {
+            return Ok(code);
+        }
+        if started.elapsed() >= RESTART_RESET {
+            backoff = RESTART_MIN;
+        }
+        eprintln!(
+            "heddle up: the supervisor (pid {}) died unasked ({}); starting it again in {} ms",
+            child.id(),
+            describe_status(status),
+            backoff.as_millis()
+        );
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(RESTART_MAX);
+        if stopping.load(Ordering::SeqCst) {
+            return Ok(code);
+        }
+    }
+}
+
+const RESTART_MIN: Duration = Duration::from_millis(100);
+const RESTART_MAX: Duration = Duration::from_secs(5);
+const RESTART_RESET: Duration = Duration::from_secs(60);
+
+/// "exit status 3" or "killed by SIGKILL".
+fn describe_status(status: std::process::ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(s)) => match nix::sys::signal::Signal::try_from(s) {
+            Ok(sig) => format!("killed by {sig}"),
+            Err(_) => format!("killed by signal {s}"),
+        },
+        (None, None) => "unknown status".to_owned(),
+    }
 }
 
 /// Start `heddle up` in the background (its own process group, output to a log file) and wait until the

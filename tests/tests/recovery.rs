@@ -1,6 +1,8 @@
 //! Front crash recovery end to end: the front is SIGKILLed while jobs run; the supervisor starts a new
 //! one, hands it the live sessions, and the new front answers `wait` and `output` for jobs started
-//! before the crash, with every byte, and honours idempotency keys given before it.
+//! before the crash, with every byte, and honours idempotency keys given before it. A SIGKILLed supervisor
+//! is started again by `heddle up`; its session is gone, and a retry reports the job `lost` without
+//! running it again.
 
 use heddle_tests::{eventually, read_stream, Heddle};
 use serde_json::{json, Value};
@@ -62,4 +64,63 @@ fn a_killed_front_loses_no_byte_of_a_50_mib_job_and_answers_wait() {
     assert!(ids.iter().all(|id| id.as_u64() < next["job"].as_u64()), "job ids are not reused: {next}");
     assert_eq!(next["exit_code"], 0, "{next}");
     h.stop();
+}
+
+fn supervisor_pid(h: &Heddle) -> Option<u64> {
+    let mut c = heddle_tests::Client::connect(&h.socket).ok()?;
+    c.call("describe", json!({})).ok()?["supervisor"]["pid"].as_u64()
+}
+
+/// Every pid in the cgroup tree under `dir`.
+fn cgroup_pids(dir: &std::path::Path) -> Vec<u64> {
+    let mut pids: Vec<u64> = std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            pids.extend(cgroup_pids(&e.path()));
+        }
+    }
+    pids
+}
+
+#[test]
+fn a_killed_supervisor_is_restarted_and_nothing_is_run_again() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "sup", "cwd": h.project})).unwrap();
+    let file = h.project.join("once.txt");
+    let cmd = format!("echo x >> {}; sleep 1000", file.display());
+    let run = json!({"session": "sup", "cmd": cmd, "idempotency_key": "sk", "yield_ms": 0});
+    let first = c.call("run", run.clone()).unwrap();
+    assert!(eventually(Duration::from_secs(10), || std::fs::read_to_string(&file).is_ok_and(|s| s == "x\n")));
+    let sleeping = eventually(Duration::from_secs(10), || {
+        cgroup_pids(&h.cgroup_root).iter().any(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with("sleep\01000"))
+        })
+    });
+    assert!(sleeping, "the job's sleep runs in heddle's cgroup tree");
+    let job_pids = cgroup_pids(&h.cgroup_root);
+    let old = supervisor_pid(&h).expect("describe names the supervisor");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(old as i32), nix::sys::signal::SIGKILL).unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || supervisor_pid(&h).is_some_and(|p| p != old)),
+        "a new supervisor answers after the old one was killed"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || job_pids.iter().all(|p| !heddle_tests::alive(*p))),
+        "the session's processes (the sleep among them) are gone: {job_pids:?}"
+    );
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "sup", "cwd": h.project})).unwrap();
+    let again = c.call("run", run).unwrap();
+    assert_eq!(again["receipt"]["id"], first["receipt"]["id"], "{again}");
+    assert_eq!(again["receipt"]["replayed"], true, "{again}");
+    assert_eq!(again["state"], "lost", "the job did not survive the supervisor: {again}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x\n", "nothing was run again");
+    let looked = c.call("receipt", json!({"idempotency_key": "sk", "session": "sup"})).unwrap();
+    assert_eq!(looked["receipt"]["id"], first["receipt"]["id"], "{looked}");
 }
