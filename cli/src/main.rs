@@ -161,6 +161,13 @@ fn connect(socket: &std::path::Path, may_start: bool) -> Result<Client> {
             eprintln!("heddle: server started (log: {})", log.display());
             Ok(Client::connect(socket)?)
         }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(e).with_context(|| {
+            format!(
+                "permission denied connecting to heddle at {}: only root and the socket's group may connect \
+                 (ask the administrator to add you to the group given to `heddle up --socket-group`)",
+                socket.display()
+            )
+        }),
         Err(e) => {
             Err(e).with_context(|| format!("cannot reach heddle at {} (start it with `heddle up`)", socket.display()))
         }

@@ -29,6 +29,9 @@ pub struct UpArgs {
     /// User workers of root-opened sessions run as (name or uid).
     #[arg(long)]
     pub worker_user: Option<String>,
+    /// Group allowed to connect to the socket (name or gid) [default: gid 0, only root].
+    #[arg(long, value_name = "NAME|GID")]
+    pub socket_group: Option<String>,
 }
 
 impl UpArgs {
@@ -45,6 +48,9 @@ impl UpArgs {
         }
         if let Some(u) = &self.worker_user {
             v.extend(["--worker-user".into(), u.into()]);
+        }
+        if let Some(g) = &self.socket_group {
+            v.extend(["--socket-group".into(), g.into()]);
         }
         v
     }
@@ -95,8 +101,10 @@ pub fn run_up(args: &UpArgs) -> Result<i32> {
 fn supervise(sup: &Path, args: &UpArgs, current: &AtomicI32, stopping: &AtomicBool) -> Result<i32> {
     let mut backoff = RESTART_MIN;
     loop {
-        let mut child =
-            Command::new(sup).args(args.supervisor_args()).spawn().with_context(|| format!("starting {}", sup.display()))?;
+        let mut child = Command::new(sup)
+            .args(args.supervisor_args())
+            .spawn()
+            .with_context(|| format!("starting {}", sup.display()))?;
         current.store(child.id() as i32, Ordering::SeqCst);
         let started = Instant::now();
         if stopping.load(Ordering::SeqCst) {

@@ -40,6 +40,10 @@ pub struct Args {
     /// Default process limit of a session (hybrid hosts: v1 pids.max).
     #[arg(long, value_name = "N")]
     pub pids_max: Option<u64>,
+    /// The group that may connect to the socket (name or gid): the socket is root:GROUP 0660, in a
+    /// directory created root:GROUP 0750 [default: gid 0, so only root connects].
+    #[arg(long, value_name = "NAME|GID")]
+    pub socket_group: Option<String>,
 }
 
 #[cfg(test)]
@@ -69,8 +73,11 @@ mod tests {
             "agent",
             "--bin-dir",
             "/opt/heddle/bin",
+            "--socket-group",
+            "heddle-clients",
         ])
         .unwrap();
+        assert_eq!(a.socket_group.as_deref(), Some("heddle-clients"));
         assert_eq!(a.front_user.as_deref(), Some("1000"));
         assert_eq!(a.worker_user, "agent");
         assert_eq!(a.bin_dir, Some(PathBuf::from("/opt/heddle/bin")));

@@ -73,6 +73,7 @@ struct Plan {
     state_dir: PathBuf,
     socket: PathBuf,
     defaults: shm_proto::control::SessionLimits,
+    socket_gid: u32,
 }
 
 /// Do everything up to a running front; the returned loop serves until SIGINT/SIGTERM.
@@ -119,7 +120,11 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
         pids_max: args.pids_max,
         ..Default::default()
     };
-    Ok(Plan { mode, root, front_user, worker_user, front_exe, worker_exe, state_dir, socket, defaults })
+    let socket_gid = match &args.socket_group {
+        Some(g) => crate::users::resolve_group(g).map_err(|e| StartError::User("socket group", e))?,
+        None => 0,
+    };
+    Ok(Plan { mode, root, front_user, worker_user, front_exe, worker_exe, state_dir, socket, defaults, socket_gid })
 }
 
 /// The part of startup after the cgroup root exists; on error returns the root for the caller to undo.
@@ -131,7 +136,7 @@ fn start_created(
     let root = plan.root.clone();
     let fail = |e: StartError| (root.clone(), e);
     prepare_state_dir(&plan.state_dir, &plan.front_user).map_err(fail)?;
-    let (listener, socket) = bind_socket(&plan.socket).map_err(fail)?;
+    let (listener, socket) = bind_socket(&plan.socket, plan.socket_gid).map_err(fail)?;
     let launcher = FrontLauncher {
         exe: plan.front_exe,
         user: plan.front_user.clone(),
@@ -242,12 +247,13 @@ fn prepare_state_dir(dir: &Path, owner: &UserInfo) -> Result<(), StartError> {
     fd.set_permissions(Permissions::from_mode(0o700)).map_err(err)
 }
 
-/// Create the socket's directory if missing (0755), remove a stale socket (refusing a live one or a
-/// non-socket), bind and listen, and open the socket to everyone (0666).
-fn bind_socket(path: &Path) -> Result<(UnixListener, SocketFile), StartError> {
+/// Create the socket's directory if missing (root:`gid` 0750; its parents 0755), remove a stale socket
+/// (refusing a live one or a non-socket), bind and listen, and give the socket to root:`gid` 0660: only
+/// root and members of that group can connect (the front still checks each peer's uid).
+fn bind_socket(path: &Path, gid: u32) -> Result<(UnixListener, SocketFile), StartError> {
     let err = |e| StartError::Socket(path.to_owned(), e);
     if let Some(parent) = path.parent() {
-        DirBuilder::new().recursive(true).mode(0o755).create(parent).map_err(err)?;
+        private_dir(parent, gid).map_err(err)?;
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
@@ -261,8 +267,9 @@ fn bind_socket(path: &Path) -> Result<(UnixListener, SocketFile), StartError> {
         Err(e) => return Err(err(e)),
     }
     let listener = UnixListener::bind(path).map_err(err)?;
-    let opened =
-        std::fs::set_permissions(path, Permissions::from_mode(0o666)).and_then(|()| std::fs::symlink_metadata(path));
+    let opened = std::os::unix::fs::lchown(path, Some(0), Some(gid))
+        .and_then(|()| std::fs::set_permissions(path, Permissions::from_mode(0o660)))
+        .and_then(|()| std::fs::symlink_metadata(path));
     let meta = match opened {
         Ok(m) => m,
         Err(e) => {
@@ -275,6 +282,23 @@ fn bind_socket(path: &Path) -> Result<(UnixListener, SocketFile), StartError> {
     Ok((listener, file))
 }
 
+/// Create `dir` root:`gid` 0750 (its missing parents 0755). A directory that already exists is left
+/// as it is: it is the operator's (e.g. `/run`), or ours from an earlier start.
+fn private_dir(dir: &Path, gid: u32) -> io::Result<()> {
+    if let Some(parent) = dir.parent() {
+        DirBuilder::new().recursive(true).mode(0o755).create(parent)?;
+    }
+    match DirBuilder::new().mode(0o750).create(dir) {
+        Ok(()) => {
+            let fd = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW).open(dir)?;
+            std::os::unix::fs::fchown(&fd, Some(0), Some(gid))?;
+            fd.set_permissions(Permissions::from_mode(0o750))
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,12 +307,14 @@ mod tests {
     fn stale_socket_is_replaced_and_live_one_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("run/heddle.sock");
-        let (live, file) = bind_socket(&path).unwrap();
+        let (live, file) = bind_socket(&path, 0).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o666);
-        assert!(matches!(bind_socket(&path), Err(StartError::SocketInUse(_))));
+        assert_eq!(mode, 0o660);
+        let dir_mode = std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(dir_mode, 0o750);
+        assert!(matches!(bind_socket(&path, 0), Err(StartError::SocketInUse(_))));
         drop(live);
-        let (_again, again) = bind_socket(&path).unwrap();
+        let (_again, again) = bind_socket(&path, 0).unwrap();
         assert_ne!(file.identity, again.identity);
         file.remove();
         assert!(path.exists(), "a socket that is no longer ours is left alone");
@@ -301,7 +327,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("heddle.sock");
         std::fs::write(&path, b"data").unwrap();
-        assert!(matches!(bind_socket(&path), Err(StartError::Socket(..))));
+        assert!(matches!(bind_socket(&path, 0), Err(StartError::Socket(..))));
         assert_eq!(std::fs::read(&path).unwrap(), b"data");
     }
 

@@ -39,10 +39,24 @@ pub enum UserError {
     Root(String),
     #[error("uid {0} (the front's default when no `heddle` user exists) belongs to user {1:?}; create a `heddle` user or pass --front-user")]
     Taken(String, String),
+    #[error("no group named {0:?} exists; pass a group name or a numeric gid")]
+    UnknownGroup(String),
 }
 
 /// The front's uid (and gid) when no `heddle` user exists: one no passwd entry names, used by nothing else.
 pub const FRONT_FALLBACK_UID: u32 = 65533;
+
+/// Resolve `--socket-group`: a group name, or a numeric gid (which need not have a group entry).
+pub fn resolve_group(spec: &str) -> Result<u32, UserError> {
+    if let Ok(gid) = spec.parse::<u32>() {
+        return Ok(gid);
+    }
+    match nix::unistd::Group::from_name(spec) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        Ok(None) => Err(UserError::UnknownGroup(spec.to_owned())),
+        Err(e) => Err(UserError::Lookup(spec.to_owned(), e)),
+    }
+}
 
 impl UserInfo {
     /// Resolve a name, or a numeric uid (which need not have a passwd entry).

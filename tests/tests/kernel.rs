@@ -1,6 +1,6 @@
 //! The kernel's promises end to end: receipts and idempotency (concurrent retries, retries after a
 //! restart), shutdown refusing mutations while receipts answer, a database left by a killed front, and
-//! sessions invisible to other uids.
+//! sessions invisible to other uids, and a socket only root and its group can connect to.
 
 use heddle_tests::{eventually, Heddle};
 use serde_json::{json, Value};
@@ -100,27 +100,55 @@ fn a_database_left_by_a_killed_front_opens_cleanly_and_keeps_receipts() {
     assert!(eventually(Duration::from_secs(5), || c.call("describe", json!({})).is_ok()));
 }
 
+/// Run `heddle --json ARGS` against `h` as uid/gid 65534 (nobody/nogroup), in `session` if given.
+fn as_nobody(h: &Heddle, session: Option<&str>, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
+        .arg("--socket")
+        .arg(&h.socket)
+        .args(session.map(|s| ["--session", s]).into_iter().flatten())
+        .arg("--json")
+        .args(args)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap()
+}
+
+fn said(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
 #[test]
-fn a_client_of_another_uid_cannot_see_or_touch_the_session() {
+fn a_client_outside_the_socket_group_is_refused_at_connect() {
     let h = Heddle::start();
     let mut c = h.client();
     let s = h.open_session(&mut c);
+    let s = s.as_str().unwrap();
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let sock = std::fs::symlink_metadata(&h.socket).unwrap();
+    assert_eq!((sock.permissions().mode() & 0o777, sock.uid(), sock.gid()), (0o660, 0, 0));
+    let dir = std::fs::metadata(h.socket.parent().unwrap()).unwrap();
+    assert_eq!((dir.permissions().mode() & 0o777, dir.uid(), dir.gid()), (0o750, 0, 0));
+    let jobs = as_nobody(&h, Some(s), &["jobs"]);
+    assert!(!jobs.status.success(), "{jobs:?}");
+    assert!(said(&jobs).to_lowercase().contains("permission denied"), "a clear refusal: {}", said(&jobs));
+}
+
+#[test]
+fn a_client_of_another_uid_cannot_see_or_touch_the_session() {
+    let h = Heddle::start_with(&["--socket-group", "65534"]);
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let s = s.as_str().unwrap();
     c.call("run", json!({"session": s, "cmd": "echo secret-marker"})).unwrap();
-    let as_nobody = |args: &[&str]| {
-        std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
-            .arg("--socket")
-            .arg(&h.socket)
-            .args(["--session", s.as_str().unwrap(), "--json"])
-            .args(args)
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .unwrap()
-    };
-    let jobs = as_nobody(&["jobs"]);
-    let seen = String::from_utf8_lossy(&jobs.stdout).into_owned() + &String::from_utf8_lossy(&jobs.stderr);
+    let hello = as_nobody(&h, None, &["describe"]);
+    assert!(hello.status.success(), "a member of the socket's group connects: {}", said(&hello));
+    assert!(!said(&hello).contains(s), "describe does not show nobody root's session: {}", said(&hello));
+    let jobs = as_nobody(&h, Some(s), &["jobs"]);
+    let seen = said(&jobs);
+    assert!(!seen.to_lowercase().contains("permission denied"), "the group connects: {seen}");
     assert!(!seen.contains("secret-marker"), "nobody saw root's job: {seen}");
-    let kill = as_nobody(&["kill", "1"]);
+    let kill = as_nobody(&h, Some(s), &["kill", "1"]);
     assert!(!kill.status.success(), "nobody killed root's job: {kill:?}");
     let mine = c.call("jobs", json!({"session": s})).unwrap();
     assert_eq!(mine["jobs"].as_array().unwrap().len(), 1, "{mine}");
