@@ -97,9 +97,9 @@ fn a_killed_supervisor_is_restarted_and_nothing_is_run_again() {
     let first = c.call("run", run.clone()).unwrap();
     assert!(eventually(Duration::from_secs(10), || std::fs::read_to_string(&file).is_ok_and(|s| s == "x\n")));
     let sleeping = eventually(Duration::from_secs(10), || {
-        cgroup_pids(&h.cgroup_root)
-            .iter()
-            .any(|p| std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with("sleep\01000")))
+        cgroup_pids(&h.cgroup_root).iter().any(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with("sleep\x001000"))
+        })
     });
     assert!(sleeping, "the job's sleep runs in heddle's cgroup tree");
     let job_pids = cgroup_pids(&h.cgroup_root);
