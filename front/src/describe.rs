@@ -1,7 +1,8 @@
 //! `describe {session?}`: what this heddle is — version, the front's pid and uid, the supervisor's facts
 //! (asked over the control socket, 10 s bound; `null` with a note when it does not answer), the socket
 //! and state directory, and the sessions this client may see (with `session`: only that one, and the
-//! result carries that session's announcements).
+//! result carries that session's announcements, and its live jobs' liveness is probed). Per session it
+//! adds the job environment, live jobs and a summary of changes ([`crate::describe_session`]).
 //!
 //! ```text
 //! → {"jsonrpc":"2.0","id":7,"method":"describe"}
@@ -10,6 +11,7 @@
 //!    "state_dir":"/var/lib/heddle","sessions":[…],"note":null}}
 //! ```
 
+use crate::describe_session as ds;
 use crate::kernel::{Client, Kernel};
 use crate::results::{join_notes, DescribeResult, FrontInfo, SessionFacts, SessionLimitsInfo};
 use crate::rpc::{self, RpcError};
@@ -18,6 +20,9 @@ use crate::supervisor_link::error_chain;
 use serde::Deserialize;
 use serde_json::Value;
 use std::time::Instant;
+
+/// At most this many live jobs are probed for one `describe {session}`.
+const MAX_PROBED: usize = 16;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -36,6 +41,15 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Describ
         Ok(facts) => (Some(facts), None),
         Err(e) => (None, Some(format!("the supervisor did not describe itself: {}", error_chain(&e)))),
     };
+    // Probing asks the worker (up to 500 ms per job): only for the one session named.
+    let probes: Vec<_> = match &p.session {
+        Some(_) => ds::live_job_ids(&sessions[0])
+            .into_iter()
+            .take(MAX_PROBED)
+            .map(|id| (id, crate::job_probe::probe(k, &sessions[0], id)))
+            .collect(),
+        None => Vec::new(),
+    };
     let announcements = p.session.as_ref().map(|_| sessions[0].lock().take_announcements(Instant::now()));
     Ok(DescribeResult {
         version: env!("CARGO_PKG_VERSION"),
@@ -47,6 +61,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Describ
             .iter()
             .map(|s| {
                 let mut f = facts(s);
+                f.live_jobs = ds::live_jobs(s, &probes);
                 f.limits = k.link.session_usage(s.name()).ok().map(SessionLimitsInfo::from);
                 f
             })
@@ -77,6 +92,12 @@ fn facts(s: &Session) -> SessionFacts {
         jobs_cpu_ms: st.jobs.values().map(|j| j.cpu_ms()).sum(),
         sandbox: st.sandbox.clone(),
         persistent: s.spec().persistent,
+        env: {
+            drop(st);
+            ds::env_facts(s)
+        },
+        live_jobs: Vec::new(),
+        changes: ds::changes(s),
     }
 }
 

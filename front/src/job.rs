@@ -449,6 +449,16 @@ impl Job {
         self.state.ended() && (!self.reported || self.shell.conflict_unannounced)
     }
 
+    /// The command as submitted.
+    pub fn cmd(&self) -> &str {
+        &self.cmd
+    }
+
+    /// The shell-state changes this job made (`+export FOO`, `cd /x`, …).
+    pub fn state_changes(&self) -> &[String] {
+        &self.shell.changes
+    }
+
     pub fn summary(&self, now: Instant) -> JobSummary {
         let [stdout_bytes, stderr_bytes] = self.counts();
         let started_ns = self.started.map_or(self.submitted_unix_ns, |s| s.1);

@@ -27,6 +27,7 @@
 pub mod binary;
 pub mod db;
 pub mod describe;
+pub mod describe_session;
 pub mod inherit;
 pub mod job;
 pub mod job_keep;

@@ -310,6 +310,12 @@ pub struct SessionFacts {
     pub sandbox: Option<shm_proto::msg::SandboxInfo>,
     /// A named persistent session (one long-lived bash, one command at a time).
     pub persistent: bool,
+    /// The environment its jobs start with (allowlist, forced values, PATH).
+    pub env: crate::describe_session::EnvFacts,
+    /// Its running jobs; with liveness probed when `describe` names the session.
+    pub live_jobs: Vec<crate::describe_session::LiveJob>,
+    /// What changed in it since it began.
+    pub changes: crate::describe_session::SessionChanges,
 }
 
 /// A session's limits and accounting (on hybrid hosts, from the v1 memory and pids hierarchies).

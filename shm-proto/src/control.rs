@@ -188,3 +188,7 @@ pub fn recv<T: serde::de::DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<(T, 
     let msg = crate::frame::decode(&buf[..n]).map_err(ControlError::Frame)?;
     Ok((msg, fds))
 }
+
+/// The `PATH` the supervisor gives every worker (fixed by the contract); jobs inherit it unless the
+/// session's env or policy sets another.
+pub const WORKER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

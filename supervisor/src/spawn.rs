@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The worker's `PATH`, fixed by the contract.
-pub const WORKER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub const WORKER_PATH: &str = shm_proto::control::WORKER_PATH;
 
 /// Errors spawning a child.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,44 @@
+//! `describe {session}` end to end: the version, the shell, the job environment (allowlist, PATH), live
+//! jobs with liveness, and what changed in the session since it began.
+
+use heddle_tests::Heddle;
+use serde_json::json;
+
+#[test]
+fn describe_tells_env_live_jobs_and_changes() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    c.call("run", json!({"session": s, "cmd": "true", "yield_ms": 10000})).unwrap();
+    let r = c.call("run", json!({"session": s, "cmd": "export DESCRIBED=1", "yield_ms": 10000})).unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let sleeping = c.call("run", json!({"session": s, "cmd": "sleep 30", "yield_ms": 100})).unwrap();
+    let d = c.call("describe", json!({"session": s})).unwrap();
+    assert_eq!(d["version"], env!("CARGO_PKG_VERSION"), "{d}");
+    let f = &d["sessions"][0];
+    assert!(f["shell"]["path"].as_str().is_some_and(|p| p.ends_with("bash")), "{f}");
+    let env = &f["env"];
+    let path = env["path"].as_str().unwrap_or_default();
+    assert!(path.split(':').any(|p| p == "/usr/bin"), "{env}");
+    assert!(env["allow"].as_array().unwrap().iter().any(|n| n == "PATH"), "{env}");
+    assert!(env["set"]["TERM"].is_string(), "{env}");
+    let live = f["live_jobs"].as_array().unwrap();
+    assert_eq!(live.len(), 1, "{f}");
+    assert_eq!((&live[0]["job"], live[0]["cmd"].as_str()), (&sleeping["job"], Some("sleep 30")), "{f}");
+    assert!(live[0]["liveness"]["running_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{f}");
+    assert!(live[0]["liveness"]["pid"].as_u64().is_some(), "probed liveness: {f}");
+    let changes = &f["changes"];
+    assert_eq!(changes["jobs_run"], 3, "{changes}");
+    assert_eq!(
+        (changes["jobs_by_state"]["exited"].as_u64(), changes["jobs_by_state"]["running"].as_u64()),
+        (Some(2), Some(1)),
+        "{changes}"
+    );
+    assert!(changes["state_changes"].as_u64() >= Some(1), "{changes}");
+    let last = changes["last_state_changes"].as_array().unwrap();
+    assert!(
+        last.iter().any(|c| c["job"] == r["job"] && c["change"].as_str().unwrap_or_default().contains("DESCRIBED")),
+        "{changes}"
+    );
+    c.call("kill", json!({"session": s, "job": sleeping["job"]})).unwrap();
+}
