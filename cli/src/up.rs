@@ -97,9 +97,12 @@ pub fn run_up(args: &UpArgs) -> Result<i32> {
 }
 
 /// Start the supervisor, wait for it, and start it again while it dies unasked; returns the exit code
-/// of the last one.
+/// of the last one. A first start that fails on its flags (2) or its setup (3) is not retried: the
+/// operator must fix it. A restart that fails so is retried (e.g. the dead supervisor's front still
+/// holds the socket for a moment).
 fn supervise(sup: &Path, args: &UpArgs, current: &AtomicI32, stopping: &AtomicBool) -> Result<i32> {
     let mut backoff = RESTART_MIN;
+    let mut first = true;
     loop {
         let mut child = Command::new(sup)
             .args(args.supervisor_args())
@@ -117,6 +120,11 @@ fn supervise(sup: &Path, args: &UpArgs, current: &AtomicI32, stopping: &AtomicBo
         if stopping.load(Ordering::SeqCst) || status.success() {
             return Ok(code);
         }
+        if first && matches!(status.code(), Some(2 | EXIT_START_FAILED)) {
+            // Bad flags or a start that cannot succeed (not root, socket in use): retrying will not help.
+            return Ok(code);
+        }
+        first = false;
         if started.elapsed() >= RESTART_RESET {
             backoff = RESTART_MIN;
         }
@@ -134,6 +142,8 @@ fn supervise(sup: &Path, args: &UpArgs, current: &AtomicI32, stopping: &AtomicBo
     }
 }
 
+/// `supervisor::EXIT_START_FAILED`: the supervisor could not start.
+const EXIT_START_FAILED: i32 = 3;
 const RESTART_MIN: Duration = Duration::from_millis(100);
 const RESTART_MAX: Duration = Duration::from_secs(5);
 const RESTART_RESET: Duration = Duration::from_secs(60);

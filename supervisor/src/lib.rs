@@ -48,6 +48,10 @@ pub enum Error {
     Loop(#[from] event_loop::LoopError),
 }
 
+/// The exit status of a supervisor that could not start (bad flags exit 2, from clap): `heddle up` does
+/// not retry a first start that fails so; it reports it and exits.
+pub const EXIT_START_FAILED: i32 = 3;
+
 /// Start and serve until SIGINT or SIGTERM, then shut down in order.
 pub fn run(args: cli::Args) -> Result<(), Error> {
     startup::start(&args)?.run()?;

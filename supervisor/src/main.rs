@@ -3,9 +3,10 @@ use clap::Parser;
 
 fn main() {
     let args = supervisor::cli::Args::parse();
-    if let Err(e) = supervisor::run(args).map_err(anyhow::Error::from) {
+    if let Err(e) = supervisor::run(args) {
+        let code = if matches!(e, supervisor::Error::Start(_)) { supervisor::EXIT_START_FAILED } else { 1 };
         // One line, with every cause: "the supervisor could not start: cannot open …: No such file …".
-        eprintln!("heddle-supervisor: {e:#}");
-        std::process::exit(1);
+        eprintln!("heddle-supervisor: {:#}", anyhow::Error::from(e));
+        std::process::exit(code);
     }
 }

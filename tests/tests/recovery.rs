@@ -124,3 +124,25 @@ fn a_killed_supervisor_is_restarted_and_nothing_is_run_again() {
     let looked = c.call("receipt", json!({"idempotency_key": "sk", "session": "sup"})).unwrap();
     assert_eq!(looked["receipt"]["id"], first["receipt"]["id"], "{looked}");
 }
+
+#[test]
+fn a_supervisor_that_cannot_start_is_reported_not_restarted() {
+    heddle_tests::require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
+        .args(["up", "--socket-group", "no-such-group-heddle-test", "--socket"])
+        .arg(dir.path().join("run/heddle.sock"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--cgroup-root")
+        .arg(heddle_tests::cgroup2_mount().join(format!("heddle-e2e-{}-nostart", std::process::id())))
+        .env_remove("HEDDLE_SOCKET")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(said.contains("no group named"), "{said}");
+    assert!(!said.contains("starting it again"), "{said}");
+    assert!(started.elapsed() < Duration::from_secs(10), "no restart loop");
+}
