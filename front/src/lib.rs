@@ -46,6 +46,7 @@ pub mod receipts;
 pub mod records;
 pub mod recovery;
 pub mod rendered;
+pub mod retention;
 pub mod results;
 pub mod rpc;
 pub mod sandbox;

@@ -48,6 +48,8 @@ pub enum StoreError {
     Io(#[source] std::io::Error),
     #[error("the output file is corrupt at byte {0}")]
     Corrupt(u64),
+    #[error("bytes 0–{removed} of this stream were removed by retention ({why}); the oldest byte still stored is at offset {removed}")]
+    Removed { removed: u64, why: String },
 }
 
 /// A sparse index entry: the record at `file_off` starts at `stream_off` of its stream.
@@ -73,12 +75,16 @@ pub struct OutputStore {
     /// Per stream: bytes and records (of any stream) since its last index entry.
     since: [(u64, u64); 2],
     error: Option<String>,
+    /// Retention: file bytes punched out (a record boundary) and stream bytes removed per stream.
+    removed_file: u64,
+    removed: [u64; 2],
+    removed_why: String,
 }
 
 impl OutputStore {
     /// Create (truncate) the job's file. A failure is kept and reported; the store then records nothing.
     pub fn create(path: PathBuf) -> OutputStore {
-        let opened = OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(&path);
+        let opened = OpenOptions::new().create(true).read(true).write(true).truncate(true).mode(0o600).open(&path);
         let (file, error) = match opened {
             Ok(f) => (Some(f), None),
             Err(e) => (None, Some(format!("the output file {} could not be created ({e})", path.display()))),
@@ -93,6 +99,9 @@ impl OutputStore {
             index: [Vec::new(), Vec::new()],
             since: [(u64::MAX / 2, u64::MAX / 2); 2],
             error,
+            removed_file: 0,
+            removed: [0, 0],
+            removed_why: String::new(),
         }
     }
 
@@ -187,8 +196,10 @@ impl OutputStore {
         let s = stream_index(stream);
         let idx = &self.index[s];
         let at = idx.partition_point(|e| e.stream_off <= offset);
-        let start = if at == 0 { IndexEntry { stream_off: 0, file_off: 0 } } else { idx[at - 1] };
+        let floor = IndexEntry { stream_off: self.removed[s], file_off: self.removed_file };
+        let start = if at == 0 || idx[at - 1].file_off < floor.file_off { floor } else { idx[at - 1] };
         ReadPlan {
+            removed: (self.removed[s] > 0).then(|| (self.removed[s], self.removed_why.clone())),
             path: self.path.clone(),
             stream: s as u8 + 1,
             offset,
@@ -208,11 +219,16 @@ pub struct ReadPlan {
     start: IndexEntry,
     durable: u64,
     stored: u64,
+    removed: Option<(u64, String)>,
 }
 
 impl ReadPlan {
-    /// Read up to `len` bytes of the stream from the planned offset.
+    /// Read up to `len` bytes of the stream from the planned offset; an offset retention removed is
+    /// [`StoreError::Removed`].
     pub fn read(&self, len: usize) -> Result<Vec<u8>, StoreError> {
+        if let Some((removed, why)) = self.removed.as_ref().filter(|(r, _)| self.offset < *r) {
+            return Err(StoreError::Removed { removed: *removed, why: why.clone() });
+        }
         let end = self.stored.min(self.offset.saturating_add(len as u64));
         if self.offset >= end {
             return Ok(Vec::new());
@@ -246,6 +262,61 @@ impl ReadPlan {
         }
         Ok(out)
     }
+}
+
+impl OutputStore {
+    /// Bytes of the file not removed by retention (buffered ones included).
+    pub fn kept_len(&self) -> u64 {
+        (self.durable + self.buf.len() as u64).saturating_sub(self.removed_file)
+    }
+
+    /// Bytes removed from the start of each stream by retention.
+    pub fn removed(&self) -> [u64; 2] {
+        self.removed
+    }
+
+    /// Retention: remove the oldest whole records (flushing first) until at most `keep` bytes of the
+    /// file remain, punching them out of the file (`FALLOC_FL_PUNCH_HOLE`: offsets stay valid, the
+    /// disk space is freed). `why` is said to every read of a removed offset. Returns true when
+    /// something was removed.
+    pub fn remove_oldest(&mut self, keep: u64, why: &str) -> bool {
+        if self.kept_len() <= keep {
+            return false;
+        }
+        self.flush();
+        let Some(file) = &self.file else { return false };
+        let (mut off, mut removed) = (self.removed_file, self.removed);
+        let mut h = [0u8; RECORD_HEADER];
+        while self.durable - off > keep {
+            if file.read_exact_at(&mut h, off).is_err() {
+                break;
+            }
+            let len = u64::from(u32::from_le_bytes([h[4], h[5], h[6], h[7]]));
+            if !(1..=2).contains(&h[0]) || off + RECORD_HEADER as u64 + len > self.durable {
+                break;
+            }
+            removed[usize::from(h[0] - 1)] += len;
+            off += RECORD_HEADER as u64 + len;
+        }
+        if off == self.removed_file {
+            return false;
+        }
+        punch(file, self.removed_file, off);
+        self.removed_file = off;
+        self.removed = removed;
+        self.removed_why = why.to_owned();
+        for index in &mut self.index {
+            index.retain(|e| e.file_off >= off);
+        }
+        true
+    }
+}
+
+/// Free file bytes `from..to` (keeping the size); a file system without hole punching keeps them.
+pub(crate) fn punch(file: &File, from: u64, to: u64) {
+    use nix::fcntl::{fallocate, FallocateFlags};
+    let mode = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    let _ = fallocate(file, mode, from as i64, (to - from) as i64);
 }
 
 fn open_for_read(path: &Path) -> Result<File, StoreError> {
