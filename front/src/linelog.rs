@@ -286,6 +286,26 @@ mod tests {
         assert_eq!(n, 1);
     }
 
+    #[test]
+    fn retention_removes_the_oldest_runs_and_counts_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LineLog::create(dir.path().join("l"));
+        for i in 1..=1000u64 {
+            log.append(&Run { stream: 0, first: i, count: 1, text: format!("line {i:04}") });
+        }
+        let rec = HEADER as u64 + 9;
+        assert!(log.remove_oldest(100 * rec));
+        assert_eq!(log.removed(), (900, 900 * 10), "lines 1–900 and their rendered bytes");
+        let mut got = Vec::new();
+        log.plan(1)
+            .scan(|r| {
+                got.push(r.first);
+                true
+            })
+            .unwrap();
+        assert_eq!(got, (901..=1000).collect::<Vec<_>>(), "a scan from a removed line starts at the first kept");
+    }
+
     proptest! {
         #[test]
         fn garbage_files_are_errors_not_panics(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {

@@ -408,7 +408,79 @@ mod tests {
         assert_eq!(s.plan(Stream::Stdout, 0).read(1).unwrap(), b"");
     }
 
+    #[test]
+    fn retention_removes_the_oldest_records_and_reads_say_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = OutputStore::create(dir.path().join("r.log"));
+        for i in 0..100u8 {
+            s.append(Stream::Stdout, &[i; 100], 0);
+            s.append(Stream::Stderr, &[i; 10], 0);
+        }
+        assert!(s.remove_oldest(10 * (2 * RECORD_HEADER as u64 + 110), "max test"));
+        assert_eq!(s.removed(), [9000, 900], "90 of 100 record pairs go, whole records only");
+        assert!(s.kept_len() <= 10 * (2 * RECORD_HEADER as u64 + 110));
+        match s.plan(Stream::Stdout, 8999).read(10) {
+            Err(StoreError::Removed { removed: 9000, why }) => assert_eq!(why, "max test"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.plan(Stream::Stdout, 9000).read(1000).unwrap(), (90..100u8).flat_map(|i| [i; 100]).collect::<Vec<_>>());
+        assert_eq!(s.plan(Stream::Stderr, 995).read(10).unwrap(), [[99u8; 5]].concat());
+        assert!(!s.remove_oldest(1 << 20, "x"), "nothing to remove under the cap");
+        s.append(Stream::Stdout, b"tail", 0);
+        s.flush();
+        assert_eq!(s.plan(Stream::Stdout, 10_000).read(4).unwrap(), b"tail");
+    }
+
+    #[test]
+    fn punched_bytes_free_the_disk_and_keep_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.log");
+        let mut s = OutputStore::create(path.clone());
+        for _ in 0..64 {
+            s.append(Stream::Stdout, &[7u8; 65536], 0);
+        }
+        s.remove_oldest(65536 + RECORD_HEADER as u64, "cap");
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), 64 * (65536 + RECORD_HEADER as u64), "the file keeps its size");
+        use std::os::unix::fs::MetadataExt;
+        assert!(meta.blocks() * 512 < 4 << 20, "the removed bytes no longer take disk space");
+        assert_eq!(s.plan(Stream::Stdout, 63 * 65536).read(65536).unwrap(), vec![7u8; 65536]);
+    }
+
     proptest! {
+        #[test]
+        fn reads_after_retention_match_the_reference_or_say_removed(
+            chunks in proptest::collection::vec((any::<bool>(), 1usize..3000), 1..200),
+            keep in 0u64..200_000,
+            reads in proptest::collection::vec((any::<bool>(), 0u64..400_000, 0usize..100_000), 1..20),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = OutputStore::create(dir.path().join("p.log"));
+            let chunks: Vec<(Stream, Vec<u8>)> = chunks.into_iter().enumerate().map(|(i, (err, len))| {
+                (if err { Stream::Stderr } else { Stream::Stdout }, (0..len).map(|j| (i * 7 + j) as u8).collect())
+            }).collect();
+            for (st, d) in &chunks {
+                s.append(*st, d, 0);
+            }
+            s.remove_oldest(keep, "cap");
+            s.flush();
+            prop_assert!(s.kept_len() <= keep);
+            for (err, off, len) in reads {
+                let st = if err { Stream::Stderr } else { Stream::Stdout };
+                let all = reference(&chunks, st);
+                let removed = s.removed()[stream_index(st)];
+                match s.plan(st, off).read(len) {
+                    Err(StoreError::Removed { removed: r, .. }) => prop_assert!(off < r && r == removed),
+                    Ok(got) => {
+                        prop_assert!(off >= removed);
+                        let want = &all[(off as usize).min(all.len())..((off as usize).saturating_add(len)).min(all.len())];
+                        prop_assert_eq!(got, want);
+                    }
+                    Err(e) => prop_assert!(false, "{e}"),
+                }
+            }
+        }
+
         #[test]
         fn random_reads_match_the_reference(
             chunks in proptest::collection::vec((any::<bool>(), 0usize..3000), 1..400),
