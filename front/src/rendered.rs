@@ -261,7 +261,8 @@ impl RenderedOutput {
     fn place(&mut self, p: Placed) {
         self.log.append(&p.run);
         let len = p.display().len() + 1;
-        if self.tail.is_empty() && self.head_bytes + len <= HEAD_KEEP {
+        // Once retention removed lines, the head is what is left of the first runs: it only shrinks.
+        if self.tail.is_empty() && self.head_bytes + len <= HEAD_KEEP && self.log.removed().0 == 0 {
             self.head_bytes += len;
             self.head.push(p);
             return;
