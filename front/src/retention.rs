@@ -110,9 +110,71 @@ pub fn enforce(st: &mut SessionState, r: Retention, now: Instant) {
 
 fn human_secs(d: Duration) -> String {
     let s = d.as_secs();
-    match s {
-        s if s >= 86_400 && s % 86_400 == 0 => format!("{} days", s / 86_400),
-        s if s >= 3600 && s % 3600 == 0 => format!("{} hours", s / 3600),
-        s => format!("{s} seconds"),
+    let (n, unit) = match s {
+        s if s >= 86_400 && s % 86_400 == 0 => (s / 86_400, "day"),
+        s if s >= 3600 && s % 3600 == 0 => (s / 3600, "hour"),
+        s => (s, "second"),
+    };
+    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shm_proto::msg::Stream;
+
+    fn session_with(outputs: &[usize], dir: &std::path::Path, now: Instant) -> SessionState {
+        let mut st = SessionState::default();
+        for (i, n) in outputs.iter().enumerate() {
+            let id = st.add_job(format!("job {i}"), dir);
+            let job = st.jobs.get_mut(&id).unwrap();
+            let text: String = (0..*n).map(|l| format!("{i} line {l}\n")).collect();
+            job.on_output(Stream::Stdout, text.as_bytes(), now, 0);
+            job.on_exited(Some(0), None, 0, false, now);
+            job.on_streams_closed();
+        }
+        st
+    }
+
+    #[test]
+    fn the_session_cap_removes_the_oldest_ended_jobs_first_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let mut st = session_with(&[1000, 1000, 1000], dir.path(), now);
+        let per_job = st.jobs[&1].kept_bytes();
+        let r = Retention { session_bytes: 2 * per_job + 10, ..Retention::default() };
+        enforce(&mut st, r, now);
+        assert_eq!(st.jobs[&1].kept_bytes(), 0, "the oldest ended job goes");
+        assert_eq!((st.jobs[&2].kept_bytes(), st.jobs[&3].kept_bytes()), (per_job, per_job));
+        let (raw, lines) = st.jobs[&1].removed();
+        assert_eq!((raw, lines), ([st.jobs[&1].counts()[0], 0], 1000), "every byte and line is counted");
+        let line = st.jobs[&1].retention_line().unwrap();
+        assert!(line.contains("of stdout (lines 1–1000) removed by retention (max"), "{line}");
+        assert!(line.contains("per session; oldest ended jobs first"), "{line}");
+        assert!(st.jobs[&2].retention_line().is_none());
+    }
+
+    #[test]
+    fn ended_jobs_output_older_than_the_age_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let then = Instant::now();
+        let mut st = session_with(&[10], dir.path(), then);
+        let r = Retention { max_age: Duration::from_secs(3600), ..Retention::default() };
+        enforce(&mut st, r, then + Duration::from_secs(60));
+        assert!(st.jobs[&1].retention_line().is_none(), "young output stays");
+        enforce(&mut st, r, then + Duration::from_secs(3600));
+        let line = st.jobs[&1].retention_line().unwrap();
+        assert!(line.ends_with("removed by retention (output of ended jobs is kept 1 hour) …]\n"), "{line}");
+        let view = st.jobs.get_mut(&1).unwrap().result("s", then, Vec::new(), false, 40_000).view;
+        assert!(view.starts_with(&line), "the view starts with the retention line: {view}");
+    }
+
+    #[test]
+    fn markers_name_both_streams_and_exact_bytes() {
+        assert_eq!(marker([0, 0], 0, "x"), None);
+        assert_eq!(
+            marker([10, 2048], 3, "x").unwrap(),
+            "[… heddle: first 10 bytes of stdout and 2.0 KiB (2048 bytes) of stderr (lines 1–3) removed by retention (x) …]\n"
+        );
     }
 }
