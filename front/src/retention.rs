@@ -79,8 +79,12 @@ pub fn exact_bytes(n: u64) -> String {
 
 /// The note of a line view that asks for lines retention removed.
 pub fn lines_note(removed_lines: u64, from: u64, why: &str) -> Option<String> {
-    (removed_lines > 0 && from <= removed_lines)
-        .then(|| format!("lines 1–{removed_lines} were removed by retention ({why}); the first line kept is {}", removed_lines + 1))
+    (removed_lines > 0 && from <= removed_lines).then(|| {
+        format!(
+            "lines 1–{removed_lines} were removed by retention ({why}); the first line kept is {}",
+            removed_lines + 1
+        )
+    })
 }
 
 /// Apply the session limit and the age limit to a session's ended jobs (oldest first).

@@ -423,7 +423,10 @@ mod tests {
             Err(StoreError::Removed { removed: 9000, why }) => assert_eq!(why, "max test"),
             other => panic!("{other:?}"),
         }
-        assert_eq!(s.plan(Stream::Stdout, 9000).read(1000).unwrap(), (90..100u8).flat_map(|i| [i; 100]).collect::<Vec<_>>());
+        assert_eq!(
+            s.plan(Stream::Stdout, 9000).read(1000).unwrap(),
+            (90..100u8).flat_map(|i| [i; 100]).collect::<Vec<_>>()
+        );
         assert_eq!(s.plan(Stream::Stderr, 995).read(10).unwrap(), [[99u8; 5]].concat());
         assert!(!s.remove_oldest(1 << 20, "x"), "nothing to remove under the cap");
         s.append(Stream::Stdout, b"tail", 0);

@@ -43,8 +43,8 @@ fn a_job_over_its_cap_loses_its_oldest_bytes_and_every_view_says_so() {
     assert!(view.ends_with("line 0200000\n"), "the view's tail is the output's last line: {view}");
 
     // A raw read of a removed offset is an error naming what was removed and why.
-    let e = output(&mut c, &s, &job, json!({"raw": {"offset": removed - 1, "len": 10, "unredacted": true}}))
-        .unwrap_err();
+    let e =
+        output(&mut c, &s, &job, json!({"raw": {"offset": removed - 1, "len": 10, "unredacted": true}})).unwrap_err();
     assert!(e.contains(&format!("bytes 0–{} of job {job}'s stdout", removed - 1)), "{e}");
     assert!(e.contains("removed by retention (max 256.0 KiB per job)"), "{e}");
     assert!(e.contains(&format!("offsets from {removed} on are still stored")), "{e}");
