@@ -65,6 +65,10 @@ pub struct Job {
     files: Vec<crate::sandbox::FileResult>,
     /// Preflight warnings given at launch.
     pub warnings: Vec<String>,
+    /// The per-job output cap in bytes (see [`crate::retention`]).
+    pub cap: u64,
+    /// Why output was removed last (said in every view).
+    pub removed_why: Option<String>,
 }
 
 impl Job {
@@ -96,6 +100,8 @@ impl Job {
             oom_killed: false,
             files: Vec::new(),
             warnings: Vec::new(),
+            cap: crate::retention::config().job_bytes,
+            removed_why: None,
         }
     }
 
@@ -232,6 +238,10 @@ impl Job {
         self.rendered.push(s, data);
         self.store.append(stream, data, unix_ns);
         self.last_output = Some(now);
+        if self.store.kept_len() > self.cap || self.rendered.kept_len() > self.cap {
+            let why = format!("max {} per job", crate::binary::human_bytes(self.cap));
+            self.remove_output(self.cap, &why);
+        }
     }
 
     pub fn on_exited(&mut self, code: Option<i32>, signal: Option<i32>, at_unix_ns: u64, killed: bool, now: Instant) {
@@ -373,6 +383,37 @@ impl Job {
             .collect();
     }
 
+    /// Retention: remove the oldest output until at most `keep` bytes of the raw log and of the line
+    /// log remain; `why` is said in every view. Returns true when something was removed.
+    pub fn remove_output(&mut self, keep: u64, why: &str) -> bool {
+        let raw = self.store.remove_oldest(keep, why);
+        let lines = self.rendered.remove_oldest(keep);
+        if raw || lines {
+            self.removed_why = Some(why.to_owned());
+        }
+        raw || lines
+    }
+
+    /// Bytes of output kept on disk (raw log and line log).
+    pub fn kept_bytes(&self) -> u64 {
+        self.store.kept_len() + self.rendered.kept_len()
+    }
+
+    /// When the job ended, by our clock.
+    pub fn ended_at(&self) -> Option<Instant> {
+        self.ended.map(|(at, _)| at)
+    }
+
+    /// Raw bytes removed by retention per stream `[stdout, stderr]`, and lines removed (`1..=n`).
+    pub fn removed(&self) -> ([u64; 2], u64) {
+        (self.store.removed(), self.rendered.removed().0)
+    }
+
+    /// The view's first line when retention removed output.
+    pub fn retention_line(&self) -> Option<String> {
+        crate::retention::marker(self.store.removed(), self.rendered.removed().0, self.removed_why.as_deref()?)
+    }
+
     /// The store's error, when storing stopped.
     pub fn store_error(&self) -> Option<&str> {
         self.store.error()
@@ -393,7 +434,10 @@ impl Job {
             self.reported = true;
             self.shell.conflict_unannounced = false;
         }
-        let rendered = view::render(&self.rendered, budget, session, self.id);
+        let mut rendered = view::render(&self.rendered, budget, session, self.id);
+        if let Some(line) = self.retention_line() {
+            rendered.text.insert_str(0, &line);
+        }
         let [stdout_bytes, stderr_bytes] = self.counts();
         let liveness = self.liveness(now, None);
         let errors = [self.store.error(), self.rendered.error()];

@@ -48,6 +48,7 @@ pub mod records;
 pub mod recovery;
 pub mod rendered;
 pub mod results;
+pub mod retention;
 pub mod rpc;
 pub mod sandbox;
 pub mod screen;

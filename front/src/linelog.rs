@@ -62,17 +62,32 @@ pub struct LineLog {
     index: Vec<(u64, u64)>,
     records: u64,
     error: Option<String>,
+    /// Retention: file bytes punched out, the last line removed and the rendered bytes removed.
+    removed_file: u64,
+    removed_lines: u64,
+    removed_bytes: u64,
 }
 
 impl LineLog {
     /// Create (truncate) the file; a failure is kept and reported.
     pub fn create(path: PathBuf) -> LineLog {
-        let opened = OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(&path);
+        let opened = OpenOptions::new().create(true).read(true).write(true).truncate(true).mode(0o600).open(&path);
         let (file, error) = match opened {
             Ok(f) => (Some(f), None),
             Err(e) => (None, Some(format!("the line log {} could not be created ({e})", path.display()))),
         };
-        LineLog { path, file, buf: Vec::new(), durable: 0, index: Vec::new(), records: 0, error }
+        LineLog {
+            path,
+            file,
+            buf: Vec::new(),
+            durable: 0,
+            index: Vec::new(),
+            records: 0,
+            error,
+            removed_file: 0,
+            removed_lines: 0,
+            removed_bytes: 0,
+        }
     }
 
     /// Append one run.
@@ -132,13 +147,55 @@ impl LineLog {
     /// A read starting at a record that holds or precedes line `from` (flush first).
     pub fn plan(&self, from: u64) -> LinePlan {
         let at = self.index.partition_point(|(first, _)| *first <= from);
-        let start = if at == 0 { 0 } else { self.index[at - 1].1 };
+        let start = if at == 0 { 0 } else { self.index[at - 1].1 }.max(self.removed_file);
         LinePlan { path: self.path.clone(), start, durable: self.durable }
     }
 
     /// Index entries (first line of each), newest last: lets a tail start near the end.
     pub fn index_lines(&self) -> Vec<u64> {
         self.index.iter().map(|(l, _)| *l).collect()
+    }
+}
+
+impl LineLog {
+    /// Bytes of the file not removed by retention (buffered ones included).
+    pub fn kept_len(&self) -> u64 {
+        (self.durable + self.buf.len() as u64).saturating_sub(self.removed_file)
+    }
+
+    /// Lines removed from the start by retention (lines `1..=n`) and their rendered bytes.
+    pub fn removed(&self) -> (u64, u64) {
+        (self.removed_lines, self.removed_bytes)
+    }
+
+    /// Retention: remove the oldest whole runs (flushing first) until at most `keep` bytes of the file
+    /// remain. Returns true when something was removed.
+    pub fn remove_oldest(&mut self, keep: u64) -> bool {
+        if self.kept_len() <= keep {
+            return false;
+        }
+        self.flush();
+        let Some(file) = &self.file else { return false };
+        let (mut off, mut lines, mut bytes) = (self.removed_file, self.removed_lines, self.removed_bytes);
+        let mut h = [0u8; HEADER];
+        while self.durable - off > keep && file.read_exact_at(&mut h, off).is_ok() {
+            let count = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+            let first = u64::from_le_bytes(h[8..16].try_into().unwrap_or([0; 8]));
+            let len = u64::from(u32::from_le_bytes([h[16], h[17], h[18], h[19]]));
+            if !(1..=2).contains(&h[0]) || count == 0 || off + HEADER as u64 + len > self.durable {
+                break;
+            }
+            lines = first + u64::from(count) - 1;
+            bytes += (len + 1) * u64::from(count);
+            off += HEADER as u64 + len;
+        }
+        if off == self.removed_file {
+            return false;
+        }
+        crate::store::punch(file, self.removed_file, off);
+        (self.removed_file, self.removed_lines, self.removed_bytes) = (off, lines, bytes);
+        self.index.retain(|(_, o)| *o >= off);
+        true
     }
 }
 
@@ -227,6 +284,26 @@ mod tests {
             })
             .unwrap();
         assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn retention_removes_the_oldest_runs_and_counts_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LineLog::create(dir.path().join("l"));
+        for i in 1..=1000u64 {
+            log.append(&Run { stream: 0, first: i, count: 1, text: format!("line {i:04}") });
+        }
+        let rec = HEADER as u64 + 9;
+        assert!(log.remove_oldest(100 * rec));
+        assert_eq!(log.removed(), (900, 900 * 10), "lines 1–900 and their rendered bytes");
+        let mut got = Vec::new();
+        log.plan(1)
+            .scan(|r| {
+                got.push(r.first);
+                true
+            })
+            .unwrap();
+        assert_eq!(got, (901..=1000).collect::<Vec<_>>(), "a scan from a removed line starts at the first kept");
     }
 
     proptest! {

@@ -24,6 +24,15 @@ struct Args {
     /// The client socket's path, reported by `describe`.
     #[arg(long)]
     socket: String,
+    /// Output retention: bytes kept per job (raw log and line log each); the oldest go first.
+    #[arg(long, env = "HEDDLE_RETAIN_JOB_BYTES", default_value_t = 4 << 30)]
+    retain_job_bytes: u64,
+    /// Output retention: bytes kept per session; ended jobs' output goes first, oldest job first.
+    #[arg(long, env = "HEDDLE_RETAIN_SESSION_BYTES", default_value_t = 16 << 30)]
+    retain_session_bytes: u64,
+    /// Output retention: seconds an ended job's output is kept.
+    #[arg(long, env = "HEDDLE_RETAIN_AGE_SECS", default_value_t = 7 * 24 * 3600)]
+    retain_age_secs: u64,
 }
 
 fn main() {
@@ -42,6 +51,11 @@ fn run(args: Args) -> anyhow::Result<i32> {
     check_socket(&control, SockType::SeqPacket, false, "SOCK_SEQPACKET control")?;
     let listen = adopt(args.listen_fd).context("taking the listening socket")?;
     check_socket(&listen, SockType::Stream, true, "listening Unix stream")?;
+    front::retention::set(front::retention::Retention {
+        job_bytes: args.retain_job_bytes,
+        session_bytes: args.retain_session_bytes,
+        max_age: std::time::Duration::from_secs(args.retain_age_secs),
+    });
     let cfg = front::kernel::KernelConfig { state_dir: args.state_dir, socket: args.socket };
     Ok(front::service::serve(cfg, control, listen.into())?)
 }

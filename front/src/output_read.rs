@@ -22,6 +22,7 @@ use crate::kernel::{unknown_job, Client, Kernel};
 use crate::output_views::{self as views, GrepParams, Source, StreamSel};
 use crate::results::{join_notes, OutputResult, OutputViewResult};
 use crate::rpc::{self, RpcError};
+use crate::store::StoreError;
 use crate::supervisor_link::error_chain;
 use crate::view::{stream_index, DEFAULT_BUDGET, MAX_BUDGET};
 use base64::Engine;
@@ -148,8 +149,17 @@ fn raw(k: &Kernel, client: &Client, p: &Params, offset: u64, len: Option<u64>) -
         }
         (plan, job.counts()[stream_index(stream)], job.settled())
     };
-    let data = plan.read(len as usize).map_err(|e| {
-        RpcError::internal(format!("reading the stored output of job {} failed: {}", p.job, error_chain(&e)))
+    let data = plan.read(len as usize).map_err(|e| match e {
+        StoreError::Removed { removed, why } => RpcError::invalid_params(
+            "output",
+            format!(
+                "bytes 0–{} of job {}'s {name} ({}) were removed by retention ({why}); offsets from {removed} on are still stored",
+                removed - 1,
+                p.job,
+                crate::retention::exact_bytes(removed),
+            ),
+        ),
+        e => RpcError::internal(format!("reading the stored output of job {} failed: {}", p.job, error_chain(&e))),
     })?;
     let n = data.len() as u64;
     let (encoding, data) = match String::from_utf8(data) {
@@ -177,7 +187,7 @@ fn line_view(k: &Kernel, client: &Client, p: &Params, sel: Selector) -> Result<O
     let stream = p.stream.unwrap_or_default();
     let budget = p.max_output_bytes.map_or(DEFAULT_BUDGET, |b| (b as usize).clamp(1000, MAX_BUDGET));
     let s = k.session(client, &p.session)?;
-    let (src, total, open, complete) = {
+    let (src, total, open, complete, removed_note) = {
         let mut st = s.lock();
         let job = st.jobs.get_mut(&p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
         let total = job.rendered().line_count();
@@ -188,7 +198,10 @@ fn line_view(k: &Kernel, client: &Client, p: &Params, sel: Selector) -> Result<O
             _ => 1,
         };
         let (plan, pending) = job.rendered_mut().plan(from);
-        (Source { plan, pending }, total, open, job.settled())
+        let (_, gone) = job.removed();
+        let why = job.removed_why.clone().unwrap_or_default();
+        let removed_note = crate::retention::lines_note(gone, from, &why);
+        (Source { plan, pending }, total, open, job.settled(), removed_note)
     };
     let (view, found) = match sel {
         Selector::Lines(a, b) => ("lines", views::lines(&src, a, b, stream, budget)?),
@@ -201,7 +214,7 @@ fn line_view(k: &Kernel, client: &Client, p: &Params, sel: Selector) -> Result<O
         Selector::Errors => ("errors", views::search(&src, stream, 2, 200, budget, views::is_error)?),
         Selector::Raw { .. } => unreachable!("raw is answered by raw()"),
     };
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = removed_note.into_iter().collect();
     if open > 0 {
         notes.push(format!(
             "{open} more lines are still being drawn (the job is running) and get numbers when they are final"

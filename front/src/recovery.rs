@@ -110,7 +110,13 @@ fn restore_job(id: u64, cmd: String, path: &Path, limit: Option<u64>) -> Job {
     let mut job = Job::new(id, cmd, path.to_owned());
     if had {
         let now = Instant::now();
-        for_each_record(&old, limit.unwrap_or(u64::MAX), |stream, ns, data| job.on_output(stream, data, now, ns));
+        let skipped =
+            for_each_record(&old, limit.unwrap_or(u64::MAX), |stream, ns, data| job.on_output(stream, data, now, ns));
+        if skipped > 0 {
+            job.note(format!(
+                "retention had removed the first {skipped} bytes of this job's output log before the front restarted; byte counts and line numbers now count only what was kept"
+            ));
+        }
         job.flush();
         let _ = std::fs::remove_file(&old);
     }
@@ -118,32 +124,72 @@ fn restore_job(id: u64, cmd: String, path: &Path, limit: Option<u64>) -> Job {
 }
 
 /// Call `f` for every whole record in the first `limit` bytes of a job log (a torn tail is ignored).
-fn for_each_record(path: &Path, limit: u64, mut f: impl FnMut(Stream, u64, &[u8])) {
-    let Ok(file) = std::fs::File::open(path) else { return };
-    let mut r = std::io::BufReader::new(file.take(limit));
+/// A prefix retention punched out (zeros; a record never starts with 0) is skipped; returns its length.
+fn for_each_record(path: &Path, limit: u64, mut f: impl FnMut(Stream, u64, &[u8])) -> u64 {
+    let Ok(mut file) = std::fs::File::open(path) else { return 0 };
+    let skipped = skip_punched(&mut file);
+    let mut r = std::io::BufReader::new(file.take(limit.saturating_sub(skipped)));
     let mut header = [0u8; crate::store::RECORD_HEADER];
     let mut data = Vec::new();
     while r.read_exact(&mut header).is_ok() {
         let stream = match header[0] {
             1 => Stream::Stdout,
             2 => Stream::Stderr,
-            _ => return,
+            _ => return skipped,
         };
         let len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
         let mut ns = [0u8; 8];
         ns.copy_from_slice(&header[8..16]);
         data.resize(len, 0);
         if r.read_exact(&mut data).is_err() {
-            return;
+            return skipped;
         }
         f(stream, u64::from_le_bytes(ns), &data);
     }
+    skipped
+}
+
+/// Move past a leading hole (and the zeroed bytes of its last block); returns the bytes skipped.
+fn skip_punched(file: &mut std::fs::File) -> u64 {
+    use std::io::{Seek, SeekFrom};
+    let mut first = [0u8; 1];
+    if file.read_exact(&mut first).is_err() || first[0] != 0 {
+        let _ = file.seek(SeekFrom::Start(0));
+        return 0;
+    }
+    let data = nix::unistd::lseek(&*file, 0, nix::unistd::Whence::SeekData).unwrap_or(0).max(0) as u64;
+    let _ = file.seek(SeekFrom::Start(data));
+    let mut at = data;
+    let mut block = [0u8; 4096];
+    while let Ok(n @ 1..) = file.read(&mut block) {
+        if let Some(i) = block[..n].iter().position(|b| *b != 0) {
+            at += i as u64;
+            break;
+        }
+        at += n as u64;
+    }
+    let _ = file.seek(SeekFrom::Start(at));
+    at
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::OutputStore;
+
+    #[test]
+    fn a_log_retention_punched_is_replayed_from_its_first_kept_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.log");
+        let mut store = OutputStore::create(path.clone());
+        for i in 0..40u8 {
+            store.append(Stream::Stdout, &[i + 1; 10_000], 0);
+        }
+        store.remove_oldest(3 * 10_016, "cap");
+        let mut got = Vec::new();
+        let skipped = for_each_record(&path, u64::MAX, |_, _, d| got.push(d[0]));
+        assert_eq!((skipped, got), (37 * 10_016, vec![38, 39, 40]));
+    }
 
     #[test]
     fn an_unreleased_last_batch_is_cut_back_and_a_released_one_kept() {

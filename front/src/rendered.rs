@@ -261,7 +261,8 @@ impl RenderedOutput {
     fn place(&mut self, p: Placed) {
         self.log.append(&p.run);
         let len = p.display().len() + 1;
-        if self.tail.is_empty() && self.head_bytes + len <= HEAD_KEEP {
+        // Once retention removed lines, the head is what is left of the first runs: it only shrinks.
+        if self.tail.is_empty() && self.head_bytes + len <= HEAD_KEEP && self.log.removed().0 == 0 {
             self.head_bytes += len;
             self.head.push(p);
             return;
@@ -285,6 +286,34 @@ impl RenderedOutput {
 
     pub fn error(&self) -> Option<&str> {
         self.log.error()
+    }
+
+    /// Retention: remove the oldest runs of the line log until at most `keep` bytes of it remain, and
+    /// forget the removed runs held in memory. Returns true when something was removed.
+    pub fn remove_oldest(&mut self, keep: u64) -> bool {
+        if !self.log.remove_oldest(keep) {
+            return false;
+        }
+        let (gone, _) = self.log.removed();
+        let before = self.head.len();
+        self.head.retain(|p| p.run.last() > gone);
+        self.head_bytes = self.head.iter().map(|p| p.display().len() + 1).sum();
+        while self.tail.front().is_some_and(|p| p.run.last() <= gone) {
+            let len = self.tail.pop_front().map_or(0, |p| p.display().len() + 1);
+            self.tail_bytes -= len;
+        }
+        self.evicted |= before != self.head.len();
+        true
+    }
+
+    /// Bytes of the line log not removed by retention.
+    pub fn kept_len(&self) -> u64 {
+        self.log.kept_len()
+    }
+
+    /// Lines removed by retention (lines `1..=n`) and their rendered bytes.
+    pub fn removed(&self) -> (u64, u64) {
+        self.log.removed()
     }
 
     /// Lines committed so far.

@@ -119,6 +119,7 @@ impl SessionState {
         let id = self.next_job;
         self.journal.append(&crate::journal::Entry::Job { id, cmd: cmd.clone() });
         self.jobs.insert(id, Job::new(id, cmd, jobs_dir.join(format!("{id}.log"))));
+        crate::retention::enforce(self, crate::retention::config(), std::time::Instant::now());
         id
     }
 
@@ -193,6 +194,7 @@ impl SessionState {
             (Event::Exited { code, signal, at_unix_ns, killed, .. }, Some(j)) => {
                 j.on_exited(code, signal, at_unix_ns, killed, now);
                 publish_end(&mut self.subscribers, &self.name, j, false);
+                crate::retention::enforce(self, crate::retention::config(), now);
             }
             (Event::StreamsClosed { .. }, Some(j)) => {
                 let live = subscribe::wanted(&self.subscribers, j.id());

@@ -48,6 +48,8 @@ pub enum StoreError {
     Io(#[source] std::io::Error),
     #[error("the output file is corrupt at byte {0}")]
     Corrupt(u64),
+    #[error("bytes 0–{removed} of this stream were removed by retention ({why}); the oldest byte still stored is at offset {removed}")]
+    Removed { removed: u64, why: String },
 }
 
 /// A sparse index entry: the record at `file_off` starts at `stream_off` of its stream.
@@ -73,12 +75,16 @@ pub struct OutputStore {
     /// Per stream: bytes and records (of any stream) since its last index entry.
     since: [(u64, u64); 2],
     error: Option<String>,
+    /// Retention: file bytes punched out (a record boundary) and stream bytes removed per stream.
+    removed_file: u64,
+    removed: [u64; 2],
+    removed_why: String,
 }
 
 impl OutputStore {
     /// Create (truncate) the job's file. A failure is kept and reported; the store then records nothing.
     pub fn create(path: PathBuf) -> OutputStore {
-        let opened = OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(&path);
+        let opened = OpenOptions::new().create(true).read(true).write(true).truncate(true).mode(0o600).open(&path);
         let (file, error) = match opened {
             Ok(f) => (Some(f), None),
             Err(e) => (None, Some(format!("the output file {} could not be created ({e})", path.display()))),
@@ -93,6 +99,9 @@ impl OutputStore {
             index: [Vec::new(), Vec::new()],
             since: [(u64::MAX / 2, u64::MAX / 2); 2],
             error,
+            removed_file: 0,
+            removed: [0, 0],
+            removed_why: String::new(),
         }
     }
 
@@ -187,8 +196,10 @@ impl OutputStore {
         let s = stream_index(stream);
         let idx = &self.index[s];
         let at = idx.partition_point(|e| e.stream_off <= offset);
-        let start = if at == 0 { IndexEntry { stream_off: 0, file_off: 0 } } else { idx[at - 1] };
+        let floor = IndexEntry { stream_off: self.removed[s], file_off: self.removed_file };
+        let start = if at == 0 || idx[at - 1].file_off < floor.file_off { floor } else { idx[at - 1] };
         ReadPlan {
+            removed: (self.removed[s] > 0).then(|| (self.removed[s], self.removed_why.clone())),
             path: self.path.clone(),
             stream: s as u8 + 1,
             offset,
@@ -208,11 +219,16 @@ pub struct ReadPlan {
     start: IndexEntry,
     durable: u64,
     stored: u64,
+    removed: Option<(u64, String)>,
 }
 
 impl ReadPlan {
-    /// Read up to `len` bytes of the stream from the planned offset.
+    /// Read up to `len` bytes of the stream from the planned offset; an offset retention removed is
+    /// [`StoreError::Removed`].
     pub fn read(&self, len: usize) -> Result<Vec<u8>, StoreError> {
+        if let Some((removed, why)) = self.removed.as_ref().filter(|(r, _)| self.offset < *r) {
+            return Err(StoreError::Removed { removed: *removed, why: why.clone() });
+        }
         let end = self.stored.min(self.offset.saturating_add(len as u64));
         if self.offset >= end {
             return Ok(Vec::new());
@@ -246,6 +262,61 @@ impl ReadPlan {
         }
         Ok(out)
     }
+}
+
+impl OutputStore {
+    /// Bytes of the file not removed by retention (buffered ones included).
+    pub fn kept_len(&self) -> u64 {
+        (self.durable + self.buf.len() as u64).saturating_sub(self.removed_file)
+    }
+
+    /// Bytes removed from the start of each stream by retention.
+    pub fn removed(&self) -> [u64; 2] {
+        self.removed
+    }
+
+    /// Retention: remove the oldest whole records (flushing first) until at most `keep` bytes of the
+    /// file remain, punching them out of the file (`FALLOC_FL_PUNCH_HOLE`: offsets stay valid, the
+    /// disk space is freed). `why` is said to every read of a removed offset. Returns true when
+    /// something was removed.
+    pub fn remove_oldest(&mut self, keep: u64, why: &str) -> bool {
+        if self.kept_len() <= keep {
+            return false;
+        }
+        self.flush();
+        let Some(file) = &self.file else { return false };
+        let (mut off, mut removed) = (self.removed_file, self.removed);
+        let mut h = [0u8; RECORD_HEADER];
+        while self.durable - off > keep {
+            if file.read_exact_at(&mut h, off).is_err() {
+                break;
+            }
+            let len = u64::from(u32::from_le_bytes([h[4], h[5], h[6], h[7]]));
+            if !(1..=2).contains(&h[0]) || off + RECORD_HEADER as u64 + len > self.durable {
+                break;
+            }
+            removed[usize::from(h[0] - 1)] += len;
+            off += RECORD_HEADER as u64 + len;
+        }
+        if off == self.removed_file {
+            return false;
+        }
+        punch(file, self.removed_file, off);
+        self.removed_file = off;
+        self.removed = removed;
+        self.removed_why = why.to_owned();
+        for index in &mut self.index {
+            index.retain(|e| e.file_off >= off);
+        }
+        true
+    }
+}
+
+/// Free file bytes `from..to` (keeping the size); a file system without hole punching keeps them.
+pub(crate) fn punch(file: &File, from: u64, to: u64) {
+    use nix::fcntl::{fallocate, FallocateFlags};
+    let mode = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    let _ = fallocate(file, mode, from as i64, (to - from) as i64);
 }
 
 fn open_for_read(path: &Path) -> Result<File, StoreError> {
@@ -337,7 +408,82 @@ mod tests {
         assert_eq!(s.plan(Stream::Stdout, 0).read(1).unwrap(), b"");
     }
 
+    #[test]
+    fn retention_removes_the_oldest_records_and_reads_say_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = OutputStore::create(dir.path().join("r.log"));
+        for i in 0..100u8 {
+            s.append(Stream::Stdout, &[i; 100], 0);
+            s.append(Stream::Stderr, &[i; 10], 0);
+        }
+        assert!(s.remove_oldest(10 * (2 * RECORD_HEADER as u64 + 110), "max test"));
+        assert_eq!(s.removed(), [9000, 900], "90 of 100 record pairs go, whole records only");
+        assert!(s.kept_len() <= 10 * (2 * RECORD_HEADER as u64 + 110));
+        match s.plan(Stream::Stdout, 8999).read(10) {
+            Err(StoreError::Removed { removed: 9000, why }) => assert_eq!(why, "max test"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            s.plan(Stream::Stdout, 9000).read(1000).unwrap(),
+            (90..100u8).flat_map(|i| [i; 100]).collect::<Vec<_>>()
+        );
+        assert_eq!(s.plan(Stream::Stderr, 995).read(10).unwrap(), [[99u8; 5]].concat());
+        assert!(!s.remove_oldest(1 << 20, "x"), "nothing to remove under the cap");
+        s.append(Stream::Stdout, b"tail", 0);
+        s.flush();
+        assert_eq!(s.plan(Stream::Stdout, 10_000).read(4).unwrap(), b"tail");
+    }
+
+    #[test]
+    fn punched_bytes_free_the_disk_and_keep_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.log");
+        let mut s = OutputStore::create(path.clone());
+        for _ in 0..64 {
+            s.append(Stream::Stdout, &[7u8; 65536], 0);
+        }
+        s.remove_oldest(65536 + RECORD_HEADER as u64, "cap");
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), 64 * (65536 + RECORD_HEADER as u64), "the file keeps its size");
+        use std::os::unix::fs::MetadataExt;
+        assert!(meta.blocks() * 512 < 4 << 20, "the removed bytes no longer take disk space");
+        assert_eq!(s.plan(Stream::Stdout, 63 * 65536).read(65536).unwrap(), vec![7u8; 65536]);
+    }
+
     proptest! {
+        #[test]
+        fn reads_after_retention_match_the_reference_or_say_removed(
+            chunks in proptest::collection::vec((any::<bool>(), 1usize..3000), 1..200),
+            keep in 0u64..200_000,
+            reads in proptest::collection::vec((any::<bool>(), 0u64..400_000, 0usize..100_000), 1..20),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = OutputStore::create(dir.path().join("p.log"));
+            let chunks: Vec<(Stream, Vec<u8>)> = chunks.into_iter().enumerate().map(|(i, (err, len))| {
+                (if err { Stream::Stderr } else { Stream::Stdout }, (0..len).map(|j| (i * 7 + j) as u8).collect())
+            }).collect();
+            for (st, d) in &chunks {
+                s.append(*st, d, 0);
+            }
+            s.remove_oldest(keep, "cap");
+            s.flush();
+            prop_assert!(s.kept_len() <= keep);
+            for (err, off, len) in reads {
+                let st = if err { Stream::Stderr } else { Stream::Stdout };
+                let all = reference(&chunks, st);
+                let removed = s.removed()[stream_index(st)];
+                match s.plan(st, off).read(len) {
+                    Err(StoreError::Removed { removed: r, .. }) => prop_assert!(off < r && r == removed),
+                    Ok(got) => {
+                        prop_assert!(off >= removed);
+                        let want = &all[(off as usize).min(all.len())..((off as usize).saturating_add(len)).min(all.len())];
+                        prop_assert_eq!(got, want);
+                    }
+                    Err(e) => prop_assert!(false, "{e}"),
+                }
+            }
+        }
+
         #[test]
         fn random_reads_match_the_reference(
             chunks in proptest::collection::vec((any::<bool>(), 0usize..3000), 1..400),

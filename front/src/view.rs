@@ -127,8 +127,9 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
             t_runs += 1;
         }
     }
-    let first = head[..h].last().map_or(1, |p| p.run.last() + 1);
-    let start_bytes = head[..h].last().map_or(0, |p| p.bytes_before + run_bytes(p));
+    let (removed_lines, removed_bytes) = out.removed();
+    let first = head[..h].last().map_or(removed_lines + 1, |p| p.run.last() + 1);
+    let start_bytes = head[..h].last().map_or(removed_bytes, |p| p.bytes_before + run_bytes(p));
     let first_tail = (t_runs > 0).then(|| tail[tail.len() - t_runs]);
     let last = first_tail.map_or(out.line_count(), |p| p.run.first - 1);
     let end_bytes = first_tail.map_or(out.rendered_bytes(), |p| p.bytes_before);

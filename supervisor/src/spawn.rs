@@ -207,7 +207,10 @@ pub fn worker_env(
 
 /// The front's whole environment: `PATH`, `RUST_LOG` and `RUST_BACKTRACE` from `inherited` when set.
 pub fn front_env(inherited: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
-    let keep = |k: &OsString| matches!(k.to_str(), Some("PATH" | "RUST_LOG" | "RUST_BACKTRACE"));
+    let keep = |k: &OsString| {
+        let k = k.to_str().unwrap_or("");
+        matches!(k, "PATH" | "RUST_LOG" | "RUST_BACKTRACE") || k.starts_with("HEDDLE_RETAIN_")
+    };
     inherited.into_iter().filter(|(k, _)| keep(k)).collect()
 }
 

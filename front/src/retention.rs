@@ -1,0 +1,184 @@
+//! Output retention: how much of a job's stored output the front keeps, and what it says when it
+//! removed some.
+//!
+//! Three limits, set by `heddle-front` flags (or `HEDDLE_RETAIN_*` variables, which the supervisor
+//! passes through to the front, so `heddle up` and the e2e fixture can set them):
+//!
+//! - `--retain-job-bytes` (default 4 GiB): a job's raw log (`<job>.log`) and its line log
+//!   (`<job>.lines`) each keep at most this many bytes; past it the OLDEST whole records are punched
+//!   out of the file (`FALLOC_FL_PUNCH_HOLE`, so file offsets and the sparse indexes stay valid).
+//! - `--retain-session-bytes` (default 16 GiB): when a session's jobs keep more than this, the output
+//!   of its ended jobs is removed, oldest job first, until it fits (running jobs keep theirs).
+//! - `--retain-age-secs` (default 7 days): ended jobs' output older than this is removed.
+//!
+//! The session limit and the age are checked when the session is touched (a job is added or ends),
+//! never by a busy loop. Nothing is removed silently: the stream byte counts and the line count
+//! removed are kept in the job record; the model view starts with [`marker`]'s line, raw reads of a
+//! removed offset are an error naming what was removed and why, and line views of removed lines say so.
+//! `stdout_bytes`/`stderr_bytes` keep counting everything the job wrote.
+//!
+//! ```
+//! use front::retention::marker;
+//! let m = marker([1 << 20, 0], 12, "max 1.0 MiB per job").unwrap();
+//! assert_eq!(m, "[… heddle: first 1.0 MiB (1048576 bytes) of stdout (lines 1–12) removed by retention (max 1.0 MiB per job) …]\n");
+//! ```
+
+use crate::binary::human_bytes;
+use crate::session::SessionState;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The front's retention limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    pub job_bytes: u64,
+    pub session_bytes: u64,
+    pub max_age: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Retention {
+        Retention { job_bytes: 4 << 30, session_bytes: 16 << 30, max_age: Duration::from_secs(7 * 24 * 3600) }
+    }
+}
+
+static CONFIG: OnceLock<Retention> = OnceLock::new();
+
+/// Set the process's limits (once, at start; later calls are ignored).
+pub fn set(r: Retention) {
+    let _ = CONFIG.set(r);
+}
+
+/// The process's limits (the defaults unless [`set`]).
+pub fn config() -> Retention {
+    CONFIG.get().copied().unwrap_or_default()
+}
+
+/// The model view's first line when retention removed output: what, how many lines, and why.
+pub fn marker(removed: [u64; 2], lines: u64, why: &str) -> Option<String> {
+    if removed == [0, 0] && lines == 0 {
+        return None;
+    }
+    let parts: Vec<String> = [(removed[0], "stdout"), (removed[1], "stderr")]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, s)| format!("{} of {s}", exact_bytes(*n)))
+        .collect();
+    let what = if parts.is_empty() { "output".to_owned() } else { parts.join(" and ") };
+    let lines = if lines > 0 { format!(" (lines 1–{lines})") } else { String::new() };
+    Some(format!("[… heddle: first {what}{lines} removed by retention ({why}) …]\n"))
+}
+
+/// `1.2 GiB (1288490189 bytes)`, or `12 bytes`.
+pub fn exact_bytes(n: u64) -> String {
+    if n < 1024 {
+        return human_bytes(n);
+    }
+    format!("{} ({n} bytes)", human_bytes(n))
+}
+
+/// The note of a line view that asks for lines retention removed.
+pub fn lines_note(removed_lines: u64, from: u64, why: &str) -> Option<String> {
+    (removed_lines > 0 && from <= removed_lines).then(|| {
+        format!(
+            "lines 1–{removed_lines} were removed by retention ({why}); the first line kept is {}",
+            removed_lines + 1
+        )
+    })
+}
+
+/// Apply the session limit and the age limit to a session's ended jobs (oldest first).
+pub fn enforce(st: &mut SessionState, r: Retention, now: Instant) {
+    let age_why = format!("output of ended jobs is kept {}", human_secs(r.max_age));
+    for job in st.jobs.values_mut() {
+        if job.ended_at().is_some_and(|at| now.duration_since(at) >= r.max_age) {
+            job.remove_output(0, &age_why);
+        }
+    }
+    let mut total: u64 = st.jobs.values().map(|j| j.kept_bytes()).sum();
+    if total <= r.session_bytes {
+        return;
+    }
+    let why = format!("max {} per session; oldest ended jobs first", human_bytes(r.session_bytes));
+    let mut ended: Vec<_> = st.jobs.values_mut().filter(|j| j.ended_at().is_some()).collect();
+    ended.sort_by_key(|j| j.id());
+    for job in ended {
+        if total <= r.session_bytes {
+            break;
+        }
+        let before = job.kept_bytes();
+        job.remove_output(0, &why);
+        total -= before - job.kept_bytes();
+    }
+}
+
+fn human_secs(d: Duration) -> String {
+    let s = d.as_secs();
+    let (n, unit) = match s {
+        s if s >= 86_400 && s % 86_400 == 0 => (s / 86_400, "day"),
+        s if s >= 3600 && s % 3600 == 0 => (s / 3600, "hour"),
+        s => (s, "second"),
+    };
+    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shm_proto::msg::Stream;
+
+    fn session_with(outputs: &[usize], dir: &std::path::Path, now: Instant) -> SessionState {
+        let mut st = SessionState::default();
+        for (i, n) in outputs.iter().enumerate() {
+            let id = st.add_job(format!("job {i}"), dir);
+            let job = st.jobs.get_mut(&id).unwrap();
+            let text: String = (0..*n).map(|l| format!("{i} line {l}\n")).collect();
+            job.on_output(Stream::Stdout, text.as_bytes(), now, 0);
+            job.on_exited(Some(0), None, 0, false, now);
+            job.on_streams_closed();
+        }
+        st
+    }
+
+    #[test]
+    fn the_session_cap_removes_the_oldest_ended_jobs_first_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let mut st = session_with(&[1000, 1000, 1000], dir.path(), now);
+        let per_job = st.jobs[&1].kept_bytes();
+        let r = Retention { session_bytes: 2 * per_job + 10, ..Retention::default() };
+        enforce(&mut st, r, now);
+        assert_eq!(st.jobs[&1].kept_bytes(), 0, "the oldest ended job goes");
+        assert_eq!((st.jobs[&2].kept_bytes(), st.jobs[&3].kept_bytes()), (per_job, per_job));
+        let (raw, lines) = st.jobs[&1].removed();
+        assert_eq!((raw, lines), ([st.jobs[&1].counts()[0], 0], 1000), "every byte and line is counted");
+        let line = st.jobs[&1].retention_line().unwrap();
+        assert!(line.contains("of stdout (lines 1–1000) removed by retention (max"), "{line}");
+        assert!(line.contains("per session; oldest ended jobs first"), "{line}");
+        assert!(st.jobs[&2].retention_line().is_none());
+    }
+
+    #[test]
+    fn ended_jobs_output_older_than_the_age_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let then = Instant::now();
+        let mut st = session_with(&[10], dir.path(), then);
+        let r = Retention { max_age: Duration::from_secs(3600), ..Retention::default() };
+        enforce(&mut st, r, then + Duration::from_secs(60));
+        assert!(st.jobs[&1].retention_line().is_none(), "young output stays");
+        enforce(&mut st, r, then + Duration::from_secs(3600));
+        let line = st.jobs[&1].retention_line().unwrap();
+        assert!(line.ends_with("removed by retention (output of ended jobs is kept 1 hour) …]\n"), "{line}");
+        let view = st.jobs.get_mut(&1).unwrap().result("s", then, Vec::new(), false, 40_000).view;
+        assert!(view.starts_with(&line), "the view starts with the retention line: {view}");
+    }
+
+    #[test]
+    fn markers_name_both_streams_and_exact_bytes() {
+        assert_eq!(marker([0, 0], 0, "x"), None);
+        assert_eq!(
+            marker([10, 2048], 3, "x").unwrap(),
+            "[… heddle: first 10 bytes of stdout and 2.0 KiB (2048 bytes) of stderr (lines 1–3) removed by retention (x) …]\n"
+        );
+    }
+}

@@ -1,0 +1,84 @@
+//! Output retention through the real stack (the front's limits set through `HEDDLE_RETAIN_*`, which
+//! `heddle up` and the supervisor pass to the front): what retention removed is said exactly in the
+//! model view, in raw reads of removed offsets and in line views; the tail stays readable exactly.
+
+use heddle_tests::{Client, Heddle};
+use serde_json::{json, Value};
+
+fn run(c: &mut Client, s: &Value, cmd: &str) -> Value {
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 300_000})).expect("run");
+    assert_eq!(r["state"], "exited", "{r}");
+    r
+}
+
+fn output(c: &mut Client, s: &Value, job: &Value, params: Value) -> Result<Value, String> {
+    let mut p = json!({"session": s, "job": job});
+    p.as_object_mut().unwrap().extend(params.as_object().unwrap().clone());
+    c.call("output", p).map_err(|e| e.to_string())
+}
+
+/// The `N` of `(N bytes) of stdout` in the view's retention line.
+fn removed_stdout(view: &str) -> u64 {
+    let first = view.lines().next().unwrap();
+    let at = first.find(" bytes) of stdout").unwrap_or_else(|| panic!("no removed stdout bytes in {first:?}"));
+    let open = first[..at].rfind('(').unwrap();
+    first[open + 1..at].parse().unwrap()
+}
+
+#[test]
+fn a_job_over_its_cap_loses_its_oldest_bytes_and_every_view_says_so() {
+    let h = Heddle::start_with_env(&[], &[("HEDDLE_RETAIN_JOB_BYTES", "262144")]);
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let expect: String = (1..=200_000).map(|i| format!("line {i:07}\n")).collect();
+    let r = run(&mut c, &s, "seq -f 'line %07g' 1 200000");
+    let job = r["job"].clone();
+    assert_eq!(r["stdout_bytes"].as_u64(), Some(expect.len() as u64), "the byte count keeps counting everything");
+    let view = r["view"].as_str().unwrap();
+    let first = view.lines().next().unwrap();
+    assert!(first.starts_with("[… heddle: first "), "{first}");
+    assert!(first.ends_with("removed by retention (max 256.0 KiB per job) …]"), "{first}");
+    let removed = removed_stdout(view);
+    assert!(removed >= expect.len() as u64 - 262_144 && removed < expect.len() as u64, "{first}");
+    assert!(view.ends_with("line 0200000\n"), "the view's tail is the output's last line: {view}");
+
+    // A raw read of a removed offset is an error naming what was removed and why.
+    let e =
+        output(&mut c, &s, &job, json!({"raw": {"offset": removed - 1, "len": 10, "unredacted": true}})).unwrap_err();
+    assert!(e.contains(&format!("bytes 0–{} of job {job}'s stdout", removed - 1)), "{e}");
+    assert!(e.contains("removed by retention (max 256.0 KiB per job)"), "{e}");
+    assert!(e.contains(&format!("offsets from {removed} on are still stored")), "{e}");
+
+    // Everything from the first kept byte on is exact.
+    let mut offset = removed;
+    while offset < expect.len() as u64 {
+        let r = output(&mut c, &s, &job, json!({"raw": {"offset": offset, "unredacted": true}})).unwrap();
+        let data = r["data"].as_str().unwrap();
+        assert!(!data.is_empty());
+        assert_eq!(data, &expect[offset as usize..offset as usize + data.len()], "bytes at {offset}");
+        offset += data.len() as u64;
+    }
+
+    // Line views: removed lines are said, kept lines are exact.
+    let r = output(&mut c, &s, &job, json!({"lines": [1, 3]})).unwrap();
+    let note = r["note"].as_str().unwrap_or_default();
+    assert!(note.contains("were removed by retention (max 256.0 KiB per job)"), "{r}");
+    assert_eq!(r["lines"].as_array().unwrap().len(), 0, "{r}");
+    let r = output(&mut c, &s, &job, json!({"tail": 2})).unwrap();
+    assert_eq!(r["text"], "199999: line 0199999\n200000: line 0200000\n", "{r}");
+}
+
+#[test]
+fn a_session_over_its_cap_loses_its_oldest_ended_jobs_output_first() {
+    let h = Heddle::start_with_env(&[], &[("HEDDLE_RETAIN_SESSION_BYTES", "3145728")]);
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let a = run(&mut c, &s, "seq -f 'line %07g' 1 40000")["job"].clone();
+    let b = run(&mut c, &s, "seq -f 'line %07g' 1 40000")["job"].clone();
+    // Each job keeps about 2 MiB (raw log and line log); the next job touches the session.
+    run(&mut c, &s, "true");
+    let e = output(&mut c, &s, &a, json!({"raw": {"offset": 0, "len": 10, "unredacted": true}})).unwrap_err();
+    assert!(e.contains("removed by retention (max 3.0 MiB per session; oldest ended jobs first)"), "{e}");
+    let r = output(&mut c, &s, &b, json!({"raw": {"offset": 0, "len": 13, "unredacted": true}})).unwrap();
+    assert_eq!(r["data"], "line 0000001\n", "the newer job keeps its output");
+}
