@@ -24,9 +24,9 @@
 //! ```
 
 use crate::store::StoreError;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 const HEADER: usize = 24;
@@ -71,11 +71,7 @@ pub struct LineLog {
 impl LineLog {
     /// Create (truncate) the file; a failure is kept and reported.
     pub fn create(path: PathBuf) -> LineLog {
-        let opened = OpenOptions::new().create(true).read(true).write(true).truncate(true).mode(0o600).open(&path);
-        let (file, error) = match opened {
-            Ok(f) => (Some(f), None),
-            Err(e) => (None, Some(format!("the line log {} could not be created ({e})", path.display()))),
-        };
+        let (file, error) = crate::store::create_private(&path, "line log");
         LineLog {
             path,
             file,
@@ -117,22 +113,14 @@ impl LineLog {
         if self.buf.is_empty() {
             return;
         }
-        match file.write_all_at(&self.buf, self.durable) {
-            Ok(()) => {
-                self.durable += self.buf.len() as u64;
-                self.buf.clear();
-            }
-            Err(e) => {
-                let _ = file.set_len(self.durable);
-                self.file = None;
-                self.buf = Vec::new();
-                let durable = self.durable;
-                self.index.retain(|(_, off)| *off < durable);
-                self.error = Some(format!(
-                    "writing the line log {} failed ({e}); line views end at what was written before",
-                    self.path.display()
-                ));
-            }
+        if let Err(e) = crate::store::append_buffered(file, &mut self.buf, &mut self.durable) {
+            self.file = None;
+            let durable = self.durable;
+            self.index.retain(|(_, off)| *off < durable);
+            self.error = Some(format!(
+                "writing the line log {} failed ({e}); line views end at what was written before",
+                self.path.display()
+            ));
         }
     }
 

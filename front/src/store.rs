@@ -84,11 +84,7 @@ pub struct OutputStore {
 impl OutputStore {
     /// Create (truncate) the job's file. A failure is kept and reported; the store then records nothing.
     pub fn create(path: PathBuf) -> OutputStore {
-        let opened = OpenOptions::new().create(true).read(true).write(true).truncate(true).mode(0o600).open(&path);
-        let (file, error) = match opened {
-            Ok(f) => (Some(f), None),
-            Err(e) => (None, Some(format!("the output file {} could not be created ({e})", path.display()))),
-        };
+        let (file, error) = create_private(&path, "output file");
         OutputStore {
             path,
             file,
@@ -146,26 +142,19 @@ impl OutputStore {
         if self.buf.is_empty() {
             return;
         }
-        match file.write_all_at(&self.buf, self.durable) {
-            Ok(()) => {
-                self.durable += self.buf.len() as u64;
-                self.durable_counts = self.counts;
-                self.buf.clear();
-            }
+        match append_buffered(file, &mut self.buf, &mut self.durable) {
+            Ok(()) => self.durable_counts = self.counts,
             Err(e) => self.fail(e),
         }
     }
 
     fn fail(&mut self, e: std::io::Error) {
-        if let Some(file) = self.file.take() {
-            let _ = file.set_len(self.durable);
-        }
+        self.file = None;
         let durable = self.durable;
         for index in &mut self.index {
             index.retain(|e| e.file_off < durable);
         }
         self.counts = self.durable_counts;
-        self.buf = Vec::new();
         self.error = Some(format!(
             "writing the output file {} failed ({e}); stdout bytes past {} and stderr bytes past {} were not stored",
             self.path.display(),
@@ -313,6 +302,32 @@ impl OutputStore {
 }
 
 /// Free file bytes `from..to` (keeping the size); a file system without hole punching keeps them.
+/// Create (truncate) a file only the front's uid can read: `(file, None)`, or `(None, the error as a
+/// sentence naming `what`)`.
+pub(crate) fn create_private(path: &std::path::Path, what: &str) -> (Option<File>, Option<String>) {
+    match OpenOptions::new().create(true).read(true).write(true).truncate(true).mode(0o600).open(path) {
+        Ok(f) => (Some(f), None),
+        Err(e) => (None, Some(format!("the {what} {} could not be created ({e})", path.display()))),
+    }
+}
+
+/// Write `buf` at `*durable`, then advance `*durable` and clear `buf`. On failure the partial write is cut
+/// off (the file ends at `*durable` again) and `buf` is dropped: what was written before stays readable.
+pub(crate) fn append_buffered(file: &File, buf: &mut Vec<u8>, durable: &mut u64) -> std::io::Result<()> {
+    match file.write_all_at(buf, *durable) {
+        Ok(()) => {
+            *durable += buf.len() as u64;
+            buf.clear();
+            Ok(())
+        }
+        Err(e) => {
+            let _ = file.set_len(*durable);
+            *buf = Vec::new();
+            Err(e)
+        }
+    }
+}
+
 pub(crate) fn punch(file: &File, from: u64, to: u64) {
     use nix::fcntl::{fallocate, FallocateFlags};
     let mode = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
