@@ -274,3 +274,19 @@ pub fn read_stream(c: &mut Client, session: &Value, job: &Value, stream: &str) -
         }
     }
 }
+
+/// Run `cmd` in session `s`, waiting up to 20 s, and return its result, asserting it is no longer running.
+pub fn run_to_end(c: &mut Client, s: &Value, cmd: &str) -> Value {
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 20_000})).expect("run");
+    assert_ne!(r["state"], "running", "{r}");
+    r
+}
+
+/// Run `cmd` and return its exact stdout (the stored raw bytes, not the model view, which ends every line
+/// with a newline), asserting it exited 0 and left the shell state known.
+pub fn run_ok(c: &mut Client, s: &Value, cmd: &str) -> String {
+    let r = run_to_end(c, s, cmd);
+    assert_eq!(r["exit_code"], 0, "{cmd}: {r}");
+    assert!(r["state_note"].is_null(), "{cmd}: {r}");
+    String::from_utf8_lossy(&read_stream(c, s, &r["job"], "stdout")).into_owned()
+}

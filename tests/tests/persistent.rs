@@ -1,22 +1,8 @@
 //! The named persistent session (issue 3): one long-lived bash whose commands run one at a time, through
 //! the real binaries and socket.
 
-use heddle_tests::{Client, Heddle};
+use heddle_tests::{run_ok as ok, run_to_end as run, Client, Heddle};
 use serde_json::{json, Value};
-
-fn run(c: &mut Client, s: &Value, cmd: &str) -> Value {
-    let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 20_000})).expect("run");
-    assert_ne!(r["state"], "running", "{r}");
-    r
-}
-
-/// Run `cmd`, assert it exited 0 with a known state, return its view.
-fn ok(c: &mut Client, s: &Value, cmd: &str) -> String {
-    let r = run(c, s, cmd);
-    assert_eq!(r["exit_code"], 0, "{cmd}: {r}");
-    assert!(r["state_note"].is_null(), "{cmd}: {r}");
-    r["view"].as_str().unwrap().to_owned()
-}
 
 fn persistent(h: &Heddle, c: &mut Client) -> Value {
     let r = c.call("session.open", json!({"cwd": h.project, "persistent": true})).expect("session.open");

@@ -1,23 +1,8 @@
 //! Shell state carried between fresh processes (issue 3), through the real binaries and socket: each
 //! round trip sets something in one call and checks it in the next one.
 
-use heddle_tests::{Client, Heddle};
+use heddle_tests::{run_ok as ok, run_to_end as run, Client, Heddle};
 use serde_json::{json, Value};
-
-fn run(c: &mut Client, s: &Value, cmd: &str) -> Value {
-    let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 20_000})).expect("run");
-    assert_ne!(r["state"], "running", "{r}");
-    r
-}
-
-/// Run `cmd` and return its exact stdout (the stored raw bytes, not the model view, which ends every line
-/// with a newline), asserting it exited 0 with a known state.
-fn ok(c: &mut Client, s: &Value, cmd: &str) -> String {
-    let r = run(c, s, cmd);
-    assert_eq!(r["exit_code"], 0, "{cmd}: {r}");
-    assert!(r["state_note"].is_null(), "{cmd}: {r}");
-    String::from_utf8_lossy(&heddle_tests::read_stream(c, s, &r["job"], "stdout")).into_owned()
-}
 
 fn changes(r: &Value) -> Vec<String> {
     r["state_changes"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect()
