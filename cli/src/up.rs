@@ -32,6 +32,16 @@ pub struct UpArgs {
     /// Group allowed to connect to the socket (name or gid) [default: gid 0, only root].
     #[arg(long, value_name = "NAME|GID")]
     pub socket_group: Option<String>,
+    /// A directory beneath which sessions may add writable roots (`session.open {writable}`);
+    /// repeatable [default: none].
+    #[arg(long, value_name = "DIR")]
+    pub allow_writable: Vec<PathBuf>,
+    /// Memory limit of a session, bytes [default: the session's policy profile's].
+    #[arg(long, value_name = "BYTES")]
+    pub memory_max: Option<u64>,
+    /// Process limit of a session [default: the session's policy profile's].
+    #[arg(long, value_name = "N")]
+    pub pids_max: Option<u64>,
 }
 
 impl UpArgs {
@@ -51,6 +61,15 @@ impl UpArgs {
         }
         if let Some(g) = &self.socket_group {
             v.extend(["--socket-group".into(), g.into()]);
+        }
+        for dir in &self.allow_writable {
+            v.extend(["--allow-writable".into(), dir.clone().into_os_string()]);
+        }
+        if let Some(m) = self.memory_max {
+            v.extend(["--memory-max".into(), m.to_string().into()]);
+        }
+        if let Some(p) = self.pids_max {
+            v.extend(["--pids-max".into(), p.to_string().into()]);
         }
         v
     }

@@ -33,16 +33,31 @@ pub struct SandboxRequest {
     pub network: Option<bool>,
     /// The session's cwd: the `{project}` root.
     pub project: String,
+    /// Extra writable roots (absolute), checked by the supervisor against its `--allow-writable`.
+    pub writable: Vec<String>,
 }
 
 impl SandboxRequest {
     /// Validate `policy` (default [`policies::DEFAULT_PROFILE`]) against the builtin profiles.
-    pub fn new(policy: Option<&str>, network: Option<bool>, project: &str) -> Result<SandboxRequest, RpcError> {
+    pub fn new(
+        policy: Option<&str>,
+        network: Option<bool>,
+        project: &str,
+        writable: &[String],
+    ) -> Result<SandboxRequest, RpcError> {
         let name = policy.unwrap_or(policies::DEFAULT_PROFILE);
         if let Err(e) = policies::Policy::builtin(name) {
             return Err(RpcError::invalid_params("session.open", format!("policy: {e}")));
         }
-        Ok(SandboxRequest { policy: name.to_owned(), network, project: project.to_owned() })
+        if writable.len() > policies::extra::MAX_EXTRA {
+            let why = format!("writable: {} roots given; at most {}", writable.len(), policies::extra::MAX_EXTRA);
+            return Err(RpcError::invalid_params("session.open", why));
+        }
+        if let Some(bad) = writable.iter().find(|w| !w.starts_with('/') || w.contains('\0')) {
+            let why = format!("writable: {bad:?} must be an absolute path");
+            return Err(RpcError::invalid_params("session.open", why));
+        }
+        Ok(SandboxRequest { policy: name.to_owned(), network, project: project.to_owned(), writable: writable.to_vec() })
     }
 }
 

@@ -54,6 +54,9 @@ struct Params {
     network: Option<bool>,
     #[serde(default)]
     persistent: bool,
+    /// Extra writable roots, within the server's `--allow-writable` directories.
+    #[serde(default)]
+    writable: Option<Vec<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -76,8 +79,8 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Session
     }
     let env = validate_env("session.open", p.env.as_ref())?;
     let cwd = p.cwd.clone().unwrap_or_else(|| "/".to_owned());
-    let sandbox = SandboxRequest::new(p.policy.as_deref(), p.network, &cwd)?;
-    let gave = p.cwd.is_some() || p.env.is_some() || p.policy.is_some() || p.network.is_some();
+    let sandbox = SandboxRequest::new(p.policy.as_deref(), p.network, &cwd, p.writable.as_deref().unwrap_or(&[]))?;
+    let gave = p.cwd.is_some() || p.env.is_some() || p.policy.is_some() || p.network.is_some() || p.writable.is_some();
     match claim(k, client, p.name.as_deref())? {
         Claim::Existing(s) => attach_existing(k, &s, gave || p.limits.is_some()),
         Claim::New(name) => {

@@ -283,6 +283,7 @@ impl SupervisorLink for ControlLink {
             project: sandbox.project.clone(),
             memory_max: limits.memory_max,
             pids_max: limits.pids_max,
+            writable: sandbox.writable.clone(),
         };
         self.opened(session, self.request(make, OPEN_TIMEOUT)?)
     }
@@ -380,7 +381,12 @@ mod tests {
     use super::*;
 
     fn req() -> crate::sandbox::SandboxRequest {
-        crate::sandbox::SandboxRequest { policy: "workspace".into(), network: None, project: "/".into() }
+        crate::sandbox::SandboxRequest {
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+            writable: Vec::new(),
+        }
     }
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     use shm_proto::region::{Region, RegionConfig};

@@ -6,6 +6,8 @@
 //! file outside the writable roots fails with `EACCES` and the others are still written. Contents are
 //! raw bytes (NUL bytes, invalid UTF-8, `$`, backticks and `EOF` lines round-trip exactly); the mode is
 //! applied with `fchmod` (default `0644`), so the umask does not change it. Paths must be absolute.
+//! Missing parent directories are created (mode `0777` less the worker's umask), under the same
+//! ruleset, so a file in a new directory needs no `mkdir -p` first.
 //!
 //! ```no_run
 //! use launcher::files::{write_files, FileSpec};
@@ -94,7 +96,12 @@ fn prepare(f: &FileSpec, i: usize) -> Result<FileWrite, FileError> {
     temp.extend_from_slice(format!(".heddle-{}-{i}.tmp", std::process::id()).as_bytes());
     let target = CString::new(f.path.as_os_str().as_bytes()).map_err(|_| FileError::Nul)?;
     let temp = CString::new(temp).map_err(|_| FileError::Nul)?;
-    Ok(FileWrite { target, temp, content: f.content.clone(), mode: mode as libc::mode_t })
+    let mut parents: Vec<CString> = Vec::new();
+    for dir in f.path.ancestors().skip(1).filter(|d| *d != std::path::Path::new("/")) {
+        parents.push(CString::new(dir.as_os_str().as_bytes()).map_err(|_| FileError::Nul)?);
+    }
+    parents.reverse();
+    Ok(FileWrite { target, temp, content: f.content.clone(), mode: mode as libc::mode_t, parents })
 }
 
 use std::os::unix::ffi::OsStringExt;
@@ -110,17 +117,18 @@ mod tests {
         let files = [
             FileSpec { path: dir.path().join("a"), content: nasty.clone(), mode: Some(0o755) },
             FileSpec { path: "rel".into(), content: vec![], mode: None },
-            FileSpec { path: dir.path().join("missing/b"), content: vec![1], mode: None },
+            FileSpec { path: dir.path().join("new/deeper/b"), content: vec![1], mode: None },
             FileSpec { path: dir.path().join("c"), content: vec![], mode: None },
         ];
         let out = write_files(None, &files);
         assert!(out[0].is_ok());
         assert!(matches!(out[1], Err(FileError::Relative)));
-        assert!(matches!(&out[2], Err(FileError::Io(e)) if e.raw_os_error() == Some(libc::ENOENT)));
+        assert!(out[2].is_ok(), "missing parents are created: {:?}", out[2]);
+        assert_eq!(std::fs::read(dir.path().join("new/deeper/b")).unwrap(), vec![1]);
         assert!(out[3].is_ok());
         assert_eq!(std::fs::read(dir.path().join("a")).unwrap(), nasty);
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(dir.path().join("a")).unwrap().permissions().mode() & 0o7777, 0o755);
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "no temp files left behind");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3, "no temp files left behind");
     }
 }

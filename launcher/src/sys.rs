@@ -513,6 +513,9 @@ pub(crate) struct FileWrite {
     pub temp: CString,
     pub content: Vec<u8>,
     pub mode: libc::mode_t,
+    /// The target's ancestor directories, outermost first (`/` excluded): created (mode 0777 less the
+    /// umask) when the temp file cannot be opened because one is missing.
+    pub parents: Vec<CString>,
 }
 
 /// Write `files` from a short-lived forked child restricted by `ruleset` (so the job's own Landlock
@@ -591,7 +594,17 @@ unsafe fn write_one(f: &FileWrite) -> i32 {
     let errno = || nix::errno::Errno::last_raw();
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW;
     // SAFETY: `temp` is NUL-terminated; mode is a plain integer.
-    let fd = unsafe { libc::open(f.temp.as_ptr(), flags, 0o600 as libc::c_uint) };
+    let mut fd = unsafe { libc::open(f.temp.as_ptr(), flags, 0o600 as libc::c_uint) };
+    if fd < 0 && errno() == libc::ENOENT {
+        for dir in &f.parents {
+            // SAFETY: NUL-terminated path prepared before the fork; an existing directory is fine.
+            if unsafe { libc::mkdir(dir.as_ptr(), 0o777) } < 0 && errno() != libc::EEXIST {
+                return errno();
+            }
+        }
+        // SAFETY: as above.
+        fd = unsafe { libc::open(f.temp.as_ptr(), flags, 0o600 as libc::c_uint) };
+    }
     if fd < 0 {
         return errno();
     }

@@ -32,6 +32,7 @@
 
 mod builtin;
 mod error;
+pub mod extra;
 pub mod git;
 mod parse;
 mod policy;

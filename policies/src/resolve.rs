@@ -37,6 +37,8 @@ pub struct ResolveCtx {
     pub gitdir: Option<PathBuf>,
     /// The common git directory of the project's repository, when it has one.
     pub git_common_dir: Option<PathBuf>,
+    /// Roots the session added at `session.open`, already checked by [`crate::extra::check_extra`].
+    pub extra: Vec<PathBuf>,
 }
 
 impl ResolveCtx {
@@ -48,7 +50,14 @@ impl ResolveCtx {
             home: home.into(),
             gitdir: None,
             git_common_dir: None,
+            extra: Vec::new(),
         }
+    }
+
+    /// Add the session's own writable roots (checked against the server's allowance first).
+    pub fn with_extra(mut self, extra: Vec<PathBuf>) -> Self {
+        self.extra = extra;
+        self
     }
 
     /// Fill `gitdir` and `git_common_dir` from the repository containing `project`, if any.
@@ -151,6 +160,15 @@ impl Policy {
                 Ok(resolved) => found.push(resolved),
                 Err(skip) => skipped.push(skip),
             }
+        }
+        for path in &ctx.extra {
+            let path = std::fs::canonicalize(path).map_err(|source| ResolveError::RootMissing {
+                template: crate::extra::EXTRA_TEMPLATE.into(),
+                path: path.clone(),
+                source,
+            })?;
+            let reason = "added by the session at session.open, within the directories the server allows".into();
+            found.push(ResolvedRoot { path, template: crate::extra::EXTRA_TEMPLATE.into(), reason });
         }
         let mut writable: Vec<ResolvedRoot> = Vec::with_capacity(found.len());
         for (i, root) in found.iter().enumerate() {
@@ -280,6 +298,19 @@ mod tests {
         let p = Policy::from_toml("t.toml", &text).unwrap();
         let err = p.resolve(&ctx(&d)).unwrap_err();
         assert!(matches!(err, ResolveError::PlaceholderUnset { placeholder: Placeholder::Gitdir, .. }), "{err}");
+    }
+
+    #[test]
+    fn extra_roots_join_and_fold_like_profile_roots() {
+        let d = dirs();
+        fs::create_dir_all(d.root.join("data/x")).unwrap();
+        let c = ctx(&d).with_extra(vec![d.root.join("data/x"), d.root.join("project/../project")]);
+        let r = Policy::builtin("readonly").unwrap().resolve(&c).unwrap();
+        let extra: Vec<_> = r.writable.iter().filter(|w| w.template == "session.open").collect();
+        assert_eq!(extra.len(), 2, "{:?}", r.writable);
+        assert!(r.root_for(&d.root.join("data/x/f")).is_some());
+        let w = Policy::builtin("workspace").unwrap().resolve(&c).unwrap();
+        assert!(w.skipped.iter().any(|s| s.template == "session.open" && s.why.starts_with("inside")), "{w:?}");
     }
 
     #[test]

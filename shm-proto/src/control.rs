@@ -38,6 +38,9 @@ pub enum ToSupervisor {
         memory_max: Option<u64>,
         /// Process limit for the whole session (`None`: the supervisor's default).
         pids_max: Option<u64>,
+        /// Extra writable roots the session asks for; the supervisor checks them against its
+        /// `--allow-writable` directories.
+        writable: Vec<String>,
     },
     /// Kill everything in the session's cgroup subtree (worker included), verify it empty, remove it.
     CloseSession { req: u64, session: String },

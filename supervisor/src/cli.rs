@@ -44,6 +44,10 @@ pub struct Args {
     /// directory created root:GROUP 0750 [default: gid 0, so only root connects].
     #[arg(long, value_name = "NAME|GID")]
     pub socket_group: Option<String>,
+    /// A directory beneath which sessions may add writable roots (`session.open {writable}`);
+    /// repeatable [default: none, sessions write only their profile's roots].
+    #[arg(long, value_name = "DIR")]
+    pub allow_writable: Vec<PathBuf>,
 }
 
 #[cfg(test)]

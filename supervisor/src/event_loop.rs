@@ -421,7 +421,7 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
         }
         let _ = std::fs::remove_dir(crate::kept::kept_root(self.sessions.root()));
         // Every session's temp dir is gone; the (empty) root of them goes too.
-        let _ = std::fs::remove_dir(crate::spawn::tmp_root());
+        let _ = std::fs::remove_dir(crate::spawn::tmp_root(self.sessions.root()));
         if self.root_created {
             let root = self.sessions.root();
             if let Err(e) = std::fs::remove_dir(root) {
@@ -530,6 +530,7 @@ mod tests {
             project: "/".into(),
             memory_max: None,
             pids_max: None,
+            writable: Vec::new(),
         });
         r.send(ToSupervisor::CloseSession { req: 3, session: "a".into() });
         let (first, fds) = r.recv();
@@ -554,6 +555,7 @@ mod tests {
             project: "/".into(),
             memory_max: None,
             pids_max: None,
+            writable: Vec::new(),
         });
         r.recv();
         r.calls.set_procs(vec![ProcInfo { pid: 5, cmdline: "make".into() }]);
@@ -581,6 +583,7 @@ mod tests {
             project: "/".into(),
             memory_max: None,
             pids_max: None,
+            writable: Vec::new(),
         });
         r.recv();
         r.front_bell.notify().unwrap();

@@ -104,11 +104,21 @@ pub struct WorkerPolicy {
     pub network: Option<bool>,
     /// The project directory (`{project}`).
     pub project: String,
+    /// Extra writable roots the session asked for, checked and canonical (`--writable`).
+    pub writable: Vec<PathBuf>,
+    /// The server's `--allow-writable` directories, for the worker's own re-check.
+    pub allow_writable: Vec<PathBuf>,
 }
 
 impl Default for WorkerPolicy {
     fn default() -> Self {
-        WorkerPolicy { policy: "workspace".into(), network: None, project: "/".into() }
+        WorkerPolicy {
+            policy: "workspace".into(),
+            network: None,
+            project: "/".into(),
+            writable: Vec::new(),
+            allow_writable: Vec::new(),
+        }
     }
 }
 

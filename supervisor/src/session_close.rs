@@ -127,6 +127,7 @@ mod tests {
             project: "/".into(),
             memory_max: None,
             pids_max: None,
+            writable: Vec::new(),
         });
         assert!(matches!(out.msg, FromSupervisor::SessionOpened { .. }), "{:?}", out.msg);
     }

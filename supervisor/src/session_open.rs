@@ -191,6 +191,7 @@ mod tests {
             project: "/".into(),
             memory_max: None,
             pids_max: None,
+            writable: Vec::new(),
         });
         let FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup, .. } = &out.msg else {
             panic!("{:?}", out.msg)
@@ -229,6 +230,7 @@ mod tests {
             project: "/".into(),
             memory_max: None,
             pids_max: None,
+            writable: Vec::new(),
         });
         assert!(matches!(out.msg, FromSupervisor::SessionOpened { worker_uid: 4000123, .. }));
         assert!(calls.take().contains(&Call::SpawnWorker("mine".into(), p("/cg/heddle/session-mine"), 4000123)));
@@ -246,6 +248,7 @@ mod tests {
             project: "/".into(),
             memory_max: None,
             pids_max: None,
+            writable: Vec::new(),
         });
         assert!(
             matches!(out.msg, FromSupervisor::SessionFailed { req: 3, ref error, .. } if error.contains("not valid"))
@@ -266,6 +269,7 @@ mod tests {
             project: "/".into(),
             memory_max: None,
             pids_max: None,
+            writable: Vec::new(),
         });
         calls.take();
         let out = t.handle(ToSupervisor::OpenSession {
@@ -277,6 +281,7 @@ mod tests {
             project: "/".into(),
             memory_max: None,
             pids_max: None,
+            writable: Vec::new(),
         });
         assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("already open")));
         assert_eq!(calls.take(), vec![]);
@@ -296,6 +301,7 @@ mod tests {
             project: "/".into(),
             memory_max: None,
             pids_max: None,
+            writable: Vec::new(),
         });
         assert!(
             matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("starting the worker failed"))
@@ -318,6 +324,7 @@ mod tests {
             project: "/".into(),
             memory_max: None,
             pids_max: None,
+            writable: Vec::new(),
         });
         assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("already exists")));
         assert_eq!(calls.take(), vec![]);
@@ -336,6 +343,7 @@ mod tests {
             project: "/".into(),
             memory_max: None,
             pids_max: None,
+            writable: Vec::new(),
         });
         assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("cgroup")));
         let got = calls.take();

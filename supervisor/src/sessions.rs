@@ -58,6 +58,8 @@ pub struct Sessions<C: CgroupOps, P: ProcessOps> {
     pub(crate) defaults: SessionLimits,
     /// Kept jobs found at startup (left by an earlier run).
     pub(crate) adopted: BTreeSet<String>,
+    /// `--allow-writable`: the directories beneath which sessions may add writable roots.
+    pub(crate) allow_writable: Vec<PathBuf>,
 }
 
 impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
@@ -72,7 +74,14 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             v1: None,
             defaults: SessionLimits::default(),
             adopted: BTreeSet::new(),
+            allow_writable: Vec::new(),
         }
+    }
+
+    /// Let sessions add writable roots beneath `dirs` (`--allow-writable`).
+    pub fn with_allow_writable(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.allow_writable = dirs;
+        self
     }
 
     /// Use the v1 hierarchies for limits and accounting, with `defaults` for sessions that set none.
@@ -111,13 +120,34 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     /// Answer one request from the front.
     pub fn handle(&mut self, msg: ToSupervisor) -> Outgoing {
         match msg {
-            ToSupervisor::OpenSession { req, session, client_uid, policy, network, project, memory_max, pids_max } => {
+            ToSupervisor::OpenSession {
+                req,
+                session,
+                client_uid,
+                policy,
+                network,
+                project,
+                memory_max,
+                pids_max,
+                writable,
+            } => {
+                let profile = policies::Policy::builtin(&policy).map(|p| p.limits).unwrap_or_default();
                 let limits = SessionLimits {
-                    memory_max: memory_max.or(self.defaults.memory_max),
-                    pids_max: pids_max.or(self.defaults.pids_max),
+                    memory_max: memory_max
+                        .or(self.defaults.memory_max)
+                        .or(profile.memory_max.map(|l| l.value)),
+                    pids_max: pids_max
+                        .or(self.defaults.pids_max)
+                        .or(profile.pids_max.map(|l| u64::from(l.value))),
                     ..Default::default()
                 };
-                let policy = crate::session::WorkerPolicy { policy, network, project };
+                let requested: Vec<PathBuf> = writable.iter().map(PathBuf::from).collect();
+                let writable = match policies::extra::check_extra(&requested, &self.allow_writable) {
+                    Ok(ok) => ok,
+                    Err(e) => return Outgoing::plain(FromSupervisor::Error { req, error: e.to_string() }),
+                };
+                let allow_writable = self.allow_writable.clone();
+                let policy = crate::session::WorkerPolicy { policy, network, project, writable, allow_writable };
                 self.handle_open(req, session, client_uid, &policy, limits)
             }
             ToSupervisor::KeepJob { req, session, job, name, owner_uid } => {

@@ -73,10 +73,25 @@ pub trait ProcessOps {
     fn remove_tmp(&self, dir: &Path) -> io::Result<()>;
 }
 
-/// Where session temp dirs live: `$TMPDIR` (or `/tmp`) `/heddle-sessions-<supervisor pid>`, mode 0711.
-pub fn tmp_root() -> PathBuf {
+/// Where session temp dirs live: `$TMPDIR` (or `/tmp`) `/heddle-sessions-<cgroup root name>`, mode 0711.
+///
+/// Named after the cgroup root rather than the process, so a supervisor restarted on the same root finds
+/// the temp dirs of the sessions its recovery ended and removes them ([`remove_stale_tmp`]).
+pub fn tmp_root(cgroup_root: &Path) -> PathBuf {
     let base = std::env::var_os("TMPDIR").filter(|v| !v.is_empty()).unwrap_or_else(|| "/tmp".into());
-    PathBuf::from(base).join(format!("heddle-sessions-{}", std::process::id()))
+    let name = cgroup_root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "root".into());
+    PathBuf::from(base).join(format!("heddle-sessions-{name}"))
+}
+
+/// Remove the session temp dirs an earlier supervisor on the same root left (it died without closing
+/// its sessions; recovery has ended them). Only a real directory is removed, never through a symlink.
+pub fn remove_stale_tmp(tmp_root: &Path) -> io::Result<bool> {
+    match std::fs::symlink_metadata(tmp_root) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(tmp_root).map(|()| true),
+        Ok(_) => Err(io::Error::other(format!("{} is not a directory", tmp_root.display()))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The real [`ProcessOps`].
@@ -84,6 +99,8 @@ pub fn tmp_root() -> PathBuf {
 pub struct RealProcesses {
     /// `heddle-worker`, opened once at start.
     pub worker_exe: OwnedFd,
+    /// Where session temp dirs go ([`tmp_root`]).
+    pub tmp_root: PathBuf,
 }
 
 impl ProcessOps for RealProcesses {
@@ -118,9 +135,9 @@ impl ProcessOps for RealProcesses {
 
     fn make_tmp(&self, id: &str, user: &UserInfo) -> io::Result<PathBuf> {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        let root = tmp_root();
-        match std::fs::DirBuilder::new().mode(0o711).create(&root) {
-            Ok(()) => std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?,
+        let root = &self.tmp_root;
+        match std::fs::DirBuilder::new().mode(0o711).create(root) {
+            Ok(()) => std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711))?,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !root.is_symlink() => {}
             Err(e) => return Err(e),
         }
@@ -136,7 +153,7 @@ impl ProcessOps for RealProcesses {
 }
 
 /// The worker's arguments: `--session ID --cgroup DIR --policy=NAME --project=DIR --tmp=DIR
-/// [--network=BOOL]`.
+/// [--network=BOOL] [--writable=DIR…] [--allow-writable=DIR…]`.
 fn worker_args(spec: &WorkerSpec<'_>) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec!["--session".into(), spec.session.into(), "--cgroup".into(), spec.cgroup.into()];
     args.push(format!("--policy={}", spec.policy.policy).into());
@@ -148,6 +165,13 @@ fn worker_args(spec: &WorkerSpec<'_>) -> Vec<OsString> {
     args.push(tmp);
     if let Some(n) = spec.policy.network {
         args.push(format!("--network={n}").into());
+    }
+    for (flag, dirs) in [("--writable=", &spec.policy.writable), ("--allow-writable=", &spec.policy.allow_writable)] {
+        for dir in dirs {
+            let mut arg: OsString = flag.into();
+            arg.push(dir);
+            args.push(arg);
+        }
     }
     args
 }

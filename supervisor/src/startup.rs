@@ -73,6 +73,7 @@ struct Plan {
     state_dir: PathBuf,
     socket: PathBuf,
     defaults: shm_proto::control::SessionLimits,
+    allow_writable: Vec<PathBuf>,
     socket_gid: u32,
 }
 
@@ -124,7 +125,20 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
         Some(g) => crate::users::resolve_group(g).map_err(|e| StartError::User("socket group", e))?,
         None => 0,
     };
-    Ok(Plan { mode, root, front_user, worker_user, front_exe, worker_exe, state_dir, socket, defaults, socket_gid })
+    let allow_writable = args.allow_writable.clone();
+    Ok(Plan {
+        mode,
+        root,
+        front_user,
+        worker_user,
+        front_exe,
+        worker_exe,
+        state_dir,
+        socket,
+        defaults,
+        socket_gid,
+        allow_writable,
+    })
 }
 
 /// The part of startup after the cgroup root exists; on error returns the root for the caller to undo.
@@ -158,7 +172,6 @@ fn start_created(
         plan.mode.as_str(),
         front.pid
     ));
-    let procs = RealProcesses { worker_exe: plan.worker_exe };
     let mut v1 = match plan.mode {
         CgroupMode::Hybrid => crate::limits::V1Root::for_root(&plan.root),
         CgroupMode::V2 => None,
@@ -168,9 +181,18 @@ fn start_created(
         v1 = None;
     }
     let adopted = crate::recovery::recover(&plan.root, v1.as_ref());
+    // After recovery ended the leftover sessions, nothing writes to their temp dirs any more.
+    let tmp_root = crate::spawn::tmp_root(&plan.root);
+    match crate::spawn::remove_stale_tmp(&tmp_root) {
+        Ok(true) => log(&format!("removed the session temp dirs of an earlier run under {}", tmp_root.display())),
+        Ok(false) => {}
+        Err(e) => log(&format!("could not remove the stale session temp dirs {}: {e}", tmp_root.display())),
+    }
+    let procs = RealProcesses { worker_exe: plan.worker_exe, tmp_root };
     let sessions = Sessions::new(RealCgroups, procs, plan.root, plan.mode, plan.worker_user)
         .with_limits(v1, plan.defaults)
-        .with_adopted(adopted);
+        .with_adopted(adopted)
+        .with_allow_writable(plan.allow_writable);
     let parts = Parts { sessions, front, control, listener, signals, socket, root_created, launcher: Some(launcher) };
     // A front is running by now; if the loop cannot start, the front gets EOF on its control
     // socket when this process exits.

@@ -240,7 +240,7 @@ fn session_lifecycle_drops_privileges_places_and_kills() {
     assert_eq!(field(&opened, "fd8"), "closed", "{opened}");
     assert_eq!(field(&opened, "env"), "HOME,LANG,LOGNAME,PATH,USER", "{opened}");
     let base = std::env::var("TMPDIR").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "/tmp".into());
-    let tmp = format!("{base}/heddle-sessions-{}/demo", fx.sup.id());
+    let tmp = format!("{base}/heddle-sessions-{}/demo", fx.root.file_name().unwrap().to_string_lossy());
     let args = format!("--session,demo,--cgroup,{},--policy=workspace,--project=/,--tmp={tmp}", dir.display());
     assert_eq!(field(&opened, "args"), args, "{opened}");
     assert_eq!(field(&opened, "jobs"), "2", "{opened}");
@@ -417,6 +417,7 @@ impl FakeFront {
                     project: "/".into(),
                     memory_max: None,
                     pids_max: None,
+                    writable: Vec::new(),
                 };
                 let (reply, fds) = self.ask(msg);
                 if !matches!(reply, FromSupervisor::SessionOpened { .. }) {

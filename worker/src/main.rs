@@ -1,4 +1,5 @@
-//! `heddle-worker --session ID --cgroup DIR [--policy=NAME --project=DIR --tmp=DIR --network=BOOL]`: one
+//! `heddle-worker --session ID --cgroup DIR [--policy=NAME --project=DIR --tmp=DIR --network=BOOL
+//! --writable=DIR… --allow-writable=DIR…]`: one
 //! session's worker. Expects fds 3–7 from the supervisor (see `docs/contract-wip.md`); exits 0 after
 //! `Shutdown`, non-zero on a fatal error.
 
@@ -30,6 +31,12 @@ struct Args {
     /// The session's temp dir (`{session_tmp}`, TMPDIR of jobs).
     #[arg(long, value_name = "DIR", default_value = "/tmp")]
     tmp: PathBuf,
+    /// An extra writable root the session asked for (repeatable).
+    #[arg(long, value_name = "DIR")]
+    writable: Vec<PathBuf>,
+    /// A directory the server allows extra roots beneath (repeatable); the worker checks again.
+    #[arg(long, value_name = "DIR")]
+    allow_writable: Vec<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -47,6 +54,8 @@ fn main() -> anyhow::Result<()> {
         project: args.project,
         tmp: args.tmp,
         home: home.unwrap_or_else(|| "/".into()),
+        writable: args.writable,
+        allow_writable: args.allow_writable,
     };
     let mut sandbox = SessionSandbox::build(&sb_args);
     settings.startup_warnings.extend(sandbox.enter(&args.cgroup));

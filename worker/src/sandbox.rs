@@ -15,7 +15,7 @@
 //! ```no_run
 //! use worker::sandbox::{SandboxArgs, SessionSandbox};
 //! let args = SandboxArgs { policy: "workspace".into(), network: None, project: "/tmp/p".into(),
-//!     tmp: "/tmp/t".into(), home: "/nonexistent".into() };
+//!     tmp: "/tmp/t".into(), home: "/nonexistent".into(), writable: vec![], allow_writable: vec![] };
 //! let mut sb = SessionSandbox::build(&args);
 //! let warnings = sb.enter(std::path::Path::new("/sys/fs/cgroup/unified/heddle/session-a"));
 //! assert!(sb.info.refusal.is_none(), "{warnings:?}");
@@ -35,6 +35,10 @@ pub struct SandboxArgs {
     pub project: PathBuf,
     pub tmp: PathBuf,
     pub home: PathBuf,
+    /// Extra writable roots the session asked for (`session.open {writable}`).
+    pub writable: Vec<PathBuf>,
+    /// The server's allowance for them, checked again here after the supervisor's check.
+    pub allow_writable: Vec<PathBuf>,
 }
 
 /// The session's sandbox and its report.
@@ -137,7 +141,8 @@ fn build(args: &SandboxArgs) -> Result<Sandbox, String> {
     if let Some(n) = args.network {
         policy = policy.with_network(n);
     }
-    let ctx = ResolveCtx::new(&args.project, &args.tmp, &args.home).with_git_dirs();
+    let extra = policies::extra::check_extra(&args.writable, &args.allow_writable).map_err(|e| e.to_string())?;
+    let ctx = ResolveCtx::new(&args.project, &args.tmp, &args.home).with_git_dirs().with_extra(extra);
     let resolved = policy.resolve(&ctx).map_err(|e| format!("the policy cannot be applied: {e}"))?;
     Sandbox::build(&resolved).map_err(|e| crate::emit::error_chain(&e))
 }
