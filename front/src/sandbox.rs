@@ -57,7 +57,12 @@ impl SandboxRequest {
             let why = format!("writable: {bad:?} must be an absolute path");
             return Err(RpcError::invalid_params("session.open", why));
         }
-        Ok(SandboxRequest { policy: name.to_owned(), network, project: project.to_owned(), writable: writable.to_vec() })
+        Ok(SandboxRequest {
+            policy: name.to_owned(),
+            network,
+            project: project.to_owned(),
+            writable: writable.to_vec(),
+        })
     }
 }
 

@@ -133,12 +133,8 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             } => {
                 let profile = policies::Policy::builtin(&policy).map(|p| p.limits).unwrap_or_default();
                 let limits = SessionLimits {
-                    memory_max: memory_max
-                        .or(self.defaults.memory_max)
-                        .or(profile.memory_max.map(|l| l.value)),
-                    pids_max: pids_max
-                        .or(self.defaults.pids_max)
-                        .or(profile.pids_max.map(|l| u64::from(l.value))),
+                    memory_max: memory_max.or(self.defaults.memory_max).or(profile.memory_max.map(|l| l.value)),
+                    pids_max: pids_max.or(self.defaults.pids_max).or(profile.pids_max.map(|l| u64::from(l.value))),
                     ..Default::default()
                 };
                 let requested: Vec<PathBuf> = writable.iter().map(PathBuf::from).collect();
