@@ -83,6 +83,13 @@ enum Cmd {
 enum KeptAction {
     /// End a kept job: cgroup.kill, verified empty, removed.
     Kill { name: String },
+    /// Print the end of what a kept job wrote after its session ended.
+    Log {
+        name: String,
+        /// How many bytes from the end (at most 1 MiB).
+        #[arg(long, default_value_t = 16384)]
+        tail_bytes: u64,
+    },
 }
 
 fn main() {
@@ -108,6 +115,14 @@ fn real_main(cli: Cli) -> Result<i32> {
         let result = match action {
             None => client.call("kept", json!({}))?,
             Some(KeptAction::Kill { name }) => client.call("kept.kill", json!({"name": name}))?,
+            Some(KeptAction::Log { name, tail_bytes }) => {
+                let r = client.call("kept.log", json!({"name": name, "tail_bytes": tail_bytes}))?;
+                if !cli.json {
+                    print!("{}", r["text"].as_str().unwrap_or_default());
+                    return Ok(0);
+                }
+                r
+            }
         };
         println!("{}", serde_json::to_string_pretty(&result)?);
         return Ok(0);

@@ -5,7 +5,9 @@
 //! A kept job belongs to the uid that kept it (the owner of its `kept/NAME` directory): `kept` lists, and
 //! `kept.kill` ends, only a client's own kept jobs (root sees all). After the move the worker is told to
 //! `Forget` the job's cgroup; it still reaps the main process and reads the pipes while the session
-//! lives (output written after the session closed has no reader: keep daemons that log to files).
+//! lives. When the session's worker goes, the supervisor hands those pipes to a drainer in the kept
+//! cgroup that appends to `<state-dir>/kept/NAME.log` (bounded, cuts said so in the log): `kept` shows
+//! the log's path and size, and `kept.log {name, tail_bytes?}` its end, screened for secrets.
 //!
 //! ```text
 //! → {"jsonrpc":"2.0","id":7,"method":"keep","params":{"session":"demo","job":3,"name":"devserver"}}
@@ -53,6 +55,9 @@ pub struct KeptJob {
     pub procs: Vec<Survivor>,
     /// True when it was found at startup, kept by an earlier run of heddle.
     pub adopted: bool,
+    /// The log of what it wrote after its session ended (`None` until then).
+    pub log: Option<String>,
+    pub log_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -75,8 +80,24 @@ impl From<KeptInfo> for KeptJob {
             owner_uid: k.owner_uid,
             cgroup: k.cgroup,
             adopted: k.adopted,
+            log: None,
+            log_bytes: None,
         }
     }
+}
+
+/// `<state-dir>/kept/NAME.log`.
+fn log_path(k: &Kernel, name: &str) -> std::path::PathBuf {
+    k.cfg.state_dir.join("kept").join(format!("{name}.log"))
+}
+
+fn with_log(k: &Kernel, mut job: KeptJob) -> KeptJob {
+    let path = log_path(k, &job.name);
+    if let Ok(meta) = std::fs::metadata(&path) {
+        job.log = Some(path.display().to_string());
+        job.log_bytes = Some(meta.len());
+    }
+    job
 }
 
 /// `[A-Za-z0-9_.-]{1,64}`, not starting with `.`.
@@ -160,8 +181,70 @@ pub(crate) fn call_kept(k: &Kernel, client: &Client, params: Value) -> Result<Ke
         .link
         .list_kept()
         .map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
-    let kept = all.into_iter().filter(|j| client.uid == 0 || j.owner_uid == client.uid).map(KeptJob::from).collect();
+    let kept = all
+        .into_iter()
+        .filter(|j| client.uid == 0 || j.owner_uid == client.uid)
+        .map(|j| with_log(k, KeptJob::from(j)))
+        .collect();
     Ok(KeptResult { kept })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogParams {
+    name: String,
+    #[serde(default)]
+    tail_bytes: Option<u64>,
+}
+
+/// `kept.log`'s answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct KeptLogResult {
+    pub name: String,
+    pub log: String,
+    /// The log's size now.
+    pub bytes: u64,
+    /// Where `text` starts in the log.
+    pub offset: u64,
+    /// The end of the log (lossy UTF-8, secrets redacted).
+    pub text: String,
+}
+
+/// The default and largest `tail_bytes` of `kept.log`.
+const LOG_TAIL_DEFAULT: u64 = 16 << 10;
+const LOG_TAIL_MAX: u64 = 1 << 20;
+
+pub(crate) fn call_log(k: &Kernel, client: &Client, params: Value) -> Result<KeptLogResult, RpcError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let p: LogParams = rpc::params("kept.log", params)?;
+    validate_name("kept.log", &p.name)?;
+    let all = k
+        .link
+        .list_kept()
+        .map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
+    if !all.iter().any(|j| j.name == p.name && (client.uid == 0 || j.owner_uid == client.uid)) {
+        let why = format!("there is no kept job named '{}' of yours; list them with kept {{}}", p.name);
+        return Err(RpcError::new(ErrorKind::InvalidParams, why));
+    }
+    let path = log_path(k, &p.name);
+    let no_log = |e: std::io::Error| {
+        let why =
+            format!("kept job '{}' has no log yet ({e}): its output goes to its session while that lives", p.name);
+        RpcError::new(ErrorKind::InvalidParams, why)
+    };
+    let mut file = std::fs::File::open(&path).map_err(no_log)?;
+    let bytes = file.metadata().map_err(no_log)?.len();
+    let want = p.tail_bytes.unwrap_or(LOG_TAIL_DEFAULT).min(LOG_TAIL_MAX);
+    let offset = bytes.saturating_sub(want);
+    let mut raw = Vec::new();
+    file.seek(SeekFrom::Start(offset)).and_then(|_| file.take(want).read_to_end(&mut raw)).map_err(no_log)?;
+    let redactor = policies::redaction::Redactor::builtin();
+    let mut state = policies::redaction::BlockState::default();
+    let text: Vec<String> = String::from_utf8_lossy(&raw)
+        .split('\n')
+        .map(|line| redactor.redact_line(&mut state, line).into_owned())
+        .collect();
+    Ok(KeptLogResult { name: p.name, log: path.display().to_string(), bytes, offset, text: text.join("\n") })
 }
 
 #[derive(Deserialize)]

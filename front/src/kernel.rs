@@ -35,7 +35,7 @@ pub const MAX_YIELD_MS: u64 = 600_000;
 /// How long a command may wait for room in a full command ring.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Every method, for the "unknown method" message.
-pub const METHODS: [&str; 15] = [
+pub const METHODS: [&str; 16] = [
     "session.open",
     "session.close",
     "run",
@@ -47,6 +47,7 @@ pub const METHODS: [&str; 15] = [
     "keep",
     "kept",
     "kept.kill",
+    "kept.log",
     "receipt",
     "shutdown",
     "subscribe",
@@ -155,6 +156,7 @@ impl Kernel {
             "keep" => encode(crate::job_keep::call_keep(self, client, params)),
             "kept" => encode(crate::job_keep::call_kept(self, client, params)),
             "kept.kill" => encode(crate::job_keep::call_kill(self, client, params)),
+            "kept.log" => encode(crate::job_keep::call_log(self, client, params)),
             "subscribe" | "unsubscribe" => Err(RpcError::new(
                 ErrorKind::InvalidRequest,
                 format!("{method} needs a socket connection to send notifications on; call it over the control socket"),

@@ -133,8 +133,9 @@ fn migrate(from: &Path, to: &Path, v1_parents: &[PathBuf]) -> Result<(), KeptErr
     Err(KeptError::NotEmptied(from.to_owned()))
 }
 
+/// The job's processes: everything in `dir` but its output drainer (`dir/drain`, see `kept_output`).
 fn procs_of(dir: &Path) -> Vec<ProcInfo> {
-    RealCgroups.procs(dir, Path::new("")).unwrap_or_default()
+    RealCgroups.procs(dir, &dir.join(crate::kept_output::DRAIN_CGROUP)).unwrap_or_default()
 }
 
 /// Every kept job under `root`, with its processes; `adopted` names those found at startup.

@@ -26,6 +26,7 @@ pub mod event_loop;
 #[cfg(test)]
 mod fake;
 pub mod kept;
+pub mod kept_output;
 pub mod limits;
 pub mod recovery;
 pub mod session;

@@ -2,6 +2,9 @@
 use clap::Parser;
 
 fn main() {
+    if std::env::args_os().nth(1).is_some_and(|a| a == supervisor::kept_output::DRAIN_ARG) {
+        std::process::exit(supervisor::kept_output::drainer_main());
+    }
     let args = supervisor::cli::Args::parse();
     if let Err(e) = supervisor::run(args) {
         let code = if matches!(e, supervisor::Error::Start(_)) { supervisor::EXIT_START_FAILED } else { 1 };

@@ -75,6 +75,9 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         if let Err(e) = self.cg.freeze(dir) {
             warn("freezing the cgroup", &e);
         }
+        for line in self.procs.rescue_kept_output(&self.root, s.worker.pid, s.worker.pidfd.as_fd()) {
+            log(&format!("session {:?}: {line}", s.id));
+        }
         let killed = self.cg.procs(dir, &wdir).unwrap_or_else(|e| {
             warn("listing the cgroup", &e);
             Vec::new()

@@ -71,6 +71,11 @@ pub trait ProcessOps {
     fn make_tmp(&self, id: &str, user: &UserInfo) -> io::Result<PathBuf>;
     /// Remove a session's temp dir and everything in it.
     fn remove_tmp(&self, dir: &Path) -> io::Result<()>;
+    /// Before a session's (frozen) worker is killed: keep draining the output of kept jobs whose pipes
+    /// it reads (see `kept_output`). Returns what was done, for the log.
+    fn rescue_kept_output(&self, _root: &Path, _worker_pid: u32, _worker_pidfd: BorrowedFd<'_>) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Where session temp dirs live: `$TMPDIR` (or `/tmp`) `/heddle-sessions-<cgroup root name>`, mode 0711.
@@ -101,6 +106,11 @@ pub struct RealProcesses {
     pub worker_exe: OwnedFd,
     /// Where session temp dirs go ([`tmp_root`]).
     pub tmp_root: PathBuf,
+    /// This executable, opened at start: kept jobs' drainers run it (`--drain-kept`).
+    pub self_exe: Option<OwnedFd>,
+    /// `<state-dir>/kept`: kept jobs' logs, owned by `log_owner` (the front's user) so it can read them.
+    pub kept_logs: PathBuf,
+    pub log_owner: (u32, u32),
 }
 
 impl ProcessOps for RealProcesses {
@@ -149,6 +159,63 @@ impl ProcessOps for RealProcesses {
 
     fn remove_tmp(&self, dir: &Path) -> io::Result<()> {
         std::fs::remove_dir_all(dir)
+    }
+
+    fn rescue_kept_output(&self, root: &Path, worker_pid: u32, worker_pidfd: BorrowedFd<'_>) -> Vec<String> {
+        let Some(exe) = &self.self_exe else { return Vec::new() };
+        let rescues = crate::kept_output::take_kept_pipes(&crate::kept::kept_root(root), worker_pid, worker_pidfd);
+        rescues
+            .into_iter()
+            .map(|r| match self.start_drainer(exe.as_fd(), root, &r) {
+                Ok(log) => format!("kept job {:?}: its output now goes to {}", r.name, log.display()),
+                Err(e) => format!("kept job {:?}: its output cannot be kept ({e}); it may get SIGPIPE", r.name),
+            })
+            .collect()
+    }
+}
+
+impl RealProcesses {
+    /// Open (create) `<kept_logs>/NAME.log` and start a drainer in `kept/NAME` with the log on fd 3 and
+    /// the pipes on fds 4…; the drainer detaches, so its short-lived parent is reaped here.
+    fn start_drainer(&self, exe: BorrowedFd<'_>, root: &Path, r: &crate::kept_output::Rescue) -> io::Result<PathBuf> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let (uid, gid) = self.log_owner;
+        match std::fs::DirBuilder::new().mode(0o700).create(&self.kept_logs) {
+            Ok(()) => std::os::unix::fs::chown(&self.kept_logs, Some(uid), Some(gid))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let path = self.kept_logs.join(format!("{}.log", r.name));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)?;
+        std::os::unix::fs::fchown(&log, Some(uid), Some(gid))?;
+        let cgroup = crate::kept::kept_root(root).join(&r.name).join(crate::kept_output::DRAIN_CGROUP);
+        match std::fs::create_dir(&cgroup) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let procs = std::fs::OpenOptions::new().write(true).open(cgroup.join("cgroup.procs"))?;
+        let mut fds: Vec<(BorrowedFd<'_>, i32)> = vec![(log.as_fd(), 3)];
+        fds.extend(r.fds.iter().zip(4..).map(|(fd, n)| (fd.as_fd(), n)));
+        let setup = ChildSetup {
+            exe,
+            arg0: "heddle-kept-drain",
+            args: vec![crate::kept_output::DRAIN_ARG.into()],
+            env: Vec::new(),
+            uid: crate::users::NOBODY,
+            gid: crate::users::NOGROUP,
+            cgroup_procs: Some(procs.as_fd()),
+            fds,
+            v1_procs: Vec::new(),
+        };
+        let mut child = sys::spawn_child(&setup)?;
+        child.wait()?;
+        Ok(path)
     }
 }
 

@@ -188,7 +188,17 @@ fn start_created(
         Ok(false) => {}
         Err(e) => log(&format!("could not remove the stale session temp dirs {}: {e}", tmp_root.display())),
     }
-    let procs = RealProcesses { worker_exe: plan.worker_exe, tmp_root };
+    let self_exe = std::env::current_exe().and_then(std::fs::File::open).map(OwnedFd::from);
+    if let Err(e) = &self_exe {
+        log(&format!("cannot open this executable; kept jobs' output will end with their session: {e}"));
+    }
+    let procs = RealProcesses {
+        worker_exe: plan.worker_exe,
+        tmp_root,
+        self_exe: self_exe.ok(),
+        kept_logs: plan.state_dir.join("kept"),
+        log_owner: (plan.front_user.uid, plan.front_user.gid),
+    };
     let sessions = Sessions::new(RealCgroups, procs, plan.root, plan.mode, plan.worker_user)
         .with_limits(v1, plan.defaults)
         .with_adopted(adopted)

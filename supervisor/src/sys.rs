@@ -135,6 +135,47 @@ pub struct ChildSetup<'a> {
     pub v1_procs: Vec<BorrowedFd<'a>>,
 }
 
+/// A duplicate of fd `target` of the process behind `pidfd` (`pidfd_getfd(2)`; the caller needs
+/// ptrace access to it, which root has). The new fd is close-on-exec.
+pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, target: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_getfd takes a pidfd, an fd number and a flags word, and returns a new fd or -1; no
+    // memory is passed.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target, 0u32) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(ret).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: the kernel just installed `fd` in our table (close-on-exec); nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Remove the first `len` bytes of the file behind `fd` (`FALLOC_FL_COLLAPSE_RANGE`; `len` must be a
+/// multiple of the filesystem's block size). Filesystems without it answer `EOPNOTSUPP`.
+pub fn collapse_head(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: fallocate on an fd we hold open for writing, with integer arguments only.
+    let ret = unsafe { libc::fallocate(fd.as_raw_fd(), libc::FALLOC_FL_COLLAPSE_RANGE, 0, len) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Fork: the parent gets `Ok(false)` (and should exit at once), the child `Ok(true)`, in a session of its
+/// own. Only for a process that is still single-threaded (the drainer's `main`).
+pub fn fork_detached() -> io::Result<bool> {
+    // SAFETY: called first thing in a single-threaded process, so the child inherits no lock another
+    // thread holds; it goes on running ordinary Rust code, as any fork child of a single thread may.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            let _ = nix::unistd::setsid();
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
 /// Spawn a child as described by `setup`: cwd `/`, stdin `/dev/null`, stdout and stderr inherited;
 /// between fork and exec it starts a new session (so terminal signals to our process group miss it),
 /// joins its cgroup, sets groups, gid, uid and no_new_privs, and places its fds, in that order. Every

@@ -14,6 +14,8 @@ use std::path::PathBuf;
 
 /// The gid given to a uid that has no passwd entry (`nogroup`).
 pub const NOGROUP: u32 = 65534;
+/// `nobody`: the uid of processes that need no identity (kept jobs' drainers).
+pub const NOBODY: u32 = 65534;
 
 /// A user a child process runs as.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,0 +1,67 @@
+//! A kept job that keeps writing to its stdout and stderr after its session closed (issue 4): it is
+//! not killed by SIGPIPE, what it writes lands in its kept log (`kept` lists it, `kept.log` shows its
+//! end, screened), and `kept.kill` ends the job and its drainer — through the real binaries, as root.
+
+use heddle_tests::{alive, eventually, Heddle};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+
+fn pids_in(dir: &Path) -> Vec<u32> {
+    let text = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    text.lines().filter_map(|l| l.parse().ok()).collect()
+}
+
+fn kept_entry(c: &mut heddle_tests::Client, name: &str) -> Value {
+    let all = c.call("kept", json!({})).unwrap();
+    all["kept"].as_array().unwrap().iter().find(|k| k["name"] == name).cloned().unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_kept_job_writing_after_its_session_closed_lives_on_and_its_output_is_kept() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let cmd = "i=0; while :; do echo \"tick $i\"; echo \"tock $i\" >&2; i=$((i+1)); sleep 0.02; done";
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "keep": true, "name": "ticker", "yield_ms": 200})).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    let kept_dir = h.cgroup_root.join("kept/ticker");
+    assert!(eventually(Duration::from_secs(5), || !pids_in(&kept_dir).is_empty()), "the job moved to kept/ticker");
+    // The loop's own bash (its `sleep 0.02` children come and go).
+    let comm = |p: &u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+    let job_pids: Vec<u32> = pids_in(&kept_dir).into_iter().filter(|p| comm(p).trim() == "bash").collect();
+    assert_eq!(job_pids.len(), 1, "{:?}", pids_in(&kept_dir));
+
+    let closed = c.call("session.close", json!({"session": s})).unwrap();
+    assert_eq!(closed["kept"], json!(["ticker"]), "{closed}");
+    let log = h.state_dir.join("kept/ticker.log");
+    let grew = |at_least: u64| std::fs::metadata(&log).map(|m| m.len() > at_least).unwrap_or(false);
+    assert!(eventually(Duration::from_secs(5), || grew(0)), "the kept log appears at {}", log.display());
+    std::thread::sleep(Duration::from_millis(500));
+    let size = std::fs::metadata(&log).unwrap().len();
+    assert!(eventually(Duration::from_secs(5), || grew(size)), "it keeps growing: the writer was not killed");
+    assert!(job_pids.iter().all(|p| alive(u64::from(*p))), "no SIGPIPE: {job_pids:?} still run");
+
+    let entry = kept_entry(&mut c, "ticker");
+    assert_eq!(entry["log"].as_str(), log.to_str(), "{entry}");
+    assert!(entry["log_bytes"].as_u64().unwrap() > 0, "{entry}");
+    let listed: Vec<u64> = entry["procs"].as_array().unwrap().iter().map(|p| p["pid"].as_u64().unwrap()).collect();
+    let drainers = pids_in(&kept_dir.join("drain"));
+    assert_eq!(drainers.len(), 1, "one drainer, in kept/ticker/drain");
+    assert!(!listed.contains(&u64::from(drainers[0])), "the job's listing leaves the drainer out: {entry}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", drainers[0])).unwrap();
+    assert!(status.contains("Uid:\t65534\t") && status.contains("NoNewPrivs:\t1"), "{status}");
+
+    let tail = c.call("kept.log", json!({"name": "ticker", "tail_bytes": 4096})).unwrap();
+    let text = tail["text"].as_str().unwrap();
+    assert!(text.contains("tick ") && text.contains("tock "), "both streams are kept: {tail}");
+    assert!(tail["offset"].as_u64().unwrap() > 0 || tail["bytes"].as_u64().unwrap() <= 4096, "{tail}");
+    let e = c.call("kept.log", json!({"name": "nope"})).unwrap_err();
+    assert!(format!("{e:?}").contains("no kept job named 'nope'"), "{e:?}");
+
+    let killed = c.call("kept.kill", json!({"name": "ticker"})).unwrap();
+    assert_eq!(killed["verified_empty"], true, "{killed}");
+    assert!(eventually(Duration::from_secs(5), || !alive(u64::from(drainers[0]))), "the drainer ends with the job");
+    assert!(job_pids.iter().all(|p| !alive(u64::from(*p))));
+    assert!(!kept_dir.exists());
+}
