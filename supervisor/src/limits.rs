@@ -8,9 +8,15 @@
 //! created them. Accounting read from them: `memory.max_usage_in_bytes` (peak), `memory.oom_control`
 //! (`oom_kill`), `pids.events` (`max`).
 //!
-//! On pure cgroup v2 the same limits belong on the session cgroup (`memory.max`, `pids.max`) with the
-//! controllers enabled in the root's `cgroup.subtree_control`, and `memory.peak` per job; that path is
-//! documented in docs/cgroups.md and not built yet (no pure-v2 host to test on).
+//! On pure cgroup v2 ([`enable_v2`], [`apply_v2`], [`usage_v2`]) the same limits go on the session
+//! cgroup itself: the supervisor enables `memory` and `pids` in the root's `cgroup.subtree_control` at
+//! start, writes `memory.max` (with `memory.swap.max` 0, as v1's `memsw` limit equal to the memory
+//! limit allows no swap beyond it) and `pids.max` on `session-<ID>` before its worker starts, and
+//! enables the controllers in the session's own `cgroup.subtree_control` so every job cgroup gets its
+//! own `memory.peak`/`memory.events`. Those files of `session-<ID>` stay root's (delegation hands the
+//! worker only `cgroup.procs`, `cgroup.threads` and `cgroup.subtree_control`), so a worker cannot raise
+//! its own limit. Accounting: `memory.peak`, `memory.events` (`oom_kill`), `pids.events` (`max`). This
+//! host is hybrid, so the v2 path is tested on a directory of plain files standing in for cgroupfs.
 //!
 //! ```no_run
 //! use supervisor::limits::V1Root;
@@ -144,6 +150,56 @@ pub fn remove_dirs(dirs: &[PathBuf]) {
     }
 }
 
+/// Pure v2: enable `memory` and `pids` (those the root offers) in `root`'s `cgroup.subtree_control`;
+/// returns the ones now on.
+pub fn enable_v2(root: &Path) -> Result<Vec<&'static str>, CgroupError> {
+    let path = root.join("cgroup.controllers");
+    let offered = std::fs::read_to_string(&path).map_err(io("read", &path))?;
+    let mut on = Vec::new();
+    for c in CONTROLLERS.into_iter().filter(|c| offered.split_whitespace().any(|o| o == *c)) {
+        let ctl = root.join("cgroup.subtree_control");
+        std::fs::write(&ctl, format!("+{c}")).map_err(io("write", &ctl))?;
+        on.push(c);
+    }
+    Ok(on)
+}
+
+/// Pure v2: write `limits` on the session cgroup `dir` and enable the controllers for its children
+/// (per-job accounting). A controller the session does not offer is skipped.
+pub fn apply_v2(dir: &Path, limits: &SessionLimits) -> Result<(), CgroupError> {
+    let w = |file: &str, v: u64| {
+        let p = dir.join(file);
+        std::fs::write(&p, v.to_string()).map_err(io("write", &p))
+    };
+    if let (true, Some(m)) = (dir.join("memory.max").exists(), limits.memory_max) {
+        w("memory.max", m)?;
+        if dir.join("memory.swap.max").exists() {
+            w("memory.swap.max", 0)?;
+        }
+    }
+    if let (true, Some(p)) = (dir.join("pids.max").exists(), limits.pids_max) {
+        w("pids.max", p)?;
+    }
+    let offered = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+    for c in CONTROLLERS.into_iter().filter(|c| offered.split_whitespace().any(|o| o == *c)) {
+        let ctl = dir.join("cgroup.subtree_control");
+        std::fs::write(&ctl, format!("+{c}")).map_err(io("write", &ctl))?;
+    }
+    Ok(())
+}
+
+/// Pure v2: the session's limits and accounting from its cgroup `dir`.
+pub fn usage_v2(dir: &Path, limits: &SessionLimits) -> SessionLimits {
+    SessionLimits {
+        memory_max: limits.memory_max,
+        pids_max: limits.pids_max,
+        memory_peak: read_num(dir, "memory.peak"),
+        oom_kills: read_key(dir, "memory.events", "oom_kill"),
+        pids_limited: read_key(dir, "pids.events", "max"),
+        dirs: vec![dir.display().to_string()],
+    }
+}
+
 fn read_key(dir: &Path, file: &str, key: &str) -> Option<u64> {
     let text = std::fs::read_to_string(dir.join(file)).ok()?;
     text.lines().find_map(|l| {
@@ -173,6 +229,62 @@ pub fn usage(dirs: &[PathBuf], limits: &SessionLimits) -> SessionLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory of plain files standing in for a pure-v2 cgroup.
+    fn fake_v2(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(d.path().join(name), text).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn v2_root_enables_only_offered_controllers() {
+        let d = fake_v2(&[("cgroup.controllers", "cpu pids\n"), ("cgroup.subtree_control", "")]);
+        assert_eq!(enable_v2(d.path()).unwrap(), vec!["pids"]);
+        assert_eq!(std::fs::read_to_string(d.path().join("cgroup.subtree_control")).unwrap(), "+pids");
+        let none = fake_v2(&[]);
+        assert!(enable_v2(none.path()).is_err(), "no cgroup.controllers: not a v2 cgroup");
+    }
+
+    #[test]
+    fn v2_session_gets_its_limits_no_swap_and_per_job_controllers() {
+        let files = [
+            ("cgroup.controllers", "memory pids"),
+            ("cgroup.subtree_control", ""),
+            ("memory.max", "max"),
+            ("memory.swap.max", "max"),
+            ("pids.max", "max"),
+        ];
+        let d = fake_v2(&files);
+        let limits = SessionLimits { memory_max: Some(64 << 20), pids_max: Some(64), ..Default::default() };
+        apply_v2(d.path(), &limits).unwrap();
+        let read = |f: &str| std::fs::read_to_string(d.path().join(f)).unwrap();
+        assert_eq!(
+            (read("memory.max"), read("memory.swap.max"), read("pids.max")),
+            ("67108864".into(), "0".into(), "64".into())
+        );
+        assert_eq!(
+            read("cgroup.subtree_control"),
+            "+pids",
+            "each controller enabled in turn (a plain file keeps the last)"
+        );
+        std::fs::write(d.path().join("memory.peak"), "5000\n").unwrap();
+        std::fs::write(d.path().join("memory.events"), "low 0\nhigh 0\nmax 4\noom 2\noom_kill 2\n").unwrap();
+        std::fs::write(d.path().join("pids.events"), "max 9\n").unwrap();
+        let u = usage_v2(d.path(), &limits);
+        assert_eq!((u.memory_peak, u.oom_kills, u.pids_limited), (Some(5000), Some(2), Some(9)));
+        assert_eq!(u.memory_max, Some(64 << 20));
+    }
+
+    #[test]
+    fn v2_session_without_limits_writes_nothing_but_enables_children() {
+        let d = fake_v2(&[("cgroup.controllers", "memory"), ("cgroup.subtree_control", ""), ("memory.max", "max")]);
+        apply_v2(d.path(), &SessionLimits::default()).unwrap();
+        assert_eq!(std::fs::read_to_string(d.path().join("memory.max")).unwrap(), "max");
+        assert_eq!(std::fs::read_to_string(d.path().join("cgroup.subtree_control")).unwrap(), "+memory");
+    }
 
     #[test]
     fn limits_are_written_to_the_files_that_exist() {

@@ -124,6 +124,9 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         self.cg.create(&wdir)?;
         self.delegate(dir, &wdir, user)?;
         let fds = new_session_fds()?;
+        if self.v2_limits {
+            crate::limits::apply_v2(dir, &limits)?;
+        }
         let v1 = match &self.v1 {
             Some(v1) => v1.create_session(id, &limits)?,
             None => Vec::new(),

@@ -60,6 +60,8 @@ pub struct Sessions<C: CgroupOps, P: ProcessOps> {
     pub(crate) adopted: BTreeSet<String>,
     /// `--allow-writable`: the directories beneath which sessions may add writable roots.
     pub(crate) allow_writable: Vec<PathBuf>,
+    /// Pure v2 with `memory`/`pids` enabled under the root: limits go on the session cgroups.
+    pub(crate) v2_limits: bool,
 }
 
 impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
@@ -75,7 +77,14 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             defaults: SessionLimits::default(),
             adopted: BTreeSet::new(),
             allow_writable: Vec::new(),
+            v2_limits: false,
         }
+    }
+
+    /// Put session limits on the v2 session cgroups (pure v2 hosts whose root has the controllers on).
+    pub fn with_v2_limits(mut self, on: bool) -> Self {
+        self.v2_limits = on;
+        self
     }
 
     /// Let sessions add writable roots beneath `dirs` (`--allow-writable`).
@@ -162,7 +171,11 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             },
             ToSupervisor::SessionUsage { req, session } => match self.live.get(&session) {
                 Some(s) => {
-                    let limits = crate::limits::usage(&s.v1, &s.limits);
+                    let limits = if self.v2_limits {
+                        crate::limits::usage_v2(&s.cgroup, &s.limits)
+                    } else {
+                        crate::limits::usage(&s.v1, &s.limits)
+                    };
                     Outgoing::plain(FromSupervisor::Usage { req, session, limits })
                 }
                 None => Outgoing::plain(FromSupervisor::Error {

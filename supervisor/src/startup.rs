@@ -95,6 +95,25 @@ pub fn start(args: &Args) -> Result<EventLoop<RealCgroups, RealProcesses>, Start
     started.map_err(|(_, e)| e)
 }
 
+/// Pure v2: turn on `memory`/`pids` under the root for session limits; false (logged) when the root
+/// does not offer them (its parent did not delegate them).
+fn enable_v2_limits(root: &Path) -> bool {
+    match crate::limits::enable_v2(root) {
+        Ok(on) if on.is_empty() => {
+            log(&format!("session limits are off: {} offers neither memory nor pids", root.display()));
+            false
+        }
+        Ok(on) => {
+            log(&format!("session limits use cgroup v2 controllers {on:?} under {}", root.display()));
+            true
+        }
+        Err(e) => {
+            log(&format!("session limits are off: {}", crate::sessions::chain(&e)));
+            false
+        }
+    }
+}
+
 /// Resolve and check everything; no side effect.
 fn plan(args: &Args) -> Result<Plan, StartError> {
     let front_user = match &args.front_user {
@@ -180,6 +199,7 @@ fn start_created(
         log(&format!("session limits are off: {}", crate::sessions::chain(&e)));
         v1 = None;
     }
+    let v2_limits = plan.mode == CgroupMode::V2 && enable_v2_limits(&plan.root);
     let adopted = crate::recovery::recover(&plan.root, v1.as_ref());
     // After recovery ended the leftover sessions, nothing writes to their temp dirs any more.
     let tmp_root = crate::spawn::tmp_root(&plan.root);
@@ -202,7 +222,8 @@ fn start_created(
     let sessions = Sessions::new(RealCgroups, procs, plan.root, plan.mode, plan.worker_user)
         .with_limits(v1, plan.defaults)
         .with_adopted(adopted)
-        .with_allow_writable(plan.allow_writable);
+        .with_allow_writable(plan.allow_writable)
+        .with_v2_limits(v2_limits);
     let parts = Parts { sessions, front, control, listener, signals, socket, root_created, launcher: Some(launcher) };
     // A front is running by now; if the loop cannot start, the front gets EOF on its control
     // socket when this process exits.

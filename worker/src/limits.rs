@@ -1,6 +1,8 @@
 //! The session's v1 cgroups on hybrid hosts (`memory`, `pids`), found from `/proc/self/cgroup`: the
 //! supervisor attached the worker there before exec, and jobs inherit the membership. The worker only
-//! reads them: `memory.oom_control` (`oom_kill N`), `pids.events` (`max N`), `pids.max`.
+//! reads them: `memory.oom_control` (`oom_kill N`), `pids.events` (`max N`), `pids.max`. On pure v2
+//! hosts the same counters are the session cgroup's own (`memory.events`, `pids.events`, `pids.max`:
+//! the parent of the worker's `0::` cgroup), when the supervisor turned the controllers on.
 //!
 //! Only a v1 cgroup named `session-*` counts: a worker started without limits sits in whatever v1
 //! cgroup the supervisor had, whose counters belong to other processes.
@@ -24,7 +26,23 @@ impl V1Session {
     /// The worker's own v1 session cgroups.
     pub fn detect() -> V1Session {
         let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        V1Session::parse(&text, "/sys/fs/cgroup")
+        let mut found = V1Session::parse(&text, "/sys/fs/cgroup");
+        if found == V1Session::default() {
+            found = V1Session::parse_v2(&text, "/sys/fs/cgroup");
+        }
+        found
+    }
+
+    /// Pure v2: the session cgroup (parent of the worker's `0::` cgroup, named `session-*`), for each
+    /// counter file it has.
+    pub fn parse_v2(text: &str, mount: &str) -> V1Session {
+        let session = text.lines().find_map(|l| {
+            let path = Path::new(l.strip_prefix("0::")?).parent()?;
+            let rel = path.strip_prefix("/").ok()?;
+            path.file_name()?.to_str()?.starts_with("session-").then(|| Path::new(mount).join(rel))
+        });
+        let with = |file: &str| session.clone().filter(|d| d.join(file).exists());
+        V1Session { memory: with("memory.events"), pids: with("pids.events") }
     }
 
     /// From the text of `/proc/self/cgroup`, with the v1 hierarchies mounted under `mount`.
@@ -43,7 +61,8 @@ impl V1Session {
 
     /// How many times the OOM killer killed a process of the session.
     pub fn oom_kills(&self) -> Option<u64> {
-        read_key(self.memory.as_deref()?, "memory.oom_control", "oom_kill")
+        let dir = self.memory.as_deref()?;
+        read_key(dir, "memory.oom_control", "oom_kill").or_else(|| read_key(dir, "memory.events", "oom_kill"))
     }
 
     /// How many forks failed on the session's `pids.max`.
@@ -84,6 +103,22 @@ mod tests {
         let v1 = V1Session { memory: Some(dir.clone()), pids: Some(dir.clone()) };
         assert_eq!((v1.oom_kills(), v1.pids_failures(), v1.pids_max()), (Some(3), Some(7), Some(64)));
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn pure_v2_uses_the_session_cgroup_when_it_has_the_counters() {
+        let mount = tempfile_dir().join("v2");
+        let session = mount.join("heddle/session-a");
+        std::fs::create_dir_all(session.join("worker")).unwrap();
+        let text = "0::/heddle/session-a/worker\n";
+        assert_eq!(V1Session::parse_v2(text, mount.to_str().unwrap()), V1Session::default(), "no controllers on");
+        std::fs::write(session.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
+        std::fs::write(session.join("pids.events"), "max 0\n").unwrap();
+        let v2 = V1Session::parse_v2(text, mount.to_str().unwrap());
+        assert_eq!(v2.memory.as_deref(), Some(session.as_path()));
+        assert_eq!((v2.oom_kills(), v2.pids_failures()), (Some(1), Some(0)));
+        assert_eq!(V1Session::parse_v2("0::/other/worker\n", mount.to_str().unwrap()), V1Session::default());
+        std::fs::remove_dir_all(mount).unwrap();
     }
 
     fn tempfile_dir() -> PathBuf {
