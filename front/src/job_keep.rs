@@ -210,6 +210,20 @@ pub struct KeptLogResult {
     pub text: String,
 }
 
+/// `name` is valid and names a kept job of the caller (root: of anyone).
+fn check_own(method: &str, k: &Kernel, client: &Client, name: &str) -> Result<(), RpcError> {
+    validate_name(method, name)?;
+    let all = k
+        .link
+        .list_kept()
+        .map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
+    if all.iter().any(|j| j.name == name && (client.uid == 0 || j.owner_uid == client.uid)) {
+        return Ok(());
+    }
+    let why = format!("there is no kept job named '{name}' of yours; list them with kept {{}}");
+    Err(RpcError::new(ErrorKind::InvalidParams, why))
+}
+
 /// The default and largest `tail_bytes` of `kept.log`.
 const LOG_TAIL_DEFAULT: u64 = 16 << 10;
 const LOG_TAIL_MAX: u64 = 1 << 20;
@@ -217,15 +231,7 @@ const LOG_TAIL_MAX: u64 = 1 << 20;
 pub(crate) fn call_log(k: &Kernel, client: &Client, params: Value) -> Result<KeptLogResult, RpcError> {
     use std::io::{Read, Seek, SeekFrom};
     let p: LogParams = rpc::params("kept.log", params)?;
-    validate_name("kept.log", &p.name)?;
-    let all = k
-        .link
-        .list_kept()
-        .map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
-    if !all.iter().any(|j| j.name == p.name && (client.uid == 0 || j.owner_uid == client.uid)) {
-        let why = format!("there is no kept job named '{}' of yours; list them with kept {{}}", p.name);
-        return Err(RpcError::new(ErrorKind::InvalidParams, why));
-    }
+    check_own("kept.log", k, client, &p.name)?;
     let path = log_path(k, &p.name);
     let no_log = |e: std::io::Error| {
         let why =
@@ -255,18 +261,7 @@ struct KillParams {
 
 pub(crate) fn call_kill(k: &Kernel, client: &Client, params: Value) -> Result<KeptKillResult, RpcError> {
     let p: KillParams = rpc::params("kept.kill", params)?;
-    validate_name("kept.kill", &p.name)?;
-    let all = k
-        .link
-        .list_kept()
-        .map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
-    let mine = all.iter().any(|j| j.name == p.name && (client.uid == 0 || j.owner_uid == client.uid));
-    if !mine {
-        return Err(RpcError::new(
-            ErrorKind::InvalidParams,
-            format!("there is no kept job named '{}' of yours; list them with kept {{}}", p.name),
-        ));
-    }
+    check_own("kept.kill", k, client, &p.name)?;
     let (killed, verified_empty) = k
         .link
         .kill_kept(&p.name)
