@@ -1,8 +1,9 @@
 //! Kept jobs' output after their session ends: a kept job's stdout and stderr are pipes whose read
 //! ends the session's worker holds. When the worker goes (session close, worker death, shutdown), a
 //! kept job writing to them would get `SIGPIPE` and die: exactly the job the user asked to outlive the
-//! session. So before the session's subtree is killed (it is frozen by then), the supervisor takes a
-//! duplicate of each such read end from the worker (`pidfd_getfd`), and starts a small **drainer**
+//! session. So when a job is kept, the supervisor takes a duplicate of each such read end from the
+//! worker (`pidfd_getfd`) and holds it, unread, while the worker lives (so even a SIGKILLed worker
+//! leaves the pipes open); when the worker goes (its subtree frozen, or it died), it starts a small **drainer**
 //! (`heddle-supervisor --drain-kept`) inside the kept job's own cgroup (`kept/NAME/drain`) that appends
 //! what arrives to
 //! `<state-dir>/kept/NAME.log`.
@@ -83,27 +84,31 @@ fn read_ends(worker_pid: u32) -> BTreeMap<u64, RawFd> {
     out
 }
 
-/// For every kept job under `kept_root` whose stdout/stderr pipes the worker reads, duplicates of those
-/// read ends, taken from the (frozen) worker. Failures are logged and skipped.
-pub fn take_kept_pipes(kept_root: &Path, worker_pid: u32, worker_pidfd: BorrowedFd<'_>) -> Vec<Rescue> {
-    let Ok(entries) = std::fs::read_dir(kept_root) else { return Vec::new() };
+/// Duplicates of the read ends of kept job `name`'s stdout/stderr pipes, taken from the worker (live,
+/// or frozen); `None` when the worker reads none of them. Failures are logged and skipped.
+pub fn take_pipes(kept_root: &Path, name: &str, worker_pid: u32, worker_pidfd: BorrowedFd<'_>) -> Option<Rescue> {
     let ends = read_ends(worker_pid);
-    let mut out = Vec::new();
-    for entry in entries.flatten().filter(|e| e.path().is_dir()) {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let mut fds = Vec::new();
-        for inode in kept_pipes(&entry.path()) {
-            let Some(&fd) = ends.get(&inode) else { continue };
-            match crate::sys::pidfd_getfd(worker_pidfd, fd) {
-                Ok(dup) => fds.push(dup),
-                Err(e) => crate::sessions::log(&format!("kept job {name:?}: cannot take its output pipe: {e}")),
-            }
-        }
-        if !fds.is_empty() {
-            out.push(Rescue { name, fds });
+    let mut fds = Vec::new();
+    for inode in kept_pipes(&kept_root.join(name)) {
+        let Some(&fd) = ends.get(&inode) else { continue };
+        match crate::sys::pidfd_getfd(worker_pidfd, fd) {
+            Ok(dup) => fds.push(dup),
+            Err(e) => crate::sessions::log(&format!("kept job {name:?}: cannot take its output pipe: {e}")),
         }
     }
-    out
+    (!fds.is_empty()).then(|| Rescue { name: name.to_owned(), fds })
+}
+
+/// [`take_pipes`] for every kept job under `kept_root` but those named in `skip`.
+pub fn take_kept_pipes(kept_root: &Path, skip: &[&str], worker_pid: u32, worker_pidfd: BorrowedFd<'_>) -> Vec<Rescue> {
+    let Ok(entries) = std::fs::read_dir(kept_root) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| !skip.contains(&name.as_str()))
+        .filter_map(|name| take_pipes(kept_root, &name, worker_pid, worker_pidfd))
+        .collect()
 }
 
 /// Append everything the `pipes` deliver to `log` until every writer has closed them, cutting the log

@@ -93,6 +93,8 @@ pub struct Session {
     pub limits: shm_proto::control::SessionLimits,
     /// The session's private temp dir (created by the supervisor, owned by the worker's uid).
     pub tmp: PathBuf,
+    /// Read ends of kept jobs' output pipes, held (unread) from `keep` until the worker goes.
+    pub held_pipes: Vec<crate::kept_output::Rescue>,
 }
 
 /// The sandbox settings a session's worker is started with (`session.open {policy, network, cwd}`).

@@ -64,7 +64,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     }
 
     /// Kill, verify and remove one session's subtree; reap its worker.
-    pub(crate) fn teardown(&self, s: Session) -> Teardown {
+    pub(crate) fn teardown(&self, mut s: Session) -> Teardown {
         let deadline = Instant::now() + TEARDOWN_TIMEOUT;
         let dir = &s.cgroup;
         let wdir = session::worker_dir(dir);
@@ -75,7 +75,8 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         if let Err(e) = self.cg.freeze(dir) {
             warn("freezing the cgroup", &e);
         }
-        for line in self.procs.rescue_kept_output(&self.root, s.worker.pid, s.worker.pidfd.as_fd()) {
+        let held = std::mem::take(&mut s.held_pipes);
+        for line in self.procs.rescue_kept_output(&self.root, s.worker.pid, s.worker.pidfd.as_fd(), held) {
             log(&format!("session {:?}: {line}", s.id));
         }
         let killed = self.cg.procs(dir, &wdir).unwrap_or_else(|e| {

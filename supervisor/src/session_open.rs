@@ -148,7 +148,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             }
         };
         let worker = Worker { pid: spawned.pid, uid: user.uid, pidfd: spawned.pidfd };
-        Ok(Session { id: id.to_owned(), cgroup: dir.to_owned(), worker, fds, v1, limits, tmp })
+        Ok(Session { id: id.to_owned(), cgroup: dir.to_owned(), worker, fds, v1, limits, tmp, held_pipes: Vec::new() })
     }
 
     /// Delegate the session subtree to the worker's uid, as the cgroup v2 delegation model requires.

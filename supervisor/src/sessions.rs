@@ -25,7 +25,7 @@ use crate::spawn::ProcessOps;
 use crate::users::UserInfo;
 use shm_proto::control::{FromSupervisor, SessionLimits, ToSupervisor};
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// A message for the front and the fds that go with it.
@@ -203,6 +203,10 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         match crate::kept::keep(&self.root, &job_dir, name, owner_uid, &parents) {
             Ok(kept) => {
                 log(&format!("kept job {job} of session {session:?} as {name:?} ({} processes)", kept.procs.len()));
+                let held = self.procs.hold_kept_pipes(&self.root, name, s.worker.pid, s.worker.pidfd.as_fd());
+                if let (Some(r), Some(s)) = (held, self.live.get_mut(session)) {
+                    s.held_pipes.push(r);
+                }
                 Outgoing::plain(FromSupervisor::JobKept { req, kept })
             }
             Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: chain(&e) }),

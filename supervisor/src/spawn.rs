@@ -71,9 +71,26 @@ pub trait ProcessOps {
     fn make_tmp(&self, id: &str, user: &UserInfo) -> io::Result<PathBuf>;
     /// Remove a session's temp dir and everything in it.
     fn remove_tmp(&self, dir: &Path) -> io::Result<()>;
-    /// Before a session's (frozen) worker is killed: keep draining the output of kept jobs whose pipes
-    /// it reads (see `kept_output`). Returns what was done, for the log.
-    fn rescue_kept_output(&self, _root: &Path, _worker_pid: u32, _worker_pidfd: BorrowedFd<'_>) -> Vec<String> {
+    /// Right after a job was kept: hold duplicates of the read ends of its output pipes (see
+    /// `kept_output`), so they outlive the worker.
+    fn hold_kept_pipes(
+        &self,
+        _root: &Path,
+        _name: &str,
+        _worker_pid: u32,
+        _worker_pidfd: BorrowedFd<'_>,
+    ) -> Option<crate::kept_output::Rescue> {
+        None
+    }
+    /// When a session's worker goes (its subtree frozen, or it died): start a drainer for each kept job
+    /// whose pipes are `held`, or that the (frozen) worker still reads. Returns what was done, for the log.
+    fn rescue_kept_output(
+        &self,
+        _root: &Path,
+        _worker_pid: u32,
+        _worker_pidfd: BorrowedFd<'_>,
+        _held: Vec<crate::kept_output::Rescue>,
+    ) -> Vec<String> {
         Vec::new()
     }
 }
@@ -161,11 +178,28 @@ impl ProcessOps for RealProcesses {
         std::fs::remove_dir_all(dir)
     }
 
-    fn rescue_kept_output(&self, root: &Path, worker_pid: u32, worker_pidfd: BorrowedFd<'_>) -> Vec<String> {
+    fn hold_kept_pipes(
+        &self,
+        root: &Path,
+        name: &str,
+        worker_pid: u32,
+        worker_pidfd: BorrowedFd<'_>,
+    ) -> Option<crate::kept_output::Rescue> {
+        crate::kept_output::take_pipes(&crate::kept::kept_root(root), name, worker_pid, worker_pidfd)
+    }
+
+    fn rescue_kept_output(
+        &self,
+        root: &Path,
+        worker_pid: u32,
+        worker_pidfd: BorrowedFd<'_>,
+        mut held: Vec<crate::kept_output::Rescue>,
+    ) -> Vec<String> {
         let Some(exe) = &self.self_exe else { return Vec::new() };
-        let rescues = crate::kept_output::take_kept_pipes(&crate::kept::kept_root(root), worker_pid, worker_pidfd);
-        rescues
-            .into_iter()
+        let skip: Vec<&str> = held.iter().map(|r| r.name.as_str()).collect();
+        let found = crate::kept_output::take_kept_pipes(&crate::kept::kept_root(root), &skip, worker_pid, worker_pidfd);
+        held.extend(found);
+        held.into_iter()
             .map(|r| match self.start_drainer(exe.as_fd(), root, &r) {
                 Ok(log) => format!("kept job {:?}: its output now goes to {}", r.name, log.display()),
                 Err(e) => format!("kept job {:?}: its output cannot be kept ({e}); it may get SIGPIPE", r.name),

@@ -65,3 +65,30 @@ fn a_kept_job_writing_after_its_session_closed_lives_on_and_its_output_is_kept()
     assert!(job_pids.iter().all(|p| !alive(u64::from(*p))));
     assert!(!kept_dir.exists());
 }
+
+#[test]
+fn a_kept_job_outlives_a_sigkilled_worker_without_sigpipe() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let opened = c.call("session.open", json!({"cwd": h.project})).unwrap();
+    let s = opened["session"].clone();
+    let worker = opened["worker"]["pid"].as_u64().unwrap();
+    let cmd = "i=0; while :; do echo \"beat $i\"; i=$((i+1)); sleep 0.02; done";
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "keep": true, "name": "beater", "yield_ms": 200})).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    let kept_dir = h.cgroup_root.join("kept/beater");
+    let comm = |p: &u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+    let bash: Vec<u32> = pids_in(&kept_dir).into_iter().filter(|p| comm(p).trim() == "bash").collect();
+    assert_eq!(bash.len(), 1, "{:?}", pids_in(&kept_dir));
+
+    // The worker is our stack's own process, named by the pid the server reported for this session.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker as i32), nix::sys::signal::SIGKILL).unwrap();
+    let log = h.state_dir.join("kept/beater.log");
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    assert!(eventually(Duration::from_secs(5), || size(&log) > 0), "the kept log appears at {}", log.display());
+    let first = size(&log);
+    assert!(eventually(Duration::from_secs(5), || size(&log) > first), "it keeps growing after the worker died");
+    assert!(alive(u64::from(bash[0])), "the kept job was not killed by SIGPIPE");
+    let killed = c.call("kept.kill", json!({"name": "beater"})).unwrap();
+    assert_eq!(killed["verified_empty"], true, "{killed}");
+}
