@@ -9,7 +9,10 @@
 //! - `restore as a script alone`: the same state with everything in the script (no environment-borne
 //!   part), no capture;
 //! - `env | base64 capture`: the typical restore, then a forking capture (`env`, `declare -f`, `alias`
-//!   through `base64`) — the style of capture the builtins replace.
+//!   through `base64`) — the style of capture the builtins replace;
+//! - `pre-started shell`: a prospective design (DESIGN §13, not built): bash spawned ahead with the
+//!   typical state restored, waiting on a pipe for its command; timed from writing the command to its
+//!   exit (capture included), the next spare started untimed.
 
 use anyhow::Result;
 use heddle_bench::{report, time_us, Summary};
@@ -43,6 +46,40 @@ fn spawn(argv: &[&[u8]], state: bool, env: &[(String, String)]) -> Vec<u8> {
         f.read_to_end(&mut data).expect("read state");
     }
     data
+}
+
+/// A spare bash with the typical state restored, waiting for its command on stdin: (child, stdin, memfd).
+fn prestart(restore: &[u8], env: &[(String, String)]) -> (launcher::Child, std::fs::File, std::fs::File) {
+    let wrapper = worker::state::WRAPPER.replacen("__heddle_c=$2;", "", 1).replacen(
+        "\n",
+        "\nIFS= builtin read -r -d '' __heddle_c\n",
+        1,
+    );
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null").expect("/dev/null");
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+    let stdio = Stdio { stdin: r, stdout: null.try_clone().expect("dup").into(), stderr: null.into() };
+    let argv: [&[u8]; 7] = [b"bash", b"--noprofile", b"--norc", b"-c", wrapper.as_bytes(), b"bash", restore];
+    let args: Vec<&OsStr> = argv.iter().map(|a| OsStr::from_bytes(a)).collect();
+    let fd =
+        nix::sys::memfd::memfd_create(c"heddle-bench-state", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).expect("memfd");
+    let p = Prepared::new(Path::new(launcher::BASH), &args, env, None, stdio)
+        .expect("prepare")
+        .with_extra_fd(fd.try_clone().expect("dup"), worker::state::STATE_FD)
+        .expect("extra fd");
+    let child = launcher::spawn(&p).expect("spawn");
+    (child, w.into(), fd.into())
+}
+
+/// Hand `true` to a spare and wait for it: the time from the command's write to the shell's exit.
+fn handover(spare: (launcher::Child, std::fs::File, std::fs::File)) -> f64 {
+    use std::io::Write;
+    let (child, mut stdin, state) = spare;
+    let t = time_us(|| {
+        stdin.write_all(b"true\0").expect("write command");
+        assert_eq!(child.wait().expect("wait").code(), Some(0), "bash failed");
+    });
+    assert!(state.metadata().expect("fstat").len() > 0, "the spare captured nothing");
+    t
 }
 
 /// User + system CPU time of every reaped child so far, in µs.
@@ -128,6 +165,14 @@ pub fn run(iterations: usize) -> Result<()> {
         }
     }
     let cpu: Vec<f64> = cpu.into_iter().map(|c| c / iterations as f64).collect();
+    let mut handovers = Vec::new();
+    let mut spare = prestart(&restore, &state_env);
+    for _ in 0..iterations {
+        std::thread::sleep(std::time::Duration::from_millis(2)); // the spare is ready before its command
+        handovers.push(handover(spare));
+        spare = prestart(&restore, &state_env);
+    }
+    handover(spare);
     let sums: Vec<Summary> = samples.into_iter().map(Summary::of).collect();
     for (i, v) in variants.iter().enumerate().skip(1) {
         report("shell state around one spawn", variants[0].0, sums[0], v.0, sums[i]);
@@ -143,5 +188,8 @@ pub fn run(iterations: usize) -> Result<()> {
             cpu[0]
         );
     }
+    let pre = Summary::of(handovers);
+    report("shell state around one spawn", variants[0].0, sums[0], "pre-started shell, typical: command → exit", pre);
+    println!("(prospective, DESIGN §13: restore and spawn happen before the command arrives)");
     Ok(())
 }
