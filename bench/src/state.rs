@@ -1,6 +1,7 @@
 //! `heddle-bench state`: what carrying shell state costs around one bash spawn.
 //!
-//! Every variant spawns through the launcher (the jobs' own spawn path), interleaved in one loop:
+//! Every variant spawns through the launcher (the jobs' own spawn path), interleaved in one loop; the
+//! capture goes to a memfd at fd 4, as in the worker:
 //! - `bare`: `bash --noprofile --norc -c true` — the baseline;
 //! - `wrapper, empty state`: the worker's state wrapper with nothing to restore, capture to the state pipe;
 //! - `wrapper, typical state`: restore + capture of 20 exported variables, 5 functions, 10 aliases;
@@ -8,17 +9,20 @@
 //! - `restore as a script alone`: the same state with everything in the script (no environment-borne
 //!   part), no capture;
 //! - `env | base64 capture`: the typical restore, then a forking capture (`env`, `declare -f`, `alias`
-//!   through `base64`) — the style of capture the builtins replace.
+//!   through `base64`) — the style of capture the builtins replace;
+//! - `pre-started shell`: a prospective design (DESIGN §13, not built): bash spawned ahead with the
+//!   typical state restored, waiting on a pipe for its command; timed from writing the command to its
+//!   exit (capture included), the next spare started untimed.
 
 use anyhow::Result;
 use heddle_bench::{report, time_us, Summary};
 use launcher::{job_env, process_env, Prepared, Stdio};
 use std::ffi::OsStr;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-/// Spawn bash with `argv` (fd 4 = a pipe when `state`), drain stdout and the pipe, wait.
+/// Spawn bash with `argv` (fd 4 = a memfd when `state`, as the worker does), wait, read the memfd.
 fn spawn(argv: &[&[u8]], state: bool, env: &[(String, String)]) -> Vec<u8> {
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null").expect("/dev/null");
     let stdio = Stdio::null_stdin(null.try_clone().expect("dup").into(), null.into()).expect("stdio");
@@ -26,19 +30,64 @@ fn spawn(argv: &[&[u8]], state: bool, env: &[(String, String)]) -> Vec<u8> {
     let mut p = Prepared::new(Path::new(launcher::BASH), &args, env, None, stdio).expect("prepare");
     let mut r = None;
     if state {
-        let (rd, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
-        p = p.with_extra_fd(w, worker::state::STATE_FD).expect("extra fd");
-        r = Some(rd);
+        let fd = nix::sys::memfd::memfd_create(c"heddle-bench-state", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+            .expect("memfd");
+        p = p.with_extra_fd(fd.try_clone().expect("dup"), worker::state::STATE_FD).expect("extra fd");
+        r = Some(fd);
     }
     let child = launcher::spawn(&p).expect("spawn");
     drop(p);
-    let mut data = Vec::new();
-    if let Some(rd) = r {
-        std::fs::File::from(rd).read_to_end(&mut data).expect("read state");
-    }
     let st = child.wait().expect("wait");
     assert_eq!(st.code(), Some(0), "bash failed");
+    let mut data = Vec::new();
+    if let Some(fd) = r {
+        let mut f = std::fs::File::from(fd);
+        f.seek(std::io::SeekFrom::Start(0)).expect("seek");
+        f.read_to_end(&mut data).expect("read state");
+    }
     data
+}
+
+/// A spare bash with the typical state restored, waiting for its command on stdin: (child, stdin, memfd).
+fn prestart(restore: &[u8], env: &[(String, String)]) -> (launcher::Child, std::fs::File, std::fs::File) {
+    let wrapper = worker::state::WRAPPER.replacen("__heddle_c=$2;", "", 1).replacen(
+        "\n",
+        "\nIFS= builtin read -r -d '' __heddle_c\n",
+        1,
+    );
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null").expect("/dev/null");
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+    let stdio = Stdio { stdin: r, stdout: null.try_clone().expect("dup").into(), stderr: null.into() };
+    let argv: [&[u8]; 7] = [b"bash", b"--noprofile", b"--norc", b"-c", wrapper.as_bytes(), b"bash", restore];
+    let args: Vec<&OsStr> = argv.iter().map(|a| OsStr::from_bytes(a)).collect();
+    let fd =
+        nix::sys::memfd::memfd_create(c"heddle-bench-state", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).expect("memfd");
+    let p = Prepared::new(Path::new(launcher::BASH), &args, env, None, stdio)
+        .expect("prepare")
+        .with_extra_fd(fd.try_clone().expect("dup"), worker::state::STATE_FD)
+        .expect("extra fd");
+    let child = launcher::spawn(&p).expect("spawn");
+    (child, w.into(), fd.into())
+}
+
+/// Hand `true` to a spare and wait for it: the time from the command's write to the shell's exit.
+fn handover(spare: (launcher::Child, std::fs::File, std::fs::File)) -> f64 {
+    use std::io::Write;
+    let (child, mut stdin, state) = spare;
+    let t = time_us(|| {
+        stdin.write_all(b"true\0").expect("write command");
+        assert_eq!(child.wait().expect("wait").code(), Some(0), "bash failed");
+    });
+    assert!(state.metadata().expect("fstat").len() > 0, "the spare captured nothing");
+    t
+}
+
+/// User + system CPU time of every reaped child so far, in µs.
+fn children_cpu_us() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
+    let us = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1e6 + t.tv_usec() as f64;
+    us(u.user_time()) + us(u.system_time())
 }
 
 const TYPICAL: &str = r#"for i in $(seq 1 20); do export "HEDDLE_BENCH_VAR_$i=value number $i with /usr/local/bin:/opt/x"; done
@@ -105,21 +154,42 @@ pub fn run(iterations: usize) -> Result<()> {
         }
     }
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    let mut cpu = vec![0.0; variants.len()];
     for _ in 0..iterations {
         for (i, v) in variants.iter().enumerate() {
+            let before = children_cpu_us();
             samples[i].push(time_us(|| {
                 spawn(&v.1, v.2, v.3);
             }));
+            cpu[i] += children_cpu_us() - before;
         }
     }
+    let cpu: Vec<f64> = cpu.into_iter().map(|c| c / iterations as f64).collect();
+    let mut handovers = Vec::new();
+    let mut spare = prestart(&restore, &state_env);
+    for _ in 0..iterations {
+        std::thread::sleep(std::time::Duration::from_millis(2)); // the spare is ready before its command
+        handovers.push(handover(spare));
+        spare = prestart(&restore, &state_env);
+    }
+    handover(spare);
     let sums: Vec<Summary> = samples.into_iter().map(Summary::of).collect();
     for (i, v) in variants.iter().enumerate().skip(1) {
         report("shell state around one spawn", variants[0].0, sums[0], v.0, sums[i]);
         println!(
-            "incremental p50 cost: {:+.1} µs = {:.1}% of the bare spawn\n",
+            "incremental p50 cost: {:+.1} µs = {:.1}% of the bare spawn",
             sums[i].p50 - sums[0].p50,
             100.0 * (sums[i].p50 - sums[0].p50) / sums[0].p50
         );
+        println!(
+            "incremental CPU (bash's user+sys, mean; steadier than wall time on a loaded host): {:+.1} µs = {:.1}% of the bare spawn's {:.0} µs\n",
+            cpu[i] - cpu[0],
+            100.0 * (cpu[i] - cpu[0]) / cpu[0],
+            cpu[0]
+        );
     }
+    let pre = Summary::of(handovers);
+    report("shell state around one spawn", variants[0].0, sums[0], "pre-started shell, typical: command → exit", pre);
+    println!("(prospective, DESIGN §13: restore and spawn happen before the command arrives)");
     Ok(())
 }

@@ -3,17 +3,18 @@
 //! The capture is what the worker's wrapper (`worker::state::WRAPPER`) makes bash write: NUL-framed
 //! sections in a fixed order, each `\0TAG\0` then its content —
 //! `O` (`$SHELLOPTS` at the shell's start, NUL, `$SHELLOPTS` after the command), `V` (`declare -p`), `F`
-//! (`declare -f`), `A` (alias `name\0value\0` pairs), `D` (directory stack below the top, `dir\0` each),
-//! `S` (`$BASHOPTS` at start, NUL, after), `U` (`umask`), `P` (`pwd`), `E` (end).
+//! (`declare -f`), `X` (`declare -Fx`: the exported functions), `A` (alias names, `name\0` each), `a`
+//! (their values in the same order, `value\0` each), `D` (directory stack below the top, `dir\0` each),
+//! `S` (`$BASHOPTS` at start and after, each NUL-terminated), `U` (`umask`), `P` (`pwd`), `E` (end).
 //! Bash values cannot contain NUL, so no value can forge a frame. Anything that does not fit the format
 //! exactly is an error (and the job's state is then unknown), never a panic.
 //!
 //! Items (key → value bytes): `cwd` (raw path), `dirstack` (entries joined by NUL), `umask`, `set:NAME`
 //! (`-` on, `+` off) and `shopt:NAME` (`s`/`u`) only for options not at bash's default, `var:NAME` (its `declare -p` line), `func:NAME` (its
-//! `declare -f` text), `alias:NAME` (raw value). Variables bash owns are not items (see [`bash_owned`]).
+//! `declare -f` text), `fexport:NAME` (empty: the function is exported), `alias:NAME` (raw value). Variables bash owns are not items (see [`bash_owned`]).
 //!
 //! ```
-//! let cap = b"\0O\0hashall\0errexit:hashall\0V\0declare -x A=\"1\"\n\0F\0\0A\0ll\0ls -l\0\0D\0\0S\0\0extglob\0U\0077\n\0P\0/tmp\n\0E\0";
+//! let cap = b"\0O\0hashall\0errexit:hashall\0V\0declare -x A=\"1\"\n\0F\0\0X\0\0A\0ll\0\0a\0ls -l\0\0D\0\0S\0\0extglob\0\0U\0077\n\0P\0/tmp\n\0E\0";
 //! let items = front::state_capture::parse(cap).unwrap();
 //! assert_eq!(items["var:A"], b"declare -x A=\"1\"");
 //! assert_eq!(items["cwd"], b"/tmp");
@@ -86,9 +87,19 @@ pub fn parse(data: &[u8]) -> Result<Items, CaptureError> {
     lines(c.text(), "declare -p", |l| variable(l, &mut items))?;
     c.tag(b"F", "declare -f")?;
     functions(c.text(), &mut items);
+    c.tag(b"X", "declare -Fx")?;
+    lines(c.text(), "declare -Fx", |l| {
+        let name = l.strip_prefix(b"declare -fx ").filter(|n| !n.is_empty())?;
+        items.insert(format!("fexport:{}", String::from_utf8_lossy(name)), Vec::new());
+        Some(())
+    })?;
     c.tag(b"A", "alias")?;
-    while !c.at(b"D") {
-        let name = c.token("alias")?;
+    let mut names = Vec::new();
+    while !c.at(b"a") {
+        names.push(c.token("alias")?);
+    }
+    c.tag(b"a", "alias")?;
+    for name in names {
         let value = c.token("alias")?;
         if name.is_empty() {
             return Err(CaptureError::Missing("alias"));
@@ -103,7 +114,7 @@ pub fn parse(data: &[u8]) -> Result<Items, CaptureError> {
     items.insert("dirstack".into(), dirs.join(&b"\0"[..]));
     c.tag(b"S", "shopt")?;
     let start = c.token("shopt")?;
-    options(start, c.text(), "shopt:", (b"s", b"u"), &mut items)?;
+    options(start, c.token("shopt")?, "shopt:", (b"s", b"u"), &mut items)?;
     c.tag(b"U", "umask")?;
     items.insert("umask".into(), trim_newline(c.text()).to_vec());
     c.tag(b"P", "pwd")?;
@@ -252,11 +263,11 @@ mod tests {
             vars.as_bytes(),
             b"\0F\0",
             funcs.as_bytes(),
-            b"\0A\0",
+            b"\0X\0declare -fx g2\n\0A\0",
             aliases,
             b"\0D\0",
             dirs,
-            b"\0S\0nullglob:sourcepath\0extglob:sourcepath\0U\0",
+            b"\0S\0nullglob:sourcepath\0extglob:sourcepath\0\0U\0",
             b"0077\n\0P\0/a dir/\n\n\0E\0",
         ]
         .concat()
@@ -267,7 +278,7 @@ mod tests {
         let vars =
             "declare -x FOO=\"1\"\ndeclare -ar BASH_VERSINFO=([0]=\"5\")\ndeclare -A H=([k]=\"v\" )\ndeclare -- X\n";
         let funcs = "f () \n{ \n    cat <<EOF\nx\ng () \n{ \nEOF\n\n}\ng2 () \n{ \n    :\n}\n";
-        let items = parse(&capture(vars, funcs, b"ll\0ls -l\0e\0\0", b"/x\0/y\0")).unwrap();
+        let items = parse(&capture(vars, funcs, b"ll\0e\0\0a\0ls -l\0\0", b"/x\0/y\0")).unwrap();
         assert_eq!(items["set:errexit"], b"-");
         assert_eq!(items["set:xtrace"], b"+");
         assert_eq!(items["var:FOO"], b"declare -x FOO=\"1\"");
@@ -282,18 +293,20 @@ mod tests {
         assert_eq!((items["umask"].as_slice(), items["cwd"].as_slice()), (&b"0077"[..], &b"/a dir/\n"[..]));
         assert_eq!(items["func:f"], b"f () \n{ \n    cat <<EOF\nx\ng () \n{ \nEOF\n\n}\n", "heredoc is not a start");
         assert_eq!(items["func:g2"], b"g2 () \n{ \n    :\n}\n");
+        assert_eq!(items["fexport:g2"], b"");
     }
 
     #[test]
     fn a_cut_or_forged_capture_is_an_error() {
-        let full = capture("declare -- A=\"1\"\n", "", b"", b"");
+        let full = capture("declare -- A=\"1\"\n", "", b"\0a\0", b"");
         for cut in 0..full.len() {
             assert!(parse(&full[..cut]).is_err(), "cut at {cut}");
         }
         let mut extra = full.clone();
         extra.extend_from_slice(b"\0V\0declare -- B=\"2\"\n\0E\0");
         assert!(parse(&extra).is_err());
-        assert!(parse(&capture("echo hi\n", "", b"", b"")).is_err());
+        assert!(parse(&capture("echo hi\n", "", b"\0a\0", b"")).is_err());
+        assert!(parse(&capture("", "", b"x\0\0a\0", b"")).is_err(), "a name without a value");
     }
 
     proptest! {

@@ -21,7 +21,7 @@
 //! assert!(applied.conflicts.is_empty());
 //! ```
 
-use crate::state_capture::Items;
+use crate::state_capture::{valid_name, Items};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -189,6 +189,8 @@ fn describe(key: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> Option<String>
         ("var", false, true) => format!("-var {name}"),
         ("func", true, false) => format!("+function {name}"),
         ("func", false, true) => format!("-function {name}"),
+        ("fexport", true, false) => format!("+export -f {name}"),
+        ("fexport", false, true) => format!("-export -f {name}"),
         ("alias", true, false) => format!("+alias {name}"),
         ("alias", false, true) => format!("-alias {name}"),
         (_, true, true) => return None,
@@ -249,8 +251,10 @@ fn script(items: &Items, borne: &crate::state_env::EnvBorne) -> Vec<u8> {
             s.push(b'\n');
         }
     }
-    if !borne.funcs.is_empty() {
-        s.extend_from_slice(format!("builtin export -nf {}\n", borne.funcs.join(" ")).as_bytes());
+    let exported = |f: &str| items.contains_key(&format!("fexport:{f}"));
+    let unexport: Vec<&str> = borne.funcs.iter().map(String::as_str).filter(|f| !exported(f)).collect();
+    if !unexport.is_empty() {
+        s.extend_from_slice(format!("builtin export -nf {}\n", unexport.join(" ")).as_bytes());
     }
     let mut funcs = items
         .range("func:".to_owned().."func;".to_owned())
@@ -258,16 +262,25 @@ fn script(items: &Items, borne: &crate::state_env::EnvBorne) -> Vec<u8> {
         .peekable();
     if funcs.peek().is_some() {
         s.extend_from_slice(b"builtin shopt -s extglob\n");
-        for (_, v) in funcs {
+        let mut export = Vec::new();
+        for (k, v) in funcs {
             s.extend_from_slice(v);
+            export.extend(Some(&k[5..]).filter(|f| exported(f) && valid_name(f)));
         }
         if items.get("shopt:extglob").is_none_or(|v| v != b"s") {
             s.extend_from_slice(b"builtin shopt -u extglob\n");
         }
+        if !export.is_empty() {
+            s.extend_from_slice(format!("builtin export -f {}\n", export.join(" ")).as_bytes());
+        }
     }
-    for (k, v) in items.range("alias:".to_owned().."alias;".to_owned()) {
-        s.extend_from_slice(b"builtin alias -- ");
-        s.extend(quote(&[&k.as_bytes()[6..], b"=", v].concat()));
+    let mut aliases = items.range("alias:".to_owned().."alias;".to_owned()).peekable();
+    if aliases.peek().is_some() {
+        s.extend_from_slice(b"builtin alias --");
+        for (k, v) in aliases {
+            s.push(b' ');
+            s.extend(quote(&[&k.as_bytes()[6..], b"=", v].concat()));
+        }
         s.push(b'\n');
     }
     if let Some(d) = items.get("dirstack").filter(|d| !d.is_empty()) {
@@ -396,6 +409,12 @@ mod tests {
             "builtin cd -- '/x'\nbuiltin umask 0077\nbuiltin shopt -s extglob\nf () \n{ \n    :\n}\n\
              builtin alias -- 'll=ls -l'\nbuiltin shopt -s extglob\nbuiltin set +o xtrace -o errexit\n"
         );
+        let mut exported = it.clone();
+        exported.insert("fexport:f".into(), Vec::new());
+        exported.insert("alias:la".into(), b"ls -a".to_vec());
+        let s = String::from_utf8(restore_script(&exported)).unwrap();
+        assert!(s.contains("}\nbuiltin export -f f\nbuiltin alias -- 'la=ls -a' 'll=ls -l'\n"), "{s}");
+        assert!(!String::from_utf8(restore(&exported).script).unwrap().contains("export -nf"));
         let r = restore(&it);
         assert_eq!(r.env, [("BASH_FUNC_f%%".to_owned(), "() { \n    :\n}\n".to_owned())]);
         assert_eq!(

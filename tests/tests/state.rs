@@ -111,7 +111,7 @@ fn output_imitating_the_capture_format_changes_nothing() {
     let h = Heddle::start();
     let mut c = h.client();
     let s = session(&h, &mut c);
-    let fake = r#"printf '\0O\0\0errexit\0V\0declare -x FORGED="1"\n\0F\0\0A\0\0D\0\0S\0\0\0U\0000\n\0P\0/\n\0E\0'; printf '\0E\0' >&2"#;
+    let fake = r#"printf '\0O\0\0errexit\0V\0declare -x FORGED="1"\n\0F\0\0X\0\0A\0\0a\0\0D\0\0S\0\0\0\0U\0000\n\0P\0/\n\0E\0'; printf '\0E\0' >&2"#;
     let r = run(&mut c, &s, fake);
     assert_eq!(r["exit_code"], 0, "{r}");
     assert_eq!(r["state_changes"], json!([]), "{r}");
@@ -200,6 +200,23 @@ fn environment_borne_functions_and_exports_behave_as_before() {
     ok(&mut c, &s, "export EB='a \"b\" $c `d` \\e'; greet() { echo \"hi $1\"; }; plain() { :; }");
     let out = ok(&mut c, &s, "printf '%s\\n' \"$EB\"; greet x; env | grep -c '^BASH_FUNC_plain' || true; bash -c 'type -t plain || echo none'");
     assert_eq!(out, "a \"b\" $c `d` \\e\nhi x\n0\nnone\n", "functions are not exported to children by the restore");
+}
+
+#[test]
+fn a_function_exported_with_export_f_stays_exported() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    let r = run(
+        &mut c,
+        &s,
+        "shown() { echo \"child sees $1\"; }; export -f shown; hidden() { :; }; alias a1='echo 1' a2=\"it's\"",
+    );
+    assert!(changes(&r).contains(&"+export -f shown".to_owned()), "{r}");
+    let out = ok(&mut c, &s, "bash -c 'shown x; type -t hidden || echo no-hidden'; alias a1 a2");
+    assert_eq!(out, "child sees x\nno-hidden\nalias a1='echo 1'\nalias a2='it'\\''s'\n");
+    ok(&mut c, &s, "export -nf shown");
+    assert_eq!(ok(&mut c, &s, "shown y; bash -c 'type -t shown || echo gone'"), "child sees y\ngone\n");
 }
 
 #[test]

@@ -152,7 +152,9 @@ impl<C: CgroupOps> Worker<C> {
         j.exit = Some((status, at));
         let in_shell = j.in_shell;
         if let Some(mut pipe) = j.state.take() {
-            let _ = self.poll.registry().deregister(&mut SourceFd(&pipe.fd.as_raw_fd()));
+            if pipe.pollable() {
+                let _ = self.poll.registry().deregister(&mut SourceFd(&pipe.fd.as_raw_fd()));
+            }
             let limit = self.state_limit();
             pipe.read_available(limit);
             let mut verdict = pipe.verdict(job, limit);

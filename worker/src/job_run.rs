@@ -109,10 +109,10 @@ impl<C: CgroupOps> Worker<C> {
         let (mut prepared, state_r) = match &spec.state {
             None => (Prepared::bash(&spec.cmd, &env, Some(cwd), stdio)?, None),
             Some(restore) => {
-                let (r, w) = crate::state::state_pipe().map_err(StartError::Pipes)?;
+                let fd = crate::state::state_memfd().map_err(StartError::Pipes)?;
                 let argv = crate::state::argv(restore, &spec.cmd).map(OsStr::from_bytes);
                 let p = Prepared::new(Path::new(launcher::BASH), &argv, &env, Some(cwd), stdio)?;
-                (p.with_extra_fd(w, crate::state::STATE_FD)?, Some(r))
+                (p.with_extra_fd(fd.try_clone().map_err(StartError::Pipes)?, crate::state::STATE_FD)?, Some(fd))
             }
         };
         if let Some(rs) = self.sandbox.as_ref().and_then(|s| s.job_ruleset()) {
@@ -126,10 +126,7 @@ impl<C: CgroupOps> Worker<C> {
         let serial = self.next_serial;
         self.next_serial += 1;
         let registry = self.poll.registry();
-        let mut sources = vec![(&out_r, Source::Stdout), (&err_r, Source::Stderr), (&child.pidfd, Source::Pidfd)];
-        if let Some(r) = &state_r {
-            sources.push((r, Source::State));
-        }
+        let sources = [(&out_r, Source::Stdout), (&err_r, Source::Stderr), (&child.pidfd, Source::Pidfd)];
         for (i, (fd, source)) in sources.iter().enumerate() {
             let token = Self::token(serial, *source);
             if let Err(e) = registry.register(&mut SourceFd(&fd.as_raw_fd()), token, Interest::READABLE) {
@@ -153,7 +150,7 @@ impl<C: CgroupOps> Worker<C> {
             exited_sent: false,
             closed_sent: false,
             kill_requested: false,
-            state: state_r.map(crate::state::StatePipe::new),
+            state: state_r.map(crate::state::StatePipe::memfd),
             emptied_sent: false,
             kept: false,
             procs_seen: 1,

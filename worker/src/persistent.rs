@@ -43,12 +43,7 @@ pub const LOOP: &str = concat!(
     " builtin eval \"${__heddle_s:+builtin set -$__heddle_s;}builtin unset -v __heddle_c __heddle_r __heddle_s;",
     "$__heddle_c\" 0</dev/null 4>&-\n",
     " { __heddle_rc=$? __heddle_f=$- __heddle_p=$SHELLOPTS; builtin set +euvx;",
-    " { builtin printf '\\0O\\0%s\\0%s\\0V\\0' \"$__heddle_o\" \"$__heddle_p\"; builtin declare -p;",
-    " builtin printf '\\0F\\0'; builtin declare -f; builtin printf '\\0A\\0';",
-    " for __heddle_n in \"${!BASH_ALIASES[@]}\"; do builtin printf '%s\\0%s\\0' \"$__heddle_n\" \"${BASH_ALIASES[$__heddle_n]}\"; done;",
-    " builtin printf '\\0D\\0'; for __heddle_n in \"${DIRSTACK[@]:1}\"; do builtin printf '%s\\0' \"$__heddle_n\"; done;",
-    " builtin printf '\\0S\\0%s\\0%s\\0U\\0' \"$__heddle_b\" \"$BASHOPTS\"; builtin umask;",
-    " builtin printf '\\0P\\0'; builtin pwd; builtin printf '\\0E\\0'; } >&4;",
+    crate::heddle_state_capture!(),
     " builtin printf '%s\\n' \"$__heddle_rc\" >&0; } 2>/dev/null\n",
     "done\n",
 );
