@@ -369,7 +369,13 @@ mod tests {
         let h = Harness::new();
         h.ok("session.open", json!({"name": "demo", "cwd": "/srv"}));
         h.run("demo", "sleep 1", 0);
-        std::thread::sleep(Duration::from_millis(100));
+        // `describe {}` (no session named) delivers no announcements: poll it until the job has ended,
+        // however loaded the host.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while h.ok("describe", json!({}))["sessions"][0]["jobs_running"] != 0 {
+            assert!(Instant::now() < deadline, "the 1 ms job did not end within 20 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let r = h.ok("session.open", json!({"name": "demo", "cwd": "/elsewhere"}));
         assert_eq!((r["attached"].as_bool(), r["cwd"].as_str()), (Some(true), Some("/srv")));
         assert!(r["note"].as_str().unwrap().contains("were not applied"));

@@ -161,7 +161,8 @@ fn namespaces_mounts_and_x32_syscalls_are_refused() {
     let h = Heddle::start();
     let mut c = h.client();
     let s = h.open_session(&mut c);
-    let r = run(&mut c, &s, "unshare -r true; echo rc=$?");
+    // One stream, so the order of the error and `rc=` is the order they were written.
+    let r = run(&mut c, &s, "unshare -r true 2>&1; echo rc=$?");
     assert!(r["view"].as_str().unwrap().contains("Operation not permitted"), "{r}");
     assert!(r["view"].as_str().unwrap().ends_with("rc=1\n"), "{r}");
     // mount(2) directly: EPERM from the filter (perl's syscall() needs no privilege of its own).
