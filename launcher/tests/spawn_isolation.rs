@@ -218,7 +218,7 @@ fn vfork_style_child_failures_come_back_through_the_status_pipe() {
     let cg = TestCgroup::new("vfail");
     for fork in [false, true] {
         let style = |p: Prepared| if fork { p.force_fork() } else { p };
-        let missing = spawn_true(|p| {
+        let missing = spawn_true(|_| {
             let stdio = Stdio::null_stdin(p_null(), p_null()).unwrap();
             style(Prepared::new(Path::new("/nonexistent/heddle-prog"), &["x"], &[], None, stdio).unwrap())
         })
