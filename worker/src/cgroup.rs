@@ -269,7 +269,11 @@ impl CgroupOps for RecordingCgroups {
 
     fn remove(&mut self, job: JobId) -> io::Result<()> {
         self.record(Call::Remove(job));
-        Ok(())
+        // As the kernel does: a cgroup with processes in it cannot be removed.
+        match self.lock().populated {
+            true => Err(io::Error::from_raw_os_error(libc::EBUSY)),
+            false => Ok(()),
+        }
     }
 
     fn kill(&mut self, job: JobId) -> io::Result<()> {
