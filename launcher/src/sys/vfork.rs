@@ -99,7 +99,10 @@ pub(crate) fn clone3_vfork(plan: &ChildPlan<'_>, cgroup: Option<BorrowedFd<'_>>)
         if slot.is_none() {
             *slot = Some(ChildStack::map()?);
         }
-        let (stack, stack_size) = slot.as_ref().map(ChildStack::clone_args).unwrap_or_default();
+        // Never clone CLONE_VM without a stack of the child's own (it would run on ours).
+        let Some((stack, stack_size)) = slot.as_ref().map(ChildStack::clone_args) else {
+            return Err(Errno::ENOMEM);
+        };
         let mut pidfd: c_int = -1;
         let mut args = CloneArgs {
             flags: (libc::CLONE_PIDFD | libc::CLONE_VM | libc::CLONE_VFORK) as u64,
