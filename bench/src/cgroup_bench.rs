@@ -9,7 +9,8 @@
 //! - both spawns again fork-style (`Prepared::force_fork`), the launcher's path before the vfork-style
 //!   clone, so the two are compared in the same run.
 //!
-//! The subject is also timed step by step (mkdir, open, spawn until exec, wait, `cpu.stat` read, rmdir), and the spawn and wait steps are set against the baseline's, which shows where the
+//! The subject runs through the worker's own cgroup code (`worker::cgroup::SessionCgroup`) and is timed
+//! step by step (mkdir + open, spawn until exec, wait, `cpu.stat` read, rmdir), and the spawn and wait steps are set against the baseline's, which shows where the
 //! cgroup's cost lies. The figure of interest is subject − baseline at p50 (the design's target: ≤ 50 µs).
 
 use heddle_bench::{report, time_us, Summary};
@@ -17,6 +18,7 @@ use launcher::{Prepared, Stdio};
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::Instant;
+use worker::cgroup::{CgroupOps, SessionCgroup};
 
 fn null_stdio() -> Stdio {
     let out = || -> OwnedFd { std::fs::OpenOptions::new().write(true).open("/dev/null").expect("/dev/null").into() };
@@ -45,27 +47,27 @@ fn open_dir(dir: &Path) -> OwnedFd {
 }
 
 /// The steps of the subject, in order.
-const STEPS: [&str; 6] = ["mkdir", "open dir fd", "spawn (until exec)", "wait", "cpu.stat read", "rmdir (= empty?)"];
+const STEPS: [&str; 5] =
+    ["mkdir + open (SessionCgroup::create)", "spawn (until exec)", "wait", "cpu.stat read", "rmdir (= empty?)"];
 
-/// The worker's per-job path; returns each step's time in µs.
-fn in_cgroup(root: &Path, n: usize, fork: bool) -> [f64; 6] {
-    let dir = root.join(format!("job-{n}"));
+/// The worker's per-job path, through the worker's own cgroup code ([`SessionCgroup`]); returns each
+/// step's time in µs.
+fn in_cgroup(session: &mut SessionCgroup, n: usize, fork: bool) -> [f64; 5] {
+    let job = n as u64;
     let mut t = Instant::now();
     let mut lap = || {
         let e = t.elapsed().as_secs_f64() * 1e6;
         t = Instant::now();
         e
     };
-    std::fs::create_dir(&dir).expect("mkdir job cgroup");
-    let mkdir = lap();
-    let fd = open_dir(&dir);
-    let open = lap();
+    let fd = session.create(job).expect("mkdir job cgroup").expect("a directory fd");
+    let create = lap();
     let [spawn, wait] = spawn_true(Some(fd), fork);
     lap();
-    let _ = std::fs::read_to_string(dir.join("cpu.stat"));
+    let _ = session.cpu_usec(job).expect("cpu.stat");
     let cpu = lap();
-    std::fs::remove_dir(&dir).expect("rmdir job cgroup (EBUSY: a process remained)");
-    [mkdir, open, spawn, wait, cpu, lap()]
+    session.remove(job).expect("rmdir job cgroup (EBUSY: a process remained)");
+    [create, spawn, wait, cpu, lap()]
 }
 
 fn dir_only(root: &Path, n: usize) {
@@ -84,7 +86,7 @@ struct Samples {
     bare_fork: Vec<f64>,
     placed_fork: Vec<f64>,
     bare_steps: [Vec<f64>; 2],
-    steps: [Vec<f64>; 6],
+    steps: [Vec<f64>; 5],
 }
 
 /// Run the benchmark with `iterations` samples of each.
@@ -92,18 +94,19 @@ pub fn run(iterations: usize) -> anyhow::Result<()> {
     heddle_tests::require_root();
     let root = heddle_tests::cgroup2_mount().join(format!("heddle-bench-{}", std::process::id()));
     std::fs::create_dir(&root)?;
+    let mut session = SessionCgroup::open(&root)?;
     let mut s = Samples::default();
     for i in 0..iterations + 50 {
         let mut bare_steps = [0.0; 2];
         let b = time_us(|| bare_steps = spawn_true(None, false));
-        let mut steps = [0.0; 6];
-        let p = time_us(|| steps = in_cgroup(&root, i, false));
+        let mut steps = [0.0; 5];
+        let p = time_us(|| steps = in_cgroup(&mut session, i, false));
         let d = time_us(|| dir_only(&root, i));
         let bf = time_us(|| {
             spawn_true(None, true);
         });
         let pf = time_us(|| {
-            in_cgroup(&root, i, true);
+            in_cgroup(&mut session, i, true);
         });
         if i >= 50 {
             s.bare.push(b);
@@ -140,10 +143,10 @@ fn print(s: Samples) {
     for (i, (name, v)) in STEPS.iter().zip(s.steps).enumerate() {
         let p50 = Summary::of(v).p50;
         match i {
-            2 | 3 => println!(
+            1 | 2 => println!(
                 "{name:<44} {p50:>10.1}   (baseline {:.1}, {:+.1})",
-                bare_steps[i - 2],
-                p50 - bare_steps[i - 2]
+                bare_steps[i - 1],
+                p50 - bare_steps[i - 1]
             ),
             _ => println!("{name:<44} {p50:>10.1}"),
         }
