@@ -235,14 +235,7 @@ pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
             Err(e) => return Err(LaunchError::Clone(e.into())),
         }
     };
-    if path == SpawnPath::Clone3IntoCgroup {
-        INTO_CGROUP.store(SUPPORTED, Ordering::Relaxed);
-    }
-    if vfork {
-        VFORK.store(SUPPORTED, Ordering::Relaxed);
-    } else if vfork_refused_on == Some(path) {
-        VFORK.store(UNSUPPORTED, Ordering::Relaxed);
-    }
+    remember(path, vfork, vfork_refused_on);
     drop(status_w);
     let style = if vfork { CloneStyle::Vfork } else { CloneStyle::Fork };
     let child = Child { pid, pidfd, path, style };
@@ -256,6 +249,19 @@ pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
             let _ = child.wait();
             Err(e)
         }
+    }
+}
+
+/// Remember what this spawn proved about the kernel: `path` and the clone style worked, and a vfork-style
+/// clone refused on the very path that then worked fork-style is not supported.
+fn remember(path: SpawnPath, vfork: bool, vfork_refused_on: Option<SpawnPath>) {
+    if path == SpawnPath::Clone3IntoCgroup {
+        INTO_CGROUP.store(SUPPORTED, Ordering::Relaxed);
+    }
+    if vfork {
+        VFORK.store(SUPPORTED, Ordering::Relaxed);
+    } else if vfork_refused_on == Some(path) {
+        VFORK.store(UNSUPPORTED, Ordering::Relaxed);
     }
 }
 
