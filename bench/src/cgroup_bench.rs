@@ -2,44 +2,72 @@
 //!
 //! - baseline: the launcher's spawn of `/bin/true` (clone3, exec, wait) in the bench's own cgroup;
 //! - subject: the same spawn placed by `CLONE_INTO_CGROUP` into a fresh `job-N` cgroup, with the
-//!   `mkdir` before and, once the child is reaped and `cgroup.events` says `populated 0`, the `cpu.stat`
-//!   read and the `rmdir` after — the worker's whole per-job cgroup path;
-//! - and the cgroup part alone (`mkdir` + open + `rmdir`, no process).
+//!   `mkdir` before and, once the child is reaped, the `cpu.stat` read and the `rmdir` after (which the
+//!   kernel refuses while a process remains, so it also tells the cgroup is empty) — the worker's whole
+//!   per-job cgroup path;
+//! - the cgroup part alone (`mkdir` + open + `rmdir`, no process);
+//! - both spawns again fork-style (`Prepared::force_fork`), the launcher's path before the vfork-style
+//!   clone, so the two are compared in the same run.
 //!
-//! The figure of interest is subject − baseline at p50 (the design's target: ≤ 50 µs).
+//! The subject runs through the worker's own cgroup code (`worker::cgroup::SessionCgroup`) and is timed
+//! step by step (mkdir + open, spawn until exec, wait, `cpu.stat` read, rmdir), and the spawn and wait steps are set against the baseline's, which shows where the
+//! cgroup's cost lies. The figure of interest is subject − baseline at p50 (the design's target: ≤ 50 µs).
 
 use heddle_bench::{report, time_us, Summary};
 use launcher::{Prepared, Stdio};
 use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::time::Instant;
+use worker::cgroup::{CgroupOps, SessionCgroup};
 
 fn null_stdio() -> Stdio {
     let out = || -> OwnedFd { std::fs::OpenOptions::new().write(true).open("/dev/null").expect("/dev/null").into() };
     Stdio::null_stdin(out(), out()).expect("stdin")
 }
 
-fn spawn_true(cgroup: Option<OwnedFd>) {
+/// Spawn `/bin/true` and reap it; returns the (spawn, wait) times in µs.
+fn spawn_true(cgroup: Option<OwnedFd>, fork: bool) -> [f64; 2] {
     let mut p =
         Prepared::new(Path::new("/bin/true"), &["true"], &[], Some(Path::new("/")), null_stdio()).expect("prepare");
     if let Some(dir) = cgroup {
         p = p.with_cgroup(dir);
     }
+    if fork {
+        p = p.force_fork();
+    }
+    let t = Instant::now();
     let child = launcher::spawn(&p).expect("spawn");
+    let spawned = t.elapsed().as_secs_f64() * 1e6;
     assert_eq!(child.wait().expect("wait").code(), Some(0));
+    [spawned, t.elapsed().as_secs_f64() * 1e6 - spawned]
 }
 
 fn open_dir(dir: &Path) -> OwnedFd {
     std::fs::File::open(dir).expect("open cgroup dir").into()
 }
 
-fn in_cgroup(root: &Path, n: usize) {
-    let dir = root.join(format!("job-{n}"));
-    std::fs::create_dir(&dir).expect("mkdir job cgroup");
-    spawn_true(Some(open_dir(&dir)));
-    let events = std::fs::read_to_string(dir.join("cgroup.events")).expect("cgroup.events");
-    assert!(events.contains("populated 0"), "{events}");
-    let _ = std::fs::read_to_string(dir.join("cpu.stat"));
-    std::fs::remove_dir(&dir).expect("rmdir job cgroup");
+/// The steps of the subject, in order.
+const STEPS: [&str; 5] =
+    ["mkdir + open (SessionCgroup::create)", "spawn (until exec)", "wait", "cpu.stat read", "rmdir (= empty?)"];
+
+/// The worker's per-job path, through the worker's own cgroup code ([`SessionCgroup`]); returns each
+/// step's time in µs.
+fn in_cgroup(session: &mut SessionCgroup, n: usize, fork: bool) -> [f64; 5] {
+    let job = n as u64;
+    let mut t = Instant::now();
+    let mut lap = || {
+        let e = t.elapsed().as_secs_f64() * 1e6;
+        t = Instant::now();
+        e
+    };
+    let fd = session.create(job).expect("mkdir job cgroup").expect("a directory fd");
+    let create = lap();
+    let [spawn, wait] = spawn_true(Some(fd), fork);
+    lap();
+    let _ = session.cpu_usec(job).expect("cpu.stat");
+    let cpu = lap();
+    session.remove(job).expect("rmdir job cgroup (EBUSY: a process remained)");
+    [create, spawn, wait, cpu, lap()]
 }
 
 fn dir_only(root: &Path, n: usize) {
@@ -49,22 +77,58 @@ fn dir_only(root: &Path, n: usize) {
     std::fs::remove_dir(&dir).expect("rmdir");
 }
 
+/// Samples of one run.
+#[derive(Default)]
+struct Samples {
+    bare: Vec<f64>,
+    placed: Vec<f64>,
+    dirs: Vec<f64>,
+    bare_fork: Vec<f64>,
+    placed_fork: Vec<f64>,
+    bare_steps: [Vec<f64>; 2],
+    steps: [Vec<f64>; 5],
+}
+
 /// Run the benchmark with `iterations` samples of each.
 pub fn run(iterations: usize) -> anyhow::Result<()> {
     heddle_tests::require_root();
     let root = heddle_tests::cgroup2_mount().join(format!("heddle-bench-{}", std::process::id()));
     std::fs::create_dir(&root)?;
-    let (mut bare, mut placed, mut dirs) = (Vec::new(), Vec::new(), Vec::new());
+    let mut session = SessionCgroup::open(&root)?;
+    let mut s = Samples::default();
     for i in 0..iterations + 50 {
-        let (b, p, d) = (time_us(|| spawn_true(None)), time_us(|| in_cgroup(&root, i)), time_us(|| dir_only(&root, i)));
+        let mut bare_steps = [0.0; 2];
+        let b = time_us(|| bare_steps = spawn_true(None, false));
+        let mut steps = [0.0; 5];
+        let p = time_us(|| steps = in_cgroup(&mut session, i, false));
+        let d = time_us(|| dir_only(&root, i));
+        let bf = time_us(|| {
+            spawn_true(None, true);
+        });
+        let pf = time_us(|| {
+            in_cgroup(&mut session, i, true);
+        });
         if i >= 50 {
-            bare.push(b);
-            placed.push(p);
-            dirs.push(d);
+            s.bare.push(b);
+            s.placed.push(p);
+            s.dirs.push(d);
+            s.bare_fork.push(bf);
+            s.placed_fork.push(pf);
+            for (v, x) in s.bare_steps.iter_mut().zip(bare_steps) {
+                v.push(x);
+            }
+            for (v, x) in s.steps.iter_mut().zip(steps) {
+                v.push(x);
+            }
         }
     }
     std::fs::remove_dir(&root)?;
-    let (bare, placed, dirs) = (Summary::of(bare), Summary::of(placed), Summary::of(dirs));
+    print(s);
+    Ok(())
+}
+
+fn print(s: Samples) {
+    let (bare, placed, dirs) = (Summary::of(s.bare), Summary::of(s.placed), Summary::of(s.dirs));
     report(
         "per-job cgroup: create + place (CLONE_INTO_CGROUP) + remove vs a bare spawn",
         "bare launcher spawn of /bin/true + wait",
@@ -74,5 +138,31 @@ pub fn run(iterations: usize) -> anyhow::Result<()> {
     );
     println!("{:<44} {:>10.1}", "cgroup cost at p50 (subject - baseline) µs", placed.p50 - bare.p50);
     println!("{:<44} {:>10.1} {:>10.1} {:>10.1}", "mkdir + open + rmdir alone", dirs.p50, dirs.p90, dirs.p99);
-    Ok(())
+    println!("-- the subject step by step (p50 µs), the spawn and wait steps against the baseline's");
+    let bare_steps = s.bare_steps.map(|v| Summary::of(v).p50);
+    for (i, (name, v)) in STEPS.iter().zip(s.steps).enumerate() {
+        let p50 = Summary::of(v).p50;
+        match i {
+            1 | 2 => println!(
+                "{name:<44} {p50:>10.1}   (baseline {:.1}, {:+.1})",
+                bare_steps[i - 1],
+                p50 - bare_steps[i - 1]
+            ),
+            _ => println!("{name:<44} {p50:>10.1}"),
+        }
+    }
+    let (bare_fork, placed_fork) = (Summary::of(s.bare_fork), Summary::of(s.placed_fork));
+    println!("-- the same two spawns fork-style (the launcher's clone before the vfork-style path)");
+    println!(
+        "{:<44} {:>10.1}   (vfork-style / fork-style: {:.3})",
+        "bare spawn + wait, fork-style",
+        bare_fork.p50,
+        bare.p50 / bare_fork.p50
+    );
+    println!(
+        "{:<44} {:>10.1}   (cgroup cost fork-style: {:.1})",
+        "in a fresh job cgroup, fork-style",
+        placed_fork.p50,
+        placed_fork.p50 - bare_fork.p50
+    );
 }

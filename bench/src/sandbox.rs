@@ -6,8 +6,10 @@
 //! the session seccomp filter (installed once, inherited) and `clone3(CLONE_INTO_CGROUP)` into a
 //! pre-made cgroup — measured in a child process of this bench (`sandbox-child`), which installs the
 //! filter on itself as the worker does; (4) `bwrap --ro-bind / / --dev /dev --proc /proc`, when
-//! bubblewrap is installed (the report says so when it is not). The cgroup's mkdir/rmdir (~40 + 30 µs per
-//! job in the worker) is not part of (3): it is the job model's cost, not the sandbox's.
+//! bubblewrap is installed (the report says so when it is not). (2) and (3) are also run with the
+//! launcher's fork-style clone (`Prepared::force_fork`), its path before the vfork-style `clone3`. The
+//! cgroup's mkdir/rmdir (~20 + 11 µs per job in the worker) is not part of (3): it is the job model's cost,
+//! not the sandbox's.
 
 use heddle_bench::{time_us, Summary};
 use std::io::{BufRead, BufReader, Write};
@@ -21,7 +23,7 @@ fn bash_true(cmd: &mut Command) {
     assert!(st.success());
 }
 
-fn launcher_true(ruleset: Option<std::os::fd::BorrowedFd<'_>>, cgroup: Option<&Path>) {
+fn launcher_true(ruleset: Option<std::os::fd::BorrowedFd<'_>>, cgroup: Option<&Path>, fork: bool) {
     let null = || std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap().into();
     let stdio = launcher::Stdio::null_stdin(null(), null()).unwrap();
     let env = launcher::job_env(&launcher::process_env(), &[]);
@@ -32,6 +34,9 @@ fn launcher_true(ruleset: Option<std::os::fd::BorrowedFd<'_>>, cgroup: Option<&P
     if let Some(dir) = cgroup {
         let fd = std::fs::File::open(dir).unwrap();
         p = p.with_cgroup(fd.into());
+    }
+    if fork {
+        p = p.force_fork();
     }
     let child = launcher::spawn(&p).unwrap();
     drop(p);
@@ -49,8 +54,13 @@ pub fn child(cgroup: PathBuf) -> anyhow::Result<()> {
     let rs = sb.job.fd.as_ref().map(std::os::fd::AsFd::as_fd);
     let mut out = std::io::stdout().lock();
     for line in std::io::stdin().lock().lines() {
-        let n: usize = line?.trim().parse()?;
-        let times: Vec<String> = (0..n).map(|_| time_us(|| launcher_true(rs, Some(&cgroup))).to_string()).collect();
+        let line = line?;
+        let (n, fork) = match line.trim().strip_suffix(" fork") {
+            Some(n) => (n.parse::<usize>()?, true),
+            None => (line.trim().parse::<usize>()?, false),
+        };
+        let times: Vec<String> =
+            (0..n).map(|_| time_us(|| launcher_true(rs, Some(&cgroup), fork)).to_string()).collect();
         writeln!(out, "{}", times.join(" "))?;
         out.flush()?;
     }
@@ -76,8 +86,8 @@ fn measure(iterations: usize, cgroup: &Path) -> anyhow::Result<()> {
         .spawn()?;
     let mut to_child = child.stdin.take().expect("stdin");
     let mut from_child = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut sandboxed = |n: usize| -> anyhow::Result<Vec<f64>> {
-        writeln!(to_child, "{n}")?;
+    let mut sandboxed = |n: usize, fork: bool| -> anyhow::Result<Vec<f64>> {
+        writeln!(to_child, "{n}{}", if fork { " fork" } else { "" })?;
         let mut line = String::new();
         from_child.read_line(&mut line)?;
         Ok(line.split_whitespace().map(|t| t.parse().unwrap_or(f64::NAN)).collect())
@@ -92,24 +102,37 @@ fn measure(iterations: usize, cgroup: &Path) -> anyhow::Result<()> {
             "true",
         ]))
     };
-    sandboxed(20)?;
+    sandboxed(20, false)?;
     let (mut s_bare, mut s_launch, mut s_sandbox, mut s_bwrap) = (vec![], vec![], vec![], vec![]);
+    let (mut s_launch_fork, mut s_sandbox_fork) = (vec![], vec![]);
     let mut done = 0;
     while done < iterations {
         let n = BATCH.min(iterations - done);
         for _ in 0..n {
             s_bare.push(time_us(bare));
-            s_launch.push(time_us(|| launcher_true(None, None)));
+            s_launch.push(time_us(|| launcher_true(None, None, false)));
+            s_launch_fork.push(time_us(|| launcher_true(None, None, true)));
             if let Some(b) = bwrap {
                 s_bwrap.push(time_us(|| bw(b)));
             }
         }
-        s_sandbox.extend(sandboxed(n)?);
+        s_sandbox.extend(sandboxed(n, false)?);
+        s_sandbox_fork.extend(sandboxed(n, true)?);
         done += n;
     }
     drop(to_child);
     let _ = child.wait();
     print(Summary::of(s_bare), Summary::of(s_launch), Summary::of(s_sandbox), bwrap.map(|_| Summary::of(s_bwrap)));
+    let (launch_fork, sandbox_fork) = (Summary::of(s_launch_fork), Summary::of(s_sandbox_fork));
+    println!("-- the launcher's fork-style clone, same run (its path before the vfork-style clone3)");
+    println!(
+        "{:<58} {:>9.1} {:>9.1} {:>9.1}",
+        "launcher fork-style, nothing added", launch_fork.p50, launch_fork.p90, launch_fork.p99
+    );
+    println!(
+        "{:<58} {:>9.1} {:>9.1} {:>9.1}",
+        "launcher fork-style + Landlock + seccomp + cgroup", sandbox_fork.p50, sandbox_fork.p90, sandbox_fork.p99
+    );
     Ok(())
 }
 

@@ -91,6 +91,7 @@ fn facts(s: &Session) -> SessionFacts {
         limits: None,
         jobs_cpu_ms: st.jobs.values().map(|j| j.cpu_ms()).sum(),
         sandbox: st.sandbox.clone(),
+        spawn_path: st.spawn_path.clone(),
         persistent: s.spec().persistent,
         env: {
             drop(st);

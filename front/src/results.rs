@@ -316,6 +316,9 @@ pub struct SessionFacts {
     pub live_jobs: Vec<crate::describe_session::LiveJob>,
     /// What changed in it since it began.
     pub changes: crate::describe_session::SessionChanges,
+    /// How its worker spawns jobs: clone3 vfork-style or fork-style, placed by `CLONE_INTO_CGROUP` or by
+    /// the `cgroup.procs` fallback; `null` until its first job started.
+    pub spawn_path: Option<String>,
 }
 
 /// A session's limits and accounting (on hybrid hosts, from the v1 memory and pids hierarchies).

@@ -110,6 +110,8 @@ pub struct SessionState {
     pub name: String,
     /// What a restarted front needs to take the session over (`journal.rs`).
     pub journal: crate::journal::Journal,
+    /// How the worker spawns jobs into their cgroups, in words (`None` until its first such job).
+    pub spawn_path: Option<String>,
 }
 
 impl SessionState {
@@ -149,7 +151,11 @@ impl SessionState {
             | Event::PidsLimited { job, .. }
             | Event::Forgotten { job }
             | Event::FilesWritten { job, .. } => Some(*job),
-            Event::Hello { .. } | Event::Warning { .. } | Event::Status { .. } | Event::Sandbox(_) => None,
+            Event::Hello { .. }
+            | Event::Warning { .. }
+            | Event::Status { .. }
+            | Event::Sandbox(_)
+            | Event::SpawnPath { .. } => None,
         };
         let job = match job_id {
             Some(id) => match self.jobs.get_mut(&id) {
@@ -220,6 +226,7 @@ impl SessionState {
             }
             (Event::Warning { job, message }, _) => self.warn(job, message),
             (Event::Sandbox(info), _) => self.sandbox = Some(info),
+            (Event::SpawnPath { path }, _) => self.spawn_path = Some(path),
             (Event::FilesWritten { files, .. }, Some(j)) => j.on_files(files),
             _ => {}
         }

@@ -1,7 +1,8 @@
 //! The launcher: the one place that turns a job spec into a running process.
 //!
 //! A job is [`Prepared`] before any fork (program, `argv`, `envp`, working directory, stdio fds, optional
-//! cgroup directory), then [`spawn`]ed: a fork-style `clone3(CLONE_PIDFD | CLONE_INTO_CGROUP)` whose
+//! cgroup directory), then [`spawn`]ed: a vfork-style `clone3(CLONE_VM | CLONE_VFORK | CLONE_PIDFD |
+//! CLONE_INTO_CGROUP)` on a dedicated stack (fork-style where that is refused; see [`CloneStyle`]) whose
 //! child runs a fixed list of async-signal-safe steps — `dup2` of stdin/stdout/stderr onto 0/1/2, close
 //! every other fd (`close_range`), `chdir`, reset signal dispositions and mask, no_new_privs,
 //! `landlock_restrict_self` on a prebuilt ruleset ([`landlock_rules`]), `execve`. The seccomp filter
@@ -45,4 +46,6 @@ mod sys;
 
 pub use env::{job_env, policy_env, process_env};
 pub use prepare::{resolve_program, PrepareError, Prepared, Stdio, BASH};
-pub use spawn::{cgroup_spawn_path, spawn, Child, ExitStatus, LaunchError, SpawnPath};
+pub use spawn::{
+    cgroup_spawn_path, clone_style, describe_spawn, spawn, Child, CloneStyle, ExitStatus, LaunchError, SpawnPath,
+};

@@ -76,6 +76,8 @@ pub struct Prepared {
     pub(crate) extra: Option<(OwnedFd, i32)>,
     pub(crate) no_new_privs: bool,
     pub(crate) landlock: Option<OwnedFd>,
+    /// Clone fork-style even where the vfork-style clone works ([`Prepared::force_fork`]).
+    pub(crate) force_fork: bool,
 }
 
 impl Prepared {
@@ -120,6 +122,7 @@ impl Prepared {
             extra: None,
             no_new_privs: false,
             landlock: None,
+            force_fork: false,
         })
     }
 
@@ -161,6 +164,14 @@ impl Prepared {
     /// (what older kernels get automatically; exposed so the fallback can be exercised anywhere).
     pub fn force_procs_write(mut self) -> Prepared {
         self.force_procs_write = true;
+        self
+    }
+
+    /// Clone fork-style (a private copy of this process's memory) instead of vfork-style: what hosts
+    /// without the vfork trampoline get automatically; exposed so that path can be exercised and measured
+    /// anywhere.
+    pub fn force_fork(mut self) -> Prepared {
+        self.force_fork = true;
         self
     }
 

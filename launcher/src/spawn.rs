@@ -71,6 +71,17 @@ pub enum SpawnPath {
     LegacyClone,
 }
 
+/// How the child's memory was set up between the clone and its `execve`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CloneStyle {
+    /// `CLONE_VM | CLONE_VFORK` on a dedicated stack: nothing of the parent is copied, the parent's
+    /// thread sleeps until the child exec'd (as `posix_spawn` does).
+    Vfork,
+    /// A private copy of the parent's memory (page tables copied, pages copy-on-write), like `fork()`.
+    Fork,
+}
+
 /// A running (or exited, not yet reaped) job process.
 #[derive(Debug)]
 pub struct Child {
@@ -78,6 +89,30 @@ pub struct Child {
     /// Close-on-exec pidfd: readable once the process has exited; reap with [`Child::try_wait`].
     pub pidfd: OwnedFd,
     pub path: SpawnPath,
+    pub style: CloneStyle,
+}
+
+/// The spawn path in words, as `describe` shows it: the clone used, its style, and how the child reached
+/// its cgroup (`None` for a child started without one).
+pub fn describe_spawn(path: SpawnPath, style: CloneStyle, cgroup: bool) -> String {
+    let clone = match (path, style) {
+        (SpawnPath::LegacyClone, _) => "legacy clone, fork-style",
+        (_, CloneStyle::Vfork) => "clone3 vfork-style (CLONE_VM|CLONE_VFORK)",
+        (_, CloneStyle::Fork) => "clone3 fork-style",
+    };
+    let placement = match (path, cgroup) {
+        (_, false) => "no job cgroup",
+        (SpawnPath::Clone3IntoCgroup, true) => "placed by CLONE_INTO_CGROUP",
+        (_, true) => "cgroup.procs fallback (the child writes cgroup.procs before exec)",
+    };
+    format!("{clone}, {placement}")
+}
+
+impl Child {
+    /// [`describe_spawn`] for this child, which was started with a cgroup when `cgroup` is true.
+    pub fn describe_spawn(&self, cgroup: bool) -> String {
+        describe_spawn(self.path, self.style, cgroup)
+    }
 }
 
 impl Child {
@@ -125,6 +160,18 @@ const UNSUPPORTED: u8 = 2;
 static INTO_CGROUP: AtomicU8 = AtomicU8::new(UNKNOWN);
 /// Whether `clone3` works at all here.
 static CLONE3: AtomicU8 = AtomicU8::new(UNKNOWN);
+/// Whether the vfork-style `clone3` works here.
+static VFORK: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// The clone style this process uses for `clone3` spawns: vfork-style unless this build has no trampoline
+/// for the architecture or the kernel refused it once.
+pub fn clone_style() -> CloneStyle {
+    if sys::VFORK_BUILT && VFORK.load(Ordering::Relaxed) != UNSUPPORTED {
+        CloneStyle::Vfork
+    } else {
+        CloneStyle::Fork
+    }
+}
 
 /// The path this process uses for jobs that have a cgroup; `None` until one such job was spawned.
 pub fn cgroup_spawn_path() -> Option<SpawnPath> {
@@ -153,6 +200,8 @@ pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
     let (status_r, status_w) = status_pipe().map_err(LaunchError::StatusPipe)?;
     let max_fd = sys::max_fd();
     let mut path = first_path(p);
+    let mut vfork = clone_style() == CloneStyle::Vfork && path != SpawnPath::LegacyClone && !p.force_fork;
+    let mut vfork_refused_on = None;
     let mut procs: Option<OwnedFd> = None;
     let (pid, pidfd) = loop {
         if path != SpawnPath::Clone3IntoCgroup && procs.is_none() {
@@ -166,8 +215,13 @@ pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
             (SpawnPath::LegacyClone, _) => CloneMode::LegacyClone,
             _ => CloneMode::Clone3,
         };
-        match sys::clone_exec(&plan, mode) {
+        match sys::clone_exec(&plan, mode, vfork) {
             Ok(child) => break child,
+            Err(Errno::EINVAL | Errno::ENOSYS) if vfork => {
+                // Retry fork-style on the same path; only a success there proves vfork was the problem.
+                vfork_refused_on = Some(path);
+                vfork = false;
+            }
             Err(Errno::EINVAL | Errno::ENOSYS) if path == SpawnPath::Clone3IntoCgroup => {
                 INTO_CGROUP.store(UNSUPPORTED, Ordering::Relaxed);
                 path = SpawnPath::Clone3;
@@ -181,11 +235,10 @@ pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
             Err(e) => return Err(LaunchError::Clone(e.into())),
         }
     };
-    if path == SpawnPath::Clone3IntoCgroup {
-        INTO_CGROUP.store(SUPPORTED, Ordering::Relaxed);
-    }
+    remember(path, vfork, vfork_refused_on);
     drop(status_w);
-    let child = Child { pid, pidfd, path };
+    let style = if vfork { CloneStyle::Vfork } else { CloneStyle::Fork };
+    let child = Child { pid, pidfd, path, style };
     match read_status(status_r.as_fd()) {
         Ok(None) => Ok(child),
         Ok(Some(err)) => {
@@ -196,6 +249,19 @@ pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
             let _ = child.wait();
             Err(e)
         }
+    }
+}
+
+/// Remember what this spawn proved about the kernel: `path` and the clone style worked, and a vfork-style
+/// clone refused on the very path that then worked fork-style is not supported.
+fn remember(path: SpawnPath, vfork: bool, vfork_refused_on: Option<SpawnPath>) {
+    if path == SpawnPath::Clone3IntoCgroup {
+        INTO_CGROUP.store(SUPPORTED, Ordering::Relaxed);
+    }
+    if vfork {
+        VFORK.store(SUPPORTED, Ordering::Relaxed);
+    } else if vfork_refused_on == Some(path) {
+        VFORK.store(UNSUPPORTED, Ordering::Relaxed);
     }
 }
 

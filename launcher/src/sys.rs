@@ -12,6 +12,9 @@
 //! [`clone_exec`] returns.
 #![allow(unsafe_code)]
 
+mod vfork;
+pub(crate) use vfork::VFORK_BUILT;
+
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -110,28 +113,28 @@ pub(crate) enum CloneMode<'a> {
 /// `struct clone_args` as of Linux 5.7 (`CLONE_ARGS_SIZE_VER2`, 88 bytes).
 #[repr(C, align(8))]
 #[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
+pub(crate) struct CloneArgs {
+    pub flags: u64,
+    pub pidfd: u64,
+    pub child_tid: u64,
+    pub parent_tid: u64,
+    pub exit_signal: u64,
+    pub stack: u64,
+    pub stack_size: u64,
+    pub tls: u64,
+    pub set_tid: u64,
+    pub set_tid_size: u64,
+    pub cgroup: u64,
 }
 
 /// `CLONE_INTO_CGROUP` (Linux 5.7); spelled out because `libc` defines it for glibc targets only.
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+pub(crate) const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// Signals blocked for the lifetime of this guard (the previous mask is restored on drop).
-struct BlockAll(libc::sigset_t);
+pub(crate) struct BlockAll(libc::sigset_t);
 
 impl BlockAll {
-    fn new() -> BlockAll {
+    pub(crate) fn new() -> BlockAll {
         // SAFETY: `sigset_t` is plain data; both sets are initialised by sigfillset / pthread_sigmask before
         // being read.
         let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
@@ -156,9 +159,23 @@ impl Drop for BlockAll {
 
 /// Create a child that runs `plan` and `execve`s; returns its pid and pidfd in the parent.
 ///
-/// All signals are blocked across the clone so no handler of ours ever runs in the child; the child resets
-/// every disposition to the default and unblocks everything just before `execve`.
-pub(crate) fn clone_exec(plan: &ChildPlan<'_>, mode: CloneMode<'_>) -> Result<(u32, OwnedFd), nix::errno::Errno> {
+/// With `vfork` (and a `clone3` mode), the child shares our memory and runs on its own stack until it
+/// `execve`s or `_exit`s, while this thread sleeps (see [`vfork`]); otherwise the clone is
+/// fork-style. All signals are blocked across the clone so no handler of ours ever runs in the child;
+/// the child resets every disposition to the default and unblocks everything just before `execve`.
+pub(crate) fn clone_exec(
+    plan: &ChildPlan<'_>,
+    mode: CloneMode<'_>,
+    vfork: bool,
+) -> Result<(u32, OwnedFd), nix::errno::Errno> {
+    if vfork {
+        let cgroup = match mode {
+            CloneMode::IntoCgroup(cg) => Some(cg),
+            CloneMode::Clone3 => None,
+            CloneMode::LegacyClone => return Err(nix::errno::Errno::ENOSYS),
+        };
+        return vfork::clone3_vfork(plan, cgroup);
+    }
     let mut pidfd: c_int = -1;
     let guard = BlockAll::new();
     let ret = match mode {
@@ -217,9 +234,12 @@ fn raw_legacy_clone(_pidfd: &mut c_int) -> libc::c_long {
 /// The child's side: the ordered, async-signal-safe steps between clone and exec.
 ///
 /// # Safety
-/// Must only be called in the child of a fork-style clone, with `plan` valid in the child's memory.
-/// Never returns: it either `execve`s or `_exit`s.
-unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
+/// Must only be called in the child of a clone: fork-style (a private copy of memory) or vfork-style
+/// (memory shared with the parent, whose thread sleeps until this child `execve`s or `_exit`s; the child
+/// runs on its own stack). `plan` must be valid in the child's view of memory. The steps write nothing but
+/// their own stack frame and the thread's `errno`, so the vfork-style parent finds its memory as it left
+/// it. Never returns: it either `execve`s or `_exit`s.
+pub(crate) unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
     let status = plan.status.as_raw_fd();
     // 1. Cgroup placement, fallback path only (CLONE_INTO_CGROUP placed us already otherwise).
     if let Some(procs) = plan.procs {

@@ -236,4 +236,8 @@ pub enum Event {
     Sandbox(SandboxInfo),
     /// The job's files channel, written before its command started; precedes `Started`/`SpawnFailed`.
     FilesWritten { job: JobId, files: Vec<FileOutcome> },
+    /// How the worker's launcher created and placed its last job with a cgroup, in words (e.g. "clone3
+    /// vfork-style (CLONE_VM|CLONE_VFORK), placed by CLONE_INTO_CGROUP"); sent before the `Started` of
+    /// the first such job, and again only when it changes.
+    SpawnPath { path: String },
 }

@@ -109,10 +109,22 @@ impl SessionCgroup {
         self.open_file(job, file, OFlag::O_WRONLY)?.write_all(value)
     }
 
+    /// Read a whole (small) cgroup file: open, `read` until end of file, close. Unlike
+    /// `File::read_to_string`, no `statx` and `lseek` for a size hint (cgroup files report size 0 anyway):
+    /// the `cpu.stat` read sits on every job's settle path.
     fn read_file(&self, job: JobId, file: &str) -> io::Result<String> {
-        let mut s = String::new();
-        self.open_file(job, file, OFlag::O_RDONLY)?.read_to_string(&mut s)?;
-        Ok(s)
+        let mut f = self.open_file(job, file, OFlag::O_RDONLY)?;
+        let mut buf = Vec::with_capacity(512);
+        let mut chunk = [0u8; 4096];
+        loop {
+            match f.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
     fn members(&self, job: JobId) -> io::Result<Vec<u32>> {
@@ -269,7 +281,11 @@ impl CgroupOps for RecordingCgroups {
 
     fn remove(&mut self, job: JobId) -> io::Result<()> {
         self.record(Call::Remove(job));
-        Ok(())
+        // As the kernel does: a cgroup with processes in it cannot be removed.
+        match self.lock().populated {
+            true => Err(io::Error::from_raw_os_error(libc::EBUSY)),
+            false => Ok(()),
+        }
     }
 
     fn kill(&mut self, job: JobId) -> io::Result<()> {

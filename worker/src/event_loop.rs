@@ -113,6 +113,8 @@ pub struct Worker<C: CgroupOps> {
     /// The cgroup-events watch fd is in the poll.
     pub(crate) watch_registered: bool,
     pub(crate) persistent: crate::persistent::Persistent,
+    /// The spawn path last reported (`Event::SpawnPath`).
+    pub(crate) spawn_path: Option<String>,
 }
 
 /// Run a session's worker until `Shutdown` (`Ok`) or a fatal error.
@@ -154,6 +156,7 @@ impl<C: CgroupOps> Worker<C> {
             v1: crate::limits::V1Session::detect(),
             watch_registered: false,
             persistent: Default::default(),
+            spawn_path: None,
         };
         w.out.emit(&settings.hello)?;
         if let Some(sb) = &settings.sandbox {

@@ -79,9 +79,13 @@ impl<C: CgroupOps> Worker<C> {
                 return Ok(self.out.emit(&Event::SpawnFailed { job, error: truncate(error_chain(&err)) })?);
             }
         };
+        let placed = cgroup.is_some();
         match self.launch(&spec, cgroup) {
             Ok(j) => {
                 let pid = j.pid;
+                if let Some(child) = j.child.as_ref().filter(|_| placed) {
+                    self.report_spawn_path(child.describe_spawn(true))?;
+                }
                 self.jobs.insert(job, j);
                 self.out.emit(&Event::Started { job, pid, at_unix_ns: unix_ns() })?;
             }
@@ -89,6 +93,15 @@ impl<C: CgroupOps> Worker<C> {
                 let _ = self.cgroups.remove(job);
                 self.out.emit(&Event::SpawnFailed { job, error: truncate(error_chain(&err)) })?;
             }
+        }
+        Ok(())
+    }
+
+    /// Tell the front how jobs are spawned, the first time and whenever it changes (`describe` shows it).
+    fn report_spawn_path(&mut self, path: String) -> Result<(), WorkerError> {
+        if self.spawn_path.as_deref() != Some(path.as_str()) {
+            self.spawn_path = Some(path.clone());
+            self.out.emit(&Event::SpawnPath { path })?;
         }
         Ok(())
     }

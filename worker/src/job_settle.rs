@@ -1,8 +1,10 @@
 //! After a job's main process exits: survivors, the cgroup emptying, accounting and removal; and the
 //! commands that look at a live job (`Probe`) or hand it away (`Forget`, after `keep`).
 //!
-//! Right after `Exited`, the job's `cgroup.events` is read. `populated 0`: `Emptied` at once (with
-//! `cpu.stat` read before the `rmdir`). `populated 1`: the worker adds an inotify watch on the file
+//! Right after `Exited`, the job's `cpu.stat` is read and its cgroup removed: the kernel refuses the
+//! `rmdir` (`EBUSY`) while any process remains, so a success means empty, and `Emptied` goes out at once
+//! without a `cgroup.events` read. On `EBUSY` (or a `cgroup.events` saying `populated 1` after another
+//! error): the worker adds an inotify watch on the file
 //! (`IN_MODIFY`, the inotify fd sits in the worker's mio poll — nothing sleeps or polls), re-reads it
 //! (a change between the read and the watch is not lost), and lists the survivors (`Survivors`: pid,
 //! command line, age, CPU). When the file later says `populated 0` (the survivors ended, or a `Kill`
@@ -61,8 +63,15 @@ impl<C: CgroupOps> Worker<C> {
             return self.finish_if_done(job);
         }
         let killing = j.kill_requested;
-        if !self.cgroups.populated(job).unwrap_or(false) {
-            return self.emptied(job);
+        // The common case, an empty cgroup, in two steps: read the accounting, then `rmdir`, which the
+        // kernel refuses (EBUSY) while any process remains, so it answers "empty?" and removes at once —
+        // no `cgroup.events` read on the answer path. Any other failure takes the careful path below.
+        let cpu_usec = self.cgroups.cpu_usec(job).unwrap_or(0);
+        match self.cgroups.remove(job) {
+            Ok(()) => return self.emptied_with(job, cpu_usec, Ok(())),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(_) if !self.cgroups.populated(job).unwrap_or(false) => return self.emptied(job),
+            Err(_) => {}
         }
         if let Err(e) = self.cgroups.watch(job) {
             self.out.emit(&job_warning(job, "cannot watch the job's cgroup.events; it settles on kill only", &e))?;
@@ -109,6 +118,11 @@ impl<C: CgroupOps> Worker<C> {
     fn emptied(&mut self, job: JobId) -> Result<(), WorkerError> {
         let cpu_usec = self.cgroups.cpu_usec(job).unwrap_or(0);
         let removed = self.cgroups.remove(job);
+        self.emptied_with(job, cpu_usec, removed)
+    }
+
+    /// Send `Emptied` with the accounting read before the cgroup's removal (`removed`: its outcome).
+    fn emptied_with(&mut self, job: JobId, cpu_usec: u64, removed: std::io::Result<()>) -> Result<(), WorkerError> {
         let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
         j.emptied_sent = true;
         let usage = JobUsage { cpu_usec, procs_seen: j.procs_seen.max(1) };
