@@ -12,6 +12,20 @@ fn pids_in(dir: &Path) -> Vec<u32> {
     text.lines().filter_map(|l| l.parse().ok()).collect()
 }
 
+/// The job's main process: the one member whose parent is not a member (its `sleep` children, and
+/// their not-yet-exec'd forks, come and go).
+fn main_process(dir: &Path) -> u32 {
+    let members = pids_in(dir);
+    let ppid = |p: u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+    };
+    let roots: Vec<u32> =
+        members.iter().copied().filter(|p| ppid(*p).is_some_and(|pp| !members.contains(&pp))).collect();
+    assert_eq!(roots.len(), 1, "one main process among {members:?}");
+    roots[0]
+}
+
 fn kept_entry(c: &mut heddle_tests::Client, name: &str) -> Value {
     let all = c.call("kept", json!({})).unwrap();
     all["kept"].as_array().unwrap().iter().find(|k| k["name"] == name).cloned().unwrap_or(Value::Null)
@@ -27,10 +41,7 @@ fn a_kept_job_writing_after_its_session_closed_lives_on_and_its_output_is_kept()
     assert_eq!(r["state"], "running", "{r}");
     let kept_dir = h.cgroup_root.join("kept/ticker");
     assert!(eventually(Duration::from_secs(5), || !pids_in(&kept_dir).is_empty()), "the job moved to kept/ticker");
-    // The loop's own bash (its `sleep 0.02` children come and go).
-    let comm = |p: &u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
-    let job_pids: Vec<u32> = pids_in(&kept_dir).into_iter().filter(|p| comm(p).trim() == "bash").collect();
-    assert_eq!(job_pids.len(), 1, "{:?}", pids_in(&kept_dir));
+    let job_pids = vec![main_process(&kept_dir)];
 
     let closed = c.call("session.close", json!({"session": s})).unwrap();
     assert_eq!(closed["kept"], json!(["ticker"]), "{closed}");
@@ -39,7 +50,13 @@ fn a_kept_job_writing_after_its_session_closed_lives_on_and_its_output_is_kept()
     assert!(eventually(Duration::from_secs(5), || grew(0)), "the kept log appears at {}", log.display());
     std::thread::sleep(Duration::from_millis(500));
     let size = std::fs::metadata(&log).unwrap().len();
-    assert!(eventually(Duration::from_secs(5), || grew(size)), "it keeps growing: the writer was not killed");
+    let drain = pids_in(&kept_dir.join("drain"));
+    assert!(
+        eventually(Duration::from_secs(5), || grew(size)),
+        "it keeps growing: the writer was not killed (job {job_pids:?} alive: {}, drainer {drain:?} alive: {})",
+        job_pids.iter().all(|p| alive(u64::from(*p))),
+        drain.iter().all(|p| alive(u64::from(*p)))
+    );
     assert!(job_pids.iter().all(|p| alive(u64::from(*p))), "no SIGPIPE: {job_pids:?} still run");
 
     let entry = kept_entry(&mut c, "ticker");
@@ -77,9 +94,7 @@ fn a_kept_job_outlives_a_sigkilled_worker_without_sigpipe() {
     let r = c.call("run", json!({"session": s, "cmd": cmd, "keep": true, "name": "beater", "yield_ms": 200})).unwrap();
     assert_eq!(r["state"], "running", "{r}");
     let kept_dir = h.cgroup_root.join("kept/beater");
-    let comm = |p: &u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
-    let bash: Vec<u32> = pids_in(&kept_dir).into_iter().filter(|p| comm(p).trim() == "bash").collect();
-    assert_eq!(bash.len(), 1, "{:?}", pids_in(&kept_dir));
+    let bash = vec![main_process(&kept_dir)];
 
     // The worker is our stack's own process, named by the pid the server reported for this session.
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker as i32), nix::sys::signal::SIGKILL).unwrap();
