@@ -90,7 +90,7 @@ pub fn latency(n: usize) -> Result<()> {
     let mut sub = h.client();
     sub.call("subscribe", json!({"session": s, "raw": true}))?;
     c.call("run", json!({"session": s, "cmd": script, "yield_ms": 0}))?;
-    let mut heddle = Vec::new();
+    let (mut heddle, mut to_front, mut from_front) = (Vec::new(), Vec::new(), Vec::new());
     let mut partial = String::new();
     loop {
         let note = sub.next_notification()?;
@@ -98,8 +98,11 @@ pub fn latency(n: usize) -> Result<()> {
         match note["method"].as_str() {
             Some("output") => {
                 partial.push_str(note["params"]["data"].as_str().unwrap_or(""));
+                let pumped = note["params"]["at_unix_ns"].as_f64().unwrap_or(0.0) / 1e3;
                 while let Some(i) = partial.find('\n') {
                     heddle.extend(stamp_latency(&partial[..i], at));
+                    to_front.extend(stamp_latency(&partial[..i], pumped));
+                    from_front.push(at - pumped);
                     partial.drain(..=i);
                 }
             }
@@ -115,6 +118,8 @@ pub fn latency(n: usize) -> Result<()> {
     show("baseline: Unix socket hop (thread → thread)", so);
     show("baseline: bash → pipe → this process", p);
     show("heddle: job → ring → front → subscriber socket", hd);
+    show("  of which job → worker → ring → front pump", Summary::of(to_front));
+    show("  of which front pump → subscriber", Summary::of(from_front));
     println!("{:<48} {:>9.2} {:>9.2} {:>9.2}", "ratio heddle / pipe", hd.p50 / p.p50, hd.p99 / p.p99, hd.p999 / p.p999);
     Ok(())
 }

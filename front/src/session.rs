@@ -341,6 +341,8 @@ pub enum Drained {
     Some,
     /// The ring is corrupt; the session was marked lost and must be dropped from the pump.
     Corrupt,
+    /// Frames were consumed and the session has subscribers (notifications may have been sent).
+    Live,
 }
 
 /// One session.
@@ -495,6 +497,7 @@ impl Session {
         }
         let to = end.consumer.positions().1;
         let mut st = self.lock();
+        let live = !st.subscribers.is_empty();
         let mut wake = false;
         if to != from {
             st.journal_batch(from, to, &events);
@@ -520,6 +523,8 @@ impl Session {
         }
         if corrupt.is_some() {
             Drained::Corrupt
+        } else if live {
+            Drained::Live
         } else {
             Drained::Some
         }
