@@ -295,25 +295,30 @@ impl Job {
     }
 
     /// The worker died (or its ring broke): an unfinished job is lost, never re-run.
-    pub fn mark_lost(&mut self, why: &str, now: Instant) {
-        if self.end(JobState::Lost, now, None) {
+    /// Whether this ended the job (it was still running).
+    pub fn mark_lost(&mut self, why: &str, now: Instant) -> bool {
+        let ended = self.end(JobState::Lost, now, None);
+        if ended {
             self.shell.unknown("the job was lost");
             self.note(format!("{why}; the job's outcome is unknown and it is not re-run"));
         }
         self.streams_closed = true;
         self.rendered.finish();
         self.store.flush();
+        ended
     }
 
-    /// The session was closed under the job.
-    pub fn mark_closed(&mut self, now: Instant) {
-        if self.end(JobState::Killed, now, None) {
+    /// The session was closed under the job; whether this ended it (it was still running).
+    pub fn mark_closed(&mut self, now: Instant) -> bool {
+        let ended = self.end(JobState::Killed, now, None);
+        if ended {
             self.shell.unknown("the session was closed");
             self.note("ended by session.close".to_owned());
         }
         self.streams_closed = true;
         self.rendered.finish();
         self.store.flush();
+        ended
     }
 
     /// Move to an end state; false (nothing changes) if the job already ended.

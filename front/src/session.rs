@@ -258,9 +258,29 @@ impl SessionState {
             return;
         }
         for job in self.jobs.values_mut() {
-            job.mark_lost(&note, now);
+            let unsettled = !job.settled();
+            if job.mark_lost(&note, now) {
+                publish_end(&mut self.subscribers, &self.name, job, false);
+            }
+            if unsettled {
+                publish_end(&mut self.subscribers, &self.name, job, true);
+            }
         }
         self.lost = Some(Lost { note, killed });
+    }
+
+    /// End every running job as `killed` by `session.close`, telling subscribers (`job.end`, then
+    /// `job.settled`: nothing more will come).
+    pub fn close_jobs(&mut self, now: Instant) {
+        for job in self.jobs.values_mut() {
+            let unsettled = !job.settled();
+            if job.mark_closed(now) {
+                publish_end(&mut self.subscribers, &self.name, job, false);
+            }
+            if unsettled {
+                publish_end(&mut self.subscribers, &self.name, job, true);
+            }
+        }
     }
 
     /// Announcements of every ended, unreported job (each marked reported), oldest first.
