@@ -12,7 +12,8 @@
 //! - `--retain-age-secs` (default 7 days): ended jobs' output older than this is removed.
 //!
 //! The session limit and the age are checked when the session is touched (a job is added or ends),
-//! never by a busy loop. Nothing is removed silently: the stream byte counts and the line count
+//! and the age also by a timer thread ([`start_timer`]) every quarter of the age (between 100 ms and a
+//! minute), so an idle session's old output goes too — never by a busy loop. Nothing is removed silently: the stream byte counts and the line count
 //! removed are kept in the job record; the model view starts with [`marker`]'s line, raw reads of a
 //! removed offset are an error naming what was removed and why, and line views of removed lines say so.
 //! `stdout_bytes`/`stderr_bytes` keep counting everything the job wrote.
@@ -24,8 +25,9 @@
 //! ```
 
 use crate::binary::human_bytes;
+use crate::kernel::Kernel;
 use crate::session::SessionState;
-use std::sync::OnceLock;
+use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// The front's retention limits.
@@ -110,6 +112,25 @@ pub fn enforce(st: &mut SessionState, r: Retention, now: Instant) {
         job.remove_output(0, &why);
         total -= before - job.kept_bytes();
     }
+}
+
+/// How often the timer checks ages: a quarter of the age, between 100 ms and a minute.
+pub fn timer_period(r: Retention) -> Duration {
+    (r.max_age / 4).clamp(Duration::from_millis(100), Duration::from_secs(60))
+}
+
+/// Check every open session's limits every [`timer_period`] until the kernel is gone.
+pub fn start_timer(kernel: Weak<Kernel>) -> std::io::Result<()> {
+    let period = timer_period(config());
+    std::thread::Builder::new().name("retention".into()).spawn(move || loop {
+        std::thread::sleep(period);
+        let Some(k) = kernel.upgrade() else { return };
+        for s in k.open_sessions() {
+            let mut st = s.lock();
+            enforce(&mut st, config(), Instant::now());
+        }
+    })?;
+    Ok(())
 }
 
 fn human_secs(d: Duration) -> String {

@@ -82,3 +82,22 @@ fn a_session_over_its_cap_loses_its_oldest_ended_jobs_output_first() {
     let r = output(&mut c, &s, &b, json!({"raw": {"offset": 0, "len": 13, "unredacted": true}})).unwrap();
     assert_eq!(r["data"], "line 0000001\n", "the newer job keeps its output");
 }
+
+#[test]
+fn an_idle_sessions_old_output_is_removed_by_the_timer() {
+    let h = Heddle::start_with_env(&[], &[("HEDDLE_RETAIN_AGE_SECS", "1")]);
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run(&mut c, &s, "echo kept for a second");
+    assert_eq!(r["view"], "kept for a second\n");
+    // Nothing touches the session from here on (no job is added or ends): only the timer can act.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let w = c.call("wait", json!({"session": s, "job": r["job"]})).unwrap();
+    let view = w["view"].as_str().unwrap();
+    assert!(
+        view.starts_with("[… heddle: first 18 bytes of stdout (lines 1–1) removed by retention (output of ended jobs is kept 1 second) …]"),
+        "{view}"
+    );
+    assert!(!view.contains("kept for a second\n"), "{view}");
+    assert_eq!(w["stdout_bytes"], 18, "the byte count keeps counting everything");
+}
