@@ -395,8 +395,34 @@ impl Job {
         let lines = self.rendered.remove_oldest(keep);
         if raw || lines {
             self.removed_why = Some(why.to_owned());
+            crate::retention::save_removed(&self.log_path(), &self.removed_record());
         }
         raw || lines
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.store.path().to_owned()
+    }
+
+    /// What retention removed from the raw log, as `<job>.removed` keeps it for a restarted front.
+    pub fn removed_record(&self) -> crate::retention::Removed {
+        crate::retention::Removed {
+            file: self.store.removed_file(),
+            bytes: self.store.removed(),
+            why: self.removed_why.clone().unwrap_or_default(),
+        }
+    }
+
+    /// A fresh job continuing a log retention had cut (a restarted front, before the kept records are
+    /// replayed): byte counts and stream offsets go on from what was removed (line numbers start again
+    /// at the first kept byte, said in a note), and the record is saved again for the new log (which
+    /// starts with the first kept record).
+    pub fn carry_removed(&mut self, r: &crate::retention::Removed) {
+        self.counts = r.bytes;
+        self.store.carry_removed(r.bytes, &r.why);
+        self.removed_why = Some(r.why.clone());
+        self.note("the front restarted after retention removed this job's oldest output: byte counts and raw offsets are exact, line numbers start again at the first kept byte".to_owned());
+        crate::retention::save_removed(&self.log_path(), &self.removed_record());
     }
 
     /// Bytes of output kept on disk (raw log and line log).

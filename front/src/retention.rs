@@ -27,6 +27,8 @@
 use crate::binary::human_bytes;
 use crate::kernel::Kernel;
 use crate::session::SessionState;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -112,6 +114,36 @@ pub fn enforce(st: &mut SessionState, r: Retention, now: Instant) {
         job.remove_output(0, &why);
         total -= before - job.kept_bytes();
     }
+}
+
+/// What retention removed from a job, kept next to its log (`<job>.removed`, JSON) so a front
+/// restarted over the punched log says it exactly: `file` bytes of the log punched out, stream bytes
+/// `[stdout, stderr]` and why. (Lines are not carried: the restarted front renders the kept records
+/// again, so its line numbers start at the first kept byte, and the job says so in a note.)
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Removed {
+    pub file: u64,
+    pub bytes: [u64; 2],
+    pub why: String,
+}
+
+/// `<job>.removed` for the log at `log`.
+pub fn removed_path(log: &Path) -> PathBuf {
+    log.with_extension("removed")
+}
+
+/// Write `<job>.removed` (a failure is logged: a restarted front then says counts restart).
+pub fn save_removed(log: &Path, r: &Removed) {
+    let path = removed_path(log);
+    let written = serde_json::to_vec(r).map_err(std::io::Error::other).and_then(|b| std::fs::write(&path, b));
+    if let Err(e) = written {
+        eprintln!("heddle-front: writing {} failed: {e}", path.display());
+    }
+}
+
+/// Read `<job>.removed`, if it exists and is whole.
+pub fn load_removed(log: &Path) -> Option<Removed> {
+    serde_json::from_slice(&std::fs::read(removed_path(log)).ok()?).ok()
 }
 
 /// How often the timer checks ages: a quarter of the age, between 100 ms and a minute.
