@@ -247,6 +247,7 @@ mod tests {
     use super::*;
     use crate::testing::Harness;
     use serde_json::Value;
+    use std::io::Write;
 
     fn lines(input: &[u8], max: usize) -> Vec<(Line, Vec<u8>)> {
         let mut r = BufReader::with_capacity(4, input);
