@@ -52,7 +52,11 @@ pub fn throughput(mib: u64, rounds: usize) -> Result<()> {
     Ok(())
 }
 
-const STAMPER: &str = r#"for ((i = 0; i < N; i++)); do printf '%s\n' "$EPOCHREALTIME"; sleep 0.002; done"#;
+/// The stamping job: one line per ~2 ms. It waits with `read -t` on a pipe that never gets data rather
+/// than with `sleep`: forking and starting `sleep` right after every line took a quarter of the 2 cores
+/// (perf) at the very moment the line travels, which measured the job's own fork, not the capture.
+const STAMPER: &str =
+    r#"exec 9<> <(:); for ((i = 0; i < N; i++)); do printf '%s\n' "$EPOCHREALTIME"; read -t 0.002 -u 9; done"#;
 
 fn stamp_latency(line: &str, at: f64) -> Option<f64> {
     let t: f64 = line.trim().parse().ok()?;
@@ -90,7 +94,7 @@ pub fn latency(n: usize) -> Result<()> {
     let mut sub = h.client();
     sub.call("subscribe", json!({"session": s, "raw": true}))?;
     c.call("run", json!({"session": s, "cmd": script, "yield_ms": 0}))?;
-    let mut heddle = Vec::new();
+    let (mut heddle, mut to_front, mut from_front) = (Vec::new(), Vec::new(), Vec::new());
     let mut partial = String::new();
     loop {
         let note = sub.next_notification()?;
@@ -98,8 +102,11 @@ pub fn latency(n: usize) -> Result<()> {
         match note["method"].as_str() {
             Some("output") => {
                 partial.push_str(note["params"]["data"].as_str().unwrap_or(""));
+                let pumped = note["params"]["at_unix_ns"].as_f64().unwrap_or(0.0) / 1e3;
                 while let Some(i) = partial.find('\n') {
                     heddle.extend(stamp_latency(&partial[..i], at));
+                    to_front.extend(stamp_latency(&partial[..i], pumped));
+                    from_front.push(at - pumped);
                     partial.drain(..=i);
                 }
             }
@@ -115,6 +122,8 @@ pub fn latency(n: usize) -> Result<()> {
     show("baseline: Unix socket hop (thread → thread)", so);
     show("baseline: bash → pipe → this process", p);
     show("heddle: job → ring → front → subscriber socket", hd);
+    show("  of which job → worker → ring → front pump", Summary::of(to_front));
+    show("  of which front pump → subscriber", Summary::of(from_front));
     println!("{:<48} {:>9.2} {:>9.2} {:>9.2}", "ratio heddle / pipe", hd.p50 / p.p50, hd.p99 / p.p99, hd.p999 / p.p999);
     Ok(())
 }

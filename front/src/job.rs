@@ -295,25 +295,30 @@ impl Job {
     }
 
     /// The worker died (or its ring broke): an unfinished job is lost, never re-run.
-    pub fn mark_lost(&mut self, why: &str, now: Instant) {
-        if self.end(JobState::Lost, now, None) {
+    /// Whether this ended the job (it was still running).
+    pub fn mark_lost(&mut self, why: &str, now: Instant) -> bool {
+        let ended = self.end(JobState::Lost, now, None);
+        if ended {
             self.shell.unknown("the job was lost");
             self.note(format!("{why}; the job's outcome is unknown and it is not re-run"));
         }
         self.streams_closed = true;
         self.rendered.finish();
         self.store.flush();
+        ended
     }
 
-    /// The session was closed under the job.
-    pub fn mark_closed(&mut self, now: Instant) {
-        if self.end(JobState::Killed, now, None) {
+    /// The session was closed under the job; whether this ended it (it was still running).
+    pub fn mark_closed(&mut self, now: Instant) -> bool {
+        let ended = self.end(JobState::Killed, now, None);
+        if ended {
             self.shell.unknown("the session was closed");
             self.note("ended by session.close".to_owned());
         }
         self.streams_closed = true;
         self.rendered.finish();
         self.store.flush();
+        ended
     }
 
     /// Move to an end state; false (nothing changes) if the job already ended.
@@ -390,8 +395,34 @@ impl Job {
         let lines = self.rendered.remove_oldest(keep);
         if raw || lines {
             self.removed_why = Some(why.to_owned());
+            crate::retention::save_removed(&self.log_path(), &self.removed_record());
         }
         raw || lines
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.store.path().to_owned()
+    }
+
+    /// What retention removed from the raw log, as `<job>.removed` keeps it for a restarted front.
+    pub fn removed_record(&self) -> crate::retention::Removed {
+        crate::retention::Removed {
+            file: self.store.removed_file(),
+            bytes: self.store.removed(),
+            why: self.removed_why.clone().unwrap_or_default(),
+        }
+    }
+
+    /// A fresh job continuing a log retention had cut (a restarted front, before the kept records are
+    /// replayed): byte counts and stream offsets go on from what was removed (line numbers start again
+    /// at the first kept byte, said in a note), and the record is saved again for the new log (which
+    /// starts with the first kept record).
+    pub fn carry_removed(&mut self, r: &crate::retention::Removed) {
+        self.counts = r.bytes;
+        self.store.carry_removed(r.bytes, &r.why);
+        self.removed_why = Some(r.why.clone());
+        self.note("the front restarted after retention removed this job's oldest output: byte counts and raw offsets are exact, line numbers start again at the first kept byte".to_owned());
+        crate::retention::save_removed(&self.log_path(), &self.removed_record());
     }
 
     /// Bytes of output kept on disk (raw log and line log).

@@ -109,7 +109,7 @@ impl Kernel {
             Err(e) => eprintln!("heddle-front: marking an earlier front's jobs lost failed: {e}"),
         }
         let pump = Pump::start(link.clone())?;
-        Ok(Arc::new(Kernel {
+        let kernel = Arc::new(Kernel {
             cfg,
             link,
             pump,
@@ -121,7 +121,9 @@ impl Kernel {
             receipts,
             recorder: crate::records::Recorder::default(),
             shutdown: crate::shutdown::Trigger::default(),
-        }))
+        });
+        crate::retention::start_timer(Arc::downgrade(&kernel))?;
+        Ok(kernel)
     }
 
     /// Answer one request: mutations get receipts (see `receipts`), and the job records of the session

@@ -40,6 +40,7 @@ pub mod jobs_list;
 pub mod journal;
 pub mod kernel;
 pub mod linelog;
+pub mod outbox;
 pub mod output_read;
 pub mod output_views;
 pub mod pump;

@@ -110,9 +110,15 @@ fn restore_job(id: u64, cmd: String, path: &Path, limit: Option<u64>) -> Job {
     let mut job = Job::new(id, cmd, path.to_owned());
     if had {
         let now = Instant::now();
+        // What retention removed is carried over exactly when its record matches the punched prefix
+        // (a crash between the punch and the record's write leaves them apart: then counts restart).
+        let carried = crate::retention::load_removed(path).filter(|r| r.file == punched_prefix(&old));
+        if let Some(r) = &carried {
+            job.carry_removed(r);
+        }
         let skipped =
             for_each_record(&old, limit.unwrap_or(u64::MAX), |stream, ns, data| job.on_output(stream, data, now, ns));
-        if skipped > 0 {
+        if skipped > 0 && carried.is_none() {
             job.note(format!(
                 "retention had removed the first {skipped} bytes of this job's output log before the front restarted; byte counts and line numbers now count only what was kept"
             ));
@@ -147,6 +153,11 @@ fn for_each_record(path: &Path, limit: u64, mut f: impl FnMut(Stream, u64, &[u8]
         f(stream, u64::from_le_bytes(ns), &data);
     }
     skipped
+}
+
+/// Bytes of the leading hole of the log at `path` (0 when it has none or cannot be read).
+fn punched_prefix(path: &Path) -> u64 {
+    std::fs::File::open(path).map_or(0, |mut f| skip_punched(&mut f))
 }
 
 /// Move past a leading hole (and the zeroed bytes of its last block); returns the bytes skipped.

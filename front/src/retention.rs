@@ -12,7 +12,8 @@
 //! - `--retain-age-secs` (default 7 days): ended jobs' output older than this is removed.
 //!
 //! The session limit and the age are checked when the session is touched (a job is added or ends),
-//! never by a busy loop. Nothing is removed silently: the stream byte counts and the line count
+//! and the age also by a timer thread ([`start_timer`]) every quarter of the age (between 100 ms and a
+//! minute), so an idle session's old output goes too — never by a busy loop. Nothing is removed silently: the stream byte counts and the line count
 //! removed are kept in the job record; the model view starts with [`marker`]'s line, raw reads of a
 //! removed offset are an error naming what was removed and why, and line views of removed lines say so.
 //! `stdout_bytes`/`stderr_bytes` keep counting everything the job wrote.
@@ -24,8 +25,11 @@
 //! ```
 
 use crate::binary::human_bytes;
+use crate::kernel::Kernel;
 use crate::session::SessionState;
-use std::sync::OnceLock;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// The front's retention limits.
@@ -110,6 +114,55 @@ pub fn enforce(st: &mut SessionState, r: Retention, now: Instant) {
         job.remove_output(0, &why);
         total -= before - job.kept_bytes();
     }
+}
+
+/// What retention removed from a job, kept next to its log (`<job>.removed`, JSON) so a front
+/// restarted over the punched log says it exactly: `file` bytes of the log punched out, stream bytes
+/// `[stdout, stderr]` and why. (Lines are not carried: the restarted front renders the kept records
+/// again, so its line numbers start at the first kept byte, and the job says so in a note.)
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Removed {
+    pub file: u64,
+    pub bytes: [u64; 2],
+    pub why: String,
+}
+
+/// `<job>.removed` for the log at `log`.
+pub fn removed_path(log: &Path) -> PathBuf {
+    log.with_extension("removed")
+}
+
+/// Write `<job>.removed` (a failure is logged: a restarted front then says counts restart).
+pub fn save_removed(log: &Path, r: &Removed) {
+    let path = removed_path(log);
+    let written = serde_json::to_vec(r).map_err(std::io::Error::other).and_then(|b| std::fs::write(&path, b));
+    if let Err(e) = written {
+        eprintln!("heddle-front: writing {} failed: {e}", path.display());
+    }
+}
+
+/// Read `<job>.removed`, if it exists and is whole.
+pub fn load_removed(log: &Path) -> Option<Removed> {
+    serde_json::from_slice(&std::fs::read(removed_path(log)).ok()?).ok()
+}
+
+/// How often the timer checks ages: a quarter of the age, between 100 ms and a minute.
+pub fn timer_period(r: Retention) -> Duration {
+    (r.max_age / 4).clamp(Duration::from_millis(100), Duration::from_secs(60))
+}
+
+/// Check every open session's limits every [`timer_period`] until the kernel is gone.
+pub fn start_timer(kernel: Weak<Kernel>) -> std::io::Result<()> {
+    let period = timer_period(config());
+    std::thread::Builder::new().name("retention".into()).spawn(move || loop {
+        std::thread::sleep(period);
+        let Some(k) = kernel.upgrade() else { return };
+        for s in k.open_sessions() {
+            let mut st = s.lock();
+            enforce(&mut st, config(), Instant::now());
+        }
+    })?;
+    Ok(())
 }
 
 fn human_secs(d: Duration) -> String {

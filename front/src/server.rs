@@ -17,11 +17,11 @@
 
 use crate::kernel::{Client, Kernel};
 use crate::rpc::{self, RpcError, MAX_LINE};
-use crate::subscribe::{self, Outbox, OutboxRx};
+use crate::subscribe::{self, Outbox};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use shm_proto::sys::EventFd;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -163,8 +163,8 @@ fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize
     };
     let Ok(read_half) = stream.try_clone() else { return };
     let mut reader = BufReader::with_capacity(64 * 1024, read_half);
-    let (outbox, rx) = Outbox::new(conn);
-    let writer = match std::thread::Builder::new().name(format!("conn-{conn}-w")).spawn(move || write_loop(stream, rx))
+    let Ok((outbox, out_writer)) = Outbox::new(conn, &stream) else { return };
+    let writer = match std::thread::Builder::new().name(format!("conn-{conn}-w")).spawn(move || out_writer.run(stream))
     {
         Ok(w) => w,
         Err(e) => {
@@ -194,28 +194,8 @@ fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize
     }
     // The connection is gone: its subscriptions go with it, then the writer drains and ends.
     kernel.drop_subscriptions(conn, None);
-    drop(outbox);
+    outbox.close();
     let _ = writer.join();
-}
-
-/// Write queued lines (answers and notifications, in queue order), batching what is waiting.
-fn write_loop(mut stream: UnixStream, out: OutboxRx) {
-    let mut batch = Vec::new();
-    while let Ok(first) = out.rx.recv() {
-        batch.clear();
-        batch.extend_from_slice(&first);
-        while batch.len() < 256 * 1024 {
-            match out.rx.try_recv() {
-                Ok(more) => batch.extend_from_slice(&more),
-                Err(_) => break,
-            }
-        }
-        if stream.write_all(&batch).is_err() {
-            // Reading goes on until the peer's EOF; later sends are dropped with the receiver.
-            return;
-        }
-        out.written(batch.len());
-    }
 }
 
 fn too_long() -> RpcError {
@@ -267,6 +247,7 @@ mod tests {
     use super::*;
     use crate::testing::Harness;
     use serde_json::Value;
+    use std::io::Write;
 
     fn lines(input: &[u8], max: usize) -> Vec<(Line, Vec<u8>)> {
         let mut r = BufReader::with_capacity(4, input);

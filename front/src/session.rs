@@ -265,9 +265,29 @@ impl SessionState {
             return;
         }
         for job in self.jobs.values_mut() {
-            job.mark_lost(&note, now);
+            let unsettled = !job.settled();
+            if job.mark_lost(&note, now) {
+                publish_end(&mut self.subscribers, &self.name, job, false);
+            }
+            if unsettled {
+                publish_end(&mut self.subscribers, &self.name, job, true);
+            }
         }
         self.lost = Some(Lost { note, killed });
+    }
+
+    /// End every running job as `killed` by `session.close`, telling subscribers (`job.end`, then
+    /// `job.settled`: nothing more will come).
+    pub fn close_jobs(&mut self, now: Instant) {
+        for job in self.jobs.values_mut() {
+            let unsettled = !job.settled();
+            if job.mark_closed(now) {
+                publish_end(&mut self.subscribers, &self.name, job, false);
+            }
+            if unsettled {
+                publish_end(&mut self.subscribers, &self.name, job, true);
+            }
+        }
     }
 
     /// Announcements of every ended, unreported job (each marked reported), oldest first.
@@ -348,6 +368,8 @@ pub enum Drained {
     Some,
     /// The ring is corrupt; the session was marked lost and must be dropped from the pump.
     Corrupt,
+    /// Frames were consumed and the session has subscribers (notifications may have been sent).
+    Live,
 }
 
 /// One session.
@@ -502,6 +524,7 @@ impl Session {
         }
         let to = end.consumer.positions().1;
         let mut st = self.lock();
+        let live = !st.subscribers.is_empty();
         let mut wake = false;
         if to != from {
             st.journal_batch(from, to, &events);
@@ -527,6 +550,8 @@ impl Session {
         }
         if corrupt.is_some() {
             Drained::Corrupt
+        } else if live {
+            Drained::Live
         } else {
             Drained::Some
         }

@@ -61,9 +61,7 @@ pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCl
         let mut st = s.lock();
         let now = Instant::now();
         let kept: Vec<String> = st.jobs.values().filter_map(|j| j.kept().map(str::to_owned)).collect();
-        for job in st.jobs.values_mut() {
-            job.mark_closed(now);
-        }
+        st.close_jobs(now);
         (st.take_announcements(now), kept)
     };
     s.notify();

@@ -264,6 +264,24 @@ impl OutputStore {
         self.removed
     }
 
+    /// The log file's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// File bytes retention punched out (the first kept record starts here).
+    pub fn removed_file(&self) -> u64 {
+        self.removed_file
+    }
+
+    /// A fresh store continuing a log whose first `bytes` per stream retention removed (a restarted
+    /// front): stream offsets continue from there and reads below them say why they are gone.
+    pub fn carry_removed(&mut self, bytes: [u64; 2], why: &str) {
+        debug_assert!(self.durable == 0 && self.buf.is_empty(), "only a fresh store continues a log");
+        (self.counts, self.durable_counts, self.removed) = (bytes, bytes, bytes);
+        self.removed_why = why.to_owned();
+    }
+
     /// Retention: remove the oldest whole records (flushing first) until at most `keep` bytes of the
     /// file remain, punching them out of the file (`FALLOC_FL_PUNCH_HOLE`: offsets stay valid, the
     /// disk space is freed). `why` is said to every read of a removed offset. Returns true when

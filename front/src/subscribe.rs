@@ -5,8 +5,9 @@
 //! connection closes.
 //!
 //! The pump builds each notification while it applies the event (under the session's lock, no file
-//! read) and hands the bytes to the connection's writer thread through a channel ([`Outbox`]); the
-//! pump never writes to a socket. Each subscription numbers its notifications (`seq` from 1, no gaps).
+//! read) and sends the bytes through the connection's [`Outbox`]: straight into the socket when
+//! nothing waits for it (non-blocking), else queued for the connection's writer thread — the pump
+//! never blocks on a socket. Each subscription numbers its notifications (`seq` from 1, no gaps).
 //! The subscribe answer is queued under the session's lock before the subscriber is visible, so it
 //! precedes every notification. A subscriber whose connection stops reading is cut off once more than
 //! [`MAX_QUEUED`] bytes wait for it, with a last `subscription.overflow` notification that says so —
@@ -24,57 +25,14 @@ use crate::rendered::FreshLine;
 use crate::results::JobState;
 use crate::rpc::{self, RpcError};
 use base64::Engine;
-use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 use serde_json::{value::RawValue, Value};
 use shm_proto::msg::JobId;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Bytes that may wait for one connection's writer before its subscriptions are cut off.
-pub const MAX_QUEUED: usize = 64 * 1024 * 1024;
+pub use crate::outbox::{Outbox, MAX_QUEUED};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// The write side of one connection: lines for its writer thread.
-#[derive(Clone, Debug)]
-pub struct Outbox {
-    pub conn: u64,
-    tx: Sender<Vec<u8>>,
-    queued: Arc<AtomicUsize>,
-}
-
-impl Outbox {
-    /// A new outbox for connection `conn` and the receiver its writer drains.
-    pub fn new(conn: u64) -> (Outbox, OutboxRx) {
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let queued = Arc::new(AtomicUsize::new(0));
-        (Outbox { conn, tx, queued: queued.clone() }, OutboxRx { rx, queued })
-    }
-
-    /// Queue one line (newline included); false when the writer is gone.
-    pub fn send(&self, line: Vec<u8>) -> bool {
-        self.queued.fetch_add(line.len(), Ordering::Relaxed);
-        self.tx.send(line).is_ok()
-    }
-
-    fn over(&self) -> bool {
-        self.queued.load(Ordering::Relaxed) > MAX_QUEUED
-    }
-}
-
-/// The writer's end of an [`Outbox`].
-pub struct OutboxRx {
-    pub rx: Receiver<Vec<u8>>,
-    queued: Arc<AtomicUsize>,
-}
-
-impl OutboxRx {
-    /// Count bytes as written.
-    pub fn written(&self, n: usize) {
-        self.queued.fetch_sub(n, Ordering::Relaxed);
-    }
-}
 
 /// One subscription, kept in its session's state.
 #[derive(Debug)]

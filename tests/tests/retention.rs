@@ -82,3 +82,66 @@ fn a_session_over_its_cap_loses_its_oldest_ended_jobs_output_first() {
     let r = output(&mut c, &s, &b, json!({"raw": {"offset": 0, "len": 13, "unredacted": true}})).unwrap();
     assert_eq!(r["data"], "line 0000001\n", "the newer job keeps its output");
 }
+
+#[test]
+fn an_idle_sessions_old_output_is_removed_by_the_timer() {
+    let h = Heddle::start_with_env(&[], &[("HEDDLE_RETAIN_AGE_SECS", "1")]);
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run(&mut c, &s, "echo kept for a second");
+    assert_eq!(r["view"], "kept for a second\n");
+    // Nothing touches the session from here on (no job is added or ends): only the timer can act.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let w = c.call("wait", json!({"session": s, "job": r["job"]})).unwrap();
+    let view = w["view"].as_str().unwrap();
+    assert!(
+        view.starts_with("[… heddle: first 18 bytes of stdout (lines 1–1) removed by retention (output of ended jobs is kept 1 second) …]"),
+        "{view}"
+    );
+    assert!(!view.contains("kept for a second\n"), "{view}");
+    assert_eq!(w["stdout_bytes"], 18, "the byte count keeps counting everything");
+}
+
+#[test]
+fn a_front_restarted_over_a_punched_log_keeps_the_exact_removed_counts() {
+    let h = Heddle::start_with_env(&[], &[("HEDDLE_RETAIN_JOB_BYTES", "262144")]);
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let expect: String = (1..=100_000).map(|i| format!("line {i:07}\n")).collect();
+    let r = run(&mut c, &s, "seq -f 'line %07g' 1 100000");
+    let job = r["job"].clone();
+    let before = r["view"].as_str().unwrap().lines().next().unwrap().to_owned();
+    let removed = removed_stdout(r["view"].as_str().unwrap());
+    assert!(before.contains("(lines 1–"), "{before}");
+
+    let pid = |c: &mut Client| c.call("describe", json!({})).unwrap()["front"]["pid"].as_u64().unwrap();
+    let old = pid(&mut c);
+    // The front is a process this test started (through heddle up and the supervisor), named by pid.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(old as i32), nix::sys::signal::SIGKILL).unwrap();
+    let mut c = (0..300)
+        .find_map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let mut c = Client::connect(&h.socket).ok()?;
+            (c.call("describe", json!({})).ok()?["front"]["pid"].as_u64()? != old).then_some(c)
+        })
+        .expect("a new front answers after the old one was killed");
+
+    let w = c.call("wait", json!({"session": s, "job": job})).unwrap();
+    let view = w["view"].as_str().unwrap();
+    let bytes_part = |l: &str| l[..l.find(" of stdout").unwrap()].to_owned();
+    let after = view.lines().next().unwrap();
+    assert_eq!(bytes_part(after), bytes_part(&before), "the same exact removed bytes after the restart: {after}");
+    assert!(after.ends_with("removed by retention (max 256.0 KiB per job) …]"), "{after}");
+    assert!(view.ends_with("line 0100000\n"), "{view}");
+    assert_eq!(w["stdout_bytes"].as_u64(), Some(expect.len() as u64), "counts still count everything");
+    let text = w.to_string();
+    assert!(text.contains("byte counts and raw offsets are exact, line numbers start again"), "{w}");
+    assert!(!text.contains("now count only what was kept"), "no approximate note: {w}");
+    // Raw offsets go on where they were: the removed offset is refused with its reason, the first kept
+    // offset reads the same bytes as before the restart.
+    let e =
+        output(&mut c, &s, &job, json!({"raw": {"offset": removed - 1, "len": 10, "unredacted": true}})).unwrap_err();
+    assert!(e.contains("removed by retention (max 256.0 KiB per job)"), "{e}");
+    let r = output(&mut c, &s, &job, json!({"raw": {"offset": removed, "len": 64, "unredacted": true}})).unwrap();
+    assert_eq!(r["data"].as_str().unwrap(), &expect[removed as usize..removed as usize + 64]);
+}
