@@ -35,8 +35,14 @@ pub struct Adopted {
 /// Write the new session's settings and open its journal.
 pub fn start_journal(s: &Session) {
     let spec = s.spec();
-    let meta =
-        Meta { owner_uid: spec.owner_uid, cwd: spec.cwd.clone(), env: spec.env.clone(), persistent: spec.persistent };
+    let reopen = s.lock().reopen.clone();
+    let meta = Meta {
+        owner_uid: spec.owner_uid,
+        cwd: spec.cwd.clone(),
+        env: spec.env.clone(),
+        persistent: spec.persistent,
+        reopen,
+    };
     if let Err(e) = journal::write_meta(&spec.dir, &meta) {
         eprintln!("heddle-front: session '{}': cannot write its settings ({e}); it cannot be recovered", s.name());
     }
@@ -63,12 +69,22 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     {
         let mut st = s.lock();
         st.worker = Some(WorkerInfo { pid: a.worker_pid, uid: a.worker_uid });
+        st.reopen = meta.reopen;
         for job in jobs {
             st.restore_job(job);
         }
         let (now, ns) = (Instant::now(), unix_ns());
         for ev in events {
-            st.apply(ev, now, ns);
+            match ev {
+                Replay::Event(ev) => {
+                    st.apply(ev, now, ns);
+                }
+                Replay::Revived { note, last_job } => {
+                    for j in st.jobs.range_mut(..=last_job).map(|(_, j)| j) {
+                        j.mark_lost(&note, now);
+                    }
+                }
+            }
         }
         st.journal = journal::Journal::open(&dir);
     }
@@ -80,20 +96,43 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     Ok(())
 }
 
-/// The jobs (with their stored output) and the events to apply, from the journal and the logs. A last
-/// batch that reaches past the published head was not released: its events are dropped and its job logs
-/// cut back to their lengths before it.
-fn rebuild(dir: &Path, jobs_dir: &Path, published: u64) -> (Vec<Job>, Vec<Event>) {
+/// What a restarted front applies to a rebuilt session, in journal order.
+#[derive(Debug)]
+enum Replay {
+    Event(Event),
+    /// The worker was replaced: unfinished jobs up to `last_job` are lost.
+    Revived {
+        note: String,
+        last_job: u64,
+    },
+}
+
+/// The jobs (with their stored output) and what to apply, from the journal and the logs. A last batch
+/// of the current ring that reaches past the published head was not released: its events are dropped
+/// and its job logs cut back to their lengths before it. Batches before a [`Entry::Revived`] were read
+/// from an earlier worker's ring, so they were all released.
+fn rebuild(dir: &Path, jobs_dir: &Path, published: u64) -> (Vec<Job>, Vec<Replay>) {
     let mut cmds = BTreeMap::new();
     let mut events = Vec::new();
-    let mut cut: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut batches: Vec<(u64, Vec<(u64, u64)>, Vec<Event>)> = Vec::new();
     for entry in journal::read(dir) {
         match entry {
             Entry::Job { id, cmd } => {
                 cmds.insert(id, cmd);
             }
-            Entry::Batch { to, before, .. } if to > published => cut.extend(before),
-            Entry::Batch { events: evs, .. } => events.extend(evs),
+            Entry::Batch { to, before, events: evs, .. } => batches.push((to, before, evs)),
+            Entry::Revived { note, last_job } => {
+                events.extend(batches.drain(..).flat_map(|(_, _, evs)| evs).map(Replay::Event));
+                events.push(Replay::Revived { note, last_job });
+            }
+        }
+    }
+    let mut cut: BTreeMap<u64, u64> = BTreeMap::new();
+    for (to, before, evs) in batches {
+        if to > published {
+            cut.extend(before);
+        } else {
+            events.extend(evs.into_iter().map(Replay::Event));
         }
     }
     let jobs = cmds
@@ -219,5 +258,25 @@ mod tests {
         store.flush();
         let (got, events) = rebuild(dir.path(), &jobs, 192);
         assert_eq!((got[0].counts(), events.len()), ([12, 0], 1));
+    }
+
+    #[test]
+    fn batches_before_a_revival_are_kept_and_its_unfinished_jobs_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        let mut j = journal::Journal::open(dir.path());
+        j.append(&Entry::Job { id: 1, cmd: "x".into() });
+        let started = Event::Started { job: 1, pid: 7, at_unix_ns: 0 };
+        j.append(&Entry::Batch { from: 0, to: 500, before: vec![], events: vec![started] });
+        j.append(&Entry::Revived { note: "the worker died".into(), last_job: 1 });
+        j.append(&Entry::Job { id: 2, cmd: "y".into() });
+        // The new ring's head is 64: the old ring's batch (to 500) is still applied, not cut.
+        let (got, replay) = rebuild(dir.path(), &jobs, 64);
+        assert_eq!(got.len(), 2);
+        assert!(matches!(
+            replay.as_slice(),
+            [Replay::Event(Event::Started { .. }), Replay::Revived { last_job: 1, .. }]
+        ));
     }
 }

@@ -9,7 +9,8 @@
 //! is asked to close the session) and answers `session_open_failed`.
 //!
 //! Reattaching: a live session of that name owned by the same uid (or any, for root) is returned with
-//! `attached: true`; its cwd and env stay as they were. A lost session keeps its name until it is closed.
+//! `attached: true`; its cwd and env stay as they were. A session whose worker died gets a new worker
+//! first (`revive.rs`); a session lost otherwise keeps its name until it is closed.
 //!
 //! ```text
 //! → {"jsonrpc":"2.0","id":1,"method":"session.open","params":{"name":"demo","cwd":"/tmp"}}
@@ -162,7 +163,7 @@ fn claim(k: &Kernel, client: &Client, name: Option<&str>) -> Result<Claim, RpcEr
             }
             Some(Slot::Open(s)) => {
                 let st = s.lock();
-                if let Some(lost) = &st.lost {
+                if let Some(lost) = st.lost.as_ref().filter(|l| !l.worker_died) {
                     return Err(session_lost(name, &lost.note));
                 }
                 if !st.closing {
@@ -231,7 +232,11 @@ fn open_new(
             return Err(open_failed(&name, format!("its shared memory could not be attached ({e})")));
         }
     };
-    s.lock().worker = Some(WorkerInfo { pid: opened.worker_pid, uid: opened.worker_uid });
+    {
+        let mut st = s.lock();
+        st.worker = Some(WorkerInfo { pid: opened.worker_pid, uid: opened.worker_uid });
+        st.reopen = Some(crate::revive::Reopen { sandbox: sandbox.clone(), limits: limits.clone() });
+    }
     crate::recovery::start_journal(&s);
     k.registry().slots.insert(name.clone(), Slot::Open(s.clone()));
     k.registry_changed.notify_all();
@@ -280,7 +285,8 @@ fn wait_ready(k: &Kernel, s: &Session) -> Result<(ShellInfo, WorkerInfo), RpcErr
     }
 }
 
-fn attach_existing(k: &Kernel, s: &Session, gave_settings: bool) -> Result<SessionOpenResult, RpcError> {
+fn attach_existing(k: &Kernel, s: &Arc<Session>, gave_settings: bool) -> Result<SessionOpenResult, RpcError> {
+    crate::revive::revive_if_worker_died(k, s)?;
     let (shell, worker) = wait_ready(k, s)?;
     let note = gave_settings.then(|| {
         format!("session '{}' already existed, so its own cwd, env and policy are kept; the cwd, env and policy given here were not applied", s.name())
