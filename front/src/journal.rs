@@ -38,6 +38,9 @@ pub struct Meta {
     /// What a new worker for the session is started with (absent in older files: not revivable).
     #[serde(default)]
     pub reopen: Option<crate::revive::Reopen>,
+    /// The front (boot id) and serial the session's database rows are kept under (absent in older files).
+    #[serde(default)]
+    pub db_key: Option<(String, u64)>,
 }
 
 /// One journal entry.

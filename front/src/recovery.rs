@@ -33,7 +33,13 @@ pub struct Adopted {
 }
 
 /// Write the new session's settings and open its journal.
-pub fn start_journal(s: &Session) {
+pub fn start_journal(k: &Kernel, s: &Session) {
+    write_settings(k, s);
+    s.lock().journal = journal::Journal::open(&s.spec().dir);
+}
+
+/// Write `session.json`: the session's settings and this front's database key for it.
+fn write_settings(k: &Kernel, s: &Session) {
     let spec = s.spec();
     let reopen = s.lock().reopen.clone();
     let meta = Meta {
@@ -42,11 +48,75 @@ pub fn start_journal(s: &Session) {
         env: spec.env.clone(),
         persistent: spec.persistent,
         reopen,
+        db_key: Some((k.db.boot().to_owned(), spec.serial)),
     };
     if let Err(e) = journal::write_meta(&spec.dir, &meta) {
         eprintln!("heddle-front: session '{}': cannot write its settings ({e}); it cannot be recovered", s.name());
     }
-    s.lock().journal = journal::Journal::open(&spec.dir);
+}
+
+/// Move the rows and receipts an earlier front kept for this session under `old` to this front's key.
+fn take_over_rows(k: &Kernel, s: &Session, old: Option<(String, u64)>) {
+    let Some((old_boot, old_serial)) = old else { return };
+    let serial = s.spec().serial;
+    if old_boot == k.db.boot() && old_serial == serial {
+        return;
+    }
+    k.receipts.rekey((&old_boot, old_serial), (k.db.boot(), serial));
+    k.db.write(crate::db::Write::Rekey { old_boot, old_serial, serial });
+}
+
+/// The settings an earlier incarnation of a session left in `dir` when its front or supervisor died
+/// (`session.close` removes them), if that session was `uid`'s.
+pub(crate) fn earlier(dir: &Path, uid: u32) -> Option<Meta> {
+    journal::read_meta(dir).ok().filter(|m| m.owner_uid == uid)
+}
+
+/// What `session.json` is removed by: a closed session's history is not carried into a new one.
+pub(crate) fn forget(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join("session.json"));
+}
+
+/// Put the jobs of the earlier incarnation (see [`earlier`]) into the newly opened `s`: their output
+/// stays readable, their numbering goes on, and those that had not ended are `lost` (the restart killed
+/// them). The shell state starts afresh from this open's settings. Their rows and receipts move over.
+pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
+    let dir = &s.spec().dir;
+    let (jobs, replay) = rebuild(dir, &s.jobs_dir(), u64::MAX);
+    let note = "heddle restarted while the job ran (its session's processes were killed then)".to_owned();
+    let mut st = s.lock();
+    for job in jobs {
+        st.restore_job(job);
+    }
+    apply_replay(&mut st, replay);
+    let last_job = st.last_job();
+    let now = Instant::now();
+    for j in st.jobs.values_mut() {
+        j.mark_lost(&note, now);
+    }
+    st.record = Default::default();
+    st.journal.append(&Entry::Revived { note, last_job });
+    let n = st.jobs.len();
+    drop(st);
+    take_over_rows(k, s, meta.db_key);
+    eprintln!("heddle-front: session '{}' re-opened with its {n} earlier jobs", s.name());
+}
+
+/// Apply what the journal says, in order.
+fn apply_replay(st: &mut crate::session::SessionState, replay: Vec<Replay>) {
+    let (now, ns) = (Instant::now(), unix_ns());
+    for ev in replay {
+        match ev {
+            Replay::Event(ev) => {
+                st.apply(ev, now, ns);
+            }
+            Replay::Revived { note, last_job } => {
+                for j in st.jobs.range_mut(..=last_job).map(|(_, j)| j) {
+                    j.mark_lost(&note, now);
+                }
+            }
+        }
+    }
 }
 
 /// Rebuild a handed-over session and start reading its events again.
@@ -73,26 +143,17 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
         for job in jobs {
             st.restore_job(job);
         }
-        let (now, ns) = (Instant::now(), unix_ns());
-        for ev in events {
-            match ev {
-                Replay::Event(ev) => {
-                    st.apply(ev, now, ns);
-                }
-                Replay::Revived { note, last_job } => {
-                    for j in st.jobs.range_mut(..=last_job).map(|(_, j)| j) {
-                        j.mark_lost(&note, now);
-                    }
-                }
-            }
-        }
+        apply_replay(&mut st, events);
         st.journal = journal::Journal::open(&dir);
     }
+    take_over_rows(k, &s, meta.db_key);
+    write_settings(k, &s);
     let n = s.lock().jobs.len();
     eprintln!("heddle-front: took over session '{}' ({n} jobs, ring head {published})", a.session);
     k.registry().slots.insert(a.session, Slot::Open(s.clone()));
     k.registry_changed.notify_all();
-    k.pump.add(s, end);
+    k.pump.add(s.clone(), end);
+    k.record_session(&s);
     Ok(())
 }
 

@@ -67,6 +67,7 @@ pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCl
         (st.take_announcements(now), kept)
     };
     s.notify();
+    crate::recovery::forget(&s.spec().dir);
     k.release(&p.session, Some(s.spec().serial));
     Ok(SessionCloseResult {
         session: p.session,

@@ -211,7 +211,8 @@ fn open_new(
         }
     };
     let dir = k.cfg.state_dir.join("sessions").join(&name);
-    let dir_note = prepare_dir(&dir).err().map(|e| {
+    let earlier = crate::recovery::earlier(&dir, client.uid);
+    let dir_note = prepare_dir(&dir, earlier.is_some()).err().map(|e| {
         format!("the output directory {} could not be prepared ({e}); job output is kept in memory only", dir.display())
     });
     let spec = SessionSpec {
@@ -237,7 +238,10 @@ fn open_new(
         st.worker = Some(WorkerInfo { pid: opened.worker_pid, uid: opened.worker_uid });
         st.reopen = Some(crate::revive::Reopen { sandbox: sandbox.clone(), limits: limits.clone() });
     }
-    crate::recovery::start_journal(&s);
+    crate::recovery::start_journal(k, &s);
+    if let Some(meta) = earlier {
+        crate::recovery::restore_earlier(k, &s, meta);
+    }
     k.registry().slots.insert(name.clone(), Slot::Open(s.clone()));
     k.registry_changed.notify_all();
     k.pump.add(s.clone(), end);
@@ -262,10 +266,11 @@ fn open_new(
     }
 }
 
-/// A fresh `<dir>/jobs`, private to the front's uid.
-fn prepare_dir(dir: &Path) -> std::io::Result<()> {
+/// A fresh `<dir>/jobs`, private to the front's uid; `keep`: the directory holds an earlier incarnation
+/// of the session whose jobs are carried over (`recovery::restore_earlier`).
+fn prepare_dir(dir: &Path, keep: bool) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    if dir.exists() {
+    if dir.exists() && !keep {
         std::fs::remove_dir_all(dir)?;
     }
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir.join("jobs"))
