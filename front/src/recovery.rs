@@ -108,7 +108,7 @@ fn apply_replay(st: &mut crate::session::SessionState, replay: Vec<Replay>) {
     for ev in replay {
         match ev {
             Replay::Event(ev) => {
-                st.apply(ev, now, ns);
+                st.apply(*ev, now, ns);
             }
             Replay::Revived { note, last_job } => {
                 for j in st.jobs.range_mut(..=last_job).map(|(_, j)| j) {
@@ -157,10 +157,13 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     Ok(())
 }
 
+/// A journaled batch: its `to` position, each job log's length before it, and its events.
+type Batch = (u64, Vec<(u64, u64)>, Vec<Event>);
+
 /// What a restarted front applies to a rebuilt session, in journal order.
 #[derive(Debug)]
 enum Replay {
-    Event(Event),
+    Event(Box<Event>),
     /// The worker was replaced: unfinished jobs up to `last_job` are lost.
     Revived {
         note: String,
@@ -175,7 +178,7 @@ enum Replay {
 fn rebuild(dir: &Path, jobs_dir: &Path, published: u64) -> (Vec<Job>, Vec<Replay>) {
     let mut cmds = BTreeMap::new();
     let mut events = Vec::new();
-    let mut batches: Vec<(u64, Vec<(u64, u64)>, Vec<Event>)> = Vec::new();
+    let mut batches: Vec<Batch> = Vec::new();
     for entry in journal::read(dir) {
         match entry {
             Entry::Job { id, cmd } => {
@@ -183,7 +186,7 @@ fn rebuild(dir: &Path, jobs_dir: &Path, published: u64) -> (Vec<Job>, Vec<Replay
             }
             Entry::Batch { to, before, events: evs, .. } => batches.push((to, before, evs)),
             Entry::Revived { note, last_job } => {
-                events.extend(batches.drain(..).flat_map(|(_, _, evs)| evs).map(Replay::Event));
+                events.extend(batches.drain(..).flat_map(|(_, _, evs)| evs).map(|e| Replay::Event(Box::new(e))));
                 events.push(Replay::Revived { note, last_job });
             }
         }
@@ -193,7 +196,7 @@ fn rebuild(dir: &Path, jobs_dir: &Path, published: u64) -> (Vec<Job>, Vec<Replay
         if to > published {
             cut.extend(before);
         } else {
-            events.extend(evs.into_iter().map(Replay::Event));
+            events.extend(evs.into_iter().map(|e| Replay::Event(Box::new(e))));
         }
     }
     let jobs = cmds
@@ -335,9 +338,11 @@ mod tests {
         // The new ring's head is 64: the old ring's batch (to 500) is still applied, not cut.
         let (got, replay) = rebuild(dir.path(), &jobs, 64);
         assert_eq!(got.len(), 2);
-        assert!(matches!(
-            replay.as_slice(),
-            [Replay::Event(Event::Started { .. }), Replay::Revived { last_job: 1, .. }]
-        ));
+        match replay.as_slice() {
+            [Replay::Event(ev), Replay::Revived { last_job: 1, .. }] => {
+                assert!(matches!(**ev, Event::Started { .. }), "{ev:?}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
