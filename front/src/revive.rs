@@ -47,6 +47,9 @@ pub(crate) fn revive_if_worker_died(k: &Kernel, s: &Arc<Session>) -> Result<(), 
     let _one = s.reviving.lock().unwrap_or_else(|e| e.into_inner());
     let (note, reopen) = {
         let mut st = s.lock();
+        if st.closing {
+            return Ok(()); // the close decides; the caller's own check refuses the call
+        }
         let Some(lost) = st.lost.as_ref().filter(|l| l.worker_died) else { return Ok(()) };
         let note = lost.note.clone();
         let Some(reopen) = st.reopen.clone() else {
