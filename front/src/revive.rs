@@ -45,13 +45,13 @@ pub struct Reopen {
 /// session, or one lost for another reason, is left as it is (the caller's own checks answer).
 pub(crate) fn revive_if_worker_died(k: &Kernel, s: &Arc<Session>) -> Result<(), RpcError> {
     let _one = s.reviving.lock().unwrap_or_else(|e| e.into_inner());
-    let (note, reopen) = {
+    let (note, reopen, killed) = {
         let mut st = s.lock();
         if st.closing {
             return Ok(()); // the close decides; the caller's own check refuses the call
         }
         let Some(lost) = st.lost.as_ref().filter(|l| l.worker_died) else { return Ok(()) };
-        let note = lost.note.clone();
+        let (note, killed) = (lost.note.clone(), lost.killed.len());
         let Some(reopen) = st.reopen.clone() else {
             let why = format!("{note}; its settings are not known to this front, so no new worker can be started");
             return Err(session_lost(s.name(), &why));
@@ -68,7 +68,7 @@ pub(crate) fn revive_if_worker_died(k: &Kernel, s: &Arc<Session>) -> Result<(), 
             );
             return Err(session_lost(s.name(), &why));
         }
-        (note, reopen)
+        (note, reopen, killed)
     };
     start_worker(k, s, &reopen).map_err(|why| {
         let msg = format!("session '{}' lost its worker ({note}) and a new worker could not be started: {why}; retry, or close it with session.close and open a new session", s.name());
@@ -79,7 +79,10 @@ pub(crate) fn revive_if_worker_died(k: &Kernel, s: &Arc<Session>) -> Result<(), 
         op: "worker revived".into(),
         session: Some(s.name().to_owned()),
         job: None,
-        detail: format!("{note}; a new worker (pid {}) took over the session", worker_pid(s)),
+        detail: format!(
+            "{note}; {killed} process(es) of the session were killed with its cgroup subtree; a new worker (pid {}) took over",
+            worker_pid(s)
+        ),
     });
     eprintln!("heddle-front: session '{}': {note}; a new worker took over", s.name());
     Ok(())
