@@ -22,6 +22,14 @@ fn cgroup_named(root: &Path, name: &str) -> bool {
     entries.flatten().filter(|e| e.path().is_dir()).any(|e| e.file_name() == name || cgroup_named(&e.path(), name))
 }
 
+/// The details of the audit rows of `op`.
+fn audit_rows(h: &Heddle, op: &str) -> Vec<String> {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let db = rusqlite::Connection::open_with_flags(h.state_dir.join("heddle.db"), flags).expect("open heddle.db");
+    let mut q = db.prepare("SELECT detail FROM audit WHERE op = ?1").unwrap();
+    q.query_map([op], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+}
+
 /// Start a job that prints a line and records its background process's pid, then SIGKILL the worker
 /// and wait for the job to be reported `lost`; returns (job, pid of its process).
 fn kill_worker_mid_job(h: &Heddle, c: &mut heddle_tests::Client, s: &Value, tag: &str) -> (Value, u64) {
@@ -74,6 +82,9 @@ fn the_next_run_after_a_worker_sigkill_gets_a_new_worker_with_the_session_intact
     let jobs = c.call("jobs", json!({"session": s})).unwrap().to_string();
     assert!(jobs.contains("\"lost\""), "{jobs}");
     // The revival is in the audit log; describe shows the session live again.
+    let audited = eventually(Duration::from_secs(10), || audit_rows(&h, "worker revived").len() == 1);
+    assert!(audited, "{:?}", audit_rows(&h, "worker revived"));
+    assert!(audit_rows(&h, "worker revived")[0].contains("worker died"));
     let d = c.call("describe", json!({"session": s})).unwrap();
     assert_eq!(d["sessions"][0]["state"], "live", "{d}");
     // Reattaching by name works too.
