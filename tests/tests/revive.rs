@@ -110,3 +110,20 @@ fn a_worker_that_keeps_dying_is_not_restarted_forever() {
     let s2 = h.open_session(&mut c);
     assert_eq!(run_ok(&mut c, &s2, "echo fresh"), "fresh\n");
 }
+
+#[test]
+fn a_persistent_session_gets_a_new_shell_with_its_state_after_its_worker_dies() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let r = c.call("session.open", json!({"name": "keep", "cwd": h.project, "persistent": true})).unwrap();
+    assert_eq!(r["persistent"], true, "{r}");
+    let s = json!("keep");
+    std::fs::create_dir(h.project.join("deep")).unwrap();
+    run_ok(&mut c, &s, "cd deep; export MARK=still");
+    let (lost, _) = kill_worker_mid_job(&h, &mut c, &s, "p");
+    let out = run_ok(&mut c, &s, "pwd; echo $MARK");
+    assert_eq!(out, format!("{}/deep\nstill\n", h.project.display()));
+    let d = c.call("describe", json!({"session": s})).unwrap();
+    assert_eq!(d["sessions"][0]["persistent"], true, "{d}");
+    assert_eq!(read_stream(&mut c, &s, &lost, "stdout"), b"before-p\n");
+}
