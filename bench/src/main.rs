@@ -12,6 +12,7 @@ use serde_json::json;
 use std::process::{Command, Stdio};
 
 mod cgroup_bench;
+mod db_bench;
 mod state;
 
 #[derive(Parser)]
@@ -58,6 +59,12 @@ enum Bench {
         #[arg(long, default_value_t = 2000)]
         lines: usize,
     },
+    /// Database rows, receipts and journal entries of one run (journal with and without fdatasync), vs
+    /// `run("true")` through the stack.
+    Db {
+        #[arg(long, default_value_t = 500)]
+        iterations: usize,
+    },
     /// Model-view rendering per MiB of build output vs copy + line split.
     View {
         #[arg(long, default_value_t = 64)]
@@ -77,6 +84,7 @@ fn main() -> Result<()> {
         Bench::Throughput { mib, rounds } => output::throughput(mib, rounds),
         Bench::Latency { lines } => output::latency(lines),
         Bench::View { mib, rounds } => output::view(mib, rounds),
+        Bench::Db { iterations } => db_bench::run(iterations),
     }
 }
 

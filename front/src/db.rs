@@ -115,6 +115,14 @@ pub enum Write {
         job: Option<u64>,
         detail: String,
     },
+    /// A session recorded by front `old_boot` as `old_serial` is carried on by this front as `serial`
+    /// (taken over after a front restart, or re-opened after a supervisor restart): its session, state,
+    /// job and receipt rows move to the new key, so later rows replace them instead of sitting beside them.
+    Rekey {
+        old_boot: String,
+        old_serial: u64,
+        serial: u64,
+    },
 }
 
 /// The columns of a job record.
@@ -386,6 +394,15 @@ fn apply(tx: &rusqlite::Transaction<'_>, boot: &str, w: Write) -> rusqlite::Resu
             "INSERT INTO audit (at_ms, uid, op, session, job, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![now, uid, op, session, job, detail],
         ),
+        Write::Rekey { old_boot, old_serial, serial } => {
+            for table in ["sessions", "state_records", "jobs", "receipts"] {
+                tx.execute(
+                    &format!("UPDATE OR REPLACE {table} SET boot = ?1, serial = ?2 WHERE boot = ?3 AND serial = ?4"),
+                    params![boot, serial, old_boot, old_serial],
+                )?;
+            }
+            Ok(0)
+        }
     }
     .map(drop)
 }

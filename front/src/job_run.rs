@@ -72,6 +72,8 @@ pub(crate) fn call_admitting(
     };
     let (d, clamp_note) = clamp_wait("yield_ms", p.yield_ms, DEFAULT_YIELD_MS);
     let until = deadline(d);
+    let s = k.session(client, &p.session)?;
+    crate::revive::revive_if_worker_died(k, &s)?;
     let s = k.live_session(client, &p.session)?;
     let files = crate::sandbox::file_specs(&p.files, &s.spec().cwd)?;
     let (job, restore) = admit_job(&s, &p.cmd)?;

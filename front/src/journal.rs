@@ -35,6 +35,12 @@ pub struct Meta {
     pub cwd: String,
     pub env: Vec<(String, String)>,
     pub persistent: bool,
+    /// What a new worker for the session is started with (absent in older files: not revivable).
+    #[serde(default)]
+    pub reopen: Option<crate::revive::Reopen>,
+    /// The front (boot id) and serial the session's database rows are kept under (absent in older files).
+    #[serde(default)]
+    pub db_key: Option<(String, u64)>,
 }
 
 /// One journal entry.
@@ -45,6 +51,9 @@ pub enum Entry {
     /// The frames between ring positions `from` and `to`: every event but output, and each job log's
     /// length before the batch's output was written.
     Batch { from: u64, to: u64, before: Vec<(u64, u64)>, events: Vec<Event> },
+    /// The session's worker died and a new one took over (with a new region): jobs up to `last_job`
+    /// that had not ended are lost with `note`, and the batches before this entry were of the old ring.
+    Revived { note: String, last_job: u64 },
 }
 
 /// The journal file of one session (appends only; a failure is reported once and journaling stops).

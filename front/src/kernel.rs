@@ -255,7 +255,7 @@ impl Kernel {
         };
         let note = format!("the session's worker died ({how})");
         eprintln!("heddle-front: session '{session}': {note}");
-        s.mark_lost(note, killed.iter().map(Survivor::from).collect());
+        s.mark_worker_died(note, killed.iter().map(Survivor::from).collect());
         self.pump.remove(s.spec().serial);
     }
 
@@ -373,11 +373,12 @@ mod tests {
         });
         let jobs = h.ok("jobs", json!({"session": "demo"}));
         assert_eq!(jobs["jobs"][0]["state"], "exited");
-        let e = h.call("run", json!({"session": "demo", "cmd": "echo x"})).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::SessionLost);
-        assert!(e.message.contains("open a new session with session.open"));
         assert_eq!(h.ok("describe", json!({"session": "demo"}))["sessions"][0]["state"], "lost");
-        assert_eq!(h.call("session.open", json!({"name": "demo"})).unwrap_err().kind, ErrorKind::SessionLost);
+        // The next run starts a new worker for the session (`revive.rs`); numbering goes on.
+        let r = h.run("demo", "echo x", 5000);
+        assert_eq!((r["state"].as_str(), r["job"].as_u64()), (Some("exited"), Some(3)), "{r}");
+        assert_eq!(h.ok("describe", json!({"session": "demo"}))["sessions"][0]["state"], "live");
+        assert_eq!(h.ok("jobs", json!({"session": "demo"}))["jobs"][1]["state"], "lost");
     }
 
     #[test]

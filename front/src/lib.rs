@@ -50,6 +50,7 @@ pub mod recovery;
 pub mod rendered;
 pub mod results;
 pub mod retention;
+pub mod revive;
 pub mod rpc;
 pub mod sandbox;
 pub mod screen;

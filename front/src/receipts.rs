@@ -132,6 +132,28 @@ impl Receipts {
         })
     }
 
+    /// Receipts that acted on session incarnation `old` (boot, serial) now refer to `new` (see
+    /// [`crate::db::Write::Rekey`], which moves their rows alike).
+    pub(crate) fn rekey(&self, old: (&str, u64), new: (&str, u64)) {
+        let mut inner = self.lock();
+        let moved = |e: &Arc<Entry>| {
+            (e.boot == old.0 && e.serial == Some(old.1))
+                .then(|| Arc::new(Entry { boot: new.0.to_owned(), serial: Some(new.1), ..(**e).clone() }))
+        };
+        for e in inner.by_id.values_mut() {
+            if let Some(m) = moved(e) {
+                *e = m;
+            }
+        }
+        for slot in inner.by_key.values_mut() {
+            if let Slot::Done(e) = slot {
+                if let Some(m) = moved(e) {
+                    *e = m;
+                }
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }

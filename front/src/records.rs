@@ -92,7 +92,12 @@ impl Recorder {
             };
             k.db.write(Write::Job { serial, session: name.clone(), job: sum.job, row });
         }
-        let end = st.lost.as_ref().map(|l| l.note.clone()).or_else(|| st.closing.then(|| "closed".to_owned()));
+        let end = st
+            .lost
+            .as_ref()
+            .filter(|l| !l.worker_died)
+            .map(|l| l.note.clone())
+            .or_else(|| st.closing.then(|| "closed".to_owned()));
         if let (Some(note), false) = (&end, ended) {
             k.db.write(Write::SessionEnded { serial, note: note.clone() });
         }

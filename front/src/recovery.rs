@@ -33,14 +33,90 @@ pub struct Adopted {
 }
 
 /// Write the new session's settings and open its journal.
-pub fn start_journal(s: &Session) {
+pub fn start_journal(k: &Kernel, s: &Session) {
+    write_settings(k, s);
+    s.lock().journal = journal::Journal::open(&s.spec().dir);
+}
+
+/// Write `session.json`: the session's settings and this front's database key for it.
+fn write_settings(k: &Kernel, s: &Session) {
     let spec = s.spec();
-    let meta =
-        Meta { owner_uid: spec.owner_uid, cwd: spec.cwd.clone(), env: spec.env.clone(), persistent: spec.persistent };
+    let reopen = s.lock().reopen.clone();
+    let meta = Meta {
+        owner_uid: spec.owner_uid,
+        cwd: spec.cwd.clone(),
+        env: spec.env.clone(),
+        persistent: spec.persistent,
+        reopen,
+        db_key: Some((k.db.boot().to_owned(), spec.serial)),
+    };
     if let Err(e) = journal::write_meta(&spec.dir, &meta) {
         eprintln!("heddle-front: session '{}': cannot write its settings ({e}); it cannot be recovered", s.name());
     }
-    s.lock().journal = journal::Journal::open(&spec.dir);
+}
+
+/// Move the rows and receipts an earlier front kept for this session under `old` to this front's key.
+fn take_over_rows(k: &Kernel, s: &Session, old: Option<(String, u64)>) {
+    let Some((old_boot, old_serial)) = old else { return };
+    let serial = s.spec().serial;
+    if old_boot == k.db.boot() && old_serial == serial {
+        return;
+    }
+    k.receipts.rekey((&old_boot, old_serial), (k.db.boot(), serial));
+    k.db.write(crate::db::Write::Rekey { old_boot, old_serial, serial });
+}
+
+/// The settings an earlier incarnation of a session left in `dir` when its front or supervisor died
+/// (`session.close` removes them), if that session was `uid`'s.
+pub(crate) fn earlier(dir: &Path, uid: u32) -> Option<Meta> {
+    journal::read_meta(dir).ok().filter(|m| m.owner_uid == uid)
+}
+
+/// What `session.json` is removed by: a closed session's history is not carried into a new one.
+pub(crate) fn forget(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join("session.json"));
+}
+
+/// Put the jobs of the earlier incarnation (see [`earlier`]) into the newly opened `s`: their output
+/// stays readable, their numbering goes on, and those that had not ended are `lost` (the restart killed
+/// them). The shell state starts afresh from this open's settings. Their rows and receipts move over.
+pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
+    let dir = &s.spec().dir;
+    let (jobs, replay) = rebuild(dir, &s.jobs_dir(), u64::MAX);
+    let note = "heddle restarted while the job ran (its session's processes were killed then)".to_owned();
+    let mut st = s.lock();
+    for job in jobs {
+        st.restore_job(job);
+    }
+    apply_replay(&mut st, replay);
+    let last_job = st.last_job();
+    let now = Instant::now();
+    for j in st.jobs.values_mut() {
+        j.mark_lost(&note, now);
+    }
+    st.record = Default::default();
+    st.journal.append(&Entry::Revived { note, last_job });
+    let n = st.jobs.len();
+    drop(st);
+    take_over_rows(k, s, meta.db_key);
+    eprintln!("heddle-front: session '{}' re-opened with its {n} earlier jobs", s.name());
+}
+
+/// Apply what the journal says, in order.
+fn apply_replay(st: &mut crate::session::SessionState, replay: Vec<Replay>) {
+    let (now, ns) = (Instant::now(), unix_ns());
+    for ev in replay {
+        match ev {
+            Replay::Event(ev) => {
+                st.apply(*ev, now, ns);
+            }
+            Replay::Revived { note, last_job } => {
+                for j in st.jobs.range_mut(..=last_job).map(|(_, j)| j) {
+                    j.mark_lost(&note, now);
+                }
+            }
+        }
+    }
 }
 
 /// Rebuild a handed-over session and start reading its events again.
@@ -63,37 +139,64 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     {
         let mut st = s.lock();
         st.worker = Some(WorkerInfo { pid: a.worker_pid, uid: a.worker_uid });
+        st.reopen = meta.reopen;
         for job in jobs {
             st.restore_job(job);
         }
-        let (now, ns) = (Instant::now(), unix_ns());
-        for ev in events {
-            st.apply(ev, now, ns);
-        }
+        apply_replay(&mut st, events);
         st.journal = journal::Journal::open(&dir);
     }
+    take_over_rows(k, &s, meta.db_key);
+    write_settings(k, &s);
     let n = s.lock().jobs.len();
     eprintln!("heddle-front: took over session '{}' ({n} jobs, ring head {published})", a.session);
     k.registry().slots.insert(a.session, Slot::Open(s.clone()));
     k.registry_changed.notify_all();
-    k.pump.add(s, end);
+    k.pump.add(s.clone(), end);
+    k.record_session(&s);
     Ok(())
 }
 
-/// The jobs (with their stored output) and the events to apply, from the journal and the logs. A last
-/// batch that reaches past the published head was not released: its events are dropped and its job logs
-/// cut back to their lengths before it.
-fn rebuild(dir: &Path, jobs_dir: &Path, published: u64) -> (Vec<Job>, Vec<Event>) {
+/// A journaled batch: its `to` position, each job log's length before it, and its events.
+type Batch = (u64, Vec<(u64, u64)>, Vec<Event>);
+
+/// What a restarted front applies to a rebuilt session, in journal order.
+#[derive(Debug)]
+enum Replay {
+    Event(Box<Event>),
+    /// The worker was replaced: unfinished jobs up to `last_job` are lost.
+    Revived {
+        note: String,
+        last_job: u64,
+    },
+}
+
+/// The jobs (with their stored output) and what to apply, from the journal and the logs. A last batch
+/// of the current ring that reaches past the published head was not released: its events are dropped
+/// and its job logs cut back to their lengths before it. Batches before a [`Entry::Revived`] were read
+/// from an earlier worker's ring, so they were all released.
+fn rebuild(dir: &Path, jobs_dir: &Path, published: u64) -> (Vec<Job>, Vec<Replay>) {
     let mut cmds = BTreeMap::new();
     let mut events = Vec::new();
-    let mut cut: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut batches: Vec<Batch> = Vec::new();
     for entry in journal::read(dir) {
         match entry {
             Entry::Job { id, cmd } => {
                 cmds.insert(id, cmd);
             }
-            Entry::Batch { to, before, .. } if to > published => cut.extend(before),
-            Entry::Batch { events: evs, .. } => events.extend(evs),
+            Entry::Batch { to, before, events: evs, .. } => batches.push((to, before, evs)),
+            Entry::Revived { note, last_job } => {
+                events.extend(batches.drain(..).flat_map(|(_, _, evs)| evs).map(|e| Replay::Event(Box::new(e))));
+                events.push(Replay::Revived { note, last_job });
+            }
+        }
+    }
+    let mut cut: BTreeMap<u64, u64> = BTreeMap::new();
+    for (to, before, evs) in batches {
+        if to > published {
+            cut.extend(before);
+        } else {
+            events.extend(evs.into_iter().map(|e| Replay::Event(Box::new(e))));
         }
     }
     let jobs = cmds
@@ -230,5 +333,27 @@ mod tests {
         store.flush();
         let (got, events) = rebuild(dir.path(), &jobs, 192);
         assert_eq!((got[0].counts(), events.len()), ([12, 0], 1));
+    }
+
+    #[test]
+    fn batches_before_a_revival_are_kept_and_its_unfinished_jobs_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        let mut j = journal::Journal::open(dir.path());
+        j.append(&Entry::Job { id: 1, cmd: "x".into() });
+        let started = Event::Started { job: 1, pid: 7, at_unix_ns: 0 };
+        j.append(&Entry::Batch { from: 0, to: 500, before: vec![], events: vec![started] });
+        j.append(&Entry::Revived { note: "the worker died".into(), last_job: 1 });
+        j.append(&Entry::Job { id: 2, cmd: "y".into() });
+        // The new ring's head is 64: the old ring's batch (to 500) is still applied, not cut.
+        let (got, replay) = rebuild(dir.path(), &jobs, 64);
+        assert_eq!(got.len(), 2);
+        match replay.as_slice() {
+            [Replay::Event(ev), Replay::Revived { last_job: 1, .. }] => {
+                assert!(matches!(**ev, Event::Started { .. }), "{ev:?}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -26,7 +26,7 @@ use shm_proto::msg::{FileSpec, SandboxInfo};
 use std::path::{Component, Path, PathBuf};
 
 /// What a session asks for at `session.open`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxRequest {
     /// The profile's name (validated against the builtins).
     pub policy: String,

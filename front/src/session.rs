@@ -83,6 +83,9 @@ pub enum SendError {
 pub struct Lost {
     pub note: String,
     pub killed: Vec<Survivor>,
+    /// The worker died (as opposed to a corrupt ring): the next `run` may start a new worker for the
+    /// session (`revive.rs`).
+    pub worker_died: bool,
 }
 
 /// The part of a session behind its mutex.
@@ -112,6 +115,11 @@ pub struct SessionState {
     pub journal: crate::journal::Journal,
     /// How the worker spawns jobs into their cgroups, in words (`None` until its first such job).
     pub spawn_path: Option<String>,
+    /// What the session was opened with, so a new worker can be started for it (`revive.rs`);
+    /// `None` when not known (the session cannot be revived).
+    pub reopen: Option<crate::revive::Reopen>,
+    /// When the session's worker was replaced, oldest first (bounded; see `revive.rs`).
+    pub revivals: VecDeque<Instant>,
 }
 
 impl SessionState {
@@ -273,7 +281,12 @@ impl SessionState {
                 publish_end(&mut self.subscribers, &self.name, job, true);
             }
         }
-        self.lost = Some(Lost { note, killed });
+        self.lost = Some(Lost { note, killed, worker_died: false });
+    }
+
+    /// The highest job id handed out so far.
+    pub fn last_job(&self) -> JobId {
+        self.next_job
     }
 
     /// End every running job as `killed` by `session.close`, telling subscribers (`job.end`, then
@@ -328,6 +341,24 @@ impl SessionState {
     }
 }
 
+/// Map a worker's region: the command path, and the event end (its head held until a batch is journaled
+/// and its output written, see [`Session::drain_events`]). Writes our pid into the header.
+fn map_rings(fds: SessionFds) -> Result<(CmdRing, EventEnd), AttachError> {
+    let region = Region::attach(fds.memfd.as_fd())?;
+    region.header().front_pid.store(std::process::id(), Ordering::Relaxed);
+    let mut consumer = region.evt_consumer();
+    consumer.hold();
+    let end = EventEnd { consumer, evt_data: fds.evt_data, evt_space: fds.evt_space };
+    let cmd = CmdRing {
+        producer: region.cmd_producer(),
+        _region: region,
+        scratch: Vec::new(),
+        cmd_data: fds.cmd_data,
+        cmd_space: fds.cmd_space,
+    };
+    Ok((cmd, end))
+}
+
 /// Tell subscribers that `j` ended (`settled`: its output is complete, with its last lines).
 fn publish_end(subs: &mut Vec<subscribe::Subscriber>, session: &str, j: &mut Job, settled: bool) {
     if !subscribe::wanted(subs, j.id()) {
@@ -346,10 +377,14 @@ fn publish_end(subs: &mut Vec<subscribe::Subscriber>, session: &str, j: &mut Job
     subscribe::publish_end(subs, session, &e);
 }
 
-/// The command ring's producer and its encode buffer.
+/// The command path to the current worker: its region, the command ring's producer, its doorbells
+/// and the encode buffer. Replaced as a whole when a new worker is started for the session.
 struct CmdRing {
+    _region: Region,
     producer: Producer,
     scratch: Vec<u8>,
+    cmd_data: EventFd,
+    cmd_space: EventFd,
 }
 
 /// The event ring's consumer end, owned by the pump.
@@ -375,35 +410,47 @@ pub enum Drained {
 /// One session.
 pub struct Session {
     spec: SessionSpec,
-    _region: Region,
     cmd: Mutex<CmdRing>,
-    cmd_data: EventFd,
-    cmd_space: EventFd,
     state: Mutex<SessionState>,
     changed: Condvar,
     lost: AtomicBool,
+    /// Held while a new worker is being started for the session (one revival at a time).
+    pub(crate) reviving: Mutex<()>,
 }
 
 impl Session {
     /// Map the region, take the front's ring ends, and write our pid into the header.
     pub fn attach(spec: SessionSpec, fds: SessionFds) -> Result<(std::sync::Arc<Session>, EventEnd), AttachError> {
-        let region = Region::attach(fds.memfd.as_fd())?;
-        region.header().front_pid.store(std::process::id(), Ordering::Relaxed);
-        let mut consumer = region.evt_consumer();
-        // The head is released only after a batch is journaled and its output written (`drain_events`).
-        consumer.hold();
-        let end = EventEnd { consumer, evt_data: fds.evt_data, evt_space: fds.evt_space };
+        let (cmd, end) = map_rings(fds)?;
         let session = Session {
-            cmd: Mutex::new(CmdRing { producer: region.cmd_producer(), scratch: Vec::new() }),
-            _region: region,
-            cmd_data: fds.cmd_data,
-            cmd_space: fds.cmd_space,
+            cmd: Mutex::new(cmd),
             state: Mutex::new(SessionState { name: spec.name.clone(), ..SessionState::default() }),
             changed: Condvar::new(),
             lost: AtomicBool::new(false),
+            reviving: Mutex::new(()),
             spec,
         };
         Ok((std::sync::Arc::new(session), end))
+    }
+
+    /// Take a new worker's region and doorbells in place of the dead one's: the session is live again
+    /// (its jobs, output and shell state stay) and waits for the new worker's hello. The journal notes
+    /// the switch so a restarted front replays the old ring's batches correctly (`recovery.rs`).
+    pub fn replace_worker(&self, fds: SessionFds, worker: WorkerInfo) -> Result<EventEnd, AttachError> {
+        let (cmd, end) = map_rings(fds)?;
+        *self.cmd.lock().unwrap_or_else(|e| e.into_inner()) = cmd;
+        let mut st = self.lock();
+        let note = st.lost.take().map(|l| l.note).unwrap_or_default();
+        let last_job = st.last_job();
+        st.journal.append(&crate::journal::Entry::Revived { note, last_job });
+        st.shell = None;
+        st.sandbox = None;
+        st.worker = Some(worker);
+        st.revivals.push_back(Instant::now());
+        self.lost.store(false, Ordering::SeqCst);
+        drop(st);
+        self.changed.notify_all();
+        Ok(end)
     }
 
     pub fn name(&self) -> &str {
@@ -458,27 +505,46 @@ impl Session {
         self.changed.notify_all();
     }
 
+    /// The session's worker died: mark it lost (see [`SessionState::mark_lost`]) as one a new worker may
+    /// be started for.
+    pub fn mark_worker_died(&self, note: String, killed: Vec<Survivor>) {
+        let mut st = self.lock();
+        st.mark_lost(note, killed, Instant::now());
+        if let Some(l) = st.lost.as_mut() {
+            l.worker_died = true;
+        }
+        drop(st);
+        self.lost.store(true, Ordering::SeqCst);
+        self.changed.notify_all();
+    }
+
     /// Push one command to the worker, waiting up to `timeout` for room in a full ring.
     pub fn send(&self, cmd: &Command, timeout: Duration) -> Result<(), SendError> {
         let mut ring = self.cmd.lock().unwrap_or_else(|e| e.into_inner());
-        let CmdRing { producer, scratch } = &mut *ring;
+        let CmdRing { producer, scratch, cmd_data, cmd_space, .. } = &mut *ring;
         shm_proto::frame::encode(cmd, scratch).map_err(SendError::Encode)?;
         let deadline = Instant::now() + timeout;
         loop {
             match producer.try_push(scratch) {
                 Ok(()) => break,
-                Err(PushError::Full) => self.wait_for_space(producer, scratch.len(), deadline, timeout)?,
+                Err(PushError::Full) => self.wait_for_space(producer, cmd_space, scratch.len(), (deadline, timeout))?,
                 Err(PushError::TooLarge { len, max }) => return Err(SendError::TooLarge { len, max }),
                 Err(e) => return Err(SendError::Ring(e)),
             }
         }
         if producer.wake_needed() {
-            self.cmd_data.notify().map_err(SendError::Notify)?;
+            cmd_data.notify().map_err(SendError::Notify)?;
         }
         Ok(())
     }
 
-    fn wait_for_space(&self, p: &Producer, len: usize, deadline: Instant, timeout: Duration) -> Result<(), SendError> {
+    fn wait_for_space(
+        &self,
+        p: &Producer,
+        cmd_space: &EventFd,
+        len: usize,
+        (deadline, timeout): (Instant, Duration),
+    ) -> Result<(), SendError> {
         let now = Instant::now();
         if now >= deadline {
             return Err(SendError::Timeout(timeout));
@@ -489,10 +555,10 @@ impl Session {
         if p.park_prepare(len) {
             // Wake at least every 100 ms to notice a lost session.
             let ms = (deadline - now).as_millis().clamp(1, 100) as i32;
-            let _ = self.cmd_space.wait(ms);
+            let _ = cmd_space.wait(ms);
         }
         p.park_done();
-        let _ = self.cmd_space.drain();
+        let _ = cmd_space.drain();
         Ok(())
     }
 

@@ -38,6 +38,8 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Session
 pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCloseResult, RpcError> {
     let p = Params { session: name.to_owned() };
     let s = k.session(client, &p.session)?;
+    // Not while a new worker is being started for it (`revive.rs`): that one would be left unclosed.
+    let _no_revival = s.reviving.lock().unwrap_or_else(|e| e.into_inner());
     let was_lost = {
         let mut st = s.lock();
         if st.closing {
@@ -65,6 +67,7 @@ pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCl
         (st.take_announcements(now), kept)
     };
     s.notify();
+    crate::recovery::forget(&s.spec().dir);
     k.release(&p.session, Some(s.spec().serial));
     Ok(SessionCloseResult {
         session: p.session,

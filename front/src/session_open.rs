@@ -9,7 +9,8 @@
 //! is asked to close the session) and answers `session_open_failed`.
 //!
 //! Reattaching: a live session of that name owned by the same uid (or any, for root) is returned with
-//! `attached: true`; its cwd and env stay as they were. A lost session keeps its name until it is closed.
+//! `attached: true`; its cwd and env stay as they were. A session whose worker died gets a new worker
+//! first (`revive.rs`); a session lost otherwise keeps its name until it is closed.
 //!
 //! ```text
 //! → {"jsonrpc":"2.0","id":1,"method":"session.open","params":{"name":"demo","cwd":"/tmp"}}
@@ -165,7 +166,7 @@ fn claim(k: &Kernel, client: &Client, name: Option<&str>) -> Result<Claim, RpcEr
             }
             Some(Slot::Open(s)) => {
                 let st = s.lock();
-                if let Some(lost) = &st.lost {
+                if let Some(lost) = st.lost.as_ref().filter(|l| !l.worker_died) {
                     return Err(session_lost(name, &lost.note));
                 }
                 if !st.closing {
@@ -213,7 +214,8 @@ fn open_new(
         }
     };
     let dir = k.cfg.state_dir.join("sessions").join(&name);
-    let dir_note = prepare_dir(&dir).err().map(|e| {
+    let earlier = crate::recovery::earlier(&dir, client.uid);
+    let dir_note = prepare_dir(&dir, earlier.is_some()).err().map(|e| {
         format!("the output directory {} could not be prepared ({e}); job output is kept in memory only", dir.display())
     });
     let spec = SessionSpec {
@@ -234,8 +236,15 @@ fn open_new(
             return Err(open_failed(&name, format!("its shared memory could not be attached ({e})")));
         }
     };
-    s.lock().worker = Some(WorkerInfo { pid: opened.worker_pid, uid: opened.worker_uid });
-    crate::recovery::start_journal(&s);
+    {
+        let mut st = s.lock();
+        st.worker = Some(WorkerInfo { pid: opened.worker_pid, uid: opened.worker_uid });
+        st.reopen = Some(crate::revive::Reopen { sandbox: sandbox.clone(), limits: limits.clone() });
+    }
+    crate::recovery::start_journal(k, &s);
+    if let Some(meta) = earlier {
+        crate::recovery::restore_earlier(k, &s, meta);
+    }
     k.registry().slots.insert(name.clone(), Slot::Open(s.clone()));
     k.registry_changed.notify_all();
     k.pump.add(s.clone(), end);
@@ -260,10 +269,11 @@ fn open_new(
     }
 }
 
-/// A fresh `<dir>/jobs`, private to the front's uid.
-fn prepare_dir(dir: &Path) -> std::io::Result<()> {
+/// A fresh `<dir>/jobs`, private to the front's uid; `keep`: the directory holds an earlier incarnation
+/// of the session whose jobs are carried over (`recovery::restore_earlier`).
+fn prepare_dir(dir: &Path, keep: bool) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    if dir.exists() {
+    if dir.exists() && !keep {
         std::fs::remove_dir_all(dir)?;
     }
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir.join("jobs"))
@@ -283,7 +293,8 @@ fn wait_ready(k: &Kernel, s: &Session) -> Result<(ShellInfo, WorkerInfo), RpcErr
     }
 }
 
-fn attach_existing(k: &Kernel, s: &Session, gave_settings: bool) -> Result<SessionOpenResult, RpcError> {
+fn attach_existing(k: &Kernel, s: &Arc<Session>, gave_settings: bool) -> Result<SessionOpenResult, RpcError> {
+    crate::revive::revive_if_worker_died(k, s)?;
     let (shell, worker) = wait_ready(k, s)?;
     let note = gave_settings.then(|| {
         format!("session '{}' already existed, so its own cwd, env and policy are kept; the cwd, env and policy given here were not applied", s.name())

@@ -41,7 +41,7 @@ fn a_kept_job_writing_after_its_session_closed_lives_on_and_its_output_is_kept()
     assert_eq!(r["state"], "running", "{r}");
     let kept_dir = h.cgroup_root.join("kept/ticker");
     assert!(eventually(Duration::from_secs(5), || !pids_in(&kept_dir).is_empty()), "the job moved to kept/ticker");
-    let job_pids = vec![main_process(&kept_dir)];
+    let job_pids = [main_process(&kept_dir)];
 
     let closed = c.call("session.close", json!({"session": s})).unwrap();
     assert_eq!(closed["kept"], json!(["ticker"]), "{closed}");
@@ -94,7 +94,7 @@ fn a_kept_job_outlives_a_sigkilled_worker_without_sigpipe() {
     let r = c.call("run", json!({"session": s, "cmd": cmd, "keep": true, "name": "beater", "yield_ms": 200})).unwrap();
     assert_eq!(r["state"], "running", "{r}");
     let kept_dir = h.cgroup_root.join("kept/beater");
-    let bash = vec![main_process(&kept_dir)];
+    let bash = [main_process(&kept_dir)];
 
     // The worker is our stack's own process, named by the pid the server reported for this session.
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker as i32), nix::sys::signal::SIGKILL).unwrap();

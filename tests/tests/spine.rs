@@ -200,31 +200,6 @@ fn killing_the_front_spares_the_supervisor_and_running_jobs() {
 }
 
 #[test]
-fn killing_a_worker_marks_its_jobs_lost_and_never_reruns_them() {
-    let h = Heddle::start();
-    let mut c = h.client();
-    let s = h.open_session(&mut c);
-    let counter = h.project.join("runs");
-    let r = run(&mut c, &s, &format!("echo x >> {}; sleep 1000", counter.display()), 300);
-    assert_eq!(r["state"], "running");
-    let d = c.call("describe", json!({"session": s})).unwrap();
-    let worker = d["sessions"][0]["worker"]["pid"].as_u64().unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker as i32), nix::sys::signal::SIGKILL).unwrap();
-    let w = c.call("wait", json!({"session": s, "job": r["job"], "yield_ms": 10_000})).unwrap();
-    assert_eq!(w["state"], "lost", "{w}");
-    let err = c.call("run", json!({"session": s, "cmd": "true"})).unwrap_err();
-    assert_eq!(err.code(), Some(-32003), "{err}");
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "x\n", "the job was not re-run");
-    // Its processes are gone with the worker's session subtree.
-    let d = c.call("describe", json!({})).unwrap();
-    assert!(d["sessions"].as_array().unwrap().iter().all(|x| x["state"] != "live" || x["session"] != s));
-    // A new session works.
-    let s2 = h.open_session(&mut c);
-    assert_eq!(run(&mut c, &s2, "echo again", 10_000)["view"], "again\n");
-}
-
-#[test]
 fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
     let h = Heddle::start();
     let mut c = h.client();

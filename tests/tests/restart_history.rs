@@ -1,0 +1,93 @@
+//! What a restart leaves of a session's history (issue 7): after a front restart the database's job rows
+//! follow the jobs the new front rebuilt (not the `lost` an interim sweep wrote), and after a supervisor
+//! restart a session re-opened under its name lists its earlier jobs — those that were running as `lost`,
+//! never re-run — with their output, and numbers new jobs after them.
+
+use heddle_tests::{eventually, read_stream, run_ok, Heddle};
+use serde_json::json;
+use std::time::Duration;
+
+fn describe_pid(h: &Heddle, who: &str) -> Option<u64> {
+    let mut c = heddle_tests::Client::connect(&h.socket).ok()?;
+    c.call("describe", json!({})).ok()?[who]["pid"].as_u64()
+}
+
+/// SIGKILL the front or the supervisor (`who`, as `describe` names it) and wait until a new one answers.
+fn kill_and_wait_for_new(h: &Heddle, who: &str) {
+    let old = describe_pid(h, who).expect("describe names it");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(old as i32), nix::sys::signal::SIGKILL).unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || describe_pid(h, who).is_some_and(|p| p != old)),
+        "a new {who} answers after the old one was killed"
+    );
+}
+
+/// Every stored row (state) of job `job` of sessions named `session`.
+fn job_rows(h: &Heddle, session: &str, job: u64) -> Vec<String> {
+    let db = rusqlite::Connection::open_with_flags(
+        h.state_dir.join("heddle.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .expect("open heddle.db");
+    let mut q = db.prepare("SELECT state FROM jobs WHERE session = ?1 AND job = ?2").unwrap();
+    q.query_map(rusqlite::params![session, job], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+}
+
+#[test]
+fn a_restarted_fronts_database_rows_follow_the_jobs_it_rebuilt() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "rows", "cwd": h.project})).unwrap();
+    let slow = c.call("run", json!({"session": "rows", "cmd": "sleep 1; echo done", "yield_ms": 0})).unwrap();
+    assert_eq!(slow["state"], "running", "{slow}");
+    kill_and_wait_for_new(&h, "front");
+    let mut c = h.client();
+    let r = c.call("wait", json!({"session": "rows", "job": slow["job"], "yield_ms": 30000})).unwrap();
+    assert_eq!((r["state"].as_str(), r["exit_code"].as_i64()), (Some("exited"), Some(0)), "{r}");
+    let job = slow["job"].as_u64().unwrap();
+    let settled = eventually(Duration::from_secs(10), || job_rows(&h, "rows", job) == ["exited"]);
+    assert!(settled, "one row, saying exited: {:?}", job_rows(&h, "rows", job));
+}
+
+#[test]
+fn a_session_reopened_after_a_supervisor_restart_lists_its_earlier_jobs() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "hist", "cwd": h.project})).unwrap();
+    assert_eq!(run_ok(&mut c, &json!("hist"), "echo early"), "early\n");
+    let file = h.project.join("once.txt");
+    let cmd = format!("echo x >> {}; echo partial; sleep 1000", file.display());
+    let running = c.call("run", json!({"session": "hist", "cmd": cmd, "yield_ms": 300})).unwrap();
+    assert_eq!(running["state"], "running", "{running}");
+    kill_and_wait_for_new(&h, "supervisor");
+    let mut c = h.client();
+    let opened = c.call("session.open", json!({"name": "hist", "cwd": h.project})).unwrap();
+    assert_eq!(opened["attached"], false, "{opened}");
+    let jobs = c.call("jobs", json!({"session": "hist"})).unwrap();
+    let states: Vec<(u64, String)> = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["job"].as_u64().unwrap(), j["state"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(states, [(1, "exited".to_owned()), (2, "lost".to_owned())], "{jobs}");
+    let w = c.call("wait", json!({"session": "hist", "job": 2, "yield_ms": 0})).unwrap();
+    assert_eq!(w["state"], "lost", "{w}");
+    assert!(w["note"].as_str().unwrap().contains("heddle restarted"), "{w}");
+    assert_eq!(read_stream(&mut c, &json!("hist"), &json!(2), "stdout"), b"partial\n");
+    assert_eq!(read_stream(&mut c, &json!("hist"), &json!(1), "stdout"), b"early\n");
+    let next = c.call("run", json!({"session": "hist", "cmd": "echo next", "yield_ms": 10000})).unwrap();
+    assert_eq!((next["job"].as_u64(), next["view"].as_str()), (Some(3), Some("next\n")), "{next}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x\n", "nothing was run again");
+    assert!(
+        eventually(Duration::from_secs(10), || job_rows(&h, "hist", 2) == ["lost"]),
+        "{:?}",
+        job_rows(&h, "hist", 2)
+    );
+    assert_eq!(job_rows(&h, "hist", 1), ["exited"]);
+    // A closed session's history is not carried into a new session of its name.
+    c.call("session.close", json!({"session": "hist"})).unwrap();
+    c.call("session.open", json!({"name": "hist", "cwd": h.project})).unwrap();
+    assert_eq!(c.call("jobs", json!({"session": "hist"})).unwrap()["jobs"].as_array().unwrap().len(), 0);
+}

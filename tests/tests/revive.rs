@@ -1,0 +1,129 @@
+//! A worker's death (issue 7): its unfinished jobs are `lost` and their processes gone, and the next
+//! `run` in the same session starts a new worker that carries on with the session's shell state, its
+//! old output and its job numbering; a worker that keeps dying is not restarted forever.
+
+use heddle_tests::{alive, eventually, read_stream, run_ok, Heddle};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+
+fn worker_pid(c: &mut heddle_tests::Client, s: &Value) -> i32 {
+    let d = c.call("describe", json!({"session": s})).unwrap();
+    d["sessions"][0]["worker"]["pid"].as_u64().expect("worker pid") as i32
+}
+
+fn sigkill(pid: i32) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
+}
+
+/// True when a cgroup directory named `name` exists anywhere under `root`.
+fn cgroup_named(root: &Path, name: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(root) else { return false };
+    entries.flatten().filter(|e| e.path().is_dir()).any(|e| e.file_name() == name || cgroup_named(&e.path(), name))
+}
+
+/// The details of the audit rows of `op`.
+fn audit_rows(h: &Heddle, op: &str) -> Vec<String> {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let db = rusqlite::Connection::open_with_flags(h.state_dir.join("heddle.db"), flags).expect("open heddle.db");
+    let mut q = db.prepare("SELECT detail FROM audit WHERE op = ?1").unwrap();
+    q.query_map([op], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+}
+
+/// Start a job that prints a line and records its background process's pid, then SIGKILL the worker
+/// and wait for the job to be reported `lost`; returns (job, pid of its process).
+fn kill_worker_mid_job(h: &Heddle, c: &mut heddle_tests::Client, s: &Value, tag: &str) -> (Value, u64) {
+    let pidfile = h.project.join(format!("pid-{tag}"));
+    let cmd = format!("echo before-{tag}; sleep 1000 & echo $! > {}; wait", pidfile.display());
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 300})).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    assert!(eventually(Duration::from_secs(5), || std::fs::read_to_string(&pidfile).is_ok_and(|p| p.ends_with('\n'))));
+    let pid: u64 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(alive(pid));
+    sigkill(worker_pid(c, s));
+    let w = c.call("wait", json!({"session": s, "job": r["job"], "yield_ms": 10_000})).unwrap();
+    assert_eq!(w["state"], "lost", "{w}");
+    (r["job"].clone(), pid)
+}
+
+#[test]
+fn the_next_run_after_a_worker_sigkill_gets_a_new_worker_with_the_session_intact() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    std::fs::create_dir(h.project.join("sub")).unwrap();
+    run_ok(&mut c, &s, "cd sub && export KEPT=yes");
+    let old_worker = worker_pid(&mut c, &s);
+    let counter = h.project.join("runs");
+    let cmd = format!("echo x >> {}; echo partial; sleep 1000", counter.display());
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 300})).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    let (lost, pid) = kill_worker_mid_job(&h, &mut c, &s, "a");
+    assert!(r["job"].as_u64() < lost.as_u64());
+    // Both unfinished jobs are lost, and their processes and job cgroups are gone.
+    let w = c.call("wait", json!({"session": s, "job": r["job"], "yield_ms": 0})).unwrap();
+    assert_eq!(w["state"], "lost", "{w}");
+    assert!(eventually(Duration::from_secs(5), || !alive(pid)), "the lost job's process {pid} is gone");
+    for job in [&r["job"], &lost] {
+        assert!(!cgroup_named(&h.cgroup_root, &format!("job-{job}")), "job {job}'s cgroup was removed");
+    }
+    // The next run in the same session works, in a new worker, with the shell state made before.
+    let out = run_ok(&mut c, &s, "pwd; echo $KEPT");
+    assert_eq!(out, format!("{}/sub\nyes\n", h.project.display()));
+    let new_worker = worker_pid(&mut c, &s);
+    assert_ne!(new_worker, old_worker);
+    assert!(!alive(old_worker as u64));
+    // Nothing was re-run, the lost jobs' output so far is still readable, and job ids keep increasing.
+    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "x\n", "the lost job was not re-run");
+    assert_eq!(read_stream(&mut c, &s, &r["job"], "stdout"), b"partial\n");
+    assert_eq!(read_stream(&mut c, &s, &lost, "stdout"), b"before-a\n");
+    let next = c.call("run", json!({"session": s, "cmd": "true", "yield_ms": 10_000})).unwrap();
+    assert!(next["job"].as_u64().unwrap() > lost.as_u64().unwrap() + 1, "{next}");
+    let jobs = c.call("jobs", json!({"session": s})).unwrap().to_string();
+    assert!(jobs.contains("\"lost\""), "{jobs}");
+    // The revival is in the audit log; describe shows the session live again.
+    let audited = eventually(Duration::from_secs(10), || audit_rows(&h, "worker revived").len() == 1);
+    assert!(audited, "{:?}", audit_rows(&h, "worker revived"));
+    assert!(audit_rows(&h, "worker revived")[0].contains("worker died"));
+    let d = c.call("describe", json!({"session": s})).unwrap();
+    assert_eq!(d["sessions"][0]["state"], "live", "{d}");
+    // Reattaching by name works too.
+    let again = c.call("session.open", json!({"name": s})).unwrap();
+    assert_eq!(again["attached"], true, "{again}");
+}
+
+#[test]
+fn a_worker_that_keeps_dying_is_not_restarted_forever() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    for round in 0..3 {
+        kill_worker_mid_job(&h, &mut c, &s, &format!("r{round}"));
+        assert_eq!(run_ok(&mut c, &s, "echo back"), "back\n", "revival {round}");
+    }
+    kill_worker_mid_job(&h, &mut c, &s, "last");
+    let e = c.call("run", json!({"session": s, "cmd": "true"})).unwrap_err();
+    assert_eq!(e.code(), Some(-32003), "{e}");
+    assert!(e.to_string().contains("already been restarted 3 times"), "{e}");
+    // The session can still be closed, and a new one works.
+    c.call("session.close", json!({"session": s})).unwrap();
+    let s2 = h.open_session(&mut c);
+    assert_eq!(run_ok(&mut c, &s2, "echo fresh"), "fresh\n");
+}
+
+#[test]
+fn a_persistent_session_gets_a_new_shell_with_its_state_after_its_worker_dies() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let r = c.call("session.open", json!({"name": "keep", "cwd": h.project, "persistent": true})).unwrap();
+    assert_eq!(r["persistent"], true, "{r}");
+    let s = json!("keep");
+    std::fs::create_dir(h.project.join("deep")).unwrap();
+    run_ok(&mut c, &s, "cd deep; export MARK=still");
+    let (lost, _) = kill_worker_mid_job(&h, &mut c, &s, "p");
+    let out = run_ok(&mut c, &s, "pwd; echo $MARK");
+    assert_eq!(out, format!("{}/deep\nstill\n", h.project.display()));
+    let d = c.call("describe", json!({"session": s})).unwrap();
+    assert_eq!(d["sessions"][0]["persistent"], true, "{d}");
+    assert_eq!(read_stream(&mut c, &s, &lost, "stdout"), b"before-p\n");
+}
