@@ -7,7 +7,9 @@
 //!   per-job cgroup path;
 //! - the cgroup part alone (`mkdir` + open + `rmdir`, no process);
 //! - both spawns again fork-style (`Prepared::force_fork`), the launcher's path before the vfork-style
-//!   clone, so the two are compared in the same run.
+//!   clone, so the two are compared in the same run;
+//! - the spawn placed into one long-lived cgroup (no mkdir/rmdir): what placement costs when the
+//!   cgroup already exists, against the fresh cgroup's spawn + wait (the kernel's per-new-cgroup work).
 //!
 //! The subject runs through the worker's own cgroup code (`worker::cgroup::SessionCgroup`) and is timed
 //! step by step (mkdir + open, spawn until exec, wait, `cpu.stat` read, rmdir), and the spawn and wait steps are set against the baseline's, which shows where the
@@ -87,6 +89,7 @@ struct Samples {
     placed_fork: Vec<f64>,
     bare_steps: [Vec<f64>; 2],
     steps: [Vec<f64>; 5],
+    reused: Vec<f64>,
 }
 
 /// Run the benchmark with `iterations` samples of each.
@@ -95,6 +98,9 @@ pub fn run(iterations: usize) -> anyhow::Result<()> {
     let root = heddle_tests::cgroup2_mount().join(format!("heddle-bench-{}", std::process::id()));
     std::fs::create_dir(&root)?;
     let mut session = SessionCgroup::open(&root)?;
+    let reuse = root.join("reused");
+    std::fs::create_dir(&reuse)?;
+    let reuse_fd = open_dir(&reuse);
     let mut s = Samples::default();
     for i in 0..iterations + 50 {
         let mut bare_steps = [0.0; 2];
@@ -108,12 +114,16 @@ pub fn run(iterations: usize) -> anyhow::Result<()> {
         let pf = time_us(|| {
             in_cgroup(&mut session, i, true);
         });
+        let r = time_us(|| {
+            spawn_true(Some(reuse_fd.try_clone().expect("dup")), false);
+        });
         if i >= 50 {
             s.bare.push(b);
             s.placed.push(p);
             s.dirs.push(d);
             s.bare_fork.push(bf);
             s.placed_fork.push(pf);
+            s.reused.push(r);
             for (v, x) in s.bare_steps.iter_mut().zip(bare_steps) {
                 v.push(x);
             }
@@ -122,6 +132,7 @@ pub fn run(iterations: usize) -> anyhow::Result<()> {
             }
         }
     }
+    std::fs::remove_dir(&reuse)?;
     std::fs::remove_dir(&root)?;
     print(s);
     Ok(())
@@ -151,6 +162,13 @@ fn print(s: Samples) {
             _ => println!("{name:<44} {p50:>10.1}"),
         }
     }
+    let reused = Summary::of(s.reused);
+    println!(
+        "{:<44} {:>10.1}   (placement alone, into a cgroup that already exists: {:+.1})",
+        "spawn into one long-lived cgroup + wait",
+        reused.p50,
+        reused.p50 - bare.p50
+    );
     let (bare_fork, placed_fork) = (Summary::of(s.bare_fork), Summary::of(s.placed_fork));
     println!("-- the same two spawns fork-style (the launcher's clone before the vfork-style path)");
     println!(
