@@ -328,27 +328,50 @@ impl RenderedOutput {
 
     /// Lines drawn but still changeable (a progress bar mid-draw), redacted; empty once finished.
     pub fn open_lines(&self) -> Vec<String> {
+        self.open_texts().into_iter().map(|(_, text)| text).collect()
+    }
+
+    /// [`RenderedOutput::open_lines`] with their streams.
+    fn open_texts(&self) -> Vec<(u8, String)> {
         let mut out = Vec::new();
         for s in 0..2 {
             match &self.kinds[s] {
                 Kind::Binary { name, bytes } if !self.finished => {
-                    out.push(format!("<binary: {} so far, {name}>", human_bytes(*bytes)))
+                    out.push((s as u8, format!("<binary: {} so far, {name}>", human_bytes(*bytes))))
                 }
                 _ => {
                     let mut st = self.blocks[s];
                     let r = Redactor::builtin();
-                    out.extend(self.screens[s].open_lines().iter().map(|l| r.redact_line(&mut st, l).into_owned()));
+                    let lines = self.screens[s].open_lines();
+                    out.extend(lines.iter().map(|l| (s as u8, r.redact_line(&mut st, l).into_owned())));
                 }
             }
         }
         out
     }
 
-    /// The runs the model view can use: head, whether runs were dropped between head and tail, tail
-    /// (with the pending run at its end).
-    pub fn view_runs(&self) -> (&[Placed], bool, Vec<&Placed>) {
-        let mut tail: Vec<&Placed> = self.tail.iter().collect();
-        tail.extend(self.pending.as_ref());
+    /// The runs the model view can use: head, whether runs were dropped between head and tail, and the
+    /// tail with the pending run at its end and the lines still open folded in as the runs they will
+    /// become (identical consecutive lines collapsed, continuing the pending run when they repeat it,
+    /// numbered as they will be committed). So a view taken before the streams closed reads like one
+    /// taken after.
+    pub fn view_runs(&self) -> (&[Placed], bool, Vec<Placed>) {
+        let mut tail: Vec<Placed> = self.tail.iter().cloned().collect();
+        let mut pending = self.pending.clone();
+        let (mut line, mut bytes) = (self.next_line, self.rendered_bytes);
+        for (stream, text) in self.open_texts() {
+            let len = text.len() as u64 + 1;
+            match &mut pending {
+                Some(p) if p.run.stream == stream && p.run.text == text && p.run.count < u32::MAX => p.run.count += 1,
+                _ => {
+                    let run = Run { stream, first: line, count: 1, text };
+                    tail.extend(pending.replace(Placed { run, bytes_before: bytes }));
+                }
+            }
+            line += 1;
+            bytes += len;
+        }
+        tail.extend(pending);
         (&self.head, self.evicted, tail)
     }
 
@@ -371,14 +394,14 @@ impl RenderedOutput {
     /// Every display line held in memory, in order (tests and small outputs).
     pub fn display_lines(&self) -> Vec<String> {
         let (head, _, tail) = self.view_runs();
-        head.iter().chain(tail).map(|p| p.display()).chain(self.open_lines()).collect()
+        head.iter().chain(&tail).map(|p| p.display()).collect()
     }
 
     /// The last `n` display lines (announcements).
     pub fn last_lines(&self, n: usize) -> Vec<String> {
         let (head, _, tail) = self.view_runs();
-        let mut v: Vec<String> = self.open_lines().into_iter().rev().take(n).collect();
-        for p in tail.iter().copied().rev().chain(head.iter().rev()) {
+        let mut v: Vec<String> = Vec::new();
+        for p in tail.iter().rev().chain(head.iter().rev()) {
             if v.len() >= n {
                 break;
             }
@@ -451,6 +474,22 @@ mod tests {
         let lines = r.display_lines().join("\n");
         assert!(!lines.contains("AKIA") && !lines.contains("MIIB"), "{lines}");
         assert!(r.take_fresh().iter().all(|l| !l.text.contains("MIIB")));
+    }
+
+    #[test]
+    fn open_lines_fold_into_runs_as_they_will_be_committed() {
+        let (_d, mut r) = out();
+        r.push(0, b"start\n");
+        for _ in 0..20 {
+            r.push(0, b"same\n");
+        }
+        r.push(1, b"err\nerr\n");
+        r.push(1, b"last");
+        let before = r.display_lines();
+        assert_eq!(before, ["start", "same (×20)", "err (×2)", "last"], "some committed, some still open");
+        r.finish();
+        assert_eq!(r.display_lines(), before, "finishing changes nothing a view showed");
+        assert_eq!(r.line_count(), 24, "the numbers given to open lines were the ones they got");
     }
 
     #[test]

@@ -95,15 +95,13 @@ fn run_bytes(p: &Placed) -> u64 {
 /// Render the model view of `out` within `budget` bytes.
 pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) -> View {
     let budget = budget.clamp(MIN_BUDGET, MAX_BUDGET);
+    // The tail includes the lines still open, folded into runs (`RenderedOutput::view_runs`).
     let (head, gap, tail) = out.view_runs();
-    let open = out.open_lines();
     let shown = |p: &Placed| p.display().len() + 1;
-    let total: usize = head.iter().map(shown).sum::<usize>()
-        + tail.iter().map(|p| shown(p)).sum::<usize>()
-        + open.iter().map(|l| l.len() + 1).sum::<usize>();
+    let total: usize = head.iter().map(shown).sum::<usize>() + tail.iter().map(shown).sum::<usize>();
     if !gap && total <= budget {
         let mut text = String::with_capacity(total);
-        for line in head.iter().chain(tail.iter().copied()).map(|p| p.display()).chain(open) {
+        for line in head.iter().chain(tail.iter()).map(|p| p.display()) {
             text.push_str(&line);
             text.push('\n');
         }
@@ -115,24 +113,21 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
         used += shown(&head[h]);
         h += 1;
     }
-    // The tail, from the end: open lines first, then runs.
-    let (mut t_open, mut t_runs) = (0, 0);
-    while t_open < open.len() && used + open[open.len() - 1 - t_open].len() < room {
-        used += open[open.len() - 1 - t_open].len() + 1;
-        t_open += 1;
-    }
-    if t_open == open.len() {
-        while t_runs < tail.len() && used + shown(tail[tail.len() - 1 - t_runs]) <= room {
-            used += shown(tail[tail.len() - 1 - t_runs]);
-            t_runs += 1;
-        }
+    // The tail, from the end.
+    let mut t_runs = 0;
+    while t_runs < tail.len() && used + shown(&tail[tail.len() - 1 - t_runs]) <= room {
+        used += shown(&tail[tail.len() - 1 - t_runs]);
+        t_runs += 1;
     }
     let (removed_lines, removed_bytes) = out.removed();
     let first = head[..h].last().map_or(removed_lines + 1, |p| p.run.last() + 1);
     let start_bytes = head[..h].last().map_or(removed_bytes, |p| p.bytes_before + run_bytes(p));
-    let first_tail = (t_runs > 0).then(|| tail[tail.len() - t_runs]);
-    let last = first_tail.map_or(out.line_count(), |p| p.run.first - 1);
-    let end_bytes = first_tail.map_or(out.rendered_bytes(), |p| p.bytes_before);
+    let first_tail = (t_runs > 0).then(|| &tail[tail.len() - t_runs]);
+    // Every line so far, open ones included (they are the tail's last runs).
+    let (all_lines, all_bytes) =
+        tail.last().map_or((out.line_count(), out.rendered_bytes()), |p| (p.run.last(), p.bytes_before + run_bytes(p)));
+    let last = first_tail.map_or(all_lines, |p| p.run.first - 1);
+    let end_bytes = first_tail.map_or(all_bytes, |p| p.bytes_before);
     let mut text = String::with_capacity(used + RESERVE);
     for p in &head[..h] {
         text.push_str(&p.display());
@@ -149,10 +144,6 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
     });
     for p in &tail[tail.len() - t_runs..] {
         text.push_str(&p.display());
-        text.push('\n');
-    }
-    for l in &open[open.len() - t_open..] {
-        text.push_str(l);
         text.push('\n');
     }
     View { text, omitted }
