@@ -111,46 +111,91 @@ pub fn take_kept_pipes(kept_root: &Path, skip: &[&str], worker_pid: u32, worker_
         .collect()
 }
 
-/// Append everything the `pipes` deliver to `log` until every writer has closed them, cutting the log
-/// back past [`LOG_CAP`].
+/// A partial line is held back at most this long (or until this big) before it is written anyway, so
+/// a prompt without a newline still reaches the log.
+const PARTIAL_WAIT_MS: u16 = 200;
+const PARTIAL_MAX: usize = 64 << 10;
+
+/// The log and its size, cut back past [`LOG_CAP`].
+struct Log {
+    file: File,
+    size: u64,
+}
+
+impl Log {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.file.write_all(bytes)?;
+        self.size += bytes.len() as u64;
+        if self.size > LOG_CAP {
+            self.size = cut_back(&mut self.file, self.size)?;
+        }
+        Ok(())
+    }
+}
+
+/// One pipe and the partial line read from it but not yet written.
+struct Pipe {
+    file: File,
+    partial: Vec<u8>,
+}
+
+/// Append everything the `pipes` deliver to `log` until every writer has closed them, whole lines at a
+/// time (so stdout and stderr never mix inside a line; a partial line is written after
+/// [`PARTIAL_WAIT_MS`] of quiet, at [`PARTIAL_MAX`], or at the end), cutting the log back past
+/// [`LOG_CAP`].
 pub fn drain(log: OwnedFd, pipes: Vec<OwnedFd>) -> io::Result<()> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let mut file = File::from(log);
-    let mut size = file.metadata()?.len();
-    let mut open: Vec<File> = pipes.into_iter().map(File::from).collect();
+    let file = File::from(log);
+    let mut log = Log { size: file.metadata()?.len(), file };
+    let mut open: Vec<Pipe> = pipes.into_iter().map(|p| Pipe { file: File::from(p), partial: Vec::new() }).collect();
     let mut buf = vec![0u8; 64 << 10];
     while !open.is_empty() {
+        let waiting = open.iter().any(|p| !p.partial.is_empty());
+        let timeout = if waiting { PollTimeout::from(PARTIAL_WAIT_MS) } else { PollTimeout::NONE };
         let mut ready = Vec::new();
         {
-            let mut fds: Vec<PollFd<'_>> = open.iter().map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)).collect();
-            match poll(&mut fds, PollTimeout::NONE) {
+            let mut fds: Vec<PollFd<'_>> =
+                open.iter().map(|p| PollFd::new(p.file.as_fd(), PollFlags::POLLIN)).collect();
+            match poll(&mut fds, timeout) {
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(e.into()),
             }
-            for (i, p) in fds.iter().enumerate() {
-                if p.revents().is_some_and(|r| !r.is_empty()) {
-                    ready.push(i);
-                }
+            ready.extend(
+                fds.iter().enumerate().filter(|(_, p)| p.revents().is_some_and(|r| !r.is_empty())).map(|(i, _)| i),
+            );
+        }
+        if ready.is_empty() {
+            for p in &mut open {
+                log.append(&std::mem::take(&mut p.partial))?;
             }
+            continue;
         }
         let mut closed = Vec::new();
         for i in ready {
-            match open[i].read(&mut buf) {
+            let p = &mut open[i];
+            match p.file.read(&mut buf) {
                 Ok(0) => closed.push(i),
                 Ok(n) => {
-                    file.write_all(&buf[..n])?;
-                    size += n as u64;
-                    if size > LOG_CAP {
-                        size = cut_back(&mut file, size)?;
-                    }
+                    p.partial.extend_from_slice(&buf[..n]);
+                    let cut = if p.partial.len() >= PARTIAL_MAX {
+                        p.partial.len()
+                    } else {
+                        p.partial.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+                    };
+                    log.append(&p.partial[..cut])?;
+                    p.partial.drain(..cut);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => closed.push(i),
             }
         }
         for i in closed.into_iter().rev() {
-            open.remove(i);
+            let p = open.remove(i);
+            log.append(&p.partial)?;
         }
     }
     Ok(())
@@ -217,8 +262,9 @@ mod tests {
         drain(log, vec![r1, r2]).unwrap();
         writer.join().unwrap();
         let text = std::fs::read_to_string(dir.path().join("x.log")).unwrap();
-        assert_eq!(text.lines().filter(|l| l.starts_with("out ")).count(), 1000);
-        assert_eq!(text.lines().filter(|l| l.starts_with("err ")).count(), 1000);
+        let whole = |prefix: &str| (0..1000).all(|i| text.lines().any(|l| l == format!("{prefix} {i}")));
+        assert!(whole("out") && whole("err"), "every line whole, none mixed with the other stream");
+        assert_eq!(text.lines().count(), 2000);
     }
 
     #[test]
@@ -241,6 +287,26 @@ mod tests {
             // Collapsed: what is left starts where the removed head ended.
             assert_eq!(&text[..block.len()], &block[..]);
         }
+    }
+
+    #[test]
+    fn a_partial_line_is_written_after_a_quiet_moment_and_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.log");
+        let log: OwnedFd = std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap().into();
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let drainer = std::thread::spawn(move || drain(log, vec![r]).unwrap());
+        let mut w = File::from(w);
+        w.write_all(b"password: ").unwrap();
+        let shown = (0..100).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::fs::read(&path).unwrap() == b"password: "
+        });
+        assert!(shown, "a prompt without a newline reaches the log");
+        w.write_all(b"tail without newline").unwrap();
+        drop(w);
+        drainer.join().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"password: tail without newline");
     }
 
     #[test]
