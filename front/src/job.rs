@@ -184,6 +184,7 @@ impl Job {
             cpu_ms: u.cpu_usec as f64 / 1000.0,
             procs_seen: u.procs_seen,
             emptied_at_ms: at / 1_000_000,
+            memory_peak: u.memory_peak,
         })
     }
 
@@ -655,11 +656,11 @@ mod tests {
         assert!(j.end_known() && !r.settled && j.worth_probing());
         assert_eq!((r.survivors.len(), r.survivors[0].age_ms), (1, Some(5)));
         assert!(r.note.unwrap().contains("outlived its main process"));
-        j.on_emptied(2_000_000, JobUsage { cpu_usec: 2500, procs_seen: 3 });
+        j.on_emptied(2_000_000, JobUsage { cpu_usec: 2500, procs_seen: 3, memory_peak: Some(1 << 20) });
         let r = j.result("s", now, vec![], true, crate::view::DEFAULT_BUDGET);
         assert!(r.settled && r.survivors.is_empty() && r.note.is_none(), "{r:?}");
         let u = r.usage.unwrap();
-        assert_eq!((u.cpu_ms, u.procs_seen, u.emptied_at_ms), (2.5, 3, 2));
+        assert_eq!((u.cpu_ms, u.procs_seen, u.emptied_at_ms, u.memory_peak), (2.5, 3, 2, Some(1 << 20)));
     }
 
     #[test]

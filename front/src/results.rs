@@ -58,6 +58,9 @@ pub struct Usage {
     pub procs_seen: u32,
     /// When the job's cgroup was seen empty (`populated 0`), ms since the epoch.
     pub emptied_at_ms: u64,
+    /// Peak memory of the job's cgroup in bytes, where the host accounts it per job (pure cgroup v2);
+    /// `null` on hybrid hosts (the session's peak is in `describe`).
+    pub memory_peak: Option<u64>,
 }
 
 /// What the view left out: rendered lines `lines[0]..=lines[1]`.

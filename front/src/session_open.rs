@@ -379,7 +379,9 @@ mod tests {
     fn opening_a_live_name_again_attaches() {
         let h = Harness::new();
         h.ok("session.open", json!({"name": "demo", "cwd": "/srv"}));
-        h.run("demo", "sleep 1", 0);
+        // Long enough that the `run` answers first: a job reported as ended by its own call is never
+        // announced again.
+        assert_eq!(h.run("demo", "sleep 1000", 0)["state"], "running");
         // `describe {}` (no session named) delivers no announcements: poll it until the job has ended,
         // however loaded the host.
         let deadline = Instant::now() + Duration::from_secs(20);

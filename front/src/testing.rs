@@ -229,7 +229,7 @@ impl FakeWorker {
 
     fn exit(&mut self, job: JobId, code: Option<i32>, signal: Option<i32>, killed: bool) {
         self.push(&Event::Exited { job, code, signal, at_unix_ns: crate::job::unix_ns(), killed });
-        let usage = shm_proto::msg::JobUsage { cpu_usec: 1500, procs_seen: 1 };
+        let usage = shm_proto::msg::JobUsage { cpu_usec: 1500, procs_seen: 1, memory_peak: None };
         self.push(&Event::Emptied { job, at_unix_ns: crate::job::unix_ns(), usage });
         self.push(&Event::StreamsClosed { job });
     }

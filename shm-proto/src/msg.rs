@@ -150,6 +150,9 @@ pub struct JobUsage {
     pub cpu_usec: u64,
     /// The most processes the worker saw in the job's cgroup at once (at exit, survivors, probes).
     pub procs_seen: u32,
+    /// Peak memory of the job's cgroup (`memory.peak`, pure cgroup v2 with the memory controller on for
+    /// job cgroups); `None` where the host cannot tell per job (hybrid hosts account per session).
+    pub memory_peak: Option<u64>,
 }
 
 /// A running job's liveness, as the worker sees it.

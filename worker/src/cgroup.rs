@@ -65,6 +65,10 @@ pub trait CgroupOps {
     fn cpu_usec(&mut self, _job: JobId) -> io::Result<u64> {
         Ok(0)
     }
+    /// The job cgroup's `memory.peak`, where job cgroups have the memory controller (pure v2).
+    fn memory_peak(&mut self, _job: JobId) -> Option<u64> {
+        None
+    }
     /// The processes in the job's cgroup, with age and CPU time.
     fn members_stat(&mut self, job: JobId) -> io::Result<Vec<ProcStat>> {
         Ok(crate::procinfo::proc_stats(&self.pids(job)?))
@@ -79,6 +83,8 @@ pub struct SessionCgroup {
     /// Watches on jobs' `cgroup.events`, created on first use.
     inotify: Option<Inotify>,
     watches: HashMap<WatchDescriptor, JobId>,
+    /// Job cgroups have `memory.peak` (the session enables `memory` for its children: pure v2).
+    per_job_memory: bool,
 }
 
 fn job_name(job: JobId) -> String {
@@ -92,7 +98,9 @@ impl SessionCgroup {
     /// Open the session cgroup directory `path`.
     pub fn open(path: &Path) -> io::Result<SessionCgroup> {
         let dir = nix::fcntl::open(path, OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())?;
-        Ok(SessionCgroup { dir, path: path.to_path_buf(), inotify: None, watches: HashMap::new() })
+        let control = std::fs::read_to_string(path.join("cgroup.subtree_control")).unwrap_or_default();
+        let per_job_memory = control.split_whitespace().any(|c| c == "memory");
+        Ok(SessionCgroup { dir, path: path.to_path_buf(), inotify: None, watches: HashMap::new(), per_job_memory })
     }
 
     /// The session directory's path.
@@ -217,6 +225,13 @@ impl CgroupOps for SessionCgroup {
 
     fn cpu_usec(&mut self, job: JobId) -> io::Result<u64> {
         Ok(parse_usage_usec(&self.read_file(job, "cpu.stat")?).unwrap_or(0))
+    }
+
+    fn memory_peak(&mut self, job: JobId) -> Option<u64> {
+        if !self.per_job_memory {
+            return None;
+        }
+        self.read_file(job, "memory.peak").ok()?.trim().parse().ok()
     }
 }
 
@@ -352,6 +367,22 @@ mod tests {
         cg.remove(3).unwrap();
         assert!(!tmp.join("job-3").exists());
         std::fs::remove_dir(&tmp).unwrap();
+    }
+
+    #[test]
+    fn per_job_peak_memory_is_read_only_where_job_cgroups_have_the_memory_controller() {
+        // Plain directories stand in for a pure-v2 session whose children have `memory` enabled.
+        let tmp = tempfile::tempdir().unwrap();
+        let (v2, hybrid) = (tmp.path().join("v2"), tmp.path().join("hybrid"));
+        for d in [&v2, &hybrid] {
+            std::fs::create_dir_all(d.join("job-1")).unwrap();
+            std::fs::write(d.join("job-1/memory.peak"), "5242880\n").unwrap();
+        }
+        std::fs::write(v2.join("cgroup.subtree_control"), "memory pids\n").unwrap();
+        std::fs::write(hybrid.join("cgroup.subtree_control"), "\n").unwrap();
+        assert_eq!(SessionCgroup::open(&v2).unwrap().memory_peak(1), Some(5 << 20));
+        assert_eq!(SessionCgroup::open(&hybrid).unwrap().memory_peak(1), None, "no file is read on hybrid hosts");
+        assert_eq!(SessionCgroup::open(&v2).unwrap().memory_peak(2), None, "no such job");
     }
 
     #[test]

@@ -58,7 +58,7 @@ impl<C: CgroupOps> Worker<C> {
             // A command of the persistent shell has no cgroup of its own: it is settled once the shell reports
             // its end. What it left running in the background belongs to the shell, whose cgroup lives on.
             j.emptied_sent = true;
-            let usage = JobUsage { cpu_usec: 0, procs_seen: j.procs_seen.max(1) };
+            let usage = JobUsage { cpu_usec: 0, procs_seen: j.procs_seen.max(1), memory_peak: None };
             self.out.emit(&Event::Emptied { job, at_unix_ns: unix_ns(), usage })?;
             return self.finish_if_done(job);
         }
@@ -67,8 +67,9 @@ impl<C: CgroupOps> Worker<C> {
         // kernel refuses (EBUSY) while any process remains, so it answers "empty?" and removes at once —
         // no `cgroup.events` read on the answer path. Any other failure takes the careful path below.
         let cpu_usec = self.cgroups.cpu_usec(job).unwrap_or(0);
+        let peak = self.cgroups.memory_peak(job);
         match self.cgroups.remove(job) {
-            Ok(()) => return self.emptied_with(job, cpu_usec, Ok(())),
+            Ok(()) => return self.emptied_with(job, (cpu_usec, peak), Ok(())),
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
             Err(_) if !self.cgroups.populated(job).unwrap_or(false) => return self.emptied(job),
             Err(_) => {}
@@ -117,15 +118,22 @@ impl<C: CgroupOps> Worker<C> {
     /// The cgroup is empty: read its accounting, remove it, send `Emptied`.
     fn emptied(&mut self, job: JobId) -> Result<(), WorkerError> {
         let cpu_usec = self.cgroups.cpu_usec(job).unwrap_or(0);
+        let peak = self.cgroups.memory_peak(job);
         let removed = self.cgroups.remove(job);
-        self.emptied_with(job, cpu_usec, removed)
+        self.emptied_with(job, (cpu_usec, peak), removed)
     }
 
-    /// Send `Emptied` with the accounting read before the cgroup's removal (`removed`: its outcome).
-    fn emptied_with(&mut self, job: JobId, cpu_usec: u64, removed: std::io::Result<()>) -> Result<(), WorkerError> {
+    /// Send `Emptied` with the accounting (`cpu.stat`, `memory.peak`) read before the cgroup's removal
+    /// (`removed`: its outcome).
+    fn emptied_with(
+        &mut self,
+        job: JobId,
+        (cpu_usec, memory_peak): (u64, Option<u64>),
+        removed: std::io::Result<()>,
+    ) -> Result<(), WorkerError> {
         let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
         j.emptied_sent = true;
-        let usage = JobUsage { cpu_usec, procs_seen: j.procs_seen.max(1) };
+        let usage = JobUsage { cpu_usec, procs_seen: j.procs_seen.max(1), memory_peak };
         if let Err(e) = removed {
             self.out.emit(&job_warning(job, "the job's empty cgroup could not be removed", &e))?;
         }
