@@ -60,7 +60,8 @@ impl Pump {
     pub fn start(link: Arc<dyn SupervisorLink>) -> std::io::Result<Pump> {
         let (tx, rx) = unbounded();
         let wake = Arc::new(EventFd::new()?);
-        let state = PumpThread { rx, wake: wake.clone(), link, entries: Vec::new(), scratch: Vec::new(), rung: Vec::new() };
+        let state =
+            PumpThread { rx, wake: wake.clone(), link, entries: Vec::new(), scratch: Vec::new(), rung: Vec::new() };
         let thread = std::thread::Builder::new().name("pump".into()).spawn(move || state.run())?;
         Ok(Pump { tx, wake, thread: Mutex::new(Some(thread)) })
     }
