@@ -58,6 +58,10 @@ enum Bench {
     Latency {
         #[arg(long, default_value_t = 2000)]
         lines: usize,
+        /// Experiment: keep every CPU out of its idle halt with one idle-priority busy loop per CPU
+        /// (`chrt -i 0 taskset -c N`) for the whole run, to show what waking halted CPUs costs.
+        #[arg(long)]
+        idle_spinners: bool,
     },
     /// Database rows, receipts and journal entries of one run (journal with and without fdatasync), vs
     /// `run("true")` through the stack.
@@ -82,7 +86,7 @@ fn main() -> Result<()> {
         Bench::Sandbox { iterations } => sandbox::run(iterations),
         Bench::SandboxChild { cgroup } => sandbox::child(cgroup),
         Bench::Throughput { mib, rounds } => output::throughput(mib, rounds),
-        Bench::Latency { lines } => output::latency(lines),
+        Bench::Latency { lines, idle_spinners } => output::latency(lines, idle_spinners),
         Bench::View { mib, rounds } => output::view(mib, rounds),
         Bench::Db { iterations } => db_bench::run(iterations),
     }

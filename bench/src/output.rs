@@ -63,8 +63,39 @@ fn stamp_latency(line: &str, at: f64) -> Option<f64> {
     Some(at - t * 1e6)
 }
 
+/// One `SCHED_IDLE` busy loop pinned to each CPU: a CPU running one never halts, yet any normal task
+/// that wakes there preempts it at once. Killed (by pid) when dropped.
+struct IdleSpinners(Vec<std::process::Child>);
+
+impl IdleSpinners {
+    fn start() -> Result<IdleSpinners> {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let mut children = Vec::new();
+        for cpu in 0..cpus {
+            let child = Command::new("chrt")
+                .args(["-i", "0", "taskset", "-c", &cpu.to_string(), "bash", "-c", "while :; do :; done"])
+                .spawn()
+                .context("starting an idle-priority spinner (chrt, taskset)")?;
+            children.push(child);
+        }
+        println!("(experiment: {cpus} idle-priority spinners keep every CPU from halting)");
+        Ok(IdleSpinners(children))
+    }
+}
+
+impl Drop for IdleSpinners {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A job prints `$EPOCHREALTIME` every ~2 ms; a subscribed client measures receive time − that stamp.
-pub fn latency(n: usize) -> Result<()> {
+/// With `idle_spinners`, every CPU runs an idle-priority busy loop meanwhile (see [`IdleSpinners`]).
+pub fn latency(n: usize, idle_spinners: bool) -> Result<()> {
+    let _spinners = if idle_spinners { Some(IdleSpinners::start()?) } else { None };
     let script = STAMPER.replace('N', &n.to_string());
     // Baseline 1: the same bash loop writing into a pipe read by this process.
     let mut child =

@@ -60,7 +60,8 @@ impl Pump {
     pub fn start(link: Arc<dyn SupervisorLink>) -> std::io::Result<Pump> {
         let (tx, rx) = unbounded();
         let wake = Arc::new(EventFd::new()?);
-        let state = PumpThread { rx, wake: wake.clone(), link, entries: Vec::new(), scratch: Vec::new() };
+        let state =
+            PumpThread { rx, wake: wake.clone(), link, entries: Vec::new(), scratch: Vec::new(), rung: Vec::new() };
         let thread = std::thread::Builder::new().name("pump".into()).spawn(move || state.run())?;
         Ok(Pump { tx, wake, thread: Mutex::new(Some(thread)) })
     }
@@ -96,6 +97,8 @@ struct PumpThread {
     link: Arc<dyn SupervisorLink>,
     entries: Vec<Entry>,
     scratch: Vec<u8>,
+    /// Sessions whose doorbell woke the last park, drained after the next pass.
+    rung: Vec<u64>,
 }
 
 impl PumpThread {
@@ -104,6 +107,7 @@ impl PumpThread {
         let (mut rounds, mut live) = (0u32, false);
         while self.take_messages() {
             let (busy, notified) = self.pass();
+            self.drain_rung();
             if busy {
                 last_busy = Instant::now();
                 rounds = 0;
@@ -223,11 +227,21 @@ impl PumpThread {
             if rev.intersects(PollFlags::POLLERR | PollFlags::POLLNVAL) {
                 broken.push(e.session.spec().serial);
             } else if !rev.is_empty() {
-                let _ = e.end.evt_data.drain();
+                self.rung.push(e.session.spec().serial);
             }
         }
         for serial in broken {
             self.drop_broken(serial);
+        }
+    }
+
+    /// Drain the doorbells that woke the last park. Done after the first pass, so the `read` is not
+    /// between the wake-up and the frames (the parked words are clear by then: no new rings race it).
+    fn drain_rung(&mut self) {
+        for serial in self.rung.drain(..) {
+            if let Some(e) = self.entries.iter().find(|e| e.session.spec().serial == serial) {
+                let _ = e.end.evt_data.drain();
+            }
         }
     }
 }

@@ -40,6 +40,9 @@ impl<C: CgroupOps> Worker<C> {
             Ok(n) => {
                 pipe.until_exit = pipe.until_exit.saturating_sub(n);
                 self.out.push_output(job, stream, n)?;
+                // Ring a parked front now, not after the next read finds the pipe empty: waking it
+                // (often an idle vCPU) is the slow part of the hop, so it starts as early as possible.
+                self.flush_wake();
                 self.ready.push_back((job, stream));
             }
             Err(Errno::EAGAIN) => {
