@@ -96,18 +96,19 @@ mod tests {
 
     #[test]
     fn counters_are_read_by_key() {
-        let dir = tempfile_dir();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         std::fs::write(dir.join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n").unwrap();
         std::fs::write(dir.join("pids.events"), "max 7\n").unwrap();
         std::fs::write(dir.join("pids.max"), "64\n").unwrap();
         let v1 = V1Session { memory: Some(dir.clone()), pids: Some(dir.clone()) };
         assert_eq!((v1.oom_kills(), v1.pids_failures(), v1.pids_max()), (Some(3), Some(7), Some(64)));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn pure_v2_uses_the_session_cgroup_when_it_has_the_counters() {
-        let mount = tempfile_dir().join("v2");
+        let tmp = tempfile::tempdir().unwrap();
+        let mount = tmp.path().join("v2");
         let session = mount.join("heddle/session-a");
         std::fs::create_dir_all(session.join("worker")).unwrap();
         let text = "0::/heddle/session-a/worker\n";
@@ -118,12 +119,5 @@ mod tests {
         assert_eq!(v2.memory.as_deref(), Some(session.as_path()));
         assert_eq!((v2.oom_kills(), v2.pids_failures()), (Some(1), Some(0)));
         assert_eq!(V1Session::parse_v2("0::/other/worker\n", mount.to_str().unwrap()), V1Session::default());
-        std::fs::remove_dir_all(mount).unwrap();
-    }
-
-    fn tempfile_dir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("heddle-limits-test-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
     }
 }
