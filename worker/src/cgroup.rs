@@ -69,6 +69,11 @@ pub trait CgroupOps {
     fn memory_peak(&mut self, _job: JobId) -> Option<u64> {
         None
     }
+    /// OOM kills inside the job's cgroup (`memory.events` `oom_kill`), where job cgroups have the memory
+    /// controller (pure v2): the exact per-job answer, where hybrid hosts only have the session's counter.
+    fn oom_kills(&mut self, _job: JobId) -> Option<u64> {
+        None
+    }
     /// The processes in the job's cgroup, with age and CPU time.
     fn members_stat(&mut self, job: JobId) -> io::Result<Vec<ProcStat>> {
         Ok(crate::procinfo::proc_stats(&self.pids(job)?))
@@ -233,6 +238,14 @@ impl CgroupOps for SessionCgroup {
         }
         self.read_file(job, "memory.peak").ok()?.trim().parse().ok()
     }
+
+    fn oom_kills(&mut self, job: JobId) -> Option<u64> {
+        if !self.per_job_memory {
+            return None;
+        }
+        let text = self.read_file(job, "memory.events").ok()?;
+        text.lines().find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+    }
 }
 
 /// `usage_usec` from the text of a `cpu.stat` file.
@@ -370,7 +383,7 @@ mod tests {
     }
 
     #[test]
-    fn per_job_peak_memory_is_read_only_where_job_cgroups_have_the_memory_controller() {
+    fn per_job_memory_counters_are_read_only_where_job_cgroups_have_the_memory_controller() {
         // Plain directories stand in for a pure-v2 session whose children have `memory` enabled.
         let tmp = tempfile::tempdir().unwrap();
         let (v2, hybrid) = (tmp.path().join("v2"), tmp.path().join("hybrid"));
@@ -383,6 +396,10 @@ mod tests {
         assert_eq!(SessionCgroup::open(&v2).unwrap().memory_peak(1), Some(5 << 20));
         assert_eq!(SessionCgroup::open(&hybrid).unwrap().memory_peak(1), None, "no file is read on hybrid hosts");
         assert_eq!(SessionCgroup::open(&v2).unwrap().memory_peak(2), None, "no such job");
+        std::fs::write(v2.join("job-1/memory.events"), "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n").unwrap();
+        std::fs::write(hybrid.join("job-1/memory.events"), "oom_kill 1\n").unwrap();
+        assert_eq!(SessionCgroup::open(&v2).unwrap().oom_kills(1), Some(1));
+        assert_eq!(SessionCgroup::open(&hybrid).unwrap().oom_kills(1), None);
     }
 
     #[test]

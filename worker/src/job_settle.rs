@@ -32,11 +32,15 @@ impl<C: CgroupOps> Worker<C> {
     pub(crate) fn report_limits(&mut self, job: JobId, signal: Option<i32>) -> Result<(), WorkerError> {
         let Some(j) = self.jobs.get(&job) else { return Ok(()) };
         let (oom_base, pids_base) = (j.oom_base, j.pids_base);
-        let oom_now = self.v1.oom_kills();
         // The killed process may be any of the job's (a pipeline's `tail`), so the main process's own
-        // status says nothing: the session's counter moving while the job ran is what counts.
+        // status says nothing. Pure v2: the job cgroup's own `oom_kill` counter answers exactly. Hybrid
+        // hosts: the session's counter moving while the job ran (so concurrent jobs are all flagged).
         let _ = signal;
-        if oom_now.zip(oom_base).is_some_and(|(now, base)| now > base) {
+        let oom = match self.cgroups.oom_kills(job) {
+            Some(kills) => kills > 0,
+            None => self.v1.oom_kills().zip(oom_base).is_some_and(|(now, base)| now > base),
+        };
+        if oom {
             self.out.emit(&Event::OomKilled { job })?;
         }
         if let Some((now, base)) = self.v1.pids_failures().zip(pids_base) {
