@@ -75,6 +75,25 @@ impl Placed {
     }
 }
 
+/// What [`RenderedOutput::view_runs`] gives the model view.
+#[derive(Debug)]
+pub struct ViewRuns<'a> {
+    pub head: &'a [Placed],
+    /// Runs were dropped between the head and the tail.
+    pub gap: bool,
+    /// The tail window's committed runs (borrowed), followed by `end`.
+    window: &'a VecDeque<Placed>,
+    /// The pending run and the open lines folded into runs (few, owned).
+    end: Vec<Placed>,
+}
+
+impl ViewRuns<'_> {
+    /// The tail, in order: the window's runs, then the pending and open ones.
+    pub fn tail(&self) -> Vec<&Placed> {
+        self.window.iter().chain(&self.end).collect()
+    }
+}
+
 /// One run as the model sees it.
 pub fn display(run: &Run) -> String {
     if run.count > 1 {
@@ -351,12 +370,12 @@ impl RenderedOutput {
     }
 
     /// The runs the model view can use: head, whether runs were dropped between head and tail, and the
-    /// tail with the pending run at its end and the lines still open folded in as the runs they will
-    /// become (identical consecutive lines collapsed, continuing the pending run when they repeat it,
-    /// numbered as they will be committed). So a view taken before the streams closed reads like one
-    /// taken after.
-    pub fn view_runs(&self) -> (&[Placed], bool, Vec<Placed>) {
-        let mut tail: Vec<Placed> = self.tail.iter().cloned().collect();
+    /// tail: the tail window's runs, then the pending run with the lines still open folded in as the runs
+    /// they will become (identical consecutive lines collapsed, continuing the pending run when they
+    /// repeat it, numbered as they will be committed). So a view taken before the streams closed reads
+    /// like one taken after. Only the pending run and the open lines are copied.
+    pub fn view_runs(&self) -> ViewRuns<'_> {
+        let mut end: Vec<Placed> = Vec::new();
         let mut pending = self.pending.clone();
         let (mut line, mut bytes) = (self.next_line, self.rendered_bytes);
         for (stream, text) in self.open_texts() {
@@ -365,14 +384,14 @@ impl RenderedOutput {
                 Some(p) if p.run.stream == stream && p.run.text == text && p.run.count < u32::MAX => p.run.count += 1,
                 _ => {
                     let run = Run { stream, first: line, count: 1, text };
-                    tail.extend(pending.replace(Placed { run, bytes_before: bytes }));
+                    end.extend(pending.replace(Placed { run, bytes_before: bytes }));
                 }
             }
             line += 1;
             bytes += len;
         }
-        tail.extend(pending);
-        (&self.head, self.evicted, tail)
+        end.extend(pending);
+        ViewRuns { head: &self.head, gap: self.evicted, window: &self.tail, end }
     }
 
     /// Error-shaped lines kept, in order, and how many there were in all.
@@ -393,15 +412,15 @@ impl RenderedOutput {
 
     /// Every display line held in memory, in order (tests and small outputs).
     pub fn display_lines(&self) -> Vec<String> {
-        let (head, _, tail) = self.view_runs();
-        head.iter().chain(&tail).map(|p| p.display()).collect()
+        let runs = self.view_runs();
+        runs.head.iter().chain(runs.tail()).map(|p| p.display()).collect()
     }
 
     /// The last `n` display lines (announcements).
     pub fn last_lines(&self, n: usize) -> Vec<String> {
-        let (head, _, tail) = self.view_runs();
+        let runs = self.view_runs();
         let mut v: Vec<String> = Vec::new();
-        for p in tail.iter().rev().chain(head.iter().rev()) {
+        for p in runs.tail().into_iter().rev().chain(runs.head.iter().rev()) {
             if v.len() >= n {
                 break;
             }
@@ -508,10 +527,10 @@ mod tests {
             r.push(0, format!("line {i}\n").as_bytes());
         }
         r.finish();
-        let (head, gap, tail) = r.view_runs();
-        assert!(gap);
-        assert_eq!(head[0].run.text, "line 0");
-        assert_eq!(tail.last().unwrap().run.text, "line 199999");
+        let runs = r.view_runs();
+        assert!(runs.gap);
+        assert_eq!(runs.head[0].run.text, "line 0");
+        assert_eq!(runs.tail().last().unwrap().run.text, "line 199999");
         assert!(r.tail_bytes <= TAIL_KEEP && r.head_bytes <= HEAD_KEEP);
     }
 }

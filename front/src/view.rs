@@ -96,12 +96,13 @@ fn run_bytes(p: &Placed) -> u64 {
 pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) -> View {
     let budget = budget.clamp(MIN_BUDGET, MAX_BUDGET);
     // The tail includes the lines still open, folded into runs (`RenderedOutput::view_runs`).
-    let (head, gap, tail) = out.view_runs();
+    let runs = out.view_runs();
+    let (head, tail) = (runs.head, runs.tail());
     let shown = |p: &Placed| p.display().len() + 1;
-    let total: usize = head.iter().map(shown).sum::<usize>() + tail.iter().map(shown).sum::<usize>();
-    if !gap && total <= budget {
+    let total: usize = head.iter().map(shown).sum::<usize>() + tail.iter().map(|p| shown(p)).sum::<usize>();
+    if !runs.gap && total <= budget {
         let mut text = String::with_capacity(total);
-        for line in head.iter().chain(tail.iter()).map(|p| p.display()) {
+        for line in head.iter().chain(tail.iter().copied()).map(|p| p.display()) {
             text.push_str(&line);
             text.push('\n');
         }
@@ -115,14 +116,14 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
     }
     // The tail, from the end.
     let mut t_runs = 0;
-    while t_runs < tail.len() && used + shown(&tail[tail.len() - 1 - t_runs]) <= room {
-        used += shown(&tail[tail.len() - 1 - t_runs]);
+    while t_runs < tail.len() && used + shown(tail[tail.len() - 1 - t_runs]) <= room {
+        used += shown(tail[tail.len() - 1 - t_runs]);
         t_runs += 1;
     }
     let (removed_lines, removed_bytes) = out.removed();
     let first = head[..h].last().map_or(removed_lines + 1, |p| p.run.last() + 1);
     let start_bytes = head[..h].last().map_or(removed_bytes, |p| p.bytes_before + run_bytes(p));
-    let first_tail = (t_runs > 0).then(|| &tail[tail.len() - t_runs]);
+    let first_tail = (t_runs > 0).then(|| tail[tail.len() - t_runs]);
     // Every line so far, open ones included (they are the tail's last runs).
     let (all_lines, all_bytes) =
         tail.last().map_or((out.line_count(), out.rendered_bytes()), |p| (p.run.last(), p.bytes_before + run_bytes(p)));
