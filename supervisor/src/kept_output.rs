@@ -87,7 +87,16 @@ fn read_ends(worker_pid: u32) -> BTreeMap<u64, RawFd> {
 /// Duplicates of the read ends of kept job `name`'s stdout/stderr pipes, taken from the worker (live,
 /// or frozen); `None` when the worker reads none of them. Failures are logged and skipped.
 pub fn take_pipes(kept_root: &Path, name: &str, worker_pid: u32, worker_pidfd: BorrowedFd<'_>) -> Option<Rescue> {
-    let ends = read_ends(worker_pid);
+    take_with(&read_ends(worker_pid), kept_root, name, worker_pidfd)
+}
+
+/// [`take_pipes`] with the worker's read ends already listed.
+fn take_with(
+    ends: &BTreeMap<u64, RawFd>,
+    kept_root: &Path,
+    name: &str,
+    worker_pidfd: BorrowedFd<'_>,
+) -> Option<Rescue> {
     let mut fds = Vec::new();
     for inode in kept_pipes(&kept_root.join(name)) {
         let Some(&fd) = ends.get(&inode) else { continue };
@@ -102,13 +111,17 @@ pub fn take_pipes(kept_root: &Path, name: &str, worker_pid: u32, worker_pidfd: B
 /// [`take_pipes`] for every kept job under `kept_root` but those named in `skip`.
 pub fn take_kept_pipes(kept_root: &Path, skip: &[&str], worker_pid: u32, worker_pidfd: BorrowedFd<'_>) -> Vec<Rescue> {
     let Ok(entries) = std::fs::read_dir(kept_root) else { return Vec::new() };
-    entries
+    let names: Vec<String> = entries
         .flatten()
         .filter(|e| e.path().is_dir())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|name| !skip.contains(&name.as_str()))
-        .filter_map(|name| take_pipes(kept_root, &name, worker_pid, worker_pidfd))
-        .collect()
+        .collect();
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let ends = read_ends(worker_pid);
+    names.iter().filter_map(|name| take_with(&ends, kept_root, name, worker_pidfd)).collect()
 }
 
 /// A partial line is held back at most this long (or until this big) before it is written anyway, so
