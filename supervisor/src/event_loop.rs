@@ -521,17 +521,7 @@ mod tests {
     fn answers_come_in_request_order_with_the_session_fds() {
         let mut r = rig();
         r.send(ToSupervisor::Describe { req: 1 });
-        r.send(ToSupervisor::OpenSession {
-            req: 2,
-            session: "a".into(),
-            client_uid: 0,
-            policy: "workspace".into(),
-            network: None,
-            project: "/".into(),
-            memory_max: None,
-            pids_max: None,
-            writable: Vec::new(),
-        });
+        r.send(crate::fake::open_msg(2, "a", 0));
         r.send(ToSupervisor::CloseSession { req: 3, session: "a".into() });
         let (first, fds) = r.recv();
         assert!(matches!(first, FromSupervisor::Info { req: 1, .. }) && fds.is_empty(), "{first:?}");
@@ -546,17 +536,7 @@ mod tests {
     #[test]
     fn worker_death_is_noticed_through_its_pidfd_and_reported() {
         let mut r = rig();
-        r.send(ToSupervisor::OpenSession {
-            req: 1,
-            session: "w".into(),
-            client_uid: 0,
-            policy: "workspace".into(),
-            network: None,
-            project: "/".into(),
-            memory_max: None,
-            pids_max: None,
-            writable: Vec::new(),
-        });
+        r.send(crate::fake::open_msg(1, "w", 0));
         r.recv();
         r.calls.set_procs(vec![ProcInfo { pid: 5, cmdline: "make".into() }]);
         r.calls.ring_last_pidfd();
@@ -574,17 +554,7 @@ mod tests {
     #[test]
     fn front_death_closes_the_control_socket_and_keeps_sessions() {
         let mut r = rig();
-        r.send(ToSupervisor::OpenSession {
-            req: 1,
-            session: "k".into(),
-            client_uid: 0,
-            policy: "workspace".into(),
-            network: None,
-            project: "/".into(),
-            memory_max: None,
-            pids_max: None,
-            writable: Vec::new(),
-        });
+        r.send(crate::fake::open_msg(1, "k", 0));
         r.recv();
         r.front_bell.notify().unwrap();
         for _ in 0..10 {

@@ -165,3 +165,19 @@ pub fn table() -> (Table, Recorder) {
     );
     (t, rec)
 }
+
+/// `OpenSession` with the default sandbox (workspace, no network switch, project `/`), no limits and
+/// no extra roots.
+pub fn open_msg(req: u64, session: &str, client_uid: u32) -> shm_proto::control::ToSupervisor {
+    shm_proto::control::ToSupervisor::OpenSession {
+        req,
+        session: session.into(),
+        client_uid,
+        policy: "workspace".into(),
+        network: None,
+        project: "/".into(),
+        memory_max: None,
+        pids_max: None,
+        writable: Vec::new(),
+    }
+}

@@ -122,17 +122,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn open(t: &mut crate::fake::Table, id: &str) {
-        let out = t.handle(ToSupervisor::OpenSession {
-            req: 1,
-            session: id.into(),
-            client_uid: 0,
-            policy: "workspace".into(),
-            network: None,
-            project: "/".into(),
-            memory_max: None,
-            pids_max: None,
-            writable: Vec::new(),
-        });
+        let out = t.handle(crate::fake::open_msg(1, id, 0));
         assert!(matches!(out.msg, FromSupervisor::SessionOpened { .. }), "{:?}", out.msg);
     }
 

@@ -175,7 +175,7 @@ fn new_session_fds() -> Result<SessionFds, OpenError> {
 #[cfg(test)]
 mod tests {
     use crate::fake::{table, Call};
-    use shm_proto::control::{FromSupervisor, ToSupervisor};
+    use shm_proto::control::FromSupervisor;
     use std::path::PathBuf;
 
     fn p(s: &str) -> PathBuf {
@@ -185,17 +185,7 @@ mod tests {
     #[test]
     fn open_creates_delegates_and_spawns_in_order() {
         let (mut t, calls) = table();
-        let out = t.handle(ToSupervisor::OpenSession {
-            req: 1,
-            session: "demo".into(),
-            client_uid: 0,
-            policy: "workspace".into(),
-            network: None,
-            project: "/".into(),
-            memory_max: None,
-            pids_max: None,
-            writable: Vec::new(),
-        });
+        let out = t.handle(crate::fake::open_msg(1, "demo", 0));
         let FromSupervisor::SessionOpened { req, session, worker_pid, worker_uid, cgroup, .. } = &out.msg else {
             panic!("{:?}", out.msg)
         };
@@ -224,17 +214,7 @@ mod tests {
     #[test]
     fn non_root_client_gets_a_worker_of_its_own_uid() {
         let (mut t, calls) = table();
-        let out = t.handle(ToSupervisor::OpenSession {
-            req: 2,
-            session: "mine".into(),
-            client_uid: 4000123,
-            policy: "workspace".into(),
-            network: None,
-            project: "/".into(),
-            memory_max: None,
-            pids_max: None,
-            writable: Vec::new(),
-        });
+        let out = t.handle(crate::fake::open_msg(2, "mine", 4000123));
         assert!(matches!(out.msg, FromSupervisor::SessionOpened { worker_uid: 4000123, .. }));
         assert!(calls.take().contains(&Call::SpawnWorker("mine".into(), p("/cg/heddle/session-mine"), 4000123)));
     }
@@ -242,17 +222,7 @@ mod tests {
     #[test]
     fn invalid_id_fails_without_touching_anything() {
         let (mut t, calls) = table();
-        let out = t.handle(ToSupervisor::OpenSession {
-            req: 3,
-            session: "../etc".into(),
-            client_uid: 0,
-            policy: "workspace".into(),
-            network: None,
-            project: "/".into(),
-            memory_max: None,
-            pids_max: None,
-            writable: Vec::new(),
-        });
+        let out = t.handle(crate::fake::open_msg(3, "../etc", 0));
         assert!(
             matches!(out.msg, FromSupervisor::SessionFailed { req: 3, ref error, .. } if error.contains("not valid"))
         );
@@ -263,29 +233,9 @@ mod tests {
     #[test]
     fn duplicate_id_is_refused_and_first_session_survives() {
         let (mut t, calls) = table();
-        t.handle(ToSupervisor::OpenSession {
-            req: 1,
-            session: "a".into(),
-            client_uid: 0,
-            policy: "workspace".into(),
-            network: None,
-            project: "/".into(),
-            memory_max: None,
-            pids_max: None,
-            writable: Vec::new(),
-        });
+        t.handle(crate::fake::open_msg(1, "a", 0));
         calls.take();
-        let out = t.handle(ToSupervisor::OpenSession {
-            req: 2,
-            session: "a".into(),
-            client_uid: 0,
-            policy: "workspace".into(),
-            network: None,
-            project: "/".into(),
-            memory_max: None,
-            pids_max: None,
-            writable: Vec::new(),
-        });
+        let out = t.handle(crate::fake::open_msg(2, "a", 0));
         assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("already open")));
         assert_eq!(calls.take(), vec![]);
         assert!(t.get("a").is_some());
@@ -295,17 +245,7 @@ mod tests {
     fn spawn_failure_removes_what_was_created() {
         let (mut t, calls) = table();
         calls.fail_spawn();
-        let out = t.handle(ToSupervisor::OpenSession {
-            req: 5,
-            session: "x".into(),
-            client_uid: 0,
-            policy: "workspace".into(),
-            network: None,
-            project: "/".into(),
-            memory_max: None,
-            pids_max: None,
-            writable: Vec::new(),
-        });
+        let out = t.handle(crate::fake::open_msg(5, "x", 0));
         assert!(
             matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("starting the worker failed"))
         );
@@ -318,17 +258,7 @@ mod tests {
     fn existing_cgroup_dir_fails_and_is_not_removed() {
         let (mut t, calls) = table();
         calls.fail_create("/cg/heddle/session-old");
-        let out = t.handle(ToSupervisor::OpenSession {
-            req: 6,
-            session: "old".into(),
-            client_uid: 0,
-            policy: "workspace".into(),
-            network: None,
-            project: "/".into(),
-            memory_max: None,
-            pids_max: None,
-            writable: Vec::new(),
-        });
+        let out = t.handle(crate::fake::open_msg(6, "old", 0));
         assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("already exists")));
         assert_eq!(calls.take(), vec![]);
     }
@@ -337,17 +267,7 @@ mod tests {
     fn chown_failure_removes_the_session_dir() {
         let (mut t, calls) = table();
         calls.fail_chown();
-        let out = t.handle(ToSupervisor::OpenSession {
-            req: 7,
-            session: "c".into(),
-            client_uid: 0,
-            policy: "workspace".into(),
-            network: None,
-            project: "/".into(),
-            memory_max: None,
-            pids_max: None,
-            writable: Vec::new(),
-        });
+        let out = t.handle(crate::fake::open_msg(7, "c", 0));
         assert!(matches!(out.msg, FromSupervisor::SessionFailed { ref error, .. } if error.contains("cgroup")));
         let got = calls.take();
         assert_eq!(got.last(), Some(&Call::RemoveTree(p("/cg/heddle/session-c"))));
