@@ -62,6 +62,8 @@ pub struct Job {
     emptied: Option<(u64, JobUsage)>,
     kept: Option<String>,
     oom_killed: bool,
+    /// The job ran on a shell pre-started for it (`Started { prestarted }`).
+    prestarted: bool,
     files: Vec<crate::sandbox::FileResult>,
     /// Preflight warnings given at launch.
     pub warnings: Vec<String>,
@@ -98,6 +100,7 @@ impl Job {
             emptied: None,
             kept: None,
             oom_killed: false,
+            prestarted: false,
             files: Vec::new(),
             warnings: Vec::new(),
             cap: crate::retention::config().job_bytes,
@@ -220,10 +223,11 @@ impl Job {
         self.kill_requested = true;
     }
 
-    pub fn on_started(&mut self, pid: u32, at_unix_ns: u64, now: Instant) {
+    pub fn on_started(&mut self, pid: u32, at_unix_ns: u64, prestarted: bool, now: Instant) {
         if self.started.is_none() {
             self.started = Some((now, at_unix_ns));
             self.pid = Some(pid);
+            self.prestarted = prestarted;
         }
     }
 
@@ -497,6 +501,7 @@ impl Job {
             usage: self.usage(),
             kept: self.kept.clone(),
             oom_killed: self.oom_killed,
+            prestarted: self.prestarted,
             files: self.files.clone(),
             refusals: Vec::new(),
             warnings: self.warnings.clone(),
@@ -615,7 +620,7 @@ mod tests {
     fn duration_uses_the_workers_clock_when_it_has_both_ends() {
         let (_d, mut j) = job();
         let now = Instant::now();
-        j.on_started(42, 1_000_000, now);
+        j.on_started(42, 1_000_000, false, now);
         j.on_exited(Some(0), None, 3_500_000, false, now);
         assert_eq!(j.duration(now), Duration::from_micros(2500));
         assert_eq!(j.result("s", now, vec![], true, view::DEFAULT_BUDGET).duration_ms, 2.5);

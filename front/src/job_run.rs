@@ -92,7 +92,7 @@ pub(crate) fn call_admitting(
     };
     let mut notes: Vec<String> = clamp_note.into_iter().collect();
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {
-        Ok(()) => {}
+        Ok(()) => crate::prestart::hint(&s),
         Err(SendError::TooLarge { len, max }) => {
             s.lock().jobs.remove(&job);
             return Err(RpcError::invalid_params(
@@ -164,7 +164,7 @@ fn preflight(s: &Session, job: JobId, cmd: &str) {
 }
 
 /// The session's environment with the call's entries on top (a call's entry replaces the session's).
-fn merge_env(session: &[(String, String)], call: Vec<(String, String)>) -> Vec<(String, String)> {
+pub(crate) fn merge_env(session: &[(String, String)], call: Vec<(String, String)>) -> Vec<(String, String)> {
     let mut all: BTreeMap<String, String> = session.iter().cloned().collect();
     all.extend(call);
     all.into_iter().collect()

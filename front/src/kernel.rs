@@ -14,7 +14,6 @@
 //! ```
 
 use crate::pump::Pump;
-use crate::results::Survivor;
 use crate::rpc::{ErrorKind, RpcError};
 use crate::session::Session;
 use crate::supervisor_link::SupervisorLink;
@@ -255,7 +254,8 @@ impl Kernel {
         };
         let note = format!("the session's worker died ({how})");
         eprintln!("heddle-front: session '{session}': {note}");
-        s.mark_worker_died(note, killed.iter().map(Survivor::from).collect());
+        let killed = crate::prestart::without_spares(&s.lock(), killed);
+        s.mark_worker_died(note, killed);
         self.pump.remove(s.spec().serial);
     }
 

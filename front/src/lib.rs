@@ -43,6 +43,7 @@ pub mod linelog;
 pub mod outbox;
 pub mod output_read;
 pub mod output_views;
+pub mod prestart;
 pub mod pump;
 pub mod receipts;
 pub mod records;

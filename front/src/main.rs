@@ -33,6 +33,10 @@ struct Args {
     /// Output retention: seconds an ended job's output is kept.
     #[arg(long, env = "HEDDLE_RETAIN_AGE_SECS", default_value_t = 7 * 24 * 3600)]
     retain_age_secs: u64,
+    /// Pre-start each session's next bash, state restored, before its command arrives (see
+    /// `front::prestart`); `false`: every job's bash is spawned when its `run` arrives.
+    #[arg(long, env = "HEDDLE_SPARES", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    spares: bool,
 }
 
 fn main() {
@@ -56,6 +60,7 @@ fn run(args: Args) -> anyhow::Result<i32> {
         session_bytes: args.retain_session_bytes,
         max_age: std::time::Duration::from_secs(args.retain_age_secs),
     });
+    front::prestart::set(args.spares);
     let cfg = front::kernel::KernelConfig { state_dir: args.state_dir, socket: args.socket };
     Ok(front::service::serve(cfg, control, listen.into())?)
 }

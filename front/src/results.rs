@@ -147,6 +147,9 @@ pub struct JobResult {
     pub kept: Option<String>,
     /// True when the kernel's OOM killer killed a process of the job.
     pub oom_killed: bool,
+    /// True when the job ran on a bash pre-started for it (state restored before the command came);
+    /// false when a bash was spawned for the command. Either way the shell served only this command.
+    pub prestarted: bool,
     /// The files channel: each file given to `run`, written or not (with why).
     pub files: Vec<crate::sandbox::FileResult>,
     /// Writes the sandbox refused, each explained: which path, which rule, how to widen it.

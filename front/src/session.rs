@@ -200,7 +200,9 @@ impl SessionState {
                 }
                 return false;
             }
-            (Event::Started { pid, at_unix_ns, .. }, Some(j)) => j.on_started(pid, at_unix_ns, now),
+            (Event::Started { pid, at_unix_ns, prestarted, .. }, Some(j)) => {
+                j.on_started(pid, at_unix_ns, prestarted, now)
+            }
             (Event::SpawnFailed { error, .. }, Some(j)) => {
                 j.on_spawn_failed(&error, now);
                 publish_end(&mut self.subscribers, &self.name, j, true);
@@ -538,6 +540,19 @@ impl Session {
         Ok(())
     }
 
+    /// Push one command if the ring is free and has room now; never waits (for hints). True if pushed.
+    pub fn try_send(&self, cmd: &Command) -> bool {
+        let Ok(mut ring) = self.cmd.try_lock() else { return false };
+        let CmdRing { producer, scratch, cmd_data, .. } = &mut *ring;
+        if shm_proto::frame::encode(cmd, scratch).is_err() || producer.try_push(scratch).is_err() {
+            return false;
+        }
+        if producer.wake_needed() {
+            let _ = cmd_data.notify();
+        }
+        true
+    }
+
     fn wait_for_space(
         &self,
         p: &Producer,
@@ -592,10 +607,15 @@ impl Session {
         let mut st = self.lock();
         let live = !st.subscribers.is_empty();
         let mut wake = false;
+        let mut hint = None;
         if to != from {
             st.journal_batch(from, to, &events);
+            let version = st.record.version();
             for ev in events {
                 wake |= st.apply(ev, now, ns);
+            }
+            if st.record.version() != version {
+                hint = crate::prestart::next_spec(self, &st);
             }
             st.flush();
             end.consumer.release();
@@ -608,6 +628,9 @@ impl Session {
             wake = true;
         }
         drop(st);
+        if let Some(spec) = hint {
+            self.try_send(&Command::Prestart(spec));
+        }
         if end.consumer.producer_wake_needed() {
             let _ = end.evt_space.notify();
         }

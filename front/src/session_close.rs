@@ -54,7 +54,7 @@ pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCl
     let mut survivors: Vec<Survivor> = was_lost.map(|l| l.killed).unwrap_or_default();
     let (verified_empty, note) = match answer {
         Ok(closed) => {
-            survivors.extend(closed.killed.iter().map(Survivor::from));
+            survivors.extend(crate::prestart::without_spares(&s.lock(), &closed.killed));
             (closed.verified_empty, None)
         }
         Err(e) => (false, Some(format!("the supervisor did not confirm the close: {}", error_chain(&e)))),
@@ -112,7 +112,8 @@ mod tests {
         h.open("demo");
         h.run("demo", "hang", 0);
         h.sup.kill_worker("demo");
-        let killed = vec![shm_proto::control::ProcInfo { pid: 77, cmdline: "sleep 100".into() }];
+        let killed =
+            vec![shm_proto::control::ProcInfo { pid: 77, cmdline: "sleep 100".into(), cgroup: "job-1".into() }];
         h.kernel.worker_died("demo", None, Some(9), &killed);
         let r = h.ok("session.close", json!({"session": "demo"}));
         assert_eq!(r["survivors"], json!([{"pid": 77, "cmdline": "sleep 100", "age_ms": null, "cpu_ms": null}]));

@@ -249,17 +249,20 @@ fn open_new(
     k.registry_changed.notify_all();
     k.pump.add(s.clone(), end);
     match wait_ready(k, &s) {
-        Ok((shell, worker)) => Ok(SessionOpenResult {
-            session: name,
-            attached: false,
-            state_version: s.lock().record.version(),
-            shell,
-            worker,
-            cwd: s.spec().cwd.clone(),
-            note: dir_note,
-            announcements: Vec::new(),
-            persistent: s.spec().persistent,
-        }),
+        Ok((shell, worker)) => {
+            crate::prestart::hint(&s);
+            Ok(SessionOpenResult {
+                session: name,
+                attached: false,
+                state_version: s.lock().record.version(),
+                shell,
+                worker,
+                cwd: s.spec().cwd.clone(),
+                note: dir_note,
+                announcements: Vec::new(),
+                persistent: s.spec().persistent,
+            })
+        }
         Err(e) => {
             k.pump.remove(s.spec().serial);
             let _ = k.link.close_session(&name);

@@ -246,6 +246,7 @@ impl FakeWorker {
                     job: spec.job,
                     pid: 10_000 + spec.job as u32,
                     at_unix_ns: crate::job::unix_ns(),
+                    prestarted: false,
                 });
                 let n: u64 = arg.parse().unwrap_or(0);
                 let job = spec.job;
@@ -294,6 +295,7 @@ impl FakeWorker {
                 self.push(&Event::Status { job, probe, liveness });
             }
             Command::Forget { job } => self.push(&Event::Forgotten { job }),
+            Command::Prestart(_) => {}
         }
     }
 

@@ -88,6 +88,8 @@ pub struct SessionLimits {
 pub struct ProcInfo {
     pub pid: u32,
     pub cmdline: String,
+    /// The cgroup it was in, relative to the session's directory (`job-3`; empty for the session's own).
+    pub cgroup: String,
 }
 
 /// Supervisor → front.

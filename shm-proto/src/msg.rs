@@ -129,6 +129,12 @@ pub enum Command {
     /// Forget the job: its processes were moved out of the session (kept) by the supervisor. The
     /// worker stops watching its cgroup and stops reporting it (answered by [`Event::Forgotten`]).
     Forget { job: JobId },
+    /// A hint: the session's next job would be launched from this spec (its `cmd` and `files` are
+    /// empty). The worker may start that bash now, in `job-<spec.job>`, with the state restored, and
+    /// hand it the command if a `Run` for that id arrives with the same cwd, environment and restore;
+    /// a `Run` that differs starts cold and the pre-started shell is discarded unseen. A later
+    /// `Prestart` replaces an earlier one.
+    Prestart(RunSpec),
 }
 
 /// A process found alive in a job's cgroup.
@@ -187,8 +193,9 @@ pub enum Event {
         /// The worker's session cgroup (path on the cgroup v2 mount).
         cgroup: String,
     },
-    /// The job's main process is running.
-    Started { job: JobId, pid: u32, at_unix_ns: u64 },
+    /// The job's main process is running. `prestarted`: the job runs on a shell pre-started for it
+    /// ([`Command::Prestart`]), handed its command now; `false`: a bash spawned for this command.
+    Started { job: JobId, pid: u32, at_unix_ns: u64, prestarted: bool },
     /// The job could not be launched; it never ran.
     SpawnFailed { job: JobId, error: String },
     /// Bytes the job wrote, in order per stream; chunks of both streams in arrival order.

@@ -139,7 +139,7 @@ impl CgroupOps for RealCgroups {
 
     fn procs(&self, dir: &Path, skip: &Path) -> Result<Vec<ProcInfo>, CgroupError> {
         let mut out = Vec::new();
-        collect_procs(dir, skip, &mut out)?;
+        collect_procs(dir, dir, skip, &mut out)?;
         Ok(out)
     }
 
@@ -178,7 +178,7 @@ fn subdirs(dir: &Path) -> Result<Vec<PathBuf>, CgroupError> {
     Ok(out)
 }
 
-fn collect_procs(dir: &Path, skip: &Path, out: &mut Vec<ProcInfo>) -> Result<(), CgroupError> {
+fn collect_procs(base: &Path, dir: &Path, skip: &Path, out: &mut Vec<ProcInfo>) -> Result<(), CgroupError> {
     if dir != skip {
         let path = dir.join("cgroup.procs");
         let text = match std::fs::read_to_string(&path) {
@@ -187,12 +187,13 @@ fn collect_procs(dir: &Path, skip: &Path, out: &mut Vec<ProcInfo>) -> Result<(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(CgroupError::io("read", &path)(e)),
         };
+        let cgroup = dir.strip_prefix(base).unwrap_or(dir).to_string_lossy().into_owned();
         for pid in text.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-            out.push(ProcInfo { pid, cmdline: cmdline(pid) });
+            out.push(ProcInfo { pid, cmdline: cmdline(pid), cgroup: cgroup.clone() });
         }
     }
     for sub in subdirs(dir)? {
-        collect_procs(&sub, skip, out)?;
+        collect_procs(base, &sub, skip, out)?;
     }
     Ok(())
 }

@@ -334,7 +334,7 @@ pub fn worker_env(
 pub fn front_env(inherited: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
     let keep = |k: &OsString| {
         let k = k.to_str().unwrap_or("");
-        matches!(k, "PATH" | "RUST_LOG" | "RUST_BACKTRACE") || k.starts_with("HEDDLE_RETAIN_")
+        matches!(k, "PATH" | "RUST_LOG" | "RUST_BACKTRACE") || k.starts_with("HEDDLE_RETAIN_") || k == "HEDDLE_SPARES"
     };
     inherited.into_iter().filter(|(k, _)| keep(k)).collect()
 }

@@ -115,6 +115,8 @@ pub struct Worker<C: CgroupOps> {
     pub(crate) persistent: crate::persistent::Persistent,
     /// The spawn path last reported (`Event::SpawnPath`).
     pub(crate) spawn_path: Option<String>,
+    /// The pre-started shell (see [`crate::spare`]).
+    pub(crate) spares: crate::spare::Spares,
 }
 
 /// Run a session's worker until `Shutdown` (`Ok`) or a fatal error.
@@ -157,6 +159,7 @@ impl<C: CgroupOps> Worker<C> {
             watch_registered: false,
             persistent: Default::default(),
             spawn_path: None,
+            spares: Default::default(),
         };
         w.out.emit(&settings.hello)?;
         if let Some(sb) = &settings.sandbox {
@@ -184,7 +187,12 @@ impl<C: CgroupOps> Worker<C> {
             self.fire_deadlines()?;
             let more_output = self.pump()?;
             self.flush_wake();
-            let timeout = self.timeout(more_cmds || more_output);
+            let busy = more_cmds || more_output;
+            let retry = if busy { None } else { self.refill_spare() };
+            let timeout = match (self.timeout(busy), retry) {
+                (Some(t), Some(r)) => Some(t.min(r)),
+                (t, r) => t.or(r),
+            };
             match self.poll.poll(&mut events, timeout) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -226,6 +234,7 @@ impl<C: CgroupOps> Worker<C> {
                 let _ = self.evt_space.drain();
             }
             crate::job_settle::WATCH_TOKEN => self.cgroups_changed()?,
+            crate::spare::SPARE_TOKEN => self.spare_died(),
             Token(t) => {
                 let serial = (t - 2) / SOURCES;
                 let Some(&job) = self.serials.get(&serial) else { return Ok(()) };
@@ -264,7 +273,9 @@ impl<C: CgroupOps> Worker<C> {
                 Command::Run(spec) if spec.persistent => self.run_in_shell(spec)?,
                 Command::Run(spec) => self.start_job(spec)?,
                 Command::Kill { job, grace_ms } => self.kill_job(job, grace_ms)?,
+                Command::Prestart(spec) => self.prestart(spec),
                 Command::Shutdown => {
+                    self.end_spares();
                     self.kill_all();
                     return Ok((Flow::Stop, false));
                 }
@@ -284,6 +295,7 @@ impl<C: CgroupOps> Worker<C> {
         if self.out.emit(&warning(None, msg)).is_ok() {
             let _ = self.out.flush_pending();
         }
+        self.end_spares();
         self.kill_all();
         self.flush_wake();
         WorkerError::CommandRing(why)

@@ -95,6 +95,8 @@ pub(crate) struct Job {
     pub shell: Option<crate::persistent::ShellLink>,
     /// A command of the persistent shell (its cgroup is the shell's).
     pub in_shell: bool,
+    /// When the job started (a pre-started shell waits for young jobs: see [`crate::spare`]).
+    pub started: std::time::Instant,
 }
 
 impl Job {

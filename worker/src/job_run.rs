@@ -50,7 +50,7 @@ pub enum StartError {
 }
 
 /// A close-on-exec pipe whose read end is non-blocking: `(read, write)`.
-fn output_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn output_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
     let flags = OFlag::from_bits_truncate(fcntl(r.as_fd(), FcntlArg::F_GETFL)?);
     fcntl(r.as_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
@@ -72,6 +72,12 @@ impl<C: CgroupOps> Worker<C> {
         if let Some(why) = self.sandbox.as_ref().and_then(|s| s.refusal().map(str::to_owned)) {
             return Ok(self.out.emit(&Event::SpawnFailed { job, error: truncate(why) })?);
         }
+        if let Some(j) = self.take_spare(&spec) {
+            let pid = j.pid;
+            self.jobs.insert(job, j);
+            return self.spare_started(job, pid);
+        }
+        self.retry_stale();
         let cgroup = match self.cgroups.create(job) {
             Ok(fd) => fd,
             Err(source) => {
@@ -87,7 +93,7 @@ impl<C: CgroupOps> Worker<C> {
                     self.report_spawn_path(child.describe_spawn(true))?;
                 }
                 self.jobs.insert(job, j);
-                self.out.emit(&Event::Started { job, pid, at_unix_ns: unix_ns() })?;
+                self.out.emit(&Event::Started { job, pid, at_unix_ns: unix_ns(), prestarted: false })?;
             }
             Err(err) => {
                 let _ = self.cgroups.remove(job);
@@ -98,7 +104,7 @@ impl<C: CgroupOps> Worker<C> {
     }
 
     /// Tell the front how jobs are spawned, the first time and whenever it changes (`describe` shows it).
-    fn report_spawn_path(&mut self, path: String) -> Result<(), WorkerError> {
+    pub(crate) fn report_spawn_path(&mut self, path: String) -> Result<(), WorkerError> {
         if self.spawn_path.as_deref() != Some(path.as_str()) {
             self.spawn_path = Some(path.clone());
             self.out.emit(&Event::SpawnPath { path })?;
@@ -111,6 +117,25 @@ impl<C: CgroupOps> Worker<C> {
         let (out_r, out_w) = output_pipe().map_err(StartError::Pipes)?;
         let (err_r, err_w) = output_pipe().map_err(StartError::Pipes)?;
         let stdio = Stdio::null_stdin(out_w, err_w).map_err(StartError::Stdin)?;
+        let (prepared, state_r) = match &spec.state {
+            None => {
+                let env = self.spec_env(spec);
+                let cwd = Path::new(OsStr::from_bytes(&spec.cwd));
+                (self.confine(Prepared::bash(&spec.cmd, &env, Some(cwd), stdio)?, cgroup)?, None)
+            }
+            Some(restore) => {
+                let (p, fd) = self.prepare_stateful(spec, &crate::state::argv(restore, &spec.cmd), stdio, cgroup)?;
+                (p, Some(fd))
+            }
+        };
+        let child = launcher::spawn(&prepared)?;
+        drop(prepared); // the parent's copies of the write ends: EOF must depend on the job alone
+        self.adopt(spec.job, child, out_r, err_r, state_r)
+    }
+
+    /// The environment of a fresh bash for `spec`: the profile's rules (or the built-in allowlist), the
+    /// session's entries, then the restore's entries for a state-carrying job.
+    pub(crate) fn spec_env(&self, spec: &RunSpec) -> Vec<(String, String)> {
         let mut env = match self.sandbox.as_ref().and_then(|s| s.sandbox.as_ref()) {
             Some(sb) => launcher::policy_env(&sb.policy.policy.env, &self.base_env, &spec.env),
             None => launcher::job_env(&self.base_env, &spec.env),
@@ -118,24 +143,47 @@ impl<C: CgroupOps> Worker<C> {
         if spec.state.is_some() {
             crate::state::add_state_env(&mut env, &spec.state_env);
         }
+        env
+    }
+
+    /// A state-carrying bash for `spec` running `argv` (the wrapper), with a fresh state memfd at
+    /// [`crate::state::STATE_FD`], confined and placed; returns the worker's copy of the memfd too.
+    pub(crate) fn prepare_stateful(
+        &self,
+        spec: &RunSpec,
+        argv: &[&[u8]],
+        stdio: Stdio,
+        cgroup: Option<OwnedFd>,
+    ) -> Result<(Prepared, OwnedFd), StartError> {
+        let env = self.spec_env(spec);
         let cwd = Path::new(OsStr::from_bytes(&spec.cwd));
-        let (mut prepared, state_r) = match &spec.state {
-            None => (Prepared::bash(&spec.cmd, &env, Some(cwd), stdio)?, None),
-            Some(restore) => {
-                let fd = crate::state::state_memfd().map_err(StartError::Pipes)?;
-                let argv = crate::state::argv(restore, &spec.cmd).map(OsStr::from_bytes);
-                let p = Prepared::new(Path::new(launcher::BASH), &argv, &env, Some(cwd), stdio)?;
-                (p.with_extra_fd(fd.try_clone().map_err(StartError::Pipes)?, crate::state::STATE_FD)?, Some(fd))
-            }
-        };
+        let fd = crate::state::state_memfd().map_err(StartError::Pipes)?;
+        let args: Vec<&OsStr> = argv.iter().map(|a| OsStr::from_bytes(a)).collect();
+        let p = Prepared::new(Path::new(launcher::BASH), &args, &env, Some(cwd), stdio)?;
+        let p = p.with_extra_fd(fd.try_clone().map_err(StartError::Pipes)?, crate::state::STATE_FD)?;
+        Ok((self.confine(p, cgroup)?, fd))
+    }
+
+    /// The session's Landlock ruleset and the job's cgroup.
+    fn confine(&self, mut prepared: Prepared, cgroup: Option<OwnedFd>) -> Result<Prepared, StartError> {
         if let Some(rs) = self.sandbox.as_ref().and_then(|s| s.job_ruleset()) {
             prepared = prepared.with_landlock(rs)?;
         }
         if let Some(dir) = cgroup {
             prepared = prepared.with_cgroup(dir);
         }
-        let child = launcher::spawn(&prepared)?;
-        drop(prepared); // the parent's copies of the write ends: EOF must depend on the job alone
+        Ok(prepared)
+    }
+
+    /// Watch a started job's pipes and pidfd and make its record (on failure the job is killed).
+    pub(crate) fn adopt(
+        &mut self,
+        job: JobId,
+        child: launcher::Child,
+        out_r: OwnedFd,
+        err_r: OwnedFd,
+        state_r: Option<OwnedFd>,
+    ) -> Result<Job, StartError> {
         let serial = self.next_serial;
         self.next_serial += 1;
         let registry = self.poll.registry();
@@ -146,13 +194,13 @@ impl<C: CgroupOps> Worker<C> {
                 for (fd, _) in &sources[..i] {
                     let _ = registry.deregister(&mut SourceFd(&fd.as_raw_fd()));
                 }
-                let _ = self.cgroups.kill(spec.job);
+                let _ = self.cgroups.kill(job);
                 let _ = crate::sys::pidfd_signal(child.pidfd.as_fd(), libc::SIGKILL);
                 let _ = child.wait();
                 return Err(StartError::Register(e));
             }
         }
-        self.serials.insert(serial, spec.job);
+        self.serials.insert(serial, job);
         let (oom_base, pids_base) = (self.v1.oom_kills(), self.v1.pids_failures());
         Ok(Job {
             serial,
@@ -171,6 +219,7 @@ impl<C: CgroupOps> Worker<C> {
             pids_base,
             shell: None,
             in_shell: false,
+            started: std::time::Instant::now(),
         })
     }
 }

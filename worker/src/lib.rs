@@ -7,6 +7,8 @@
 //!
 //! - `Run` → [`job_run`]: `mkdir job-<N>`, `clone3(CLONE_INTO_CGROUP)` through the launcher, `Started`
 //!   or `SpawnFailed`;
+//! - `Prestart` → [`spare`]: a bash started ahead for the next job, state restored, handed its command
+//!   by the `Run` it was started for;
 //! - shell state → [`state`]: the wrapper around the command and the private state pipe;
 //! - output → [`output`]: pipe chunks as `Output`, with backpressure when the ring is full;
 //! - the main process ends → [`job`]: reap, `Exited` after every byte written before the exit, then
@@ -41,6 +43,7 @@ pub mod persistent;
 pub mod procinfo;
 pub mod sandbox;
 pub mod shell_run;
+pub mod spare;
 pub mod startup;
 pub mod state;
 pub mod sys;

@@ -88,6 +88,7 @@ impl Job {
             state: Some(crate::state::StatePipe::new(shell.state)),
             shell: Some(ShellLink { ctl: shell.ctl, line: Vec::new() }),
             in_shell: true,
+            started: std::time::Instant::now(),
             emptied_sent: false,
             kept: false,
             procs_seen: 1,

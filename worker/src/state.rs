@@ -52,15 +52,42 @@ macro_rules! heddle_state_capture {
     };
 }
 
+/// The wrappers' lines after the first: the command, with fd 4 closed for it, then the capture and the
+/// exit with the command's status (shared by [`WRAPPER`] and [`SPARE_WRAPPER`]).
+macro_rules! wrapper_tail {
+    () => {
+        concat!(
+            "builtin eval 'builtin unset __heddle_c;'\"$__heddle_c\" 4>&-\n",
+            "{ __heddle_rc=$? __heddle_p=$SHELLOPTS; builtin set +euvx +o pipefail; builtin trap - DEBUG RETURN ERR;",
+            heddle_state_capture!(),
+            " } 2>/dev/null\n",
+            "builtin exit \"$__heddle_rc\"\n",
+        )
+    };
+}
+
 /// The wrapper script (`bash -c WRAPPER bash RESTORE CMD`). See the module docs.
 pub const WRAPPER: &str = concat!(
     "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_r=$1 __heddle_c=$2; builtin set --;",
     " builtin eval \"$__heddle_r\"; builtin unset __heddle_r\n",
-    "builtin eval 'builtin unset __heddle_c;'\"$__heddle_c\" 4>&-\n",
-    "{ __heddle_rc=$? __heddle_p=$SHELLOPTS; builtin set +euvx +o pipefail; builtin trap - DEBUG RETURN ERR;",
-    heddle_state_capture!(),
-    " } 2>/dev/null\n",
-    "builtin exit \"$__heddle_rc\"\n",
+    wrapper_tail!(),
+);
+
+/// The wrapper of a pre-started shell (`bash -c SPARE_WRAPPER bash RESTORE`, stdin a pipe only the
+/// worker writes; see [`crate::spare`]). It is [`WRAPPER`] with one difference on its first line: after
+/// the restore, it writes its logical working directory and a NUL to the state memfd (the worker checks
+/// at the hand-over that the path still names the directory the shell is in, and truncates the memfd;
+/// see [`crate::spare`]), reads the command from stdin up to end of file (`read -N` reads the pipe in 4 KiB
+/// blocks, not byte by byte), points stdin at `/dev/null` as a cold job's is (`command exec`: `builtin exec` would undo its own redirection, and a function named `exec` is skipped), and resets `SECONDS`
+/// (the shell has been waiting; a cold shell's clock starts with it). The other lines are the same text
+/// on the same line numbers, so `$LINENO`, `$_` and `set -x` traces match a cold job's; the read's own
+/// trace goes to `/dev/null`.
+pub const SPARE_WRAPPER: &str = concat!(
+    "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_r=$1; builtin set --;",
+    " builtin eval \"$__heddle_r\"; { builtin printf '%s\\0' \"$PWD\" >&4; builtin read -r -N 2147483647 __heddle_c || :;",
+    " command exec </dev/null;",
+    " SECONDS=0; } 2>/dev/null; builtin unset __heddle_r\n",
+    wrapper_tail!(),
 );
 
 /// The marker that ends a complete capture.
@@ -184,6 +211,11 @@ pub fn add_state_env(env: &mut Vec<(String, String)>, state_env: &[(String, Stri
 /// `argv` of a state-carrying job.
 pub fn argv<'a>(restore: &'a [u8], cmd: &'a str) -> [&'a [u8]; 8] {
     [b"bash", b"--noprofile", b"--norc", b"-c", WRAPPER.as_bytes(), b"bash", restore, cmd.as_bytes()]
+}
+
+/// `argv` of a pre-started shell ([`SPARE_WRAPPER`]).
+pub fn spare_argv(restore: &[u8]) -> [&[u8]; 7] {
+    [b"bash", b"--noprofile", b"--norc", b"-c", SPARE_WRAPPER.as_bytes(), b"bash", restore]
 }
 
 #[cfg(test)]

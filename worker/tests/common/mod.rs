@@ -58,19 +58,12 @@ impl Front {
     }
 
     pub fn run_in(&mut self, job: JobId, cmd: &str, cwd: &str, env: &[(&str, &str)]) {
-        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let spec = RunSpec {
-            job,
-            cmd: cmd.into(),
-            cwd: cwd.as_bytes().to_vec(),
-            env,
-            stdin: StdinMode::Null,
-            state: None,
-            files: Vec::new(),
-            persistent: false,
-            state_env: Vec::new(),
-        };
-        self.send(&Command::Run(spec));
+        self.send(&Command::Run(spec(job, cmd, cwd, env)));
+    }
+
+    /// A stateful job's spec (`state: Some(restore)`), as the front sends it for a session's call.
+    pub fn stateful(job: JobId, cmd: &str, cwd: &str, restore: &str) -> RunSpec {
+        RunSpec { state: Some(restore.as_bytes().to_vec()), ..spec(job, cmd, cwd, &[]) }
     }
 
     /// The next event, or `None` after `timeout`.
@@ -101,6 +94,21 @@ impl Front {
     }
 }
 
+/// A job's spec as `run_in` sends it (no state).
+pub fn spec(job: JobId, cmd: &str, cwd: &str, env: &[(&str, &str)]) -> RunSpec {
+    RunSpec {
+        job,
+        cmd: cmd.into(),
+        cwd: cwd.as_bytes().to_vec(),
+        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        stdin: StdinMode::Null,
+        state: None,
+        files: Vec::new(),
+        persistent: false,
+        state_env: Vec::new(),
+    }
+}
+
 /// What one job reported, in order.
 #[derive(Debug, Default)]
 pub struct Trace {
@@ -113,6 +121,10 @@ pub struct Trace {
     /// Output bytes (both streams) seen before `Exited`.
     pub bytes_before_exit: usize,
     pub closed: bool,
+    /// `Started` said the job ran on a pre-started shell.
+    pub prestarted: bool,
+    /// The state capture (`StateCaptured`), if any.
+    pub state: Option<Vec<u8>>,
     /// Event kinds in arrival order, with runs of `Output` on one stream collapsed.
     pub kinds: Vec<&'static str>,
 }
@@ -142,9 +154,10 @@ impl Collector {
             }
         };
         match ev {
-            Event::Started { job, pid, .. } => {
+            Event::Started { job, pid, prestarted, .. } => {
                 let t = self.jobs.entry(job).or_default();
                 t.pid = Some(pid);
+                t.prestarted = prestarted;
                 push_kind(t, "started");
             }
             Event::SpawnFailed { job, error } => {
@@ -179,6 +192,9 @@ impl Collector {
                 assert!(t.exited.is_some(), "job {job}: StreamsClosed before Exited");
                 t.closed = true;
                 push_kind(t, "closed");
+            }
+            Event::StateCaptured { job, data, .. } => {
+                self.jobs.entry(job).or_default().state = Some(data);
             }
             other => self.other.push(other),
         }

@@ -1,0 +1,75 @@
+//! Pre-started shells, the front's side: the `Command::Prestart` hints that let a worker start the
+//! session's next bash before its command arrives (the worker's side is `worker::spare`).
+//!
+//! A hint is the `RunSpec` the session's next job would be launched from if it came now: id
+//! `last_job + 1`, the session's cwd and environment, the restore of the current state record, no
+//! command, no files. The front sends one when a session opens, right after each `run` is handed to
+//! the worker, and when a job's capture changed the state record (from the pump, never waiting: a hint
+//! that finds the ring busy or full is skipped). The front keeps nothing about spares: the worker hands a
+//! spare a `Run` only when the `Run`'s inputs equal the hint's, so a stale hint costs one discarded
+//! shell, never a wrong job. Persistent sessions get no hints.
+//!
+//! `heddle-front --spares false` (or `HEDDLE_SPARES=0`, which the supervisor passes through) turns
+//! hints off: every job then starts cold.
+//!
+//! ```
+//! front::prestart::set(false);
+//! assert!(!front::prestart::enabled());
+//! ```
+
+use crate::results::Survivor;
+use crate::session::{Session, SessionState};
+use shm_proto::control::ProcInfo;
+use shm_proto::msg::{Command, JobId, RunSpec, StdinMode};
+use std::sync::OnceLock;
+
+static ENABLED: OnceLock<bool> = OnceLock::new();
+
+/// Set once at start (later calls change nothing).
+pub fn set(enabled: bool) {
+    let _ = ENABLED.set(enabled);
+}
+
+/// Whether the front sends hints (default: yes).
+pub fn enabled() -> bool {
+    *ENABLED.get_or_init(|| true)
+}
+
+/// The spec the session's next job would be launched from now; `None` when no hint applies.
+pub(crate) fn next_spec(s: &Session, st: &SessionState) -> Option<RunSpec> {
+    if !enabled() || s.spec().persistent || st.closing || st.lost.is_some() {
+        return None;
+    }
+    let (_, base) = st.record.snapshot();
+    let restore = crate::state_record::restore(&base);
+    Some(RunSpec {
+        job: st.last_job() + 1,
+        cmd: String::new(),
+        cwd: s.spec().cwd.as_bytes().to_vec(),
+        env: crate::job_run::merge_env(&s.spec().env, Vec::new()),
+        stdin: StdinMode::Null,
+        state: Some(restore.script),
+        files: Vec::new(),
+        persistent: false,
+        state_env: restore.env,
+    })
+}
+
+/// What the supervisor killed in a session, as the session's survivors: without the pre-started shell, a
+/// process in a `job-<id>` cgroup whose id is above every job id the session gave out (no command was
+/// ever sent for it).
+pub(crate) fn without_spares(st: &SessionState, killed: &[ProcInfo]) -> Vec<Survivor> {
+    let last = st.last_job();
+    let spare = |p: &&ProcInfo| {
+        p.cgroup.strip_prefix("job-").and_then(|id| id.parse::<JobId>().ok()).is_some_and(|id| id > last)
+    };
+    killed.iter().filter(|p| !spare(p)).map(Survivor::from).collect()
+}
+
+/// Send the session's hint now, without waiting (skipped when the command ring is busy or full).
+pub(crate) fn hint(s: &Session) {
+    let spec = next_spec(s, &s.lock());
+    if let Some(spec) = spec {
+        s.try_send(&Command::Prestart(spec));
+    }
+}

@@ -1,0 +1,275 @@
+//! Pre-started shells: one spare bash per session, started before its command arrives (DESIGN §13).
+//!
+//! The front sends [`Command::Prestart`] with the `RunSpec` the session's next job would get if it ran
+//! now: its id, cwd, environment and state restore, no command. When the loop next has nothing to do
+//! (and no job started in the last [`YOUNG_JOB`] is still running, so a spare never competes with a job
+//! that just began), the worker starts that bash exactly as [`Worker::start_job`] would start the job —
+//! cgroup `job-<id>`, output pipes, environment, Landlock ruleset, state memfd at fd 4 — except that it
+//! runs [`crate::state::SPARE_WRAPPER`] with its stdin a pipe only the worker writes: it restores the
+//! state, then blocks reading its command. No event names it; the front does not know it exists.
+//!
+//! A `Run` for that id whose inputs are the spare's (the same cwd, environment, restore script and
+//! restore environment; no files are involved, they are written before either path) gets the spare: the
+//! worker writes the command into the pipe in one `write`, closes it, and from then on the shell is the
+//! job (`Started { prestarted: true }`). Fresh-process semantics hold: the shell served no other command,
+//! and what it was started from is byte for byte what a cold start would use now. Anything else — another
+//! id, other inputs, a command of more than [`MAX_HANDOVER`] bytes or holding a NUL, a spare that died —
+//! discards the spare (`cgroup.kill`, plus SIGKILL through the pidfd of the worker's own unreaped child,
+//! then reap and `rmdir`) and the job starts cold. A `Prestart` that differs from the spare replaces it.
+//!
+//! Costs: a waiting spare is one sleeping bash (no CPU; a few MiB, counted in the session's memory and
+//! pids limits); a state change throws one spare away. `heddle-front --spares false` (or
+//! `HEDDLE_SPARES=0`) sends no `Prestart`, and every job starts cold.
+
+use crate::cgroup::CgroupOps;
+use crate::emit::error_chain;
+use crate::event_loop::WorkerError;
+use crate::job_run::{output_pipe, StartError};
+use crate::Worker;
+use launcher::{Child, Stdio};
+use mio::unix::SourceFd;
+use mio::{Interest, Token};
+use shm_proto::msg::{Event, JobId, RunSpec, StdinMode};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+/// The poll token of the spare's pidfd (a spare that dies while waiting is discarded).
+pub(crate) const SPARE_TOKEN: Token = Token(usize::MAX - 1);
+/// A job younger than this keeps the spare from starting (the spare would compete with it for CPU).
+pub(crate) const YOUNG_JOB: Duration = Duration::from_millis(20);
+/// The largest command handed to a spare: one `write` into an empty pipe (64 KiB) always completes.
+pub(crate) const MAX_HANDOVER: usize = 60 * 1024;
+
+/// What a spare was started from; a `Run` gets the spare only if its inputs are exactly these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SpareKey {
+    job: JobId,
+    cwd: Vec<u8>,
+    env: Vec<(String, String)>,
+    restore: Vec<u8>,
+    state_env: Vec<(String, String)>,
+}
+
+impl SpareKey {
+    /// The key of a `Prestart` or `Run` spec; `None` when such a job never runs on a spare.
+    pub(crate) fn of(spec: &RunSpec) -> Option<SpareKey> {
+        let restore = spec.state.as_ref()?;
+        if spec.persistent || spec.stdin != StdinMode::Null {
+            return None;
+        }
+        Some(SpareKey {
+            job: spec.job,
+            cwd: spec.cwd.clone(),
+            env: spec.env.clone(),
+            restore: restore.clone(),
+            state_env: spec.state_env.clone(),
+        })
+    }
+}
+
+/// A started spare, waiting for its command.
+pub(crate) struct Spare {
+    key: SpareKey,
+    child: Child,
+    out_r: OwnedFd,
+    err_r: OwnedFd,
+    state: OwnedFd,
+    /// The write end of the spare's stdin, where its command goes.
+    cmd_w: OwnedFd,
+    /// Started in its own cgroup (not so with the fakes of unit tests).
+    placed: bool,
+}
+
+/// Whether the spare's working directory is still the one a cold start would reach now, and if so ready
+/// its state memfd for the capture. The file system may have moved since the spare started: the session's
+/// directory removed (a cold start fails to enter it), or the restored directory removed, recreated or
+/// renamed (a cold start's `cd` goes elsewhere or fails). The spare wrote its logical `$PWD` and a NUL
+/// to its memfd after the restore; it holds only if that path and `/proc/<pid>/cwd` name the same inode
+/// and the session's directory is still a directory. Then the memfd is emptied and rewound (the shell is
+/// blocked in `read`, not writing), so the capture starts at offset 0 as a cold job's does.
+fn where_cold_would_be(spare: &Spare, session_cwd: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    let Ok(n) = nix::sys::uio::pread(&spare.state, &mut buf, 0) else { return false };
+    let Some(end) = buf[..n].iter().position(|&b| b == 0) else { return false };
+    let logical = std::path::Path::new(std::ffi::OsStr::from_bytes(&buf[..end]));
+    let session_dir = std::fs::metadata(std::ffi::OsStr::from_bytes(session_cwd)).is_ok_and(|m| m.is_dir());
+    let here = std::fs::metadata(format!("/proc/{}/cwd", spare.child.pid)).map(id);
+    let there = std::fs::metadata(logical).map(id);
+    let same = matches!((here, there), (Ok(a), Ok(b)) if a == b);
+    same && session_dir
+        && nix::unistd::ftruncate(&spare.state, 0).is_ok()
+        && nix::unistd::lseek(&spare.state, 0, nix::unistd::Whence::SeekSet).is_ok()
+}
+
+/// The worker's spare: what it should be, and what runs.
+#[derive(Default)]
+pub(crate) struct Spares {
+    /// The spec of the next spare to start (from the last `Prestart`).
+    want: Option<RunSpec>,
+    spare: Option<Spare>,
+    /// Jobs whose spare cgroup could not be removed yet (retried before starting spares or jobs).
+    stale: Vec<JobId>,
+}
+
+impl<C: CgroupOps> Worker<C> {
+    /// `Prestart(spec)`: keep the spare if it matches, else drop it; start the wanted one later.
+    pub(crate) fn prestart(&mut self, spec: RunSpec) {
+        let key = SpareKey::of(&spec);
+        if self.spares.spare.as_ref().is_some_and(|s| Some(&s.key) != key.as_ref()) {
+            self.discard_spare();
+        }
+        self.spares.want = key.map(|_| spec);
+    }
+
+    /// On `Run(spec)`: hand the command to the spare if it was started for exactly this job; returns the
+    /// job's record then. A spare for this job or an earlier one that does not match is discarded.
+    pub(crate) fn take_spare(&mut self, spec: &RunSpec) -> Option<crate::job::Job> {
+        let spare = self.spares.spare.as_ref()?;
+        if spare.key.job > spec.job {
+            return None; // a late `Run` of an earlier job: the spare waits for its own
+        }
+        let usable = SpareKey::of(spec).as_ref() == Some(&spare.key)
+            && spec.cmd.len() <= MAX_HANDOVER
+            && !spec.cmd.contains('\0')
+            && where_cold_would_be(spare, &spec.cwd);
+        if !usable {
+            self.discard_spare();
+            return None;
+        }
+        let spare = self.spares.spare.take()?;
+        let _ = self.poll.registry().deregister(&mut SourceFd(&spare.child.pidfd.as_raw_fd()));
+        let handed = nix::unistd::write(&spare.cmd_w, spec.cmd.as_bytes()).ok() == Some(spec.cmd.len());
+        drop(spare.cmd_w); // end of file: the spare's `read` returns with the whole command
+        if !handed {
+            Self::end_spare(&mut self.cgroups, &mut self.spares.stale, spare.key.job, &spare.child);
+            return None;
+        }
+        match self.adopt(spec.job, spare.child, spare.out_r, spare.err_r, Some(spare.state)) {
+            Ok(job) => Some(job),
+            Err(_) => {
+                let _ = self.cgroups.remove(spec.job); // adopt killed and reaped it
+                None
+            }
+        }
+    }
+
+    /// Start the wanted spare if none runs, nothing else waits and no young job is running. Returns how
+    /// long to wait before trying again (a young job is running), if at all.
+    pub(crate) fn refill_spare(&mut self) -> Option<Duration> {
+        self.retry_stale();
+        let want = self.spares.want.as_ref()?;
+        if self.spares.spare.is_some() || self.jobs.contains_key(&want.job) {
+            return None;
+        }
+        let now = Instant::now();
+        let youngest = self.jobs.values().filter(|j| j.exit.is_none()).map(|j| j.started).max();
+        if let Some(at) = youngest.filter(|at| now.duration_since(*at) < YOUNG_JOB) {
+            return Some(YOUNG_JOB - now.duration_since(at));
+        }
+        let spec = self.spares.want.take()?;
+        if self.sandbox.as_ref().is_some_and(|s| s.refusal().is_some()) {
+            return None;
+        }
+        match self.start_spare(&spec) {
+            Ok(spare) => {
+                if spare.placed {
+                    let _ = self.report_spawn_path(spare.child.describe_spawn(true));
+                }
+                self.spares.spare = Some(spare);
+                self.spares.want = Some(spec); // a handover re-arms from it (see `rearm`)
+            }
+            Err(e) => {
+                // Not fatal: the next job starts cold. Once per `Prestart`, so a failing spare never loops.
+                let why = format!("a pre-started shell could not be started ({}); jobs start cold", error_chain(&e));
+                let _ = self.out.emit(&crate::emit::warning(None, why));
+            }
+        }
+        None
+    }
+
+    /// After a handover: the next spare is the same shell for the next job id (a `Prestart` from the
+    /// front replaces it when the state changed).
+    pub(crate) fn rearm(&mut self, job: JobId) {
+        if let Some(w) = self.spares.want.as_mut().filter(|w| w.job == job) {
+            w.job = job + 1;
+        }
+    }
+
+    fn start_spare(&mut self, spec: &RunSpec) -> Result<Spare, StartError> {
+        let key = SpareKey::of(spec).ok_or_else(|| StartError::Refused("not a job for a spare".into()))?;
+        let cgroup = self
+            .cgroups
+            .create(spec.job)
+            .map_err(|source| StartError::Cgroup { path: self.cgroups.job_path(spec.job), source })?;
+        let started = self.launch_spare(spec, &key, cgroup);
+        if started.is_err() {
+            let _ = self.cgroups.remove(spec.job);
+        }
+        started
+    }
+
+    fn launch_spare(&mut self, spec: &RunSpec, key: &SpareKey, cgroup: Option<OwnedFd>) -> Result<Spare, StartError> {
+        let placed = cgroup.is_some();
+        let (out_r, out_w) = output_pipe().map_err(StartError::Pipes)?;
+        let (err_r, err_w) = output_pipe().map_err(StartError::Pipes)?;
+        let (cmd_r, cmd_w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| StartError::Pipes(e.into()))?;
+        let stdio = Stdio { stdin: cmd_r, stdout: out_w, stderr: err_w };
+        let (prepared, state) = self.prepare_stateful(spec, &crate::state::spare_argv(&key.restore), stdio, cgroup)?;
+        let child = launcher::spawn(&prepared)?;
+        drop(prepared);
+        let pidfd = child.pidfd.as_raw_fd();
+        if let Err(e) = self.poll.registry().register(&mut SourceFd(&pidfd), SPARE_TOKEN, Interest::READABLE) {
+            Self::end_spare(&mut self.cgroups, &mut self.spares.stale, spec.job, &child);
+            return Err(StartError::Register(e));
+        }
+        Ok(Spare { key: key.clone(), child, out_r, err_r, state, cmd_w, placed })
+    }
+
+    /// The spare's pidfd turned readable: it died waiting (killed from outside the session, the OOM
+    /// killer). Drop it; the next `Prestart` starts another.
+    pub(crate) fn spare_died(&mut self) {
+        self.discard_spare();
+        self.spares.want = None;
+    }
+
+    /// End the spare, if any, unseen.
+    pub(crate) fn discard_spare(&mut self) {
+        let Some(spare) = self.spares.spare.take() else { return };
+        let _ = self.poll.registry().deregister(&mut SourceFd(&spare.child.pidfd.as_raw_fd()));
+        drop(spare.cmd_w);
+        Self::end_spare(&mut self.cgroups, &mut self.spares.stale, spare.key.job, &spare.child);
+    }
+
+    /// Kill a spare that never became a job (its cgroup, and its main process through the pidfd of the
+    /// worker's own unreaped child: no pid can be reused while it is unreaped), reap it, remove its cgroup.
+    fn end_spare(cgroups: &mut C, stale: &mut Vec<JobId>, job: JobId, child: &Child) {
+        let _ = cgroups.kill(job);
+        let _ = crate::sys::pidfd_signal(child.pidfd.as_fd(), libc::SIGKILL);
+        let _ = child.wait();
+        if cgroups.remove(job).is_err() {
+            stale.push(job);
+        }
+    }
+
+    /// Remove spare cgroups whose `rmdir` failed earlier (before a job of the same id is created).
+    pub(crate) fn retry_stale(&mut self) {
+        let cgroups = &mut self.cgroups;
+        self.spares.stale.retain(|job| cgroups.remove(*job).is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY)));
+    }
+
+    /// At shutdown: the spare goes with the jobs.
+    pub(crate) fn end_spares(&mut self) {
+        self.discard_spare();
+        self.spares.want = None;
+    }
+
+    /// The `Started` of a job handed to a spare.
+    pub(crate) fn spare_started(&mut self, job: JobId, pid: u32) -> Result<(), WorkerError> {
+        self.rearm(job);
+        Ok(self.out.emit(&Event::Started { job, pid, at_unix_ns: crate::job::unix_ns(), prestarted: true })?)
+    }
+}
