@@ -86,6 +86,13 @@ fn job_dirs(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The job cgroup directories other than the spare's: with pre-started shells on, the worker keeps one
+/// bash waiting in the next job's cgroup (`job-{last + 1}`) while the session is idle.
+fn non_spare_dirs(dir: &Path, last: u64) -> Vec<PathBuf> {
+    let spare = format!("job-{}", last + 1);
+    job_dirs(dir).into_iter().filter(|p| !p.ends_with(&spare)).collect()
+}
+
 #[test]
 fn five_hundred_jobs_leave_no_cgroup_fd_or_zombie() {
     let h = Heddle::start();
@@ -95,12 +102,22 @@ fn five_hundred_jobs_leave_no_cgroup_fd_or_zombie() {
     let worker = d["sessions"][0]["worker"]["pid"].as_u64().unwrap();
     let dir = PathBuf::from(d["sessions"][0]["cgroup"].as_str().unwrap());
     assert_eq!(run(&mut c, &s, "true", 10_000)["settled"], true);
+    // Count the worker's fds once the idle session's spare (for job 2) is up: it holds the same set then.
+    assert!(eventually(Duration::from_secs(5), || job_dirs(&dir).len() == 1), "{:?}", job_dirs(&dir));
     let fds_before = fd_count(worker);
+    let mut prestarted = 0;
     for i in 0..500 {
+        // Mostly back to back (cold starts, spares discarded or never made), every 25th after a pause
+        // long enough for a spare to be taken: both paths, and their hand-offs, run many times.
+        if i % 25 == 0 {
+            std::thread::sleep(Duration::from_millis(60));
+        }
         let cmd = if i % 2 == 0 { "true" } else { "echo x; echo y >&2; exit 3" };
         let r = run(&mut c, &s, cmd, 10_000);
         assert_eq!(r["state"], "exited", "{r}");
+        prestarted += usize::from(r["prestarted"] == true);
     }
+    assert!(prestarted >= 10, "paced calls ran on pre-started shells: {prestarted}");
     // A result can come back between the cgroup emptying and the pipes' EOF: give the last one a moment.
     let mut unsettled = Vec::new();
     let all_settled = eventually(Duration::from_secs(5), || {
@@ -109,7 +126,9 @@ fn five_hundred_jobs_leave_no_cgroup_fd_or_zombie() {
         unsettled.is_empty()
     });
     assert!(all_settled, "every job settled: {unsettled:?}");
-    assert!(eventually(Duration::from_secs(5), || job_dirs(&dir).is_empty()), "left: {:?}", job_dirs(&dir));
+    let spare_up =
+        eventually(Duration::from_secs(5), || non_spare_dirs(&dir, 501).is_empty() && job_dirs(&dir).len() == 1);
+    assert!(spare_up, "only the next job's spare is left: {:?}", job_dirs(&dir));
     let fds_settle = eventually(Duration::from_secs(5), || fd_count(worker) == fds_before);
     assert!(
         fds_settle,
@@ -117,6 +136,8 @@ fn five_hundred_jobs_leave_no_cgroup_fd_or_zombie() {
         fd_count(worker)
     );
     assert_eq!(zombie_children(worker), 0, "no zombie under the worker");
+    c.call("session.close", json!({"session": s})).unwrap();
+    assert!(eventually(Duration::from_secs(10), || !dir.exists()), "session cgroup left: {:?}", job_dirs(&dir));
 }
 
 #[test]
