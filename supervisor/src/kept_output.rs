@@ -55,14 +55,16 @@ fn pipe_inode(link: &Path) -> Option<u64> {
     text.strip_prefix("pipe:[")?.strip_suffix(']')?.parse().ok()
 }
 
-/// The pipe inodes on fds 1 and 2 of every process in the cgroup `dir`.
+/// The pipe inodes on any fd of any process in the cgroup `dir` (not only fds 1 and 2: a shell that is
+/// running a redirected group, such as a pre-started shell's hand-over `{ …; } 2>/dev/null`, holds its
+/// stderr pipe on a saved fd for that moment, and a job may have moved its output to other fds). Only
+/// those whose read end the worker holds are taken, so other pipes of the job are left alone.
 fn kept_pipes(dir: &Path) -> BTreeSet<u64> {
     let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
     let mut out = BTreeSet::new();
     for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-        for fd in [1, 2] {
-            out.extend(pipe_inode(Path::new(&format!("/proc/{pid}/fd/{fd}"))));
-        }
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
+        out.extend(fds.filter_map(|e| pipe_inode(&e.path())));
     }
     out
 }
