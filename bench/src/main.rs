@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 
 mod cgroup_bench;
 mod db_bench;
+mod spare;
 mod state;
 
 #[derive(Parser)]
@@ -28,6 +29,14 @@ enum Bench {
     Spawn {
         #[arg(long, default_value_t = 500)]
         iterations: usize,
+    },
+    /// Pre-started shells at an agent's pace through the stack: spares on vs off, empty vs typical state,
+    /// each vs a bare bash spawn.
+    Spare {
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
+        #[arg(long, default_value_t = 40)]
+        pause_ms: u64,
     },
     /// Shell-state restore + capture around a bash spawn, vs the same spawn without them.
     State {
@@ -82,6 +91,7 @@ fn main() -> Result<()> {
     match Args::parse().bench {
         Bench::Spawn { iterations } => spawn(iterations),
         Bench::State { iterations } => state::run(iterations),
+        Bench::Spare { iterations, pause_ms } => spare::run(iterations, pause_ms),
         Bench::Cgroup { iterations } => cgroup_bench::run(iterations),
         Bench::Sandbox { iterations } => sandbox::run(iterations),
         Bench::SandboxChild { cgroup } => sandbox::child(cgroup),

@@ -10,7 +10,8 @@
 //!   part), no capture;
 //! - `env | base64 capture`: the typical restore, then a forking capture (`env`, `declare -f`, `alias`
 //!   through `base64`) — the style of capture the builtins replace;
-//! - `pre-started shell`: a prospective design (DESIGN §13, not built): bash spawned ahead with the
+//! - `pre-started shell`: the spare design in isolation (DESIGN §13; built in `worker::spare`, measured through the
+//!   whole stack by `heddle-bench spare`): bash spawned ahead with the
 //!   typical state restored, waiting on a pipe for its command; timed from writing the command to its
 //!   exit (capture included), the next spare started untimed.
 
@@ -190,6 +191,6 @@ pub fn run(iterations: usize) -> Result<()> {
     }
     let pre = Summary::of(handovers);
     report("shell state around one spawn", variants[0].0, sums[0], "pre-started shell, typical: command → exit", pre);
-    println!("(prospective, DESIGN §13: restore and spawn happen before the command arrives)");
+    println!("(the spare design in isolation: restore and spawn happen before the command arrives; `spare` measures it through the stack)");
     Ok(())
 }

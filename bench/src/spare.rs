@@ -1,0 +1,109 @@
+//! `heddle-bench spare`: pre-started shells through the whole stack (socket → front → worker → bash →
+//! result), at an agent's pace: every call comes after a pause (`--pause-ms`, default 40 ms; an agent
+//! thinks for seconds), so the worker has time to start the next spare.
+//!
+//! Two stacks run side by side, one with spares (the default) and one with `HEDDLE_SPARES=0` (every job
+//! cold); each has a session with an empty state and one carrying the typical state (20 exported
+//! variables, 5 functions, 10 aliases). All variants, and the baseline, a bare posix_spawn of
+//! `bash --noprofile --norc -c true` + wait, are interleaved in one loop, each after the same pause.
+//! Reported: each variant against the bare spawn, and what carrying the typical state adds to a call
+//! (typical − empty, as a share of the bare spawn) with and without spares.
+
+use anyhow::Result;
+use heddle_bench::{report, time_us, Summary};
+use heddle_tests::{Client, Heddle};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// The typical state of issue 3: 20 exported variables, 5 functions, 10 aliases.
+fn typical_state() -> String {
+    let mut s = String::new();
+    for i in 0..20 {
+        s.push_str(&format!("export BENCH_VAR_{i}='value {i} with some text /usr/local/lib/x{i}'; "));
+    }
+    for i in 0..5 {
+        s.push_str(&format!("bench_fn_{i}() {{ local a=$1; echo \"fn {i} $a\"; [[ -n $a ]] && return 0; }}; "));
+    }
+    for i in 0..10 {
+        s.push_str(&format!("alias bench_al_{i}='ls -la --color=never {i}'; "));
+    }
+    s
+}
+
+struct Variant {
+    name: &'static str,
+    client: Client,
+    session: Value,
+    prestarted: usize,
+    times: Vec<f64>,
+}
+
+impl Variant {
+    fn new(name: &'static str, h: &Heddle, setup: &str) -> Variant {
+        let mut client = h.client();
+        let session = h.open_session(&mut client);
+        let r = heddle_tests::run_to_end(&mut client, &session, setup);
+        assert_eq!(r["exit_code"], 0, "{r}");
+        Variant { name, client, session, prestarted: 0, times: Vec::new() }
+    }
+
+    fn call(&mut self) -> bool {
+        let r = self.client.call("run", json!({"session": self.session, "cmd": "true"})).expect("run");
+        assert_eq!(r["exit_code"], 0, "{r}");
+        assert!(r["state_note"].is_null(), "{r}");
+        r["prestarted"] == true
+    }
+}
+
+pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
+    let hot = Heddle::start();
+    let cold = Heddle::start_with_env(&[], &[("HEDDLE_SPARES", "0")]);
+    let typical = typical_state();
+    let mut variants = [
+        Variant::new("spares, empty state", &hot, "true"),
+        Variant::new("spares, typical state", &hot, &typical),
+        Variant::new("cold, empty state", &cold, "true"),
+        Variant::new("cold, typical state", &cold, &typical),
+    ];
+    let pause = Duration::from_millis(pause_ms);
+    let mut bare = Vec::new();
+    for i in 0..iterations + 10 {
+        std::thread::sleep(pause);
+        let t = time_us(crate::bare_bash_true);
+        if i >= 10 {
+            bare.push(t);
+        }
+        for v in variants.iter_mut() {
+            std::thread::sleep(pause);
+            let mut hot = false;
+            let t = time_us(|| hot = v.call());
+            if i >= 10 {
+                v.times.push(t);
+                v.prestarted += usize::from(hot);
+            }
+        }
+    }
+    let base = Summary::of(bare);
+    println!("pause before every call: {pause_ms} ms; bare spawn p50 {:.1} µs", base.p50);
+    let mut p50 = Vec::new();
+    for v in &variants {
+        println!("{}: {} of {iterations} calls ran on a pre-started shell", v.name, v.prestarted);
+        let s = Summary::of(v.times.clone());
+        p50.push(s.p50);
+        report(
+            &format!("run(\"true\") through the socket, {}", v.name),
+            "bare posix_spawn(bash -c true) + wait",
+            base,
+            v.name,
+            s,
+        );
+    }
+    for (label, empty, typical) in [("spares", p50[0], p50[1]), ("cold", p50[2], p50[3])] {
+        let extra = typical - empty;
+        println!(
+            "typical state's cost per call, {label}: {extra:+.1} µs p50 = {:+.1}% of the bare spawn",
+            100.0 * extra / base.p50
+        );
+    }
+    Ok(())
+}
