@@ -3,11 +3,13 @@
 //!
 //! A hint is the `RunSpec` the session's next job would be launched from if it came now: id
 //! `last_job + 1`, the session's cwd and environment, the restore of the current state record, no
-//! command, no files. The front sends one when a session opens, right after each `run` is handed to
-//! the worker, and when a job's capture changed the state record (from the pump, never waiting: a hint
-//! that finds the ring busy or full is skipped). The front keeps nothing about spares: the worker hands a
-//! spare a `Run` only when the `Run`'s inputs equal the hint's, so a stale hint costs one discarded
-//! shell, never a wrong job. Persistent sessions get no hints.
+//! command, no files. The front sends one when a session opens and when a job's capture changed the
+//! state record (from the pump), never waiting: a hint that finds the ring busy or full is skipped, and
+//! sent after the next `run` instead. Between hints the worker moves its wanted spare on to the next job
+//! id by itself each time a job starts, so a call that changes nothing costs no hint. The front keeps
+//! only which worker and record version its last delivered hint was for; the worker hands a spare a
+//! `Run` only when the `Run`'s inputs equal the hint's, so a stale hint costs one discarded shell, never
+//! a wrong job. Persistent sessions get no hints.
 //!
 //! `heddle-front --spares false` (or `HEDDLE_SPARES=0`, which the supervisor passes through) turns
 //! hints off: every job then starts cold.
@@ -35,14 +37,25 @@ pub fn enabled() -> bool {
     *ENABLED.get_or_init(|| true)
 }
 
-/// The spec the session's next job would be launched from now; `None` when no hint applies.
-pub(crate) fn next_spec(s: &Session, st: &SessionState) -> Option<RunSpec> {
+/// A hint to send: the spec, and the (worker pid, record version) it was made for.
+pub(crate) struct Hint {
+    spec: RunSpec,
+    key: (u32, u64),
+}
+
+/// The hint for the session's next job, if one applies and the worker has not had one for this record
+/// version yet (it moves its spare on to the next job id by itself; see `worker::spare`).
+pub(crate) fn next_hint(s: &Session, st: &SessionState) -> Option<Hint> {
     if !enabled() || s.spec().persistent || st.closing || st.lost.is_some() {
         return None;
     }
-    let (_, base) = st.record.snapshot();
+    let (version, base) = st.record.snapshot();
+    let key = (st.worker.as_ref().map_or(0, |w| w.pid), version);
+    if st.hinted == Some(key) {
+        return None;
+    }
     let restore = crate::state_record::restore(&base);
-    Some(RunSpec {
+    let spec = RunSpec {
         job: st.last_job() + 1,
         cmd: String::new(),
         cwd: s.spec().cwd.as_bytes().to_vec(),
@@ -52,7 +65,15 @@ pub(crate) fn next_spec(s: &Session, st: &SessionState) -> Option<RunSpec> {
         files: Vec::new(),
         persistent: false,
         state_env: restore.env,
-    })
+    };
+    Some(Hint { spec, key })
+}
+
+/// Send `hint` without waiting (skipped when the command ring is busy or full: the next call tries again).
+pub(crate) fn send(s: &Session, hint: Hint) {
+    if s.try_send(&Command::Prestart(hint.spec)) {
+        s.lock().hinted = Some(hint.key);
+    }
 }
 
 /// What the supervisor killed in a session, as the session's survivors: without the pre-started shell, a
@@ -66,10 +87,10 @@ pub(crate) fn without_spares(st: &SessionState, killed: &[ProcInfo]) -> Vec<Surv
     killed.iter().filter(|p| !spare(p)).map(Survivor::from).collect()
 }
 
-/// Send the session's hint now, without waiting (skipped when the command ring is busy or full).
+/// Send the session's hint now, unless its worker already has one for the current record.
 pub(crate) fn hint(s: &Session) {
-    let spec = next_spec(s, &s.lock());
-    if let Some(spec) = spec {
-        s.try_send(&Command::Prestart(spec));
+    let hint = next_hint(s, &s.lock());
+    if let Some(hint) = hint {
+        send(s, hint);
     }
 }

@@ -120,6 +120,8 @@ pub struct SessionState {
     pub reopen: Option<crate::revive::Reopen>,
     /// When the session's worker was replaced, oldest first (bounded; see `revive.rs`).
     pub revivals: VecDeque<Instant>,
+    /// The worker (pid) and record version of the last pre-start hint delivered (see `prestart.rs`).
+    pub hinted: Option<(u32, u64)>,
 }
 
 impl SessionState {
@@ -615,7 +617,7 @@ impl Session {
                 wake |= st.apply(ev, now, ns);
             }
             if st.record.version() != version {
-                hint = crate::prestart::next_spec(self, &st);
+                hint = crate::prestart::next_hint(self, &st);
             }
             st.flush();
             end.consumer.release();
@@ -628,8 +630,8 @@ impl Session {
             wake = true;
         }
         drop(st);
-        if let Some(spec) = hint {
-            self.try_send(&Command::Prestart(spec));
+        if let Some(hint) = hint {
+            crate::prestart::send(self, hint);
         }
         if end.consumer.producer_wake_needed() {
             let _ = end.evt_space.notify();

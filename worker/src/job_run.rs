@@ -49,6 +49,14 @@ pub enum StartError {
     Refused(String),
 }
 
+/// End a started job that never ran as one (or a spare): `cgroup.kill` of its own cgroup, SIGKILL through
+/// the pidfd of the worker's own still-unreaped child (no pid can be reused while it is unreaped), reap.
+pub(crate) fn kill_unreaped<C: CgroupOps>(cgroups: &mut C, job: JobId, child: &launcher::Child) {
+    let _ = cgroups.kill(job);
+    let _ = crate::sys::pidfd_signal(child.pidfd.as_fd(), libc::SIGKILL);
+    let _ = child.wait();
+}
+
 /// A close-on-exec pipe whose read end is non-blocking: `(read, write)`.
 pub(crate) fn output_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
@@ -93,6 +101,7 @@ impl<C: CgroupOps> Worker<C> {
                     self.report_spawn_path(child.describe_spawn(true))?;
                 }
                 self.jobs.insert(job, j);
+                self.rearm(job);
                 self.out.emit(&Event::Started { job, pid, at_unix_ns: unix_ns(), prestarted: false })?;
             }
             Err(err) => {
@@ -194,9 +203,7 @@ impl<C: CgroupOps> Worker<C> {
                 for (fd, _) in &sources[..i] {
                     let _ = registry.deregister(&mut SourceFd(&fd.as_raw_fd()));
                 }
-                let _ = self.cgroups.kill(job);
-                let _ = crate::sys::pidfd_signal(child.pidfd.as_fd(), libc::SIGKILL);
-                let _ = child.wait();
+                kill_unreaped(&mut self.cgroups, job, &child);
                 return Err(StartError::Register(e));
             }
         }

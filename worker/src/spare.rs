@@ -15,7 +15,13 @@
 //! and what it was started from is byte for byte what a cold start would use now. Anything else — another
 //! id, other inputs, a command of more than [`MAX_HANDOVER`] bytes or holding a NUL, a spare that died —
 //! discards the spare (`cgroup.kill`, plus SIGKILL through the pidfd of the worker's own unreaped child,
-//! then reap and `rmdir`) and the job starts cold. A `Prestart` that differs from the spare replaces it.
+//! then reap and `rmdir`) and the job starts cold. So does a file system that moved under the spare (its
+//! logical `$PWD` no longer names its working directory, or the session's directory is gone: see
+//! [`where_cold_would_be`]). A `Prestart` that differs from the spare replaces it.
+//!
+//! Each job's start, on the spare or cold, moves the wanted spare on to the next job id ([`Worker::rearm`]),
+//! so the front sends a `Prestart` only when the session opens, its worker changed, or the state record
+//! moved. A spare that dies or cannot start is retried after the next job starts, never in a loop.
 //!
 //! Costs: a waiting spare is one sleeping bash (no CPU; a few MiB, counted in the session's memory and
 //! pids limits); a state change throws one spare away. `heddle-front --spares false` (or
@@ -30,7 +36,7 @@ use launcher::{Child, Stdio};
 use mio::unix::SourceFd;
 use mio::{Interest, Token};
 use shm_proto::msg::{Event, JobId, RunSpec, StdinMode};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// The poll token of the spare's pidfd (a spare that dies while waiting is discarded).
@@ -112,6 +118,9 @@ pub(crate) struct Spares {
     spare: Option<Spare>,
     /// Jobs whose spare cgroup could not be removed yet (retried before starting spares or jobs).
     stale: Vec<JobId>,
+    /// The last spare died or could not start: wait for the next job before trying again (at most one
+    /// attempt per call, so a spare the OOM killer keeps ending never loops).
+    paused: bool,
 }
 
 impl<C: CgroupOps> Worker<C> {
@@ -161,7 +170,7 @@ impl<C: CgroupOps> Worker<C> {
     pub(crate) fn refill_spare(&mut self) -> Option<Duration> {
         self.retry_stale();
         let want = self.spares.want.as_ref()?;
-        if self.spares.spare.is_some() || self.jobs.contains_key(&want.job) {
+        if self.spares.paused || self.spares.spare.is_some() || self.jobs.contains_key(&want.job) {
             return None;
         }
         let now = Instant::now();
@@ -179,23 +188,26 @@ impl<C: CgroupOps> Worker<C> {
                     let _ = self.report_spawn_path(spare.child.describe_spawn(true));
                 }
                 self.spares.spare = Some(spare);
-                self.spares.want = Some(spec); // a handover re-arms from it (see `rearm`)
             }
             Err(e) => {
-                // Not fatal: the next job starts cold. Once per `Prestart`, so a failing spare never loops.
+                // Not fatal: the next job starts cold. Once per job, so a failing spare never loops.
                 let why = format!("a pre-started shell could not be started ({}); jobs start cold", error_chain(&e));
                 let _ = self.out.emit(&crate::emit::warning(None, why));
+                self.spares.paused = true;
             }
         }
+        self.spares.want = Some(spec); // the next job's start re-arms from it (see `rearm`)
         None
     }
 
-    /// After a handover: the next spare is the same shell for the next job id (a `Prestart` from the
-    /// front replaces it when the state changed).
+    /// After job `job` started (on the spare or cold): the next spare is the same shell for the next job
+    /// id (a `Prestart` from the front replaces it when the state changed).
     pub(crate) fn rearm(&mut self, job: JobId) {
-        if let Some(w) = self.spares.want.as_mut().filter(|w| w.job == job) {
+        // `<=`: a hint made before the front gave out `job` can arrive after `job`'s `Run`.
+        if let Some(w) = self.spares.want.as_mut().filter(|w| w.job <= job) {
             w.job = job + 1;
         }
+        self.spares.paused = false;
     }
 
     fn start_spare(&mut self, spec: &RunSpec) -> Result<Spare, StartError> {
@@ -230,10 +242,10 @@ impl<C: CgroupOps> Worker<C> {
     }
 
     /// The spare's pidfd turned readable: it died waiting (killed from outside the session, the OOM
-    /// killer). Drop it; the next `Prestart` starts another.
+    /// killer). Drop it; another is started after the next job starts.
     pub(crate) fn spare_died(&mut self) {
         self.discard_spare();
-        self.spares.want = None;
+        self.spares.paused = true;
     }
 
     /// End the spare, if any, unseen.
@@ -247,9 +259,7 @@ impl<C: CgroupOps> Worker<C> {
     /// Kill a spare that never became a job (its cgroup, and its main process through the pidfd of the
     /// worker's own unreaped child: no pid can be reused while it is unreaped), reap it, remove its cgroup.
     fn end_spare(cgroups: &mut C, stale: &mut Vec<JobId>, job: JobId, child: &Child) {
-        let _ = cgroups.kill(job);
-        let _ = crate::sys::pidfd_signal(child.pidfd.as_fd(), libc::SIGKILL);
-        let _ = child.wait();
+        crate::job_run::kill_unreaped(cgroups, job, child);
         if cgroups.remove(job).is_err() {
             stale.push(job);
         }

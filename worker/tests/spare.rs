@@ -7,6 +7,7 @@ mod common;
 use common::{Collector, Front, LocalWorker};
 use shm_proto::msg::Command;
 use std::time::Duration;
+use worker::cgroup::Call;
 
 /// Send `Prestart(spec)` and give the idle worker time to start the spare.
 fn prestart(w: &mut LocalWorker, spec: shm_proto::msg::RunSpec) {
@@ -47,6 +48,12 @@ fn a_run_with_other_inputs_discards_the_spare_and_starts_cold() {
     let t = c.until_done(&mut w.front, 1);
     assert!(!t.prestarted, "{t:?}");
     assert_eq!(t.stdout_str(), "2\n");
+    let calls = w.cgroups.calls();
+    assert_eq!(
+        calls[..4],
+        [Call::Create(1), Call::Kill(1), Call::Remove(1), Call::Create(1)],
+        "spare made, ended, then cold"
+    );
     w.shutdown().unwrap();
 }
 
@@ -85,5 +92,23 @@ fn a_working_directory_that_moved_under_the_spare_means_a_cold_start() {
     w.front.send(&Command::Run(Front::stateful(3, "echo never", &g, "")));
     let t = c.until_done(&mut w.front, 3);
     assert!(t.spawn_failed.as_deref().is_some_and(|e| e.contains("cannot enter working directory")), "{t:?}");
+    w.shutdown().unwrap();
+}
+
+#[test]
+fn each_start_moves_the_spare_to_the_next_job_without_a_new_prestart() {
+    let mut w = LocalWorker::start(1 << 20, vec![("PATH".into(), "/usr/bin:/bin".into())]);
+    prestart(&mut w, Front::stateful(1, "", "/", "export A=1\n"));
+    let mut c = Collector::default();
+    // Job 1 takes the spare; job 2 (other inputs) starts cold; jobs 3 and 4 take spares the worker made
+    // by itself for the next id after each start — one `Prestart` in all.
+    for (job, restore, hot) in
+        [(1, "export A=1\n", true), (2, "export A=2\n", false), (3, "export A=1\n", true), (4, "export A=1\n", true)]
+    {
+        w.front.send(&Command::Run(Front::stateful(job, "echo $A", "/", restore)));
+        let t = c.until_done(&mut w.front, job);
+        assert_eq!((t.prestarted, t.stdout_str()), (hot, format!("{}\n", &restore[9..10])), "job {job}: {t:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
     w.shutdown().unwrap();
 }
