@@ -14,6 +14,8 @@
 //!   whole stack by `heddle-bench spare`): bash spawned ahead with the
 //!   typical state restored, waiting on a pipe for its command; timed from writing the command to its
 //!   exit (capture included), the next spare started untimed.
+//! - then, without a spawn: the front's parse + apply of the typical capture (`front::job_state`'s work at
+//!   every job's end), unchanged and with one variable changed.
 
 use anyhow::Result;
 use heddle_bench::{report, time_us, Summary};
@@ -192,5 +194,41 @@ pub fn run(iterations: usize) -> Result<()> {
     let pre = Summary::of(handovers);
     report("shell state around one spawn", variants[0].0, sums[0], "pre-started shell, typical: command → exit", pre);
     println!("(the spare design in isolation: restore and spawn happen before the command arrives; `spare` measures it through the stack)");
+    front_side(&captured, iterations, sums[0].p50)
+}
+
+/// The front's share of a call's state cost: parsing the typical capture and applying it as a diff
+/// against the version the job started from (what `front::job_state` does on every job's end), with
+/// an unchanged capture (the common case: the record does not move) and with one variable changed.
+fn front_side(captured: &[u8], iterations: usize, bare_p50: f64) -> Result<()> {
+    let parse = |c: &[u8]| front::state_capture::parse(c).map_err(|e| anyhow::anyhow!("{e}"));
+    let mut record = front::state_record::StateRecord::default();
+    let (v, base) = record.snapshot();
+    record.apply(v, &base, parse(captured)?, 1);
+    let changed =
+        String::from_utf8_lossy(captured).replacen("HEDDLE_BENCH_VAR_1=\"value", "HEDDLE_BENCH_VAR_1=\"new value", 1);
+    anyhow::ensure!(changed.as_bytes() != captured, "the typical capture has no HEDDLE_BENCH_VAR_1");
+    let rounds = iterations.max(1) * 10;
+    for (label, cap) in [("unchanged capture", captured), ("one variable changed", changed.as_bytes())] {
+        let mut samples = Vec::with_capacity(rounds);
+        for job in 0..rounds {
+            let (v, base) = record.snapshot();
+            let mut result = Ok(());
+            samples.push(time_us(|| {
+                result = parse(std::hint::black_box(cap)).map(|items| {
+                    std::hint::black_box(record.apply(v, &base, items, job as u64 + 2));
+                });
+            }));
+            result?;
+        }
+        let s = Summary::of(samples);
+        println!(
+            "front: parse + apply of the typical capture ({label}, {} bytes): p50 {:.1} µs, p99 {:.1} µs = {:.2}% of the bare spawn",
+            cap.len(),
+            s.p50,
+            s.p99,
+            100.0 * s.p50 / bare_p50
+        );
+    }
     Ok(())
 }
