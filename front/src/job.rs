@@ -64,6 +64,9 @@ pub struct Job {
     oom_killed: bool,
     /// The job ran on a shell pre-started for it (`Started { prestarted }`).
     prestarted: bool,
+    /// The job's cgroup, relative to the session's (`Started { cgroup }`; `None` before it started or
+    /// when it has none of its own).
+    cgroup: Option<String>,
     files: Vec<crate::sandbox::FileResult>,
     /// Preflight warnings given at launch.
     pub warnings: Vec<String>,
@@ -101,6 +104,7 @@ impl Job {
             kept: None,
             oom_killed: false,
             prestarted: false,
+            cgroup: None,
             files: Vec::new(),
             warnings: Vec::new(),
             cap: crate::retention::config().job_bytes,
@@ -182,6 +186,11 @@ impl Job {
         self.pid
     }
 
+    /// The job's cgroup, relative to the session's (a job cgroup is reused by later jobs once empty).
+    pub fn cgroup(&self) -> Option<&str> {
+        self.cgroup.as_deref()
+    }
+
     fn usage(&self) -> Option<Usage> {
         self.emptied.map(|(at, u)| Usage {
             cpu_ms: u.cpu_usec as f64 / 1000.0,
@@ -223,11 +232,12 @@ impl Job {
         self.kill_requested = true;
     }
 
-    pub fn on_started(&mut self, pid: u32, at_unix_ns: u64, prestarted: bool, now: Instant) {
+    pub fn on_started(&mut self, pid: u32, at_unix_ns: u64, prestarted: bool, cgroup: String, now: Instant) {
         if self.started.is_none() {
             self.started = Some((now, at_unix_ns));
             self.pid = Some(pid);
             self.prestarted = prestarted;
+            self.cgroup = Some(cgroup).filter(|c| !c.is_empty());
         }
     }
 
@@ -558,6 +568,7 @@ impl Job {
             liveness: self.liveness(now, None),
             usage: self.usage(),
             kept: self.kept.clone(),
+            cgroup: self.cgroup.clone(),
             oom_killed: self.oom_killed,
             state_conflicts: self.shell.conflicts.clone(),
         }
@@ -620,7 +631,7 @@ mod tests {
     fn duration_uses_the_workers_clock_when_it_has_both_ends() {
         let (_d, mut j) = job();
         let now = Instant::now();
-        j.on_started(42, 1_000_000, false, now);
+        j.on_started(42, 1_000_000, false, "slot-1".into(), now);
         j.on_exited(Some(0), None, 3_500_000, false, now);
         assert_eq!(j.duration(now), Duration::from_micros(2500));
         assert_eq!(j.result("s", now, vec![], true, view::DEFAULT_BUDGET).duration_ms, 2.5);

@@ -137,7 +137,7 @@ pub(crate) fn call_keep(k: &Kernel, client: &Client, params: Value) -> Result<Ke
 
 /// Move the job's processes to `kept/NAME` and tell the worker to forget its cgroup.
 pub(crate) fn keep(k: &Kernel, client: &Client, s: &Session, job: JobId, name: &str) -> Result<KeptInfo, RpcError> {
-    {
+    let cgroup = {
         let st = s.lock();
         let j = st.jobs.get(&job).ok_or_else(|| unknown_job(s.name(), job))?;
         if let Some(already) = j.kept() {
@@ -149,8 +149,11 @@ pub(crate) fn keep(k: &Kernel, client: &Client, s: &Session, job: JobId, name: &
                 format!("job {job} has nothing left to keep: its cgroup is empty"),
             ));
         }
-    }
-    let kept = k.link.keep_job(s.name(), job, name, client.uid).map_err(|e| {
+        j.cgroup().map(str::to_owned).ok_or_else(|| {
+            RpcError::new(ErrorKind::InvalidParams, format!("job {job} has no cgroup of its own to keep (not started yet, or a command of the persistent shell)"))
+        })?
+    };
+    let kept = k.link.keep_job(s.name(), job, &cgroup, name, client.uid).map_err(|e| {
         RpcError::new(
             ErrorKind::Internal,
             format!("job {job} could not be kept: {}; it stays in the session", error_chain(&e)),

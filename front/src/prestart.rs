@@ -22,7 +22,7 @@
 use crate::results::Survivor;
 use crate::session::{Session, SessionState};
 use shm_proto::control::ProcInfo;
-use shm_proto::msg::{Command, JobId, RunSpec, StdinMode};
+use shm_proto::msg::{Command, RunSpec, StdinMode};
 use std::sync::OnceLock;
 
 static ENABLED: OnceLock<bool> = OnceLock::new();
@@ -77,13 +77,12 @@ pub(crate) fn send(s: &Session, hint: Hint) {
 }
 
 /// What the supervisor killed in a session, as the session's survivors: without the pre-started shell, a
-/// process in a `job-<id>` cgroup whose id is above every job id the session gave out (no command was
-/// ever sent for it).
+/// process in a job cgroup (`slot-<N>`) that no unsettled job of the session has (its `Started` named
+/// the cgroup; a settled job's cgroup is empty, so what is in it now is a spare waiting for a command).
 pub(crate) fn without_spares(st: &SessionState, killed: &[ProcInfo]) -> Vec<Survivor> {
-    let last = st.last_job();
-    let spare = |p: &&ProcInfo| {
-        p.cgroup.strip_prefix("job-").and_then(|id| id.parse::<JobId>().ok()).is_some_and(|id| id > last)
-    };
+    let held: std::collections::HashSet<&str> =
+        st.jobs.values().filter(|j| !j.cgroup_settled()).filter_map(|j| j.cgroup()).collect();
+    let spare = |p: &&ProcInfo| p.cgroup.starts_with("slot-") && !held.contains(p.cgroup.as_str());
     killed.iter().filter(|p| !spare(p)).map(Survivor::from).collect()
 }
 

@@ -342,7 +342,7 @@ mod tests {
         std::fs::create_dir_all(&jobs).unwrap();
         let mut j = journal::Journal::open(dir.path());
         j.append(&Entry::Job { id: 1, cmd: "x".into() });
-        let started = Event::Started { job: 1, pid: 7, at_unix_ns: 0, prestarted: false };
+        let started = Event::Started { job: 1, pid: 7, at_unix_ns: 0, prestarted: false, cgroup: "slot-1".into() };
         j.append(&Entry::Batch { from: 0, to: 500, before: vec![], events: vec![started] });
         j.append(&Entry::Revived { note: "the worker died".into(), last_job: 1 });
         j.append(&Entry::Job { id: 2, cmd: "y".into() });

@@ -186,6 +186,10 @@ pub struct JobSummary {
     pub liveness: Option<Liveness>,
     pub usage: Option<Usage>,
     pub kept: Option<String>,
+    /// The job's cgroup, relative to the session's (`describe`'s `cgroup`): `slot-3`. Job cgroups are
+    /// reused by later jobs once empty, so this names where the job runs (or ran) only while it is not
+    /// settled; `null` for a job without one of its own (the persistent shell's commands).
+    pub cgroup: Option<String>,
     pub oom_killed: bool,
     /// Later jobs that overrode shell state this job changed (see `JobResult::state_conflicts`).
     pub state_conflicts: Vec<String>,

@@ -202,8 +202,8 @@ impl SessionState {
                 }
                 return false;
             }
-            (Event::Started { pid, at_unix_ns, prestarted, .. }, Some(j)) => {
-                j.on_started(pid, at_unix_ns, prestarted, now)
+            (Event::Started { pid, at_unix_ns, prestarted, cgroup, .. }, Some(j)) => {
+                j.on_started(pid, at_unix_ns, prestarted, cgroup, now)
             }
             (Event::SpawnFailed { error, .. }, Some(j)) => {
                 j.on_spawn_failed(&error, now);

@@ -112,8 +112,14 @@ mod tests {
         h.open("demo");
         h.run("demo", "hang", 0);
         h.sup.kill_worker("demo");
-        let killed =
-            vec![shm_proto::control::ProcInfo { pid: 77, cmdline: "sleep 100".into(), cgroup: "job-1".into() }];
+        // Job 1 runs in `slot-1` (the fake worker's `Started`); the bash in `slot-2`, a cgroup no job of the
+        // session has, is the pre-started shell: ended, but no survivor.
+        let proc = |pid, cmdline: &str, cgroup: &str| shm_proto::control::ProcInfo {
+            pid,
+            cmdline: cmdline.into(),
+            cgroup: cgroup.into(),
+        };
+        let killed = vec![proc(77, "sleep 100", "slot-1"), proc(78, "bash --noprofile --norc", "slot-2")];
         h.kernel.worker_died("demo", None, Some(9), &killed);
         let r = h.ok("session.close", json!({"session": "demo"}));
         assert_eq!(r["survivors"], json!([{"pid": 77, "cmdline": "sleep 100", "age_ms": null, "cpu_ms": null}]));

@@ -105,7 +105,15 @@ pub trait SupervisorLink: Send + Sync {
     fn close_session(&self, session: &str) -> Result<ClosedSession, LinkError>;
     /// The supervisor's own facts.
     fn describe(&self) -> Result<SupervisorFacts, LinkError>;
-    fn keep_job(&self, _session: &str, _job: u64, _name: &str, _owner_uid: u32) -> Result<KeptInfo, LinkError> {
+    /// Move the processes of the job's cgroup (`cgroup`, relative to the session's) to `kept/NAME`.
+    fn keep_job(
+        &self,
+        _session: &str,
+        _job: u64,
+        _cgroup: &str,
+        _name: &str,
+        _owner_uid: u32,
+    ) -> Result<KeptInfo, LinkError> {
         Err(LinkError::Refused("this supervisor cannot keep jobs".into()))
     }
     /// Every kept job.
@@ -311,9 +319,22 @@ impl SupervisorLink for ControlLink {
         }
     }
 
-    fn keep_job(&self, session: &str, job: u64, name: &str, owner_uid: u32) -> Result<KeptInfo, LinkError> {
-        let make =
-            |req| ToSupervisor::KeepJob { req, session: session.to_owned(), job, name: name.to_owned(), owner_uid };
+    fn keep_job(
+        &self,
+        session: &str,
+        job: u64,
+        cgroup: &str,
+        name: &str,
+        owner_uid: u32,
+    ) -> Result<KeptInfo, LinkError> {
+        let make = |req| ToSupervisor::KeepJob {
+            req,
+            session: session.to_owned(),
+            job,
+            cgroup: cgroup.to_owned(),
+            name: name.to_owned(),
+            owner_uid,
+        };
         match self.request(make, CLOSE_TIMEOUT)? {
             (FromSupervisor::JobKept { kept, .. }, _) => Ok(kept),
             (FromSupervisor::Error { error, .. }, _) => Err(LinkError::Refused(error)),

@@ -247,6 +247,7 @@ impl FakeWorker {
                     pid: 10_000 + spec.job as u32,
                     at_unix_ns: crate::job::unix_ns(),
                     prestarted: false,
+                    cgroup: format!("slot-{}", spec.job),
                 });
                 let n: u64 = arg.parse().unwrap_or(0);
                 let job = spec.job;

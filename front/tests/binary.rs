@@ -167,7 +167,13 @@ fn echo_worker(region: Region, cmd_data: EventFd, evt_data: EventFd, stop: Arc<A
     while !stop.load(Ordering::SeqCst) {
         match cmds.pop_msg::<Command>(&mut buf).unwrap() {
             Some(Command::Run(spec)) => {
-                push(Event::Started { job: spec.job, pid: 100, at_unix_ns: 1, prestarted: false });
+                push(Event::Started {
+                    job: spec.job,
+                    pid: 100,
+                    at_unix_ns: 1,
+                    prestarted: false,
+                    cgroup: "slot-1".into(),
+                });
                 push(Event::Output { job: spec.job, stream: Stream::Stdout, data: spec.cmd.into_bytes() });
                 push(Event::Exited { job: spec.job, code: Some(0), signal: None, at_unix_ns: 2, killed: false });
                 push(Event::Emptied { job: spec.job, at_unix_ns: 3, usage: Default::default() });

@@ -46,8 +46,10 @@ pub enum ToSupervisor {
     CloseSession { req: u64, session: String },
     /// Ask for the supervisor's own facts.
     Describe { req: u64 },
-    /// Move every process of `<session>/job-<job>` into `<root>/kept/<name>`, owned by `owner_uid`.
-    KeepJob { req: u64, session: String, job: u64, name: String, owner_uid: u32 },
+    /// Move every process of the job's cgroup `<session>/<cgroup>` (`slot-<N>`, as the worker's `Started`
+    /// named it) into `<root>/kept/<name>`, owned by `owner_uid`. Refused unless that cgroup is still
+    /// the job's (its `user.heddle.job` attribute names `job`): an emptied job cgroup is reused.
+    KeepJob { req: u64, session: String, job: u64, cgroup: String, name: String, owner_uid: u32 },
     /// List the kept jobs (`KeptList`).
     ListKept { req: u64 },
     /// End a kept job: `cgroup.kill`, verify empty, remove (`KeptKilled`).
@@ -88,7 +90,7 @@ pub struct SessionLimits {
 pub struct ProcInfo {
     pub pid: u32,
     pub cmdline: String,
-    /// The cgroup it was in, relative to the session's directory (`job-3`; empty for the session's own).
+    /// The cgroup it was in, relative to the session's directory (`slot-3`; empty for the session's own).
     pub cgroup: String,
 }
 

@@ -195,7 +195,10 @@ pub enum Event {
     },
     /// The job's main process is running. `prestarted`: the job runs on a shell pre-started for it
     /// ([`Command::Prestart`]), handed its command now; `false`: a bash spawned for this command.
-    Started { job: JobId, pid: u32, at_unix_ns: u64, prestarted: bool },
+    /// `cgroup`: the job's cgroup, relative to the session's (`slot-3`; a job cgroup is reused by later
+    /// jobs once empty, so the name says nothing about the job's id), empty when the job has none of
+    /// its own (a command of the persistent shell).
+    Started { job: JobId, pid: u32, at_unix_ns: u64, prestarted: bool, cgroup: String },
     /// The job could not be launched; it never ran.
     SpawnFailed { job: JobId, error: String },
     /// Bytes the job wrote, in order per stream; chunks of both streams in arrival order.

@@ -45,6 +45,8 @@ pub enum KeptError {
     Unknown(String),
     #[error("the job's cgroup {0} does not exist (the job ended and its cgroup was removed)")]
     NoJob(PathBuf),
+    #[error("the cgroup {0} no longer holds job {1} (the job's processes ended and a later job has it)")]
+    NotTheJob(PathBuf, u64),
     #[error("the job's processes could not all be moved out of {0} (it kept forking?)")]
     NotEmptied(PathBuf),
     #[error(transparent)]
@@ -66,11 +68,29 @@ fn pids(dir: &Path) -> Result<Vec<u32>, CgroupError> {
     Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
 }
 
-/// Move every process of `job_dir` into `<root>/kept/<name>` (see the module docs). `v1_parents` are
-/// the v1 cgroups the processes move to on hybrid hosts (out of the session's).
+/// True for the name of a job cgroup in a session directory: `slot-<N>`.
+pub fn is_job_cgroup_name(name: &str) -> bool {
+    name.strip_prefix("slot-").is_some_and(|n| !n.is_empty() && n.len() <= 20 && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The attribute the worker labels a job cgroup with: the id of the job that has it now.
+const JOB_XATTR: &std::ffi::CStr = c"user.heddle.job";
+
+/// True when `job_dir` is labelled as job `job`'s cgroup.
+fn holds_job(job_dir: &Path, job: u64) -> bool {
+    matches!(crate::sys::getxattr(job_dir, JOB_XATTR), Ok(Some(v)) if v == job.to_string().as_bytes())
+}
+
+/// Move every process of job `job`'s cgroup `job_dir` into `<root>/kept/<name>` (see the module docs).
+/// `v1_parents` are the v1 cgroups the processes move to on hybrid hosts (out of the session's).
+///
+/// Job cgroups are reused once empty, so the cgroup is frozen first and then its label checked: a worker
+/// reusing it labels it before looking at its freezer, and does not take a frozen one (the worker's
+/// `cgroup::SessionCgroup`), so a label that still names `job` after the freeze means the processes
+/// moved are the job's.
 pub fn keep(
     root: &Path,
-    job_dir: &Path,
+    (job, job_dir): (u64, &Path),
     name: &str,
     owner_uid: u32,
     v1_parents: &[PathBuf],
@@ -92,8 +112,15 @@ pub fn keep(
     }
     RealCgroups.chown(&dir, owner_uid, u32::MAX)?;
     write(&job_dir.join("cgroup.freeze"), "1")?;
-    let moved = migrate(job_dir, &dir, v1_parents);
+    let moved = if holds_job(job_dir, job) {
+        migrate(job_dir, &dir, v1_parents)
+    } else {
+        Err(KeptError::NotTheJob(job_dir.to_owned(), job))
+    };
     let _ = write(&job_dir.join("cgroup.freeze"), "0");
+    if moved.is_err() {
+        let _ = std::fs::remove_dir(&dir);
+    }
     moved?;
     Ok(KeptInfo {
         name: name.to_owned(),
@@ -200,8 +227,37 @@ mod tests {
     #[test]
     fn bad_names_and_missing_jobs_are_refused() {
         let tmp = tempfile::tempdir().unwrap();
-        assert!(matches!(keep(tmp.path(), tmp.path(), "../x", 0, &[]), Err(KeptError::Name(_))));
-        assert!(matches!(keep(tmp.path(), &tmp.path().join("job-9"), "x", 0, &[]), Err(KeptError::NoJob(_))));
+        assert!(matches!(keep(tmp.path(), (9, tmp.path()), "../x", 0, &[]), Err(KeptError::Name(_))));
+        let gone = tmp.path().join("slot-9");
+        assert!(matches!(keep(tmp.path(), (9, &gone), "x", 0, &[]), Err(KeptError::NoJob(_))));
+        assert!(is_job_cgroup_name("slot-12"));
+        for bad in ["slot-", "slot-1/..", "../slot-1", "worker", "job-3", "slot-1a", "shell"] {
+            assert!(!is_job_cgroup_name(bad), "{bad}");
+        }
         assert!(matches!(kill(tmp.path(), "nope"), Err(KeptError::Unknown(_))));
+    }
+
+    #[test]
+    fn a_job_cgroup_labelled_for_another_job_is_not_kept() {
+        // Plain directories stand in for the cgroups: the label check and its refusal work the same way.
+        let tmp = tempfile::tempdir().unwrap();
+        let slot = tmp.path().join("session-a/slot-1");
+        std::fs::create_dir_all(&slot).unwrap();
+        std::fs::write(slot.join("cgroup.procs"), "").unwrap();
+        let uid = nix::unistd::geteuid().as_raw();
+        let refused = keep(tmp.path(), (9, &slot), "late", uid, &[]);
+        assert!(matches!(refused, Err(KeptError::NotTheJob(_, 9))), "no label: {refused:?}");
+        let label = |v: &str| {
+            let path = std::ffi::CString::new(slot.as_os_str().as_encoded_bytes()).unwrap();
+            crate::sys::setxattr(&path, JOB_XATTR, v.as_bytes()).unwrap();
+        };
+        label("12");
+        let refused = keep(tmp.path(), (9, &slot), "late", uid, &[]);
+        assert!(matches!(refused, Err(KeptError::NotTheJob(_, 9))), "job 12's now: {refused:?}");
+        assert!(!kept_root(tmp.path()).join("late").exists(), "nothing is left of a refused keep");
+        assert_eq!(std::fs::read_to_string(slot.join("cgroup.freeze")).unwrap(), "0", "thawed again");
+        label("9");
+        let kept = keep(tmp.path(), (9, &slot), "late", uid, &[]).unwrap();
+        assert_eq!(kept.name, "late");
     }
 }

@@ -155,8 +155,8 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                 let policy = crate::session::WorkerPolicy { policy, network, project, writable, allow_writable };
                 self.handle_open(req, session, client_uid, &policy, limits)
             }
-            ToSupervisor::KeepJob { req, session, job, name, owner_uid } => {
-                self.handle_keep(req, &session, job, &name, owner_uid)
+            ToSupervisor::KeepJob { req, session, job, cgroup, name, owner_uid } => {
+                self.handle_keep(req, &session, (job, &cgroup), &name, owner_uid)
             }
             ToSupervisor::ListKept { req } => match crate::kept::list(&self.root, &self.adopted) {
                 Ok(kept) => Outgoing::plain(FromSupervisor::KeptList { req, kept }),
@@ -193,14 +193,26 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         }
     }
 
-    fn handle_keep(&mut self, req: u64, session: &str, job: u64, name: &str, owner_uid: u32) -> Outgoing {
+    /// `KeepJob`: `(job, cgroup)` is the job and its cgroup's name in the session, as the front has it.
+    fn handle_keep(
+        &mut self,
+        req: u64,
+        session: &str,
+        (job, cgroup): (u64, &str),
+        name: &str,
+        owner_uid: u32,
+    ) -> Outgoing {
         let Some(s) = self.live.get(session) else {
             let error = format!("there is no open session {session:?}; nothing was kept");
             return Outgoing::plain(FromSupervisor::Error { req, error });
         };
-        let job_dir = s.cgroup.join(format!("job-{job}"));
+        if !crate::kept::is_job_cgroup_name(cgroup) {
+            let error = format!("{cgroup:?} is not the name of a job cgroup (slot-<N>); nothing was kept");
+            return Outgoing::plain(FromSupervisor::Error { req, error });
+        }
+        let job_dir = s.cgroup.join(cgroup);
         let parents: Vec<PathBuf> = self.v1.as_ref().map(|v| v.dirs.clone()).unwrap_or_default();
-        match crate::kept::keep(&self.root, &job_dir, name, owner_uid, &parents) {
+        match crate::kept::keep(&self.root, (job, &job_dir), name, owner_uid, &parents) {
             Ok(kept) => {
                 log(&format!("kept job {job} of session {session:?} as {name:?} ({} processes)", kept.procs.len()));
                 let held = self.procs.hold_kept_pipes(&self.root, name, s.worker.pid, s.worker.pidfd.as_fd());

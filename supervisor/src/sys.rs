@@ -135,6 +135,33 @@ pub struct ChildSetup<'a> {
     pub v1_procs: Vec<BorrowedFd<'a>>,
 }
 
+/// Set the extended attribute `name` of `path` (tests label directories with it, as the worker does).
+#[cfg(test)]
+pub fn setxattr(path: &std::ffi::CStr, name: &std::ffi::CStr, value: &[u8]) -> io::Result<()> {
+    // SAFETY: NUL-terminated path and name, and a value of the length given.
+    let r = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The value of the extended attribute `name` of `path` (`getxattr`; at most 64 bytes), `None` when it
+/// has none.
+pub fn getxattr(path: &std::path::Path, name: &std::ffi::CStr) -> io::Result<Option<Vec<u8>>> {
+    use std::os::unix::ffi::OsStrExt;
+    let path =
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut buf = [0u8; 64];
+    // SAFETY: NUL-terminated path and name, and a buffer of the length given.
+    let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.raw_os_error() == Some(libc::ENODATA) { Ok(None) } else { Err(e) };
+    }
+    Ok(Some(buf[..n as usize].to_vec()))
+}
+
 /// A duplicate of fd `target` of the process behind `pidfd` (`pidfd_getfd(2)`; the caller needs
 /// ptrace access to it, which root has). The new fd is close-on-exec.
 pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, target: RawFd) -> io::Result<OwnedFd> {
@@ -289,6 +316,19 @@ impl ChildPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn getxattr_reads_a_label_and_says_none_without_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("slot-1");
+        std::fs::create_dir(&dir).unwrap();
+        let name = c"user.heddle.job";
+        assert_eq!(getxattr(&dir, name).unwrap(), None);
+        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+        setxattr(&path, name, b"42").unwrap();
+        assert_eq!(getxattr(&dir, name).unwrap(), Some(b"42".to_vec()));
+        assert!(getxattr(&tmp.path().join("gone"), name).is_err());
+    }
     use std::os::fd::AsFd;
 
     #[test]

@@ -229,6 +229,26 @@ pub fn proc_uid(pid: u64) -> Option<u32> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The pids in the cgroup directory `dir` (empty when it is gone).
+pub fn pids_of(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// The cgroup directory of `job` in `session` now: describe's session cgroup joined with the job's
+/// `cgroup` in `jobs` (job cgroups are reused once empty, so only the front knows which is the job's).
+pub fn job_cgroup(c: &mut Client, session: &Value, job: &Value) -> PathBuf {
+    let d = c.call("describe", json!({"session": session})).expect("describe");
+    let dir = PathBuf::from(d["sessions"][0]["cgroup"].as_str().expect("session cgroup"));
+    let jobs = c.call("jobs", json!({"session": session})).expect("jobs");
+    let j =
+        jobs["jobs"].as_array().expect("jobs").iter().find(|j| &j["job"] == job).cloned().expect("the job is listed");
+    dir.join(j["cgroup"].as_str().unwrap_or_else(|| panic!("job {job} has a cgroup: {j}")))
+}
+
 /// True while `/proc/PID` exists and is not a zombie.
 pub fn alive(pid: u64) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -2,27 +2,13 @@
 //! without touching anything outside the job, `keep` moves a job out of its session, limits hold
 //! (pids, memory), nothing leaks after many jobs, and a restarted supervisor cleans up and adopts.
 
-use heddle_tests::{alive, eventually, Heddle};
+use heddle_tests::{alive, eventually, job_cgroup, pids_of, Heddle};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 fn run(c: &mut heddle_tests::Client, s: &Value, cmd: &str, yield_ms: u64) -> Value {
     c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": yield_ms})).expect("run")
-}
-
-fn session_cgroup(c: &mut heddle_tests::Client, s: &Value) -> PathBuf {
-    let d = c.call("describe", json!({"session": s})).unwrap();
-    PathBuf::from(d["sessions"][0]["cgroup"].as_str().unwrap())
-}
-
-fn pids_of(dir: &Path) -> Vec<u32> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
 }
 
 fn survivor_pids(r: &Value) -> Vec<u64> {
@@ -69,7 +55,7 @@ fn setsid_survivors_are_listed_and_kill_empties_only_the_jobs_cgroup() {
     assert!(two_sleeps, "jobs lists both sleeps: {jobs}");
     assert_eq!(jobs["jobs"][0]["settled"], false);
     let survivors = survivor_pids(&jobs["jobs"][0]);
-    let job_dir = session_cgroup(&mut c, &s).join(format!("job-{}", r["job"]));
+    let job_dir = job_cgroup(&mut c, &s, &r["job"]);
     let mut in_cgroup: Vec<u64> = pids_of(&job_dir).into_iter().map(u64::from).collect();
     in_cgroup.sort();
     let mut listed = survivors.clone();

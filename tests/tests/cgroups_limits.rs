@@ -60,8 +60,19 @@ fn a_job_past_the_memory_limit_is_reported_oom_killed() {
     assert_eq!(run(&mut c, &s, "echo ok", 10_000)["view"], "ok\n");
 }
 
-fn fd_count(pid: u64) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+/// The fds of `pid` other than those into its session's cgroup directory `dir` (the emptied job cgroups
+/// kept for the next jobs hold a few each: bounded by the pool, counted by `cgroup_fd_count`).
+fn fd_count(pid: u64, dir: &Path) -> usize {
+    fd_targets(pid).iter().filter(|t| !t.starts_with(dir)).count()
+}
+
+fn cgroup_fd_count(pid: u64, dir: &Path) -> usize {
+    fd_targets(pid).iter().filter(|t| t.starts_with(dir)).count()
+}
+
+fn fd_targets(pid: u64) -> Vec<PathBuf> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap();
+    fds.flatten().filter_map(|e| std::fs::read_link(e.path()).ok()).collect()
 }
 
 fn zombie_children(parent: u64) -> usize {
@@ -81,17 +92,18 @@ fn job_dirs(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("job-"))
+        .filter(|e| e.file_name().to_string_lossy().starts_with("slot-"))
         .map(|e| e.path())
         .collect()
 }
 
-/// The job cgroup directories other than the spare's: with pre-started shells on, the worker keeps one
-/// bash waiting in the next job's cgroup (`job-{last + 1}`) while the session is idle.
-fn non_spare_dirs(dir: &Path, last: u64) -> Vec<PathBuf> {
-    let spare = format!("job-{}", last + 1);
-    job_dirs(dir).into_iter().filter(|p| !p.ends_with(&spare)).collect()
+/// The job cgroup directories with processes in them.
+fn occupied_dirs(dir: &Path) -> Vec<PathBuf> {
+    job_dirs(dir).into_iter().filter(|d| !heddle_tests::pids_of(d).is_empty()).collect()
 }
+
+/// At most this many emptied job cgroups wait for a session's next jobs (`worker::cgroup::POOL`).
+const POOL: usize = 4;
 
 #[test]
 fn five_hundred_jobs_leave_no_cgroup_fd_or_zombie() {
@@ -104,7 +116,7 @@ fn five_hundred_jobs_leave_no_cgroup_fd_or_zombie() {
     assert_eq!(run(&mut c, &s, "true", 10_000)["settled"], true);
     // Count the worker's fds once the idle session's spare (for job 2) is up: it holds the same set then.
     assert!(eventually(Duration::from_secs(5), || job_dirs(&dir).len() == 1), "{:?}", job_dirs(&dir));
-    let fds_before = fd_count(worker);
+    let fds_before = fd_count(worker, &dir);
     let mut prestarted = 0;
     for i in 0..500 {
         // Mostly back to back (cold starts, spares discarded or never made), every 25th after a pause
@@ -126,15 +138,22 @@ fn five_hundred_jobs_leave_no_cgroup_fd_or_zombie() {
         unsettled.is_empty()
     });
     assert!(all_settled, "every job settled: {unsettled:?}");
-    let spare_up =
-        eventually(Duration::from_secs(5), || non_spare_dirs(&dir, 501).is_empty() && job_dirs(&dir).len() == 1);
-    assert!(spare_up, "only the next job's spare is left: {:?}", job_dirs(&dir));
-    let fds_settle = eventually(Duration::from_secs(5), || fd_count(worker) == fds_before);
+    // Left: the cgroup of the next job's spare (one bash), and at most `POOL` emptied cgroups kept for the
+    // next jobs — no cgroup of any of the 500 jobs holds anything, and none leaked.
+    let spare_up = eventually(Duration::from_secs(5), || {
+        let occupied = occupied_dirs(&dir);
+        occupied.len() == 1 && heddle_tests::pids_of(&occupied[0]).len() == 1 && job_dirs(&dir).len() <= 1 + POOL
+    });
+    assert!(spare_up, "only the next job's spare is left: {:?} (occupied {:?})", job_dirs(&dir), occupied_dirs(&dir));
+    let fds_settle = eventually(Duration::from_secs(5), || fd_count(worker, &dir) == fds_before);
     assert!(
         fds_settle,
         "the worker holds no pipe or pidfd of an ended job: {} fds, {fds_before} before",
-        fd_count(worker)
+        fd_count(worker, &dir)
     );
+    // Each emptied job cgroup kept for the next jobs holds its directory and at most three of its files.
+    let cgroup_fds = cgroup_fd_count(worker, &dir);
+    assert!(cgroup_fds <= 4 * (POOL + 1), "{cgroup_fds} fds into the session's job cgroups");
     assert_eq!(zombie_children(worker), 0, "no zombie under the worker");
     c.call("session.close", json!({"session": s})).unwrap();
     assert!(eventually(Duration::from_secs(10), || !dir.exists()), "session cgroup left: {:?}", job_dirs(&dir));

@@ -141,10 +141,15 @@ fn job_dirs(dir: &std::path::Path) -> Vec<String> {
         .map(|rd| {
             rd.filter_map(Result::ok)
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("job-"))
+                .filter(|n| n.starts_with("slot-"))
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The job cgroups with processes in them (emptied ones wait, empty, for the next jobs).
+fn occupied(dir: &std::path::Path) -> Vec<String> {
+    job_dirs(dir).into_iter().filter(|n| !heddle_tests::pids_of(&dir.join(n)).is_empty()).collect()
 }
 
 #[test]
@@ -156,18 +161,19 @@ fn the_spare_waits_in_its_own_job_cgroup_and_session_close_removes_it_and_its_sh
     assert_eq!(r["prestarted"], true, "{r}");
     let dir = session_dir(&mut c, &s);
     // The spare for the next job waits, unseen, in the next job's cgroup: one bash, nothing else.
-    assert!(eventually(Duration::from_secs(5), || job_dirs(&dir).len() == 1), "{:?}", job_dirs(&dir));
-    let spare = dir.join(&job_dirs(&dir)[0]);
+    assert!(eventually(Duration::from_secs(5), || occupied(&dir).len() == 1), "{:?}", job_dirs(&dir));
+    let spare_cgroup = occupied(&dir)[0].clone();
+    let spare = dir.join(&spare_cgroup);
     let procs = std::fs::read_to_string(spare.join("cgroup.procs")).unwrap();
     let pids: Vec<u64> = procs.split_whitespace().map(|p| p.parse().unwrap()).collect();
     assert_eq!(pids.len(), 1, "{procs}");
     let comm = std::fs::read_to_string(format!("/proc/{}/comm", pids[0])).unwrap();
     assert_eq!(comm.trim(), "bash");
-    // The spare is not a job: `jobs` does not list it.
+    // The spare is not a job: no unsettled job of `jobs` has its cgroup.
     let jobs = c.call("jobs", json!({"session": s})).expect("jobs");
-    let spare_id: u64 = job_dirs(&dir)[0].trim_start_matches("job-").parse().unwrap();
-    let listed: Vec<u64> = jobs["jobs"].as_array().unwrap().iter().filter_map(|j| j["job"].as_u64()).collect();
-    assert!(!listed.is_empty() && !listed.contains(&spare_id), "{jobs}");
+    let listed = jobs["jobs"].as_array().unwrap();
+    assert!(!listed.is_empty(), "{jobs}");
+    assert!(!listed.iter().any(|j| j["settled"] != true && j["cgroup"] == spare_cgroup.as_str()), "{jobs}");
     let closed = c.call("session.close", json!({"session": s})).expect("close");
     assert_eq!(closed["survivors"], json!([]), "the spare is no survivor: {closed}");
     assert_eq!(closed["killed"], 0, "{closed}");

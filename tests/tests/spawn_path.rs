@@ -26,7 +26,11 @@ fn describe_names_the_vfork_style_clone3_and_failures_still_come_back() {
     let r = run(&mut c, &s, "grep ^0:: /proc/self/cgroup; grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status");
     assert_eq!(r["exit_code"], 0, "{r}");
     let view = r["view"].as_str().unwrap();
-    assert!(view.lines().next().unwrap().ends_with(&format!("/job-{}", r["job"])), "{view}");
+    // The job ran in the cgroup the front names for it (`jobs`: the session's `slot-<N>`).
+    let dir = heddle_tests::job_cgroup(&mut c, &s, &r["job"]);
+    let cgroup_line = view.lines().next().unwrap();
+    assert!(cgroup_line.ends_with(&format!("/{}", dir.file_name().unwrap().to_string_lossy())), "{view}");
+    assert!(dir.to_string_lossy().ends_with(cgroup_line.trim_start_matches("0::")), "{view} vs {dir:?}");
     assert!(view.contains("NoNewPrivs:\t1") && view.contains("Seccomp:\t2"), "{view}");
     assert_eq!(
         spawn_path(&mut c, &s),

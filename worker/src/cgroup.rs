@@ -32,8 +32,20 @@ pub trait CgroupOps {
     /// Create the job's cgroup; returns the directory fd to start the job in (`None`: start it in the
     /// worker's own cgroup, as fakes do).
     fn create(&mut self, job: JobId) -> io::Result<Option<OwnedFd>>;
-    /// Remove the job's cgroup (`EBUSY` while processes remain in it).
+    /// Give up the job's cgroup (`EBUSY` while processes remain in it): removed, or kept empty for a
+    /// later job.
     fn remove(&mut self, job: JobId) -> io::Result<()>;
+    /// If the job's cgroup is empty: its final accounting (`cpu.stat` usage, `memory.peak`), and the
+    /// cgroup given up as by [`CgroupOps::remove`]. `EBUSY` while processes remain in it.
+    fn settle(&mut self, job: JobId) -> io::Result<(u64, Option<u64>)> {
+        let cpu = self.cpu_usec(job).unwrap_or(0);
+        let peak = self.memory_peak(job);
+        self.remove(job).map(|()| (cpu, peak))
+    }
+    /// The job's cgroup, relative to the session's directory (for `Started`).
+    fn cgroup_name(&self, job: JobId) -> String {
+        job_name(job)
+    }
     /// SIGKILL every process of the job's cgroup (`cgroup.kill`).
     fn kill(&mut self, job: JobId) -> io::Result<()>;
     /// Freeze (`true`) or thaw the job's cgroup (`cgroup.freeze`).
@@ -90,6 +102,45 @@ pub struct SessionCgroup {
     watches: HashMap<WatchDescriptor, JobId>,
     /// Job cgroups have `memory.peak` (the session enables `memory` for its children: pure v2).
     per_job_memory: bool,
+    /// The cgroup of each job that has one now.
+    slots: HashMap<JobId, Slot>,
+    /// Empty job cgroups waiting for the next job (most recently emptied last).
+    free: Vec<Slot>,
+    /// The number in the next new cgroup's name (`slot-<N>`).
+    next_slot: u64,
+    /// At most this many empty cgroups wait in `free`; the rest are removed (0: every job gets a new one).
+    pool: usize,
+}
+
+/// How many emptied job cgroups a session keeps for its next jobs. One serves a session whose jobs run
+/// one after the other (or a job and the pre-started shell for the next); a few more cover short bursts of
+/// concurrent jobs. Beyond it, an emptied cgroup is removed.
+pub const POOL: usize = 4;
+
+/// The extended attribute naming the job a job cgroup holds now (its decimal id); the supervisor checks
+/// it before keeping a job, since an emptied job cgroup is reused by a later job.
+pub const JOB_XATTR: &std::ffi::CStr = c"user.heddle.job";
+
+/// A job cgroup directory: made once, then reused by later jobs while it is empty.
+#[derive(Debug)]
+struct Slot {
+    /// `slot-<N>` (or `shell`), relative to the session directory.
+    name: String,
+    dir: OwnedFd,
+    /// `cgroup.events`, `cpu.stat` and `cgroup.freeze`, opened on first use and kept: a reused cgroup's
+    /// emptiness and accounting are one `pread` each.
+    events: Option<std::fs::File>,
+    cpu: Option<std::fs::File>,
+    freeze: Option<std::fs::File>,
+    /// `usage_usec` when the current job got the cgroup: a job's CPU time is the difference.
+    cpu_base: u64,
+    /// Frozen by the worker and not thawed since.
+    frozen: bool,
+    /// `cgroup.kill` was written to it. Never reused then: on this kernel (6.18) every process later
+    /// placed into it by `CLONE_INTO_CGROUP` is killed at once (the clone compares the cgroup's kill
+    /// count with the parent's), which `heddle-bench cgroup` shows.
+    killed: bool,
+    wd: Option<WatchDescriptor>,
 }
 
 fn job_name(job: JobId) -> String {
@@ -99,13 +150,84 @@ fn job_name(job: JobId) -> String {
     format!("job-{job}")
 }
 
+/// Read a whole (small) cgroup file from its start, with `pread` (no seek, no size hint: cgroup files
+/// report size 0). A read shorter than the buffer is the end: these files (`cgroup.events`, `cpu.stat`,
+/// `cgroup.freeze`) are made whole by one kernel `show` call, so no second read is needed to see end of
+/// file — one system call per read on the job's settle path.
+fn pread_all(f: &std::fs::File) -> io::Result<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 4096];
+    loop {
+        match f.read_at(&mut chunk, buf.len() as u64) {
+            Ok(0) => break,
+            Ok(n) if n < chunk.len() => {
+                buf.extend_from_slice(&chunk[..n]);
+                break;
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+impl Slot {
+    fn file<'a>(dir: &OwnedFd, cached: &'a mut Option<std::fs::File>, name: &str) -> io::Result<&'a std::fs::File> {
+        if cached.is_none() {
+            let fd = openat(dir.as_fd(), name, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())?;
+            *cached = Some(fd.into());
+        }
+        cached.as_ref().ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
+    }
+
+    fn populated(&mut self) -> io::Result<bool> {
+        Ok(parse_populated(&pread_all(Self::file(&self.dir, &mut self.events, "cgroup.events")?)?))
+    }
+
+    /// `usage_usec` of the cgroup, since it was made.
+    fn usage(&mut self) -> io::Result<u64> {
+        Ok(parse_usage_usec(&pread_all(Self::file(&self.dir, &mut self.cpu, "cpu.stat")?)?).unwrap_or(0))
+    }
+
+    /// True when someone froze the cgroup (the supervisor, keeping the job that had it).
+    fn freeze_requested(&mut self) -> bool {
+        Self::file(&self.dir, &mut self.freeze, "cgroup.freeze").and_then(pread_all).map_or(true, |t| t.trim() != "0")
+    }
+
+    /// Name the cgroup's job in [`JOB_XATTR`]. A failure only means a `keep` of the job is refused.
+    fn label(&self, job: JobId) {
+        let _ = sys::fsetxattr(self.dir.as_fd(), JOB_XATTR, job.to_string().as_bytes());
+    }
+}
+
 impl SessionCgroup {
     /// Open the session cgroup directory `path`.
     pub fn open(path: &Path) -> io::Result<SessionCgroup> {
         let dir = nix::fcntl::open(path, OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())?;
         let control = std::fs::read_to_string(path.join("cgroup.subtree_control")).unwrap_or_default();
         let per_job_memory = control.split_whitespace().any(|c| c == "memory");
-        Ok(SessionCgroup { dir, path: path.to_path_buf(), inotify: None, watches: HashMap::new(), per_job_memory })
+        // With the memory controller on job cgroups, `memory.peak` and `memory.events` would carry a
+        // previous job's figures: every job gets a new cgroup there.
+        let pool = if per_job_memory { 0 } else { POOL };
+        Ok(SessionCgroup {
+            dir,
+            path: path.to_path_buf(),
+            inotify: None,
+            watches: HashMap::new(),
+            per_job_memory,
+            slots: HashMap::new(),
+            free: Vec::new(),
+            next_slot: 1,
+            pool,
+        })
+    }
+
+    /// Keep at most `n` emptied job cgroups for later jobs (0: a new cgroup for every job).
+    pub fn with_pool(mut self, n: usize) -> SessionCgroup {
+        self.pool = n;
+        self
     }
 
     /// The session directory's path.
@@ -113,9 +235,18 @@ impl SessionCgroup {
         &self.path
     }
 
+    /// The job's cgroup name, relative to the session directory.
+    fn name_of(&self, job: JobId) -> String {
+        self.slots.get(&job).map_or_else(|| job_name(job), |s| s.name.clone())
+    }
+
     fn open_file(&self, job: JobId, file: &str, flags: OFlag) -> io::Result<std::fs::File> {
-        let rel = format!("{}/{file}", job_name(job));
-        Ok(openat(self.dir.as_fd(), rel.as_str(), flags | OFlag::O_CLOEXEC, Mode::empty())?.into())
+        let flags = flags | OFlag::O_CLOEXEC;
+        let fd = match self.slots.get(&job) {
+            Some(slot) => openat(slot.dir.as_fd(), file, flags, Mode::empty())?,
+            None => openat(self.dir.as_fd(), format!("{}/{file}", job_name(job)).as_str(), flags, Mode::empty())?,
+        };
+        Ok(fd.into())
     }
 
     fn write_file(&self, job: JobId, file: &str, value: &[u8]) -> io::Result<()> {
@@ -123,54 +254,170 @@ impl SessionCgroup {
     }
 
     /// Read a whole (small) cgroup file: open, `read` until end of file, close. Unlike
-    /// `File::read_to_string`, no `statx` and `lseek` for a size hint (cgroup files report size 0 anyway):
-    /// the `cpu.stat` read sits on every job's settle path.
+    /// `File::read_to_string`, no `statx` and `lseek` for a size hint (cgroup files report size 0 anyway).
     fn read_file(&self, job: JobId, file: &str) -> io::Result<String> {
         let mut f = self.open_file(job, file, OFlag::O_RDONLY)?;
         let mut buf = Vec::with_capacity(512);
-        let mut chunk = [0u8; 4096];
-        loop {
-            match f.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        f.read_to_end(&mut buf)?;
         String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
     fn members(&self, job: JobId) -> io::Result<Vec<u32>> {
         Ok(self.read_file(job, "cgroup.procs")?.lines().filter_map(|l| l.trim().parse().ok()).collect())
     }
+
+    /// An emptied cgroup from the pool for `job`, unless the supervisor froze it meanwhile (a `keep` of
+    /// its previous job in progress: that one is removed instead).
+    fn reuse(&mut self, job: JobId) -> Option<OwnedFd> {
+        while let Some(mut slot) = self.free.pop() {
+            // Label first, then look at the freezer: a `keep` that froze the cgroup after this read finds
+            // the new label and refuses, one that froze it before is seen here.
+            slot.label(job);
+            if slot.freeze_requested() {
+                let _ = self.unlink(&slot.name);
+                continue;
+            }
+            let dir = slot.dir.try_clone().ok()?;
+            self.slots.insert(job, slot);
+            return Some(dir);
+        }
+        None
+    }
+
+    fn unlink(&self, name: &str) -> io::Result<()> {
+        nix::unistd::unlinkat(self.dir.as_fd(), name, nix::unistd::UnlinkatFlags::RemoveDir)?;
+        Ok(())
+    }
+
+    /// The job no longer has its cgroup, which is empty: keep it for a later job, or remove it. `usage`:
+    /// its `cpu.stat` usage if just read; `Some(None)`: not known to be empty, so only removed.
+    fn release(&mut self, job: JobId, mut slot: Slot, usage: Option<Option<u64>>) -> io::Result<()> {
+        if let (Some(wd), Some(ino)) = (slot.wd.take(), self.inotify.as_ref()) {
+            let _ = ino.rm_watch(wd);
+            self.watches.remove(&wd);
+        }
+        let reusable = job != crate::persistent::SHELL_CGROUP
+            && !slot.frozen
+            && !slot.killed
+            && self.free.len() < self.pool
+            && usage != Some(None);
+        if reusable {
+            if let Some(base) = usage.flatten().map_or_else(|| slot.usage().ok(), Some) {
+                slot.cpu_base = base;
+                self.free.push(slot);
+                return Ok(());
+            }
+        }
+        match self.unlink(&slot.name) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.slots.insert(job, slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// Remove the emptied cgroups kept for later jobs (at the worker's end).
+    pub fn drain_pool(&mut self) {
+        for slot in std::mem::take(&mut self.free) {
+            let _ = self.unlink(&slot.name);
+        }
+    }
 }
 
 impl CgroupOps for SessionCgroup {
     fn create(&mut self, job: JobId) -> io::Result<Option<OwnedFd>> {
-        let name = job_name(job);
-        nix::sys::stat::mkdirat(self.dir.as_fd(), name.as_str(), Mode::from_bits_truncate(0o755))?;
+        if self.slots.contains_key(&job) {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        let shell = job == crate::persistent::SHELL_CGROUP;
+        if !shell {
+            if let Some(dir) = self.reuse(job) {
+                return Ok(Some(dir));
+            }
+        }
+        let name = loop {
+            let name = if shell { job_name(job) } else { format!("slot-{}", self.next_slot) };
+            match nix::sys::stat::mkdirat(self.dir.as_fd(), name.as_str(), Mode::from_bits_truncate(0o755)) {
+                Ok(()) if shell => break name,
+                Ok(()) => {
+                    self.next_slot += 1;
+                    break name;
+                }
+                // Left by an earlier worker of the session: take the next number.
+                Err(nix::errno::Errno::EEXIST) if !shell => self.next_slot += 1,
+                Err(e) => return Err(e.into()),
+            }
+        };
         let flags = OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC;
-        match openat(self.dir.as_fd(), name.as_str(), flags, Mode::empty()) {
-            Ok(fd) => Ok(Some(fd)),
+        let opened = openat(self.dir.as_fd(), name.as_str(), flags, Mode::empty())
+            .map_err(io::Error::from)
+            .and_then(|dir| Ok((dir.try_clone()?, dir)));
+        match opened {
+            Ok((dir, spawn)) => {
+                let slot = Slot {
+                    name,
+                    dir,
+                    events: None,
+                    cpu: None,
+                    freeze: None,
+                    cpu_base: 0,
+                    frozen: false,
+                    killed: false,
+                    wd: None,
+                };
+                slot.label(job);
+                self.slots.insert(job, slot);
+                Ok(Some(spawn))
+            }
             Err(e) => {
-                let _ = self.remove(job);
-                Err(e.into())
+                let _ = self.unlink(&name);
+                Err(e)
             }
         }
     }
 
     fn remove(&mut self, job: JobId) -> io::Result<()> {
-        let name = job_name(job);
-        nix::unistd::unlinkat(self.dir.as_fd(), name.as_str(), nix::unistd::UnlinkatFlags::RemoveDir)?;
-        Ok(())
+        let Some(mut slot) = self.slots.remove(&job) else {
+            return self.unlink(&job_name(job));
+        };
+        match slot.populated() {
+            Ok(true) => {
+                self.slots.insert(job, slot);
+                Err(io::Error::from_raw_os_error(libc::EBUSY))
+            }
+            Ok(false) => self.release(job, slot, None),
+            // Unknown: only the kernel's `rmdir` may say it is empty (EBUSY otherwise).
+            Err(_) => self.release(job, slot, Some(None)),
+        }
+    }
+
+    fn settle(&mut self, job: JobId) -> io::Result<(u64, Option<u64>)> {
+        let Some(slot) = self.slots.get_mut(&job) else { return Err(io::Error::from_raw_os_error(libc::ENOENT)) };
+        if slot.populated()? {
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        // Empty, and nothing can enter it but through the worker: the figures are final.
+        let usage = slot.usage().unwrap_or(slot.cpu_base);
+        let cpu_usec = usage.saturating_sub(slot.cpu_base);
+        let peak = self.memory_peak(job);
+        let slot = self.slots.remove(&job).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        self.release(job, slot, Some(Some(usage))).map(|()| (cpu_usec, peak))
     }
 
     fn kill(&mut self, job: JobId) -> io::Result<()> {
+        if let Some(slot) = self.slots.get_mut(&job) {
+            slot.killed = true;
+        }
         self.write_file(job, "cgroup.kill", b"1")
     }
 
     fn set_frozen(&mut self, job: JobId, frozen: bool) -> io::Result<()> {
-        self.write_file(job, "cgroup.freeze", if frozen { b"1" } else { b"0" })
+        self.write_file(job, "cgroup.freeze", if frozen { b"1" } else { b"0" })?;
+        if let Some(slot) = self.slots.get_mut(&job) {
+            slot.frozen = frozen;
+        }
+        Ok(())
     }
 
     fn term_members(&mut self, job: JobId) -> io::Result<usize> {
@@ -184,11 +431,23 @@ impl CgroupOps for SessionCgroup {
     }
 
     fn populated(&mut self, job: JobId) -> io::Result<bool> {
-        Ok(parse_populated(&self.read_file(job, "cgroup.events")?))
+        match self.slots.get_mut(&job) {
+            Some(slot) => slot.populated(),
+            None => Ok(parse_populated(&self.read_file(job, "cgroup.events")?)),
+        }
     }
 
     fn job_path(&self, job: JobId) -> String {
-        self.path.join(job_name(job)).to_string_lossy().into_owned()
+        let name = match self.slots.get(&job) {
+            Some(s) => s.name.clone(),
+            None if job == crate::persistent::SHELL_CGROUP => job_name(job),
+            None => format!("slot-{}", self.next_slot),
+        };
+        self.path.join(name).to_string_lossy().into_owned()
+    }
+
+    fn cgroup_name(&self, job: JobId) -> String {
+        self.name_of(job)
     }
 
     fn watch_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -199,10 +458,13 @@ impl CgroupOps for SessionCgroup {
         if self.inotify.is_none() {
             self.inotify = Some(Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?);
         }
-        let path = self.path.join(job_name(job)).join("cgroup.events");
+        let path = self.path.join(self.name_of(job)).join("cgroup.events");
         let ino = self.inotify.as_ref().ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
         let wd = ino.add_watch(&path, AddWatchFlags::IN_MODIFY)?;
         self.watches.insert(wd, job);
+        if let Some(slot) = self.slots.get_mut(&job) {
+            slot.wd = Some(wd);
+        }
         Ok(())
     }
 
@@ -229,7 +491,10 @@ impl CgroupOps for SessionCgroup {
     }
 
     fn cpu_usec(&mut self, job: JobId) -> io::Result<u64> {
-        Ok(parse_usage_usec(&self.read_file(job, "cpu.stat")?).unwrap_or(0))
+        match self.slots.get_mut(&job) {
+            Some(slot) => Ok(slot.usage()?.saturating_sub(slot.cpu_base)),
+            None => Ok(parse_usage_usec(&self.read_file(job, "cpu.stat")?).unwrap_or(0)),
+        }
     }
 
     fn memory_peak(&mut self, job: JobId) -> Option<u64> {
@@ -362,24 +627,58 @@ mod tests {
     #[test]
     fn session_cgroup_paths_stay_inside_the_session_dir() {
         // A plain directory stands in for the cgroup: mkdir, open and rmdir work the same way.
-        let tmp = std::env::temp_dir().join(format!("heddle-cgtest-{}", std::process::id()));
-        std::fs::create_dir(&tmp).unwrap();
-        let mut cg = SessionCgroup::open(&tmp).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let tmp = tmp.path();
+        let mut cg = SessionCgroup::open(tmp).unwrap();
         assert!(cg.create(3).unwrap().is_some());
-        assert!(tmp.join("job-3").is_dir());
-        assert_eq!(cg.job_path(3), tmp.join("job-3").to_string_lossy());
-        assert_eq!(cg.create(3).unwrap_err().raw_os_error(), Some(libc::EEXIST));
-        std::fs::write(tmp.join("job-3/cgroup.events"), "populated 1\n").unwrap();
+        assert!(tmp.join("slot-1").is_dir());
+        assert_eq!(cg.job_path(3), tmp.join("slot-1").to_string_lossy());
+        assert_eq!(cg.cgroup_name(3), "slot-1");
+        assert_eq!(cg.create(3).unwrap_err().raw_os_error(), Some(libc::EEXIST), "job 3 has its cgroup");
+        std::fs::write(tmp.join("slot-1/cgroup.events"), "populated 1\n").unwrap();
         assert!(cg.populated(3).unwrap());
-        std::fs::write(tmp.join("job-3/cgroup.kill"), "").unwrap();
+        assert_eq!(cg.remove(3).unwrap_err().raw_os_error(), Some(libc::EBUSY), "not while populated");
+        std::fs::write(tmp.join("slot-1/cgroup.kill"), "").unwrap();
         cg.kill(3).unwrap();
-        assert_eq!(std::fs::read_to_string(tmp.join("job-3/cgroup.kill")).unwrap(), "1");
+        assert_eq!(std::fs::read_to_string(tmp.join("slot-1/cgroup.kill")).unwrap(), "1");
         assert!(cg.kill(4).is_err(), "no such job cgroup");
-        std::fs::remove_file(tmp.join("job-3/cgroup.events")).unwrap();
-        std::fs::remove_file(tmp.join("job-3/cgroup.kill")).unwrap();
-        cg.remove(3).unwrap();
-        assert!(!tmp.join("job-3").exists());
-        std::fs::remove_dir(&tmp).unwrap();
+        std::fs::remove_file(tmp.join("slot-1/cgroup.events")).unwrap();
+        std::fs::remove_file(tmp.join("slot-1/cgroup.kill")).unwrap();
+        let mut cg = cg.with_pool(0);
+        cg.slots.get_mut(&3).unwrap().events = None;
+        // No pool: an empty cgroup is removed (the events file is gone, so "empty" comes from the error path).
+        assert!(cg.remove(3).is_ok());
+        assert!(!tmp.join("slot-1").exists());
+    }
+
+    #[test]
+    fn an_emptied_job_cgroup_serves_the_next_job_with_its_cpu_time_counted_from_zero() {
+        let tmp = tempfile::tempdir().unwrap();
+        let tmp = tmp.path();
+        let mut cg = SessionCgroup::open(tmp).unwrap();
+        let slot = tmp.join("slot-1");
+        cg.create(7).unwrap();
+        std::fs::write(slot.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
+        std::fs::write(slot.join("cpu.stat"), "usage_usec 100\nuser_usec 60\n").unwrap();
+        std::fs::write(slot.join("cgroup.freeze"), "0\n").unwrap();
+        assert_eq!(cg.settle(7).unwrap_err().raw_os_error(), Some(libc::EBUSY));
+        std::fs::write(slot.join("cgroup.events"), "populated 0\nfrozen 0\n").unwrap();
+        assert_eq!(cg.settle(7).unwrap(), (100, None));
+        assert!(slot.is_dir(), "kept for the next job");
+        assert!(cg.cpu_usec(7).is_err(), "job 7 has no cgroup any more");
+        cg.create(8).unwrap();
+        assert_eq!(cg.cgroup_name(8), "slot-1", "reused");
+        std::fs::write(slot.join("cpu.stat"), "usage_usec 250\n").unwrap();
+        assert_eq!(cg.cpu_usec(8).unwrap(), 150);
+        assert_eq!(cg.settle(8).unwrap(), (150, None));
+        // Frozen meanwhile (a keep of its previous job in progress): not reused.
+        std::fs::write(slot.join("cgroup.freeze"), "1\n").unwrap();
+        cg.create(9).unwrap();
+        assert_eq!(cg.cgroup_name(9), "slot-2");
+        // A name left by an earlier worker is skipped.
+        std::fs::create_dir(tmp.join("slot-3")).unwrap();
+        cg.create(10).unwrap();
+        assert_eq!(cg.cgroup_name(10), "slot-4");
     }
 
     #[test]

@@ -102,7 +102,13 @@ impl<C: CgroupOps> Worker<C> {
                 }
                 self.jobs.insert(job, j);
                 self.rearm(job);
-                self.out.emit(&Event::Started { job, pid, at_unix_ns: unix_ns(), prestarted: false })?;
+                self.out.emit(&Event::Started {
+                    job,
+                    pid,
+                    at_unix_ns: unix_ns(),
+                    prestarted: false,
+                    cgroup: self.cgroups.cgroup_name(job),
+                })?;
             }
             Err(err) => {
                 let _ = self.cgroups.remove(job);

@@ -1,14 +1,14 @@
 //! After a job's main process exits: survivors, the cgroup emptying, accounting and removal; and the
 //! commands that look at a live job (`Probe`) or hand it away (`Forget`, after `keep`).
 //!
-//! Right after `Exited`, the job's `cpu.stat` is read and its cgroup removed: the kernel refuses the
-//! `rmdir` (`EBUSY`) while any process remains, so a success means empty, and `Emptied` goes out at once
-//! without a `cgroup.events` read. On `EBUSY` (or a `cgroup.events` saying `populated 1` after another
-//! error): the worker adds an inotify watch on the file
+//! Right after `Exited`, the job's `cgroup.events` is read: `populated 0` means empty, so its `cpu.stat`
+//! is read (final: nothing can enter an empty job cgroup but through the worker) and the cgroup is given
+//! up — kept, empty, for the session's next job, or removed beyond the pool's size — and `Emptied` goes
+//! out at once. On `populated 1`: the worker adds an inotify watch on the file
 //! (`IN_MODIFY`, the inotify fd sits in the worker's mio poll — nothing sleeps or polls), re-reads it
 //! (a change between the read and the watch is not lost), and lists the survivors (`Survivors`: pid,
 //! command line, age, CPU). When the file later says `populated 0` (the survivors ended, or a `Kill`
-//! reached them), `Emptied` goes out and the cgroup is removed. The job entry is dropped once both
+//! reached them), `Emptied` goes out and the cgroup is given up as above. The job entry is dropped once both
 //! `StreamsClosed` and `Emptied` (or `Forgotten`) went out.
 //!
 //! Invariants: `Emptied` is sent once, only after `populated 0` was read, and only then is the job
@@ -67,13 +67,11 @@ impl<C: CgroupOps> Worker<C> {
             return self.finish_if_done(job);
         }
         let killing = j.kill_requested;
-        // The common case, an empty cgroup, in two steps: read the accounting, then `rmdir`, which the
-        // kernel refuses (EBUSY) while any process remains, so it answers "empty?" and removes at once —
-        // no `cgroup.events` read on the answer path. Any other failure takes the careful path below.
-        let cpu_usec = self.cgroups.cpu_usec(job).unwrap_or(0);
-        let peak = self.cgroups.memory_peak(job);
-        match self.cgroups.remove(job) {
-            Ok(()) => return self.emptied_with(job, (cpu_usec, peak), Ok(())),
+        // The common case, an empty cgroup: one `cgroup.events` read says so, one `cpu.stat` read gives the
+        // final accounting, and the cgroup goes back to the session's pool for the next job (both files
+        // stay open in the pool, so each is one `pread`). Any other failure takes the careful path below.
+        match self.cgroups.settle(job) {
+            Ok(usage) => return self.emptied_with(job, usage, Ok(())),
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
             Err(_) if !self.cgroups.populated(job).unwrap_or(false) => return self.emptied(job),
             Err(_) => {}
@@ -119,12 +117,16 @@ impl<C: CgroupOps> Worker<C> {
         Ok(())
     }
 
-    /// The cgroup is empty: read its accounting, remove it, send `Emptied`.
+    /// The cgroup is empty: read its accounting, give it up, send `Emptied`.
     fn emptied(&mut self, job: JobId) -> Result<(), WorkerError> {
-        let cpu_usec = self.cgroups.cpu_usec(job).unwrap_or(0);
-        let peak = self.cgroups.memory_peak(job);
-        let removed = self.cgroups.remove(job);
-        self.emptied_with(job, (cpu_usec, peak), removed)
+        match self.cgroups.settle(job) {
+            Ok(usage) => self.emptied_with(job, usage, Ok(())),
+            Err(e) => {
+                let cpu_usec = self.cgroups.cpu_usec(job).unwrap_or(0);
+                let peak = self.cgroups.memory_peak(job);
+                self.emptied_with(job, (cpu_usec, peak), Err(e))
+            }
+        }
     }
 
     /// Send `Emptied` with the accounting (`cpu.stat`, `memory.peak`) read before the cgroup's removal

@@ -33,7 +33,13 @@ impl<C: CgroupOps> Worker<C> {
         match self.start_in_shell(&spec) {
             Ok(pid) => {
                 self.persistent.active = Some(job);
-                self.out.emit(&Event::Started { job, pid, at_unix_ns: unix_ns(), prestarted: false })?;
+                self.out.emit(&Event::Started {
+                    job,
+                    pid,
+                    at_unix_ns: unix_ns(),
+                    prestarted: false,
+                    cgroup: String::new(),
+                })?;
             }
             Err(err) => self.out.emit(&Event::SpawnFailed { job, error: truncate(error_chain(&err)) })?,
         }

@@ -280,6 +280,12 @@ impl<C: CgroupOps> Worker<C> {
     /// The `Started` of a job handed to a spare.
     pub(crate) fn spare_started(&mut self, job: JobId, pid: u32) -> Result<(), WorkerError> {
         self.rearm(job);
-        Ok(self.out.emit(&Event::Started { job, pid, at_unix_ns: crate::job::unix_ns(), prestarted: true })?)
+        Ok(self.out.emit(&Event::Started {
+            job,
+            pid,
+            at_unix_ns: crate::job::unix_ns(),
+            prestarted: true,
+            cgroup: self.cgroups.cgroup_name(job),
+        })?)
     }
 }

@@ -119,6 +119,16 @@ pub fn pidfd_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
     Ok(())
 }
 
+/// Set the extended attribute `name` of the file behind `fd` to `value` (`fsetxattr`).
+pub fn fsetxattr(fd: BorrowedFd<'_>, name: &std::ffi::CStr, value: &[u8]) -> io::Result<()> {
+    // SAFETY: a live fd, a NUL-terminated name, and a buffer of the length given.
+    let r = unsafe { libc::fsetxattr(fd.as_raw_fd(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,16 +10,49 @@ use shm_proto::sync::Ordering;
 use std::time::{Duration, Instant};
 
 #[test]
-fn a_job_runs_in_its_own_cgroup_which_is_removed_after() {
+fn a_job_runs_in_its_own_cgroup_which_serves_the_next_job_once_empty() {
     let mut w = ProcessWorker::start("own");
-    w.front.run(1, "cat /proc/self/cgroup; echo ${SECRET_TOKEN:-unset} $TERM; exit 5");
+    // A busy loop first (tens of ms of CPU), so that a CPU time of the next job that counted from the
+    // cgroup's creation would show it.
+    w.front.run(
+        1,
+        "x=0; while ((x < 40000)); do ((x++)); done; cat /proc/self/cgroup; echo ${SECRET_TOKEN:-unset} $TERM; exit 5",
+    );
     let mut c = Collector::default();
     let t = c.until_done(&mut w.front, 1);
     let out = t.stdout_str();
-    assert!(out.lines().any(|l| l == format!("0::{}", w.cgroup_name("job-1"))), "{out}");
+    assert!(out.lines().any(|l| l == format!("0::{}", w.cgroup_name("slot-1"))), "{out}");
     assert!(out.ends_with("unset dumb\n"), "{out}");
     assert_eq!(t.exited, Some((Some(5), None, false)));
-    assert!(!w.dir.join("job-1").exists(), "the job cgroup was removed");
+    assert_eq!(w.populated("slot-1"), Some(false), "the job's cgroup is empty, kept for the next job");
+    // The next job gets the emptied cgroup; its CPU time counts from zero there.
+    w.front.run(2, "cat /proc/self/cgroup");
+    let t = c.until_done(&mut w.front, 2);
+    assert!(t.stdout_str().lines().any(|l| l == format!("0::{}", w.cgroup_name("slot-1"))), "{}", t.stdout_str());
+    c.until(&mut w.front, "Emptied", |c| [1, 2].iter().all(|j| c.jobs.get(j).is_some_and(|t| t.cpu_usec.is_some())));
+    let (busy, next) = (c.jobs[&1].cpu_usec.unwrap(), c.jobs[&2].cpu_usec.unwrap());
+    assert!(busy > 10_000 && next < busy / 2, "job 1 used {busy} µs, job 2 {next} µs of CPU");
+    // A killed job's cgroup is never reused: the kernel would kill every process later cloned into it.
+    w.front.run(3, "sleep 30");
+    c.until(&mut w.front, "Started", |c| c.jobs.get(&3).is_some_and(|t| t.pid.is_some()));
+    w.front.send(&Command::Kill { job: 3, grace_ms: 0 });
+    c.until_done(&mut w.front, 3);
+    assert!(w.wait_unpopulated("slot-1", Duration::from_secs(5)));
+    assert!(eventually_gone(&w.dir.join("slot-1")), "the killed job's cgroup was removed");
+    w.front.run(4, "cat /proc/self/cgroup; echo ran");
+    let t = c.until_done(&mut w.front, 4);
+    assert!(t.stdout_str().ends_with("/slot-2\nran\n"), "{}", t.stdout_str());
+}
+
+fn eventually_gone(dir: &std::path::Path) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while dir.exists() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
 }
 
 #[test]
@@ -31,13 +64,18 @@ fn a_worker_started_with_sigchld_ignored_still_reaps_and_reports_exit_codes() {
 }
 
 #[test]
-fn a_spawn_failure_leaves_no_cgroup_behind() {
+fn a_spawn_failure_leaves_nothing_in_its_cgroup() {
     let mut w = ProcessWorker::start("fail");
     w.front.run_in(1, "true", "/nonexistent-heddle", &[]);
     let mut c = Collector::default();
     let err = c.until_done(&mut w.front, 1).spawn_failed.clone().unwrap();
     assert!(err.starts_with("cannot enter working directory /nonexistent-heddle"), "{err}");
-    assert!(!w.dir.join("job-1").exists());
+    assert_ne!(w.populated("slot-1"), Some(true), "nothing of the failed spawn remains in its cgroup");
+    // The emptied cgroup serves the next job.
+    w.front.run(2, "cat /proc/self/cgroup");
+    let t = c.until_done(&mut w.front, 2);
+    assert_eq!(t.exited, Some((Some(0), None, false)));
+    assert!(t.stdout_str().ends_with("/slot-1\n"), "{}", t.stdout_str());
 }
 
 #[test]
@@ -49,7 +87,7 @@ fn kill_without_grace_ends_the_whole_job_cgroup() {
     w.front.send(&Command::Kill { job: 1, grace_ms: 0 });
     let t = c.until_done(&mut w.front, 1);
     assert_eq!(t.exited, Some((None, Some(libc::SIGKILL), true)));
-    assert!(w.wait_unpopulated("job-1", Duration::from_secs(5)));
+    assert!(w.wait_unpopulated("slot-1", Duration::from_secs(5)));
 }
 
 #[test]
@@ -87,9 +125,9 @@ fn a_survivor_keeps_its_cgroup_until_killed() {
     let mut c = Collector::default();
     let t = c.until_done(&mut w.front, 1);
     assert_eq!(t.exited, Some((Some(0), None, false)));
-    assert_eq!(w.populated("job-1"), Some(true), "the survivor is still in job-1");
+    assert_eq!(w.populated("slot-1"), Some(true), "the survivor is still in slot-1");
     w.front.send(&Command::Kill { job: 1, grace_ms: 0 });
-    assert!(w.wait_unpopulated("job-1", Duration::from_secs(5)), "Kill reached the survivor");
+    assert!(w.wait_unpopulated("slot-1", Duration::from_secs(5)), "Kill reached the survivor");
 }
 
 #[test]
@@ -114,7 +152,7 @@ fn shutdown_kills_the_jobs_and_exits_zero() {
     c.until(&mut w.front, "Started", |c| c.jobs.get(&1).is_some_and(|t| t.pid.is_some()));
     w.front.send(&Command::Shutdown);
     assert_eq!(w.wait_exit(Duration::from_secs(5)).code(), Some(0));
-    assert!(w.wait_unpopulated("job-1", Duration::from_secs(5)));
+    assert!(w.wait_unpopulated("slot-1", Duration::from_secs(5)));
 }
 
 #[test]

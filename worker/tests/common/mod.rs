@@ -127,6 +127,8 @@ pub struct Trace {
     pub state: Option<Vec<u8>>,
     /// Event kinds in arrival order, with runs of `Output` on one stream collapsed.
     pub kinds: Vec<&'static str>,
+    /// `Emptied`'s CPU time (the event itself is also kept in `Collector::other`).
+    pub cpu_usec: Option<u64>,
 }
 
 impl Trace {
@@ -153,6 +155,9 @@ impl Collector {
                 t.kinds.push(k);
             }
         };
+        if let Event::Emptied { job, usage, .. } = &ev {
+            self.jobs.entry(*job).or_default().cpu_usec = Some(usage.cpu_usec);
+        }
         match ev {
             Event::Started { job, pid, prestarted, .. } => {
                 let t = self.jobs.entry(job).or_default();
