@@ -1,10 +1,12 @@
 //! `heddle-bench cgroup`: what a per-job cgroup costs. Interleaved in one run:
 //!
 //! - baseline: the launcher's spawn of `/bin/true` (clone3, exec, wait) in the bench's own cgroup;
-//! - subject: the same spawn placed by `CLONE_INTO_CGROUP` into a fresh `job-N` cgroup, with the
-//!   `mkdir` before and, once the child is reaped, the `cpu.stat` read and the `rmdir` after (which the
-//!   kernel refuses while a process remains, so it also tells the cgroup is empty) — the worker's whole
-//!   per-job cgroup path;
+//! - subject: the same spawn placed by `CLONE_INTO_CGROUP` into the job's cgroup as the worker gets it
+//!   (`SessionCgroup::create`: an emptied cgroup from the session's pool, in the steady state), and, once
+//!   the child is reaped, `SessionCgroup::settle`: the `cgroup.events` read (empty?), the `cpu.stat` read
+//!   (the job's CPU time) and the cgroup back to the pool — the worker's whole per-job cgroup path;
+//! - the same with the pool off (`with_pool(0)`): a fresh cgroup per job (`mkdir`, and `rmdir` after), the
+//!   worker's path before the pool;
 //! - the cgroup part alone (`mkdir` + open + `rmdir`, no process);
 //! - both spawns again fork-style (`Prepared::force_fork`), the launcher's path before the vfork-style
 //!   clone, so the two are compared in the same run;
@@ -49,12 +51,11 @@ fn open_dir(dir: &Path) -> OwnedFd {
 }
 
 /// The steps of the subject, in order.
-const STEPS: [&str; 5] =
-    ["mkdir + open (SessionCgroup::create)", "spawn (until exec)", "wait", "cpu.stat read", "rmdir (= empty?)"];
+const STEPS: [&str; 4] = ["SessionCgroup::create", "spawn (until exec)", "wait", "SessionCgroup::settle"];
 
 /// The worker's per-job path, through the worker's own cgroup code ([`SessionCgroup`]); returns each
 /// step's time in µs.
-fn in_cgroup(session: &mut SessionCgroup, n: usize, fork: bool) -> [f64; 5] {
+fn in_cgroup(session: &mut SessionCgroup, n: usize, fork: bool) -> [f64; 4] {
     let job = n as u64;
     let mut t = Instant::now();
     let mut lap = || {
@@ -62,14 +63,12 @@ fn in_cgroup(session: &mut SessionCgroup, n: usize, fork: bool) -> [f64; 5] {
         t = Instant::now();
         e
     };
-    let fd = session.create(job).expect("mkdir job cgroup").expect("a directory fd");
+    let fd = session.create(job).expect("job cgroup").expect("a directory fd");
     let create = lap();
     let [spawn, wait] = spawn_true(Some(fd), fork);
     lap();
-    let _ = session.cpu_usec(job).expect("cpu.stat");
-    let cpu = lap();
-    session.remove(job).expect("rmdir job cgroup (EBUSY: a process remained)");
-    [create, spawn, wait, cpu, lap()]
+    session.settle(job).expect("settle the job cgroup (EBUSY: a process remained)");
+    [create, spawn, wait, lap()]
 }
 
 fn dir_only(root: &Path, n: usize) {
@@ -88,7 +87,9 @@ struct Samples {
     bare_fork: Vec<f64>,
     placed_fork: Vec<f64>,
     bare_steps: [Vec<f64>; 2],
-    steps: [Vec<f64>; 5],
+    steps: [Vec<f64>; 4],
+    fresh: Vec<f64>,
+    fresh_steps: [Vec<f64>; 4],
     reused: Vec<f64>,
 }
 
@@ -98,6 +99,9 @@ pub fn run(iterations: usize) -> anyhow::Result<()> {
     let root = heddle_tests::cgroup2_mount().join(format!("heddle-bench-{}", std::process::id()));
     std::fs::create_dir(&root)?;
     let mut session = SessionCgroup::open(&root)?;
+    let fresh_root = root.join("fresh");
+    std::fs::create_dir(&fresh_root)?;
+    let mut fresh_session = SessionCgroup::open(&fresh_root)?.with_pool(0);
     let reuse = root.join("reused");
     std::fs::create_dir(&reuse)?;
     let reuse_fd = open_dir(&reuse);
@@ -105,8 +109,10 @@ pub fn run(iterations: usize) -> anyhow::Result<()> {
     for i in 0..iterations + 50 {
         let mut bare_steps = [0.0; 2];
         let b = time_us(|| bare_steps = spawn_true(None, false));
-        let mut steps = [0.0; 5];
+        let mut steps = [0.0; 4];
         let p = time_us(|| steps = in_cgroup(&mut session, i, false));
+        let mut fresh_steps = [0.0; 4];
+        let f = time_us(|| fresh_steps = in_cgroup(&mut fresh_session, i, false));
         let d = time_us(|| dir_only(&root, i));
         let bf = time_us(|| {
             spawn_true(None, true);
@@ -124,6 +130,10 @@ pub fn run(iterations: usize) -> anyhow::Result<()> {
             s.bare_fork.push(bf);
             s.placed_fork.push(pf);
             s.reused.push(r);
+            s.fresh.push(f);
+            for (v, x) in s.fresh_steps.iter_mut().zip(fresh_steps) {
+                v.push(x);
+            }
             for (v, x) in s.bare_steps.iter_mut().zip(bare_steps) {
                 v.push(x);
             }
@@ -132,6 +142,10 @@ pub fn run(iterations: usize) -> anyhow::Result<()> {
             }
         }
     }
+    drop(fresh_session);
+    std::fs::remove_dir(&fresh_root)?;
+    session.drain_pool();
+    drop(session);
     std::fs::remove_dir(&reuse)?;
     std::fs::remove_dir(&root)?;
     print(s);
@@ -144,22 +158,29 @@ fn print(s: Samples) {
         "per-job cgroup: create + place (CLONE_INTO_CGROUP) + remove vs a bare spawn",
         "bare launcher spawn of /bin/true + wait",
         bare,
-        "same, in a fresh job cgroup (mkdir, rmdir)",
+        "same, in the job's cgroup from the pool",
         placed,
     );
     println!("{:<44} {:>10.1}", "cgroup cost at p50 (subject - baseline) µs", placed.p50 - bare.p50);
+    let fresh = Summary::of(s.fresh);
+    println!(
+        "{:<44} {:>10.1}   (cgroup cost: {:+.1})",
+        "same, a fresh cgroup per job (pool off)",
+        fresh.p50,
+        fresh.p50 - bare.p50
+    );
     println!("{:<44} {:>10.1} {:>10.1} {:>10.1}", "mkdir + open + rmdir alone", dirs.p50, dirs.p90, dirs.p99);
     println!("-- the subject step by step (p50 µs), the spawn and wait steps against the baseline's");
     let bare_steps = s.bare_steps.map(|v| Summary::of(v).p50);
-    for (i, (name, v)) in STEPS.iter().zip(s.steps).enumerate() {
-        let p50 = Summary::of(v).p50;
+    for (i, ((name, v), fresh)) in STEPS.iter().zip(s.steps).zip(s.fresh_steps).enumerate() {
+        let (p50, fresh) = (Summary::of(v).p50, Summary::of(fresh).p50);
         match i {
             1 | 2 => println!(
-                "{name:<44} {p50:>10.1}   (baseline {:.1}, {:+.1})",
+                "{name:<44} {p50:>10.1}   (baseline {:.1}, {:+.1}; fresh cgroup {fresh:.1})",
                 bare_steps[i - 1],
                 p50 - bare_steps[i - 1]
             ),
-            _ => println!("{name:<44} {p50:>10.1}"),
+            _ => println!("{name:<44} {p50:>10.1}   (fresh cgroup: {fresh:.1})"),
         }
     }
     let reused = Summary::of(s.reused);

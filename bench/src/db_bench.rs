@@ -54,7 +54,7 @@ fn run_rows(i: u64) -> [Write; 3] {
 
 fn journal_entries(i: u64) -> [Entry; 2] {
     let events = vec![
-        Event::Started { job: i, pid: 4242, at_unix_ns: 1, prestarted: false },
+        Event::Started { job: i, pid: 4242, at_unix_ns: 1, prestarted: false, cgroup: "slot-1".into() },
         Event::Exited { job: i, code: Some(0), signal: None, at_unix_ns: 2, killed: false },
         Event::StreamsClosed { job: i },
     ];
