@@ -79,10 +79,16 @@ pub(crate) fn send(s: &Session, hint: Hint) {
 /// What the supervisor killed in a session, as the session's survivors: without the pre-started shell, a
 /// process in a job cgroup (`slot-<N>`) that no unsettled job of the session has (its `Started` named
 /// the cgroup; a settled job's cgroup is empty, so what is in it now is a spare waiting for a command).
+/// Two narrow windows are misread, both at a worker's death or a close racing a job's start or end: a
+/// job whose `Started` the front had not seen yet has its processes counted as the spare (still killed,
+/// not listed), and a spare in the cgroup of a job whose `Emptied` was still on its way is listed.
 pub(crate) fn without_spares(st: &SessionState, killed: &[ProcInfo]) -> Vec<Survivor> {
     let held: std::collections::HashSet<&str> =
         st.jobs.values().filter(|j| !j.cgroup_settled()).filter_map(|j| j.cgroup()).collect();
-    let spare = |p: &&ProcInfo| p.cgroup.starts_with("slot-") && !held.contains(p.cgroup.as_str());
+    let spare = |p: &&ProcInfo| {
+        let top = p.cgroup.split('/').next().unwrap_or_default();
+        top.starts_with("slot-") && !held.contains(top)
+    };
     killed.iter().filter(|p| !spare(p)).map(Survivor::from).collect()
 }
 

@@ -47,6 +47,8 @@ pub enum KeptError {
     NoJob(PathBuf),
     #[error("the cgroup {0} no longer holds job {1} (the job's processes ended and a later job has it)")]
     NotTheJob(PathBuf, u64),
+    #[error("the job's cgroup {0} is empty: nothing of the job runs any more, so nothing was kept")]
+    Empty(PathBuf),
     #[error("the job's processes could not all be moved out of {0} (it kept forking?)")]
     NotEmptied(PathBuf),
     #[error(transparent)]
@@ -142,7 +144,7 @@ fn migrate(from: &Path, to: &Path, v1_parents: &[PathBuf]) -> Result<(), KeptErr
             other => other?,
         };
         if left.is_empty() {
-            return Ok(());
+            return if pass == 0 { Err(KeptError::Empty(from.to_owned())) } else { Ok(()) };
         }
         for pid in left {
             match std::fs::write(to.join("cgroup.procs"), pid.to_string()) {
@@ -257,7 +259,8 @@ mod tests {
         assert!(!kept_root(tmp.path()).join("late").exists(), "nothing is left of a refused keep");
         assert_eq!(std::fs::read_to_string(slot.join("cgroup.freeze")).unwrap(), "0", "thawed again");
         label("9");
-        let kept = keep(tmp.path(), (9, &slot), "late", uid, &[]).unwrap();
-        assert_eq!(kept.name, "late");
+        let empty = keep(tmp.path(), (9, &slot), "late", uid, &[]);
+        assert!(matches!(empty, Err(KeptError::Empty(_))), "labelled for job 9, but nothing in it: {empty:?}");
+        assert!(!kept_root(tmp.path()).join("late").exists());
     }
 }

@@ -51,21 +51,25 @@ fn the_next_run_after_a_worker_sigkill_gets_a_new_worker_with_the_session_intact
     let cmd = format!("echo x >> {}; echo partial; sleep 1000", counter.display());
     let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 300})).unwrap();
     assert_eq!(r["state"], "running", "{r}");
+    // The job's cgroup, pinned by its inode: a new worker may make a cgroup of the same name later.
+    let inode = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+    let first_dir = heddle_tests::job_cgroup(&mut c, &s, &r["job"]);
+    let first_ino = inode(&first_dir).expect("the running job's cgroup exists");
     let (lost, pid) = kill_worker_mid_job(&h, &mut c, &s, "a");
     assert!(r["job"].as_u64() < lost.as_u64());
     // Both unfinished jobs are lost, and their processes and job cgroups are gone.
     let w = c.call("wait", json!({"session": s, "job": r["job"], "yield_ms": 0})).unwrap();
     assert_eq!(w["state"], "lost", "{w}");
     assert!(eventually(Duration::from_secs(5), || !alive(pid)), "the lost job's process {pid} is gone");
-    for job in [&r["job"], &lost] {
-        // The old worker's session subtree was removed with it; a new worker may already have made its own
-        // (empty, or with a spare in it) under the same session name.
-        let dir = heddle_tests::job_cgroup(&mut c, &s, job);
-        assert!(
-            !dir.exists() || !heddle_tests::pids_of(&dir).contains(&(pid as u32)),
-            "job {job}'s cgroup was removed"
-        );
-    }
+    // The old worker's session subtree went with it (a new worker may already have made cgroups of the
+    // same names: other inodes).
+    assert!(
+        eventually(Duration::from_secs(5), || inode(&first_dir) != Some(first_ino)),
+        "job {}'s cgroup {first_dir:?} was removed",
+        r["job"]
+    );
+    let lost_dir = heddle_tests::job_cgroup(&mut c, &s, &lost);
+    assert!(!heddle_tests::pids_of(&lost_dir).contains(&(pid as u32)), "job {lost}'s process left its cgroup");
     // The next run in the same session works, in a new worker, with the shell state made before.
     let out = run_ok(&mut c, &s, "pwd; echo $KEPT");
     assert_eq!(out, format!("{}/sub\nyes\n", h.project.display()));

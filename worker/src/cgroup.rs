@@ -46,6 +46,9 @@ pub trait CgroupOps {
     fn cgroup_name(&self, job: JobId) -> String {
         job_name(job)
     }
+    /// Never hand the job's cgroup to a later job: remove it once empty (its main process was SIGKILLed,
+    /// perhaps by a `cgroup.kill` from outside the worker, which would kill every later job in it).
+    fn retire(&mut self, _job: JobId) {}
     /// SIGKILL every process of the job's cgroup (`cgroup.kill`).
     fn kill(&mut self, job: JobId) -> io::Result<()>;
     /// Freeze (`true`) or thaw the job's cgroup (`cgroup.freeze`).
@@ -110,6 +113,9 @@ pub struct SessionCgroup {
     next_slot: u64,
     /// At most this many empty cgroups wait in `free`; the rest are removed (0: every job gets a new one).
     pool: usize,
+    /// Cgroups whose job id was needed again while processes remained in them (a killed spare still
+    /// dying): removed once empty, never reused.
+    dying: Vec<Slot>,
 }
 
 /// How many emptied job cgroups a session keeps for its next jobs. One serves a session whose jobs run
@@ -196,9 +202,9 @@ impl Slot {
         Self::file(&self.dir, &mut self.freeze, "cgroup.freeze").and_then(pread_all).map_or(true, |t| t.trim() != "0")
     }
 
-    /// Name the cgroup's job in [`JOB_XATTR`]. A failure only means a `keep` of the job is refused.
-    fn label(&self, job: JobId) {
-        let _ = sys::fsetxattr(self.dir.as_fd(), JOB_XATTR, job.to_string().as_bytes());
+    /// Name the cgroup's job in [`JOB_XATTR`] (what `keep` checks).
+    fn label(&self, job: JobId) -> io::Result<()> {
+        sys::fsetxattr(self.dir.as_fd(), JOB_XATTR, job.to_string().as_bytes())
     }
 }
 
@@ -221,6 +227,7 @@ impl SessionCgroup {
             free: Vec::new(),
             next_slot: 1,
             pool,
+            dying: Vec::new(),
         })
     }
 
@@ -267,21 +274,34 @@ impl SessionCgroup {
     }
 
     /// An emptied cgroup from the pool for `job`, unless the supervisor froze it meanwhile (a `keep` of
-    /// its previous job in progress: that one is removed instead).
+    /// its previous job in progress) or it cannot be labelled (a stale label would let a `keep` of the
+    /// previous job move this one): such a one is removed instead.
     fn reuse(&mut self, job: JobId) -> Option<OwnedFd> {
         while let Some(mut slot) = self.free.pop() {
             // Label first, then look at the freezer: a `keep` that froze the cgroup after this read finds
             // the new label and refuses, one that froze it before is seen here.
-            slot.label(job);
-            if slot.freeze_requested() {
-                let _ = self.unlink(&slot.name);
-                continue;
+            let usable = slot.label(job).is_ok() && !slot.freeze_requested();
+            match slot.dir.try_clone() {
+                Ok(dir) if usable => {
+                    self.slots.insert(job, slot);
+                    return Some(dir);
+                }
+                _ => {
+                    let _ = self.unlink(&slot.name);
+                }
             }
-            let dir = slot.dir.try_clone().ok()?;
-            self.slots.insert(job, slot);
-            return Some(dir);
         }
         None
+    }
+
+    /// Remove the cgroups given up while processes were still in them (killed spares), once empty.
+    fn bury(&mut self) {
+        let dying = std::mem::take(&mut self.dying);
+        for slot in dying {
+            if self.unlink(&slot.name).is_err() {
+                self.dying.push(slot);
+            }
+        }
     }
 
     fn unlink(&self, name: &str) -> io::Result<()> {
@@ -317,7 +337,8 @@ impl SessionCgroup {
         }
     }
 
-    /// Remove the emptied cgroups kept for later jobs (at the worker's end).
+    /// Remove the emptied cgroups kept for later jobs (the bench; a worker's pool goes with its session's
+    /// subtree, which the supervisor removes).
     pub fn drain_pool(&mut self) {
         for slot in std::mem::take(&mut self.free) {
             let _ = self.unlink(&slot.name);
@@ -327,8 +348,15 @@ impl SessionCgroup {
 
 impl CgroupOps for SessionCgroup {
     fn create(&mut self, job: JobId) -> io::Result<Option<OwnedFd>> {
-        if self.slots.contains_key(&job) {
-            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        if !self.dying.is_empty() {
+            self.bury();
+        }
+        if let Some(mut old) = self.slots.remove(&job) {
+            // The id's earlier cgroup (a spare for this id, killed and not yet empty): never reused.
+            old.killed = true;
+            if self.unlink(&old.name).is_err() {
+                self.dying.push(old);
+            }
         }
         let shell = job == crate::persistent::SHELL_CGROUP;
         if !shell {
@@ -366,7 +394,8 @@ impl CgroupOps for SessionCgroup {
                     killed: false,
                     wd: None,
                 };
-                slot.label(job);
+                // Unlabelled (an error here), a `keep` of the job is refused; never another job's label.
+                let _ = slot.label(job);
                 self.slots.insert(job, slot);
                 Ok(Some(spawn))
             }
@@ -448,6 +477,12 @@ impl CgroupOps for SessionCgroup {
 
     fn cgroup_name(&self, job: JobId) -> String {
         self.name_of(job)
+    }
+
+    fn retire(&mut self, job: JobId) {
+        if let Some(slot) = self.slots.get_mut(&job) {
+            slot.killed = true;
+        }
     }
 
     fn watch_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -634,7 +669,6 @@ mod tests {
         assert!(tmp.join("slot-1").is_dir());
         assert_eq!(cg.job_path(3), tmp.join("slot-1").to_string_lossy());
         assert_eq!(cg.cgroup_name(3), "slot-1");
-        assert_eq!(cg.create(3).unwrap_err().raw_os_error(), Some(libc::EEXIST), "job 3 has its cgroup");
         std::fs::write(tmp.join("slot-1/cgroup.events"), "populated 1\n").unwrap();
         assert!(cg.populated(3).unwrap());
         assert_eq!(cg.remove(3).unwrap_err().raw_os_error(), Some(libc::EBUSY), "not while populated");
@@ -644,11 +678,36 @@ mod tests {
         assert!(cg.kill(4).is_err(), "no such job cgroup");
         std::fs::remove_file(tmp.join("slot-1/cgroup.events")).unwrap();
         std::fs::remove_file(tmp.join("slot-1/cgroup.kill")).unwrap();
-        let mut cg = cg.with_pool(0);
+        // Unreadable `cgroup.events`: not known to be empty, so only the kernel's `rmdir` may decide.
         cg.slots.get_mut(&3).unwrap().events = None;
-        // No pool: an empty cgroup is removed (the events file is gone, so "empty" comes from the error path).
         assert!(cg.remove(3).is_ok());
-        assert!(!tmp.join("slot-1").exists());
+        assert!(!tmp.join("slot-1").exists(), "removed, not kept for a later job");
+        // No pool: an empty cgroup is removed. (The events file is read through the fd kept open, then
+        // deleted, so that the plain directory can be removed like an empty cgroup.)
+        let mut cg = cg.with_pool(0);
+        cg.create(4).unwrap();
+        std::fs::write(tmp.join("slot-2/cgroup.events"), "populated 0\n").unwrap();
+        assert!(!cg.populated(4).unwrap());
+        std::fs::remove_file(tmp.join("slot-2/cgroup.events")).unwrap();
+        assert!(cg.remove(4).is_ok());
+        assert!(!tmp.join("slot-2").exists());
+    }
+
+    #[test]
+    fn a_cgroup_still_busy_under_a_needed_id_is_set_aside_and_removed_once_empty() {
+        let tmp = tempfile::tempdir().unwrap();
+        let tmp = tmp.path();
+        let mut cg = SessionCgroup::open(tmp).unwrap();
+        cg.create(5).unwrap();
+        // A file stands in for a process: the directory cannot be removed yet.
+        std::fs::write(tmp.join("slot-1/busy"), "").unwrap();
+        cg.create(5).unwrap();
+        assert_eq!(cg.cgroup_name(5), "slot-2", "the id gets a new cgroup");
+        assert!(tmp.join("slot-1").exists());
+        std::fs::remove_file(tmp.join("slot-1/busy")).unwrap();
+        cg.create(6).unwrap();
+        assert!(!tmp.join("slot-1").exists(), "removed once empty, never reused");
+        assert_eq!(cg.cgroup_name(6), "slot-3");
     }
 
     #[test]

@@ -189,6 +189,10 @@ impl<C: CgroupOps> Worker<C> {
                 let (code, signal) = (status.and_then(ExitStatus::code), status.and_then(ExitStatus::signal));
                 let killed = j.kill_requested;
                 self.report_limits(job, signal)?;
+                if signal == Some(libc::SIGKILL) {
+                    // Maybe a `cgroup.kill` from outside the worker: such a cgroup must not be reused.
+                    self.cgroups.retire(job);
+                }
                 self.out.emit(&Event::Exited { job, code, signal, at_unix_ns, killed })?;
                 self.after_exit(job)?;
             }

@@ -44,6 +44,23 @@ fn a_job_runs_in_its_own_cgroup_which_serves_the_next_job_once_empty() {
     assert!(t.stdout_str().ends_with("/slot-2\nran\n"), "{}", t.stdout_str());
 }
 
+#[test]
+fn a_cgroup_killed_from_outside_the_worker_is_not_reused() {
+    let mut w = ProcessWorker::start("outkill");
+    w.front.run(1, "sleep 30");
+    let mut c = Collector::default();
+    c.until(&mut w.front, "Started", |c| c.jobs.get(&1).is_some_and(|t| t.pid.is_some()));
+    // Someone else (an operator) ends the job through its cgroup: the test created this subtree.
+    std::fs::write(w.dir.join("slot-1/cgroup.kill"), "1").unwrap();
+    let t = c.until_done(&mut w.front, 1);
+    assert_eq!(t.exited, Some((None, Some(libc::SIGKILL), false)));
+    assert!(eventually_gone(&w.dir.join("slot-1")), "a killed cgroup is removed, not kept");
+    w.front.run(2, "cat /proc/self/cgroup; echo ran");
+    let t = c.until_done(&mut w.front, 2);
+    assert_eq!(t.exited, Some((Some(0), None, false)), "{}", t.stdout_str());
+    assert!(t.stdout_str().ends_with("/slot-2\nran\n"), "{}", t.stdout_str());
+}
+
 fn eventually_gone(dir: &std::path::Path) -> bool {
     let deadline = Instant::now() + Duration::from_secs(5);
     while dir.exists() {
