@@ -127,6 +127,17 @@ pub const POOL: usize = 4;
 /// it before keeping a job, since an emptied job cgroup is reused by a later job.
 pub const JOB_XATTR: &std::ffi::CStr = c"user.heddle.job";
 
+/// What is known of a job cgroup being given up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Emptiness {
+    /// `populated 0` was read.
+    Empty,
+    /// `populated 0` was read, then `cpu.stat` gave this usage.
+    Read(u64),
+    /// `cgroup.events` could not be read: only the kernel's `rmdir` may tell, so the cgroup is removed.
+    Unknown,
+}
+
 /// A job cgroup directory: made once, then reused by later jobs while it is empty.
 #[derive(Debug)]
 struct Slot {
@@ -309,9 +320,8 @@ impl SessionCgroup {
         Ok(())
     }
 
-    /// The job no longer has its cgroup, which is empty: keep it for a later job, or remove it. `usage`:
-    /// its `cpu.stat` usage if just read; `Some(None)`: not known to be empty, so only removed.
-    fn release(&mut self, job: JobId, mut slot: Slot, usage: Option<Option<u64>>) -> io::Result<()> {
+    /// The job no longer has its cgroup: keep it for a later job if it is known to be empty, or remove it.
+    fn release(&mut self, job: JobId, mut slot: Slot, empty: Emptiness) -> io::Result<()> {
         if let (Some(wd), Some(ino)) = (slot.wd.take(), self.inotify.as_ref()) {
             let _ = ino.rm_watch(wd);
             self.watches.remove(&wd);
@@ -320,9 +330,13 @@ impl SessionCgroup {
             && !slot.frozen
             && !slot.killed
             && self.free.len() < self.pool
-            && usage != Some(None);
+            && empty != Emptiness::Unknown;
         if reusable {
-            if let Some(base) = usage.flatten().map_or_else(|| slot.usage().ok(), Some) {
+            let base = match empty {
+                Emptiness::Read(usage) => Some(usage),
+                _ => slot.usage().ok(),
+            };
+            if let Some(base) = base {
                 slot.cpu_base = base;
                 self.free.push(slot);
                 return Ok(());
@@ -415,9 +429,8 @@ impl CgroupOps for SessionCgroup {
                 self.slots.insert(job, slot);
                 Err(io::Error::from_raw_os_error(libc::EBUSY))
             }
-            Ok(false) => self.release(job, slot, None),
-            // Unknown: only the kernel's `rmdir` may say it is empty (EBUSY otherwise).
-            Err(_) => self.release(job, slot, Some(None)),
+            Ok(false) => self.release(job, slot, Emptiness::Empty),
+            Err(_) => self.release(job, slot, Emptiness::Unknown),
         }
     }
 
@@ -431,7 +444,7 @@ impl CgroupOps for SessionCgroup {
         let cpu_usec = usage.saturating_sub(slot.cpu_base);
         let peak = self.memory_peak(job);
         let slot = self.slots.remove(&job).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-        self.release(job, slot, Some(Some(usage))).map(|()| (cpu_usec, peak))
+        self.release(job, slot, Emptiness::Read(usage)).map(|()| (cpu_usec, peak))
     }
 
     fn kill(&mut self, job: JobId) -> io::Result<()> {
