@@ -302,7 +302,7 @@ mod tests {
     fn remove_tree_removes_nested_plain_dirs() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("session-a");
-        std::fs::create_dir_all(root.join("job-1/inner")).unwrap();
+        std::fs::create_dir_all(root.join("slot-1/inner")).unwrap();
         std::fs::create_dir_all(root.join("worker")).unwrap();
         RealCgroups.remove_tree(&root).unwrap();
         assert!(!root.exists());

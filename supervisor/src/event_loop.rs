@@ -538,14 +538,14 @@ mod tests {
         let mut r = rig();
         r.send(crate::fake::open_msg(1, "w", 0));
         r.recv();
-        r.calls.set_procs(vec![ProcInfo { pid: 5, cmdline: "make".into(), cgroup: "job-1".into() }]);
+        r.calls.set_procs(vec![ProcInfo { pid: 5, cmdline: "make".into(), cgroup: "slot-1".into() }]);
         r.calls.ring_last_pidfd();
         let (msg, _) = r.recv();
         let want = FromSupervisor::WorkerDied {
             session: "w".into(),
             code: None,
             signal: Some(libc::SIGKILL),
-            killed: vec![ProcInfo { pid: 5, cmdline: "make".into(), cgroup: "job-1".into() }],
+            killed: vec![ProcInfo { pid: 5, cmdline: "make".into(), cgroup: "slot-1".into() }],
         };
         assert_eq!(msg, want);
         assert!(r.lp.sessions.get("w").is_none());

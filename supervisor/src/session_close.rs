@@ -127,7 +127,7 @@ mod tests {
     }
 
     fn proc1() -> ProcInfo {
-        ProcInfo { pid: 77, cmdline: "sleep 100".into(), cgroup: "job-1".into() }
+        ProcInfo { pid: 77, cmdline: "sleep 100".into(), cgroup: "slot-1".into() }
     }
 
     #[test]

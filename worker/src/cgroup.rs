@@ -759,18 +759,24 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let (v2, hybrid) = (tmp.path().join("v2"), tmp.path().join("hybrid"));
         for d in [&v2, &hybrid] {
-            std::fs::create_dir_all(d.join("job-1")).unwrap();
-            std::fs::write(d.join("job-1/memory.peak"), "5242880\n").unwrap();
+            std::fs::create_dir_all(d).unwrap();
         }
         std::fs::write(v2.join("cgroup.subtree_control"), "memory pids\n").unwrap();
         std::fs::write(hybrid.join("cgroup.subtree_control"), "\n").unwrap();
-        assert_eq!(SessionCgroup::open(&v2).unwrap().memory_peak(1), Some(5 << 20));
-        assert_eq!(SessionCgroup::open(&hybrid).unwrap().memory_peak(1), None, "no file is read on hybrid hosts");
-        assert_eq!(SessionCgroup::open(&v2).unwrap().memory_peak(2), None, "no such job");
-        std::fs::write(v2.join("job-1/memory.events"), "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n").unwrap();
-        std::fs::write(hybrid.join("job-1/memory.events"), "oom_kill 1\n").unwrap();
-        assert_eq!(SessionCgroup::open(&v2).unwrap().oom_kills(1), Some(1));
-        assert_eq!(SessionCgroup::open(&hybrid).unwrap().oom_kills(1), None);
+        let (mut v2cg, mut hycg) = (SessionCgroup::open(&v2).unwrap(), SessionCgroup::open(&hybrid).unwrap());
+        assert_eq!(v2cg.pool, 0, "a new cgroup for every job where job cgroups count memory");
+        assert_eq!(hycg.pool, POOL);
+        for (d, cg) in [(&v2, &mut v2cg), (&hybrid, &mut hycg)] {
+            cg.create(1).unwrap();
+            std::fs::write(d.join("slot-1/memory.peak"), "5242880\n").unwrap();
+        }
+        assert_eq!(v2cg.memory_peak(1), Some(5 << 20));
+        assert_eq!(hycg.memory_peak(1), None, "no file is read on hybrid hosts");
+        assert_eq!(v2cg.memory_peak(2), None, "no such job");
+        std::fs::write(v2.join("slot-1/memory.events"), "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n").unwrap();
+        std::fs::write(hybrid.join("slot-1/memory.events"), "oom_kill 1\n").unwrap();
+        assert_eq!(v2cg.oom_kills(1), Some(1));
+        assert_eq!(hycg.oom_kills(1), None);
     }
 
     #[test]
