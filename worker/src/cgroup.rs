@@ -1,8 +1,13 @@
 //! Job cgroups inside the session's delegated subtree, behind the [`CgroupOps`] trait.
 //!
 //! [`SessionCgroup`] is the real thing: every path is resolved relative to an fd of the session directory
-//! (`<session>/job-<N>/…`), so nothing outside the subtree is ever named. [`RecordingCgroups`] is the fake
-//! for tests without root: it records each call and places no process anywhere.
+//! or of a job cgroup in it (`<session>/slot-<K>/…`), so nothing outside the subtree is ever named. A job
+//! cgroup holds one job at a time and, once empty, waits in a small pool for a later job (no `mkdir` and
+//! `rmdir` per job; docs/cgroups.md, "Reuse"). [`RecordingCgroups`] is the fake for tests without root: it
+//! records each call and places no process anywhere.
+//!
+//! Invariant: a job cgroup is handed to another job only after `populated 0` was read following its job's
+//! end, never after a `cgroup.kill` or a SIGKILLed job, never while frozen.
 //!
 //! Invariant: no operation here signals a process that is not, at that moment, a member of the job's
 //! cgroup. [`SessionCgroup::term_members`] pins each listed pid with a pidfd, re-reads the member list, and
@@ -11,8 +16,8 @@
 //! ```no_run
 //! use worker::cgroup::{CgroupOps, SessionCgroup};
 //! let mut cg = SessionCgroup::open("/sys/fs/cgroup/unified/heddle/session-a".as_ref()).unwrap();
-//! let dir = cg.create(7).unwrap(); // mkdir job-7, open it for CLONE_INTO_CGROUP
-//! cg.kill(7).unwrap();             // write 1 to job-7/cgroup.kill
+//! let dir = cg.create(7).unwrap(); // a pooled cgroup, or mkdir slot-<K>; opened for CLONE_INTO_CGROUP
+//! cg.kill(7).unwrap();             // write 1 to its cgroup.kill (it is never reused then)
 //! # drop(dir);
 //! ```
 
@@ -154,8 +159,8 @@ struct Slot {
     /// Frozen by the worker and not thawed since.
     frozen: bool,
     /// `cgroup.kill` was written to it. Never reused then: on this kernel (6.18) every process later
-    /// placed into it by `CLONE_INTO_CGROUP` is killed at once (the clone compares the cgroup's kill
-    /// count with the parent's), which `heddle-bench cgroup` shows.
+    /// placed into it by `CLONE_INTO_CGROUP` is killed at once (docs/cgroups.md, "Reuse"; the worker's
+    /// tests show it).
     killed: bool,
     wd: Option<WatchDescriptor>,
 }
