@@ -87,7 +87,7 @@ pub(crate) fn without_spares(st: &SessionState, killed: &[ProcInfo]) -> Vec<Surv
         st.jobs.values().filter(|j| !j.cgroup_settled()).filter_map(|j| j.cgroup()).collect();
     let spare = |p: &&ProcInfo| {
         let top = p.cgroup.split('/').next().unwrap_or_default();
-        top.starts_with("slot-") && !held.contains(top)
+        top.starts_with(shm_proto::msg::JOB_CGROUP_PREFIX) && !held.contains(top)
     };
     killed.iter().filter(|p| !spare(p)).map(Survivor::from).collect()
 }

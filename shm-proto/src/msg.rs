@@ -8,6 +8,14 @@ use serde::{Deserialize, Serialize};
 /// A job's id, unique inside its session, assigned by the front (`1`, `2`, …).
 pub type JobId = u64;
 
+/// Job cgroups in a session's directory are `<JOB_CGROUP_PREFIX><K>` (`slot-3`): one job at a time,
+/// reused by later jobs once empty, so the name says nothing of the job (`Event::Started` names it).
+pub const JOB_CGROUP_PREFIX: &str = "slot-";
+
+/// The extended attribute of a job cgroup naming the job that has it now (decimal id): the worker sets it
+/// before the job is placed, the supervisor checks it before keeping the job.
+pub const JOB_CGROUP_XATTR: &std::ffi::CStr = c"user.heddle.job";
+
 /// The largest output payload the worker puts in one [`Event::Output`] frame.
 pub const MAX_OUTPUT_CHUNK: usize = 64 * 1024;
 

@@ -27,6 +27,7 @@
 
 use crate::cgroup::{CgroupError, CgroupOps, RealCgroups};
 use shm_proto::control::{KeptInfo, ProcInfo};
+use shm_proto::msg::JOB_CGROUP_XATTR as JOB_XATTR;
 use std::collections::BTreeSet;
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -72,11 +73,9 @@ fn pids(dir: &Path) -> Result<Vec<u32>, CgroupError> {
 
 /// True for the name of a job cgroup in a session directory: `slot-<N>`.
 pub fn is_job_cgroup_name(name: &str) -> bool {
-    name.strip_prefix("slot-").is_some_and(|n| !n.is_empty() && n.len() <= 20 && n.bytes().all(|b| b.is_ascii_digit()))
+    name.strip_prefix(shm_proto::msg::JOB_CGROUP_PREFIX)
+        .is_some_and(|n| !n.is_empty() && n.len() <= 20 && n.bytes().all(|b| b.is_ascii_digit()))
 }
-
-/// The attribute the worker labels a job cgroup with: the id of the job that has it now.
-const JOB_XATTR: &std::ffi::CStr = c"user.heddle.job";
 
 /// True when `job_dir` is labelled as job `job`'s cgroup.
 fn holds_job(job_dir: &Path, job: u64) -> bool {

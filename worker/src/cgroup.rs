@@ -25,7 +25,7 @@ use crate::sys;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::stat::Mode;
-use shm_proto::msg::{JobId, ProcStat};
+use shm_proto::msg::{JobId, ProcStat, JOB_CGROUP_PREFIX, JOB_CGROUP_XATTR as JOB_XATTR};
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -127,10 +127,6 @@ pub struct SessionCgroup {
 /// one after the other (or a job and the pre-started shell for the next); a few more cover short bursts of
 /// concurrent jobs. Beyond it, an emptied cgroup is removed.
 pub const POOL: usize = 4;
-
-/// The extended attribute naming the job a job cgroup holds now (its decimal id); the supervisor checks
-/// it before keeping a job, since an emptied job cgroup is reused by a later job.
-pub const JOB_XATTR: &std::ffi::CStr = c"user.heddle.job";
 
 /// What is known of a job cgroup being given up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -279,9 +275,18 @@ impl SessionCgroup {
     /// Read a whole (small) cgroup file: open, `read` until end of file, close. Unlike
     /// `File::read_to_string`, no `statx` and `lseek` for a size hint (cgroup files report size 0 anyway).
     fn read_file(&self, job: JobId, file: &str) -> io::Result<String> {
+        // Until end of file: a multi-record file (`cgroup.procs`) may return a short read before its end.
         let mut f = self.open_file(job, file, OFlag::O_RDONLY)?;
         let mut buf = Vec::with_capacity(512);
-        f.read_to_end(&mut buf)?;
+        let mut chunk = [0u8; 4096];
+        loop {
+            match f.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
         String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
@@ -384,7 +389,7 @@ impl CgroupOps for SessionCgroup {
             }
         }
         let name = loop {
-            let name = if shell { job_name(job) } else { format!("slot-{}", self.next_slot) };
+            let name = if shell { job_name(job) } else { format!("{JOB_CGROUP_PREFIX}{}", self.next_slot) };
             match nix::sys::stat::mkdirat(self.dir.as_fd(), name.as_str(), Mode::from_bits_truncate(0o755)) {
                 Ok(()) if shell => break name,
                 Ok(()) => {
@@ -453,9 +458,7 @@ impl CgroupOps for SessionCgroup {
     }
 
     fn kill(&mut self, job: JobId) -> io::Result<()> {
-        if let Some(slot) = self.slots.get_mut(&job) {
-            slot.killed = true;
-        }
+        self.retire(job);
         self.write_file(job, "cgroup.kill", b"1")
     }
 
@@ -488,7 +491,7 @@ impl CgroupOps for SessionCgroup {
         let name = match self.slots.get(&job) {
             Some(s) => s.name.clone(),
             None if job == crate::persistent::SHELL_CGROUP => job_name(job),
-            None => format!("slot-{}", self.next_slot),
+            None => format!("{JOB_CGROUP_PREFIX}{}", self.next_slot),
         };
         self.path.join(name).to_string_lossy().into_owned()
     }
