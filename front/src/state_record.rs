@@ -210,12 +210,12 @@ pub struct Restore {
 /// ([`crate::state_env`]), the rest in the script.
 pub fn restore(items: &Items) -> Restore {
     let borne = crate::state_env::split(items);
-    Restore { script: script(items, &borne), env: borne.env }
+    Restore { script: script(items, &borne, true), env: borne.env }
 }
 
 /// The restore entirely as a script (for a shell that is already running, or started elsewhere).
 pub fn restore_script(items: &Items) -> Vec<u8> {
-    script(items, &crate::state_env::EnvBorne::default())
+    script(items, &crate::state_env::EnvBorne::default(), false)
 }
 
 /// The bash text that re-applies `items` (less what `borne` carries) in a fresh
@@ -223,7 +223,11 @@ pub fn restore_script(items: &Items) -> Vec<u8> {
 /// functions (with `extglob` on while they are read), aliases, directory stack, then `shopt` and `set`
 /// options last (so `set -e`/`-u` never trip the restore, and the command is parsed under the recorded
 /// options). Options are items only where they differ from bash's defaults. Empty for an empty record.
-fn script(items: &Items, borne: &crate::state_env::EnvBorne) -> Vec<u8> {
+///
+/// For a fresh bash's wrapper (`fresh`), the trace options `xtrace` and `verbose` are not switched on
+/// here but named in `__heddle_t` (`x`, `v`, `xv`): the wrapper switches them on inside the command's own
+/// `eval` (worker/src/state.rs), so they trace and echo the command and none of the wrapper.
+fn script(items: &Items, borne: &crate::state_env::EnvBorne, fresh: bool) -> Vec<u8> {
     let mut s = Vec::with_capacity(4096);
     if items.is_empty() {
         return s;
@@ -290,17 +294,33 @@ fn script(items: &Items, borne: &crate::state_env::EnvBorne) -> Vec<u8> {
             s.extend_from_slice(b" >/dev/null\n");
         }
     }
-    options(&mut s, items, "shopt:", (b"s", "builtin shopt -s"), (b"u", "builtin shopt -u"), "");
-    options(&mut s, items, "set:", (b"+", "builtin set"), (b"-", "builtin set"), "o");
+    options(&mut s, items, "shopt:", (b"s", "builtin shopt -s"), (b"u", "builtin shopt -u"), "", &|_| false);
+    let traced = [("set:xtrace", 'x'), ("set:verbose", 'v')];
+    let deferred = |k: &str| fresh && traced.iter().any(|(t, _)| *t == k);
+    options(&mut s, items, "set:", (b"+", "builtin set"), (b"-", "builtin set"), "o", &deferred);
+    let letters: String =
+        traced.iter().filter(|(k, _)| fresh && items.get(*k).is_some_and(|v| v == b"-")).map(|(_, l)| *l).collect();
+    if !letters.is_empty() {
+        s.extend_from_slice(format!("__heddle_t={letters}\n").as_bytes());
+    }
     s
 }
 
-/// One command per state (`shopt -s a b`, `shopt -u c`), or one `set +o a -o b` for `set`.
-fn options(s: &mut Vec<u8>, items: &Items, prefix: &str, a: (&[u8], &str), b: (&[u8], &str), o: &str) {
+/// One command per state (`shopt -s a b`, `shopt -u c`), or one `set +o a -o b` for `set`; keys `skip`
+/// accepts are left out.
+fn options(
+    s: &mut Vec<u8>,
+    items: &Items,
+    prefix: &str,
+    a: (&[u8], &str),
+    b: (&[u8], &str),
+    o: &str,
+    skip: &dyn Fn(&str) -> bool,
+) {
     let names = |want: &[u8]| -> Vec<&str> {
         items
             .iter()
-            .filter(|(k, v)| k.starts_with(prefix) && v.as_slice() == want)
+            .filter(|(k, v)| k.starts_with(prefix) && v.as_slice() == want && !skip(k))
             .map(|(k, _)| &k[prefix.len()..])
             .collect()
     };
@@ -420,7 +440,19 @@ mod tests {
         assert_eq!(
             String::from_utf8(r.script).unwrap(),
             "builtin cd -- '/x'\nbuiltin umask 0077\nbuiltin export -nf f\n\
-             builtin alias -- 'll=ls -l'\nbuiltin shopt -s extglob\nbuiltin set +o xtrace -o errexit\n"
+             builtin alias -- 'll=ls -l'\nbuiltin shopt -s extglob\nbuiltin set -o errexit\n",
+            "a fresh bash starts with xtrace off: the wrapper, not the restore, switches trace options"
         );
+    }
+
+    #[test]
+    fn a_fresh_restore_names_the_trace_options_instead_of_setting_them() {
+        let it = items(&[("set:xtrace", "-"), ("set:verbose", "-"), ("set:nounset", "-")]);
+        let fresh = String::from_utf8(restore(&it).script).unwrap();
+        assert_eq!(fresh, "builtin set -o nounset\n__heddle_t=xv\n");
+        let running = String::from_utf8(restore_script(&it)).unwrap();
+        assert_eq!(running, "builtin set -o nounset -o verbose -o xtrace\n", "a running shell's loop handles them");
+        let only = String::from_utf8(restore(&items(&[("set:verbose", "-")])).script).unwrap();
+        assert_eq!(only, "__heddle_t=v\n");
     }
 }

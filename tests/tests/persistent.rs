@@ -74,3 +74,18 @@ fn kill_of_a_long_command_works_and_the_next_call_works() {
     assert_eq!((w["state"].as_str(), w["view"].as_str()), (Some("exited"), Some("queued\n")), "{w}");
     assert_eq!(ok(&mut c, &s, "echo $KEEP"), "kept\n");
 }
+
+#[test]
+fn set_x_and_set_v_trace_and_echo_only_the_command() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = persistent(&h, &mut c);
+    ok(&mut c, &s, "set -x");
+    let r = run(&mut c, &s, "echo two\necho three");
+    let err = String::from_utf8_lossy(&heddle_tests::read_stream(&mut c, &s, &r["job"], "stderr")).into_owned();
+    assert_eq!(err, "++ echo two\n++ echo three\n", "{r}");
+    ok(&mut c, &s, "set +x -v");
+    let r = run(&mut c, &s, "echo four\necho five");
+    let err = String::from_utf8_lossy(&heddle_tests::read_stream(&mut c, &s, &r["job"], "stderr")).into_owned();
+    assert_eq!(err, "echo four\necho five\n", "{r}");
+}

@@ -234,3 +234,49 @@ fn describe_and_session_open_report_the_state_version() {
     let again = c.call("session.open", json!({"name": name})).unwrap();
     assert_eq!((again["attached"].as_bool(), again["state_version"].as_u64()), (Some(true), Some(2)));
 }
+
+/// One call's stdout and stderr, each whole.
+fn streams(c: &mut Client, s: &Value, cmd: &str) -> (String, String) {
+    let r = run(c, s, cmd);
+    assert!(r["state_note"].is_null(), "{cmd}: {r}");
+    let mut text = |stream| String::from_utf8_lossy(&heddle_tests::read_stream(c, s, &r["job"], stream)).into_owned();
+    (text("stdout"), text("stderr"))
+}
+
+#[test]
+fn carried_set_x_and_set_v_trace_and_echo_only_the_command() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    assert_eq!(streams(&mut c, &s, "set -x; echo one"), ("one\n".into(), "++ echo one\n".into()));
+    for _ in 0..2 {
+        // Twice: the first call after the change runs cold or on a spare restored with it, the next on a spare.
+        let (out, err) = streams(&mut c, &s, "echo two\nf() { echo in f; }; f");
+        assert_eq!((out.as_str(), err.as_str()), ("two\nin f\n", "++ echo two\n++ f\n++ echo in f\n"));
+    }
+    ok(&mut c, &s, "set +x -v");
+    for _ in 0..2 {
+        let (out, err) = streams(&mut c, &s, "echo three\necho four");
+        assert_eq!((out.as_str(), err.as_str()), ("three\nfour\n", "echo three\necho four\n"));
+    }
+    ok(&mut c, &s, "set +v");
+    assert_eq!(streams(&mut c, &s, "echo five"), ("five\n".into(), String::new()));
+}
+
+#[test]
+fn line_numbers_execution_string_and_a_trailing_backslash_are_those_of_bash_c() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    let cmd = "echo $LINENO\ng() { echo $LINENO; }; g\nprintf '%s|' \"$BASH_EXECUTION_STRING\" | wc -l\nreturn 3";
+    let r = run(&mut c, &s, cmd);
+    assert_eq!(r["exit_code"], 2, "as `bash -c` exits: {r}");
+    let out = String::from_utf8_lossy(&heddle_tests::read_stream(&mut c, &s, &r["job"], "stdout")).into_owned();
+    let err = String::from_utf8_lossy(&heddle_tests::read_stream(&mut c, &s, &r["job"], "stderr")).into_owned();
+    assert_eq!(out, "1\n2\n3\n", "{r}");
+    assert!(err.starts_with("bash: line 4: return:"), "{err}");
+    // bash's own quirk after an `eval` of text ending in a backslash must not cost the capture.
+    let r = run(&mut c, &s, "export TRAIL=1; echo a \\");
+    assert_eq!((r["exit_code"].as_i64(), r["state_note"].is_null()), (Some(0), true), "{r}");
+    assert_eq!(ok(&mut c, &s, "echo $TRAIL"), "1\n");
+}

@@ -12,8 +12,10 @@
 //!
 //! The command runs as `eval "$cmd" 0</dev/null 4>&-`: its stdin is `/dev/null` and the control and
 //! state fds are closed for it (bash keeps its saved copies close-on-exec). `set -euvx` are switched off
-//! around the loop's own code and back on for the command, so `set -euo pipefail` or `set -x` cannot
-//! break the loop; `PS1` means nothing to a non-interactive shell.
+//! around the loop's own code and back on for the command (inside its `eval`, after the loop's `unset`, so
+//! `set -x` traces only the command; with `set -v` the loop echoes the command's first line, which bash
+//! had read before the option was back on, and bash echoes the rest), so `set -euo pipefail` or `set -x`
+//! cannot break the loop; `PS1` means nothing to a non-interactive shell.
 //!
 //! Boundaries: when the status line arrives, every byte the command wrote is already in the pipes; the
 //! worker notes how many bytes wait (`FIONREAD`), reads exactly those for the job, then sends `Exited` and
@@ -40,7 +42,8 @@ pub const LOOP: &str = concat!(
     " if [[ -n $__heddle_r ]]; then builtin eval \"$__heddle_r\" 0</dev/null 4>&-;",
     " { __heddle_f=$-; builtin set +euvx; } 2>/dev/null; fi\n",
     " __heddle_s=${__heddle_f//[!euvx]/}\n",
-    " builtin eval \"${__heddle_s:+builtin set -$__heddle_s;}builtin unset -v __heddle_c __heddle_r __heddle_s;",
+    " [[ $__heddle_s != *v* ]] || builtin printf '%s\\n' \"${__heddle_c%%$'\\n'*}\" >&2\n",
+    " builtin eval \"builtin unset -v __heddle_c __heddle_r __heddle_s;${__heddle_s:+builtin set -$__heddle_s;}",
     "$__heddle_c\" 0</dev/null 4>&-\n",
     " { __heddle_rc=$? __heddle_f=$- __heddle_p=$SHELLOPTS; builtin set +euvx;",
     crate::heddle_state_capture!(),

@@ -7,16 +7,18 @@
 //! 1. notes bash's default options (`$SHELLOPTS`, `$BASHOPTS`), takes the restore script and the
 //!    command from `$1`/`$2` (never spliced into the wrapper's text), clears the positional parameters,
 //!    `eval`s the restore script (exported variables and most functions arrive in the environment
-//!    instead: see `front::state_record`);
-//! 2. `eval`s the command with `4>&-`: for the command, fd 4 is closed (bash keeps its saved copy at
-//!    fd ≥ 10 close-on-exec, so no program the command starts inherits it, and nothing the command
-//!    prints reaches it);
+//!    instead: see `front::state_record`; the trace options `-x`/`-v` are only noted, in `$__heddle_t`);
+//! 2. `eval`s the command with `4>&-`, after unsetting its own variables and switching on the noted trace
+//!    options: for the command, fd 4 is closed (bash keeps its saved copy at fd ≥ 10 close-on-exec, so no
+//!    program the command starts inherits it, and nothing the command prints reaches it);
 //! 3. captures with builtins only (no fork, no loop; [`heddle_state_capture!`](crate::heddle_state_capture)):
 //!    the enabled options at start and now (`$SHELLOPTS`), `declare -p`, `declare -f`, `declare -Fx`,
 //!    the aliases and the directory stack from `BASH_ALIASES`/`DIRSTACK`, `$BASHOPTS` at start and now,
 //!    `umask`, `pwd`, as NUL-framed sections ending with the `\0E\0` marker, to fd 4 (stderr silenced so
 //!    `set -x` leaves no trace);
 //! 4. exits with the command's status.
+//!
+//! All of it is one line of `-c` text, parsed before any of it runs (see [`WRAPPER`]).
 //!
 //! A command that never returns to the wrapper (`exec`, `exit`, a signal, `set -e` tripping) writes no
 //! end marker: the worker reports [`Event::StateUnknown`] and the exit status stays the real one.
@@ -52,41 +54,54 @@ macro_rules! heddle_state_capture {
     };
 }
 
-/// The wrappers' lines after the first: the command, with fd 4 closed for it, then the capture and the
-/// exit with the command's status (shared by [`WRAPPER`] and [`SPARE_WRAPPER`]).
+/// The wrappers' common end, on the same line as their start: the command, with fd 4 closed for it, then
+/// the capture and the exit with the command's status (shared by [`WRAPPER`] and [`SPARE_WRAPPER`]).
+///
+/// The trace options the record carries (`set -x`, `set -v`) are not switched on by the restore but by the
+/// command's own `eval`, after the wrapper's `unset`, as the letters in `$__heddle_t` (the restore sets it,
+/// see `front::state_record`): so a carried `set -x` traces the command and nothing of the wrapper, and a
+/// carried `set -v` echoes the command's lines and no wrapper text (the command's first line is echoed by
+/// `printf`, as bash would have echoed it when reading it; its later lines bash echoes itself).
+/// `BASH_EXECUTION_STRING` is the command, as in `bash -c CMD` (and emptied before the capture, so a
+/// long command does not travel in it).
 macro_rules! wrapper_tail {
     () => {
         concat!(
-            "builtin eval 'builtin unset __heddle_c;'\"$__heddle_c\" 4>&-\n",
-            "{ __heddle_rc=$? __heddle_p=$SHELLOPTS; builtin set +euvx +o pipefail; builtin trap - DEBUG RETURN ERR;",
+            " [[ $__heddle_t != *v* ]] || builtin printf '%s\\n' \"${__heddle_c%%$'\\n'*}\" >&2;",
+            " BASH_EXECUTION_STRING=$__heddle_c;",
+            " builtin eval \"builtin unset __heddle_r __heddle_t __heddle_c;${__heddle_t:+builtin set -$__heddle_t;}$__heddle_c\" 4>&-;",
+            " { __heddle_rc=$? __heddle_p=$SHELLOPTS BASH_EXECUTION_STRING=; builtin set +euvx +o pipefail;",
+            " builtin trap - DEBUG RETURN ERR;",
             heddle_state_capture!(),
-            " } 2>/dev/null\n",
-            "builtin exit \"$__heddle_rc\"\n",
+            " } 2>/dev/null; builtin exit \"$__heddle_rc\"\n",
         )
     };
 }
 
-/// The wrapper script (`bash -c WRAPPER bash RESTORE CMD`). See the module docs.
+/// The wrapper script (`bash -c WRAPPER bash RESTORE CMD`). See the module docs. It is one line, so bash
+/// parses all of it before the restore or the command runs: nothing either defines (aliases, `set -v`,
+/// an `eval` of text ending in a backslash, which leaves bash's parser unable to read a reserved word on
+/// its next line) can change how the capture is read, and the command's `$LINENO` is that of `bash -c CMD`.
 pub const WRAPPER: &str = concat!(
-    "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_r=$1 __heddle_c=$2; builtin set --;",
-    " builtin eval \"$__heddle_r\"; builtin unset __heddle_r\n",
+    "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_r=$1 __heddle_c=$2 __heddle_t=; builtin set --;",
+    " builtin eval \"$__heddle_r\";",
     wrapper_tail!(),
 );
 
 /// The wrapper of a pre-started shell (`bash -c SPARE_WRAPPER bash RESTORE`, stdin a pipe only the
-/// worker writes; see [`crate::spare`]). It is [`WRAPPER`] with one difference on its first line: after
-/// the restore, it writes its logical working directory and a NUL to the state memfd (the worker checks
-/// at the hand-over that the path still names the directory the shell is in, and truncates the memfd;
-/// see [`crate::spare`]), reads the command from stdin up to end of file (`read -N` reads the pipe in 4 KiB
-/// blocks, not byte by byte), points stdin at `/dev/null` as a cold job's is (`command exec`: `builtin exec` would undo its own redirection, and a function named `exec` is skipped), and resets `SECONDS`
-/// (the shell has been waiting; a cold shell's clock starts with it). The other lines are the same text
-/// on the same line numbers, so `$LINENO`, `$_` and `set -x` traces match a cold job's; the read's own
-/// trace goes to `/dev/null`.
+/// worker writes; see [`crate::spare`]). It is [`WRAPPER`] with one difference before the common end:
+/// after the restore, it writes its logical working directory and a NUL to the state memfd (the worker
+/// checks at the hand-over that the path still names the directory the shell is in, and truncates the
+/// memfd; see [`crate::spare`]), reads the command from stdin up to end of file (`read -N` reads the pipe
+/// in 4 KiB blocks, not byte by byte), points stdin at `/dev/null` as a cold job's is (`command exec`:
+/// `builtin exec` would undo its own redirection, and a function named `exec` is skipped), and resets
+/// `SECONDS` (the shell has been waiting; a cold shell's clock starts with it). It is one line too, so
+/// `$LINENO` and `$_` match a cold job's.
 pub const SPARE_WRAPPER: &str = concat!(
-    "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_r=$1; builtin set --;",
+    "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_r=$1 __heddle_t=; builtin set --;",
     " builtin eval \"$__heddle_r\"; { builtin printf '%s\\0' \"$PWD\" >&4; builtin read -r -N 2147483647 __heddle_c || :;",
     " command exec </dev/null;",
-    " SECONDS=0; } 2>/dev/null; builtin unset __heddle_r\n",
+    " SECONDS=0; } 2>/dev/null;",
     wrapper_tail!(),
 );
 
@@ -294,5 +309,36 @@ mod tests {
         let (out, state, _) = run("", "set -x; true");
         assert_eq!(out, "++ true\n", "one level deeper than bash -c: the command runs inside eval");
         assert!(String::from_utf8_lossy(&state).contains(":xtrace"));
+    }
+
+    #[test]
+    fn carried_trace_options_trace_and_echo_the_command_only() {
+        let (out, state, _) = run("__heddle_t=x", "echo hi\necho $-");
+        assert_eq!(out, "++ echo hi\nhi\n++ echo hxBc\nhxBc\n", "nothing of the wrapper is traced");
+        assert!(String::from_utf8_lossy(&state).contains(":xtrace"), "the capture still sees xtrace on");
+        let (out, _, _) = run("__heddle_t=v", "echo one; echo two\nfor i in 3; do\necho $i\ndone");
+        assert_eq!(out, "echo one; echo two\none\ntwo\nfor i in 3; do\necho $i\ndone\n3\n", "each line once");
+        let (out, _, _) = run("__heddle_t=xv", "echo a");
+        assert_eq!(out, "echo a\n++ echo a\na\n");
+    }
+
+    #[test]
+    fn the_command_sees_the_line_numbers_and_execution_string_of_bash_c() {
+        let cmd = "echo $LINENO\nf() { echo $LINENO; }; f\necho \"$BASH_EXECUTION_STRING\" | wc -l";
+        let (out, state, _) = run("", cmd);
+        assert_eq!(out, "1\n2\n3\n");
+        assert!(state.ends_with(END_MARKER));
+    }
+
+    #[test]
+    fn nothing_the_command_defines_changes_how_the_capture_is_read() {
+        // An `eval` of text ending in a backslash leaves bash's parser unable to read a reserved word on
+        // the next line; an alias is expanded in every line read after it is defined; `set -v` echoes them.
+        for cmd in ["echo a \\", "shopt -s expand_aliases; alias builtin=false '{=false'", "set -v; true"] {
+            let (out, state, st) = run("", cmd);
+            assert!(state.ends_with(END_MARKER), "{cmd}: {out}");
+            assert_eq!(st, launcher::ExitStatus::Exited(0), "{cmd}: {out}");
+            assert!(!out.contains("heddle"), "{cmd}: {out}");
+        }
     }
 }
