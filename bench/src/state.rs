@@ -53,15 +53,10 @@ fn spawn(argv: &[&[u8]], state: bool, env: &[(String, String)]) -> Vec<u8> {
 
 /// A spare bash with the typical state restored, waiting for its command on stdin: (child, stdin, memfd).
 fn prestart(restore: &[u8], env: &[(String, String)]) -> (launcher::Child, std::fs::File, std::fs::File) {
-    let wrapper = worker::state::WRAPPER.replacen("__heddle_c=$2;", "", 1).replacen(
-        "\n",
-        "\nIFS= builtin read -r -d '' __heddle_c\n",
-        1,
-    );
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null").expect("/dev/null");
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
     let stdio = Stdio { stdin: r, stdout: null.try_clone().expect("dup").into(), stderr: null.into() };
-    let argv: [&[u8]; 7] = [b"bash", b"--noprofile", b"--norc", b"-c", wrapper.as_bytes(), b"bash", restore];
+    let argv = worker::state::spare_argv(restore);
     let args: Vec<&OsStr> = argv.iter().map(|a| OsStr::from_bytes(a)).collect();
     let fd =
         nix::sys::memfd::memfd_create(c"heddle-bench-state", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).expect("memfd");
@@ -78,7 +73,8 @@ fn handover(spare: (launcher::Child, std::fs::File, std::fs::File)) -> f64 {
     use std::io::Write;
     let (child, mut stdin, state) = spare;
     let t = time_us(|| {
-        stdin.write_all(b"true\0").expect("write command");
+        stdin.write_all(b"true").expect("write command");
+        drop(stdin); // the spare reads its command to end of file
         assert_eq!(child.wait().expect("wait").code(), Some(0), "bash failed");
     });
     assert!(state.metadata().expect("fstat").len() > 0, "the spare captured nothing");

@@ -3,8 +3,9 @@
 //! The capture is what the worker's wrapper (`worker::state::WRAPPER`) makes bash write: NUL-framed
 //! sections in a fixed order, each `\0TAG\0` then its content —
 //! `O` (`$SHELLOPTS` at the shell's start, NUL, `$SHELLOPTS` after the command), `V` (`declare -p`), `F`
-//! (`declare -f`), `X` (`declare -Fx`: the exported functions), `A` (alias names, `name\0` each), `a`
-//! (their values in the same order, `value\0` each), `D` (directory stack below the top, `dir\0` each),
+//! (`declare -f`), `X` (`declare -Fx`: the exported functions), `A` (`alias -p`: `alias NAME='VALUE'`
+//! lines, the value single-quoted by bash, `'\''` for a quote, newlines kept inside the quotes; `alias --
+//! NAME=…` for a name starting with `-`), `D` (directory stack below the top, `dir\0` each),
 //! `S` (`$BASHOPTS` at start and after, each NUL-terminated), `U` (`umask`), `P` (`pwd`), `E` (end).
 //! Bash values cannot contain NUL, so no value can forge a frame. Anything that does not fit the format
 //! exactly is an error (and the job's state is then unknown), never a panic.
@@ -14,7 +15,7 @@
 //! `declare -f` text), `fexport:NAME` (empty: the function is exported), `alias:NAME` (raw value). Variables bash owns are not items (see [`bash_owned`]).
 //!
 //! ```
-//! let cap = b"\0O\0hashall\0errexit:hashall\0V\0declare -x A=\"1\"\n\0F\0\0X\0\0A\0ll\0\0a\0ls -l\0\0D\0\0S\0\0extglob\0\0U\0077\n\0P\0/tmp\n\0E\0";
+//! let cap = b"\0O\0hashall\0errexit:hashall\0V\0declare -x A=\"1\"\n\0F\0\0X\0\0A\0alias ll='ls -l'\n\0D\0\0S\0\0extglob\0\0U\0077\n\0P\0/tmp\n\0E\0";
 //! let items = front::state_capture::parse(cap).unwrap();
 //! assert_eq!(items["var:A"], b"declare -x A=\"1\"");
 //! assert_eq!(items["cwd"], b"/tmp");
@@ -94,18 +95,7 @@ pub fn parse(data: &[u8]) -> Result<Items, CaptureError> {
         Some(())
     })?;
     c.tag(b"A", "alias")?;
-    let mut names = Vec::new();
-    while !c.at(b"a") {
-        names.push(c.token("alias")?);
-    }
-    c.tag(b"a", "alias")?;
-    for name in names {
-        let value = c.token("alias")?;
-        if name.is_empty() {
-            return Err(CaptureError::Missing("alias"));
-        }
-        items.insert(format!("alias:{}", String::from_utf8_lossy(name)), value.to_vec());
-    }
+    aliases(c.text(), &mut items)?;
     c.tag(b"D", "dirs")?;
     let mut dirs: Vec<&[u8]> = Vec::new();
     while !c.at(b"S") {
@@ -124,6 +114,47 @@ pub fn parse(data: &[u8]) -> Result<Items, CaptureError> {
         return Err(CaptureError::BadLine { section: "end", line: lossy(c.rest) });
     }
     Ok(items)
+}
+
+/// `alias -p` output: `alias [-- ]NAME='…'` per alias, the value made of `'…'` runs and `\'` (bash's
+/// single quoting), ended by a newline outside the quotes.
+fn aliases(mut text: &[u8], items: &mut Items) -> Result<(), CaptureError> {
+    while !text.is_empty() {
+        let (name, value, rest) = alias(text).ok_or_else(|| {
+            let line = text.split(|b| *b == b'\n').next().unwrap_or_default();
+            CaptureError::BadLine { section: "alias", line: lossy(line) }
+        })?;
+        items.insert(format!("alias:{}", String::from_utf8_lossy(name)), value);
+        text = rest;
+    }
+    Ok(())
+}
+
+/// One `alias -p` entry: (name, value, the text after its newline).
+fn alias(text: &[u8]) -> Option<(&[u8], Vec<u8>, &[u8])> {
+    let r = text.strip_prefix(b"alias ")?;
+    let r = r.strip_prefix(b"-- ").unwrap_or(r);
+    let eq = r.iter().position(|b| *b == b'=')?;
+    let name = &r[..eq];
+    if name.is_empty() || name.iter().any(|b| matches!(b, b'\n' | b' ' | b'\'')) {
+        return None;
+    }
+    let (mut r, mut value) = (&r[eq + 1..], Vec::new());
+    loop {
+        match r {
+            [b'\'', quoted @ ..] => {
+                let end = quoted.iter().position(|b| *b == b'\'')?;
+                value.extend_from_slice(&quoted[..end]);
+                r = &quoted[end + 1..];
+            }
+            [b'\\', b'\'', rest @ ..] => {
+                value.push(b'\'');
+                r = rest;
+            }
+            [b'\n', rest @ ..] => return Some((name, value, rest)),
+            _ => return None,
+        }
+    }
 }
 
 fn lossy(b: &[u8]) -> String {
@@ -278,7 +309,8 @@ mod tests {
         let vars =
             "declare -x FOO=\"1\"\ndeclare -ar BASH_VERSINFO=([0]=\"5\")\ndeclare -A H=([k]=\"v\" )\ndeclare -- X\n";
         let funcs = "f () \n{ \n    cat <<EOF\nx\ng () \n{ \nEOF\n\n}\ng2 () \n{ \n    :\n}\n";
-        let items = parse(&capture(vars, funcs, b"ll\0e\0\0a\0ls -l\0\0", b"/x\0/y\0")).unwrap();
+        let aliases = b"alias -- -d='ls'\nalias e=''\nalias ll='ls -l'\nalias q='it'\\''s a\nb \xff'\n";
+        let items = parse(&capture(vars, funcs, aliases, b"/x\0/y\0")).unwrap();
         assert_eq!(items["set:errexit"], b"-");
         assert_eq!(items["set:xtrace"], b"+");
         assert_eq!(items["var:FOO"], b"declare -x FOO=\"1\"");
@@ -286,6 +318,8 @@ mod tests {
         assert!(!items.contains_key("var:BASH_VERSINFO"));
         assert_eq!(items["alias:ll"], b"ls -l");
         assert_eq!(items["alias:e"], b"");
+        assert_eq!(items["alias:-d"], b"ls");
+        assert_eq!(items["alias:q"], b"it's a\nb \xff");
         assert_eq!(items["dirstack"], b"/x\0/y");
         assert_eq!(items["shopt:extglob"], b"s");
         assert_eq!(items["shopt:nullglob"], b"u");
@@ -298,15 +332,17 @@ mod tests {
 
     #[test]
     fn a_cut_or_forged_capture_is_an_error() {
-        let full = capture("declare -- A=\"1\"\n", "", b"\0a\0", b"");
+        let full = capture("declare -- A=\"1\"\n", "", b"alias a='b'\n", b"");
         for cut in 0..full.len() {
             assert!(parse(&full[..cut]).is_err(), "cut at {cut}");
         }
         let mut extra = full.clone();
         extra.extend_from_slice(b"\0V\0declare -- B=\"2\"\n\0E\0");
         assert!(parse(&extra).is_err());
-        assert!(parse(&capture("echo hi\n", "", b"\0a\0", b"")).is_err());
-        assert!(parse(&capture("", "", b"x\0\0a\0", b"")).is_err(), "a name without a value");
+        assert!(parse(&capture("echo hi\n", "", b"", b"")).is_err());
+        for bad in [&b"alias x\n"[..], b"alias x='1\n", b"alias ='1'\n", b"alias x='1'", b"alias x=1\n", b"x='1'\n"] {
+            assert!(parse(&capture("", "", bad, b"")).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 
     proptest! {

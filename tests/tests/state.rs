@@ -111,7 +111,7 @@ fn output_imitating_the_capture_format_changes_nothing() {
     let h = Heddle::start();
     let mut c = h.client();
     let s = session(&h, &mut c);
-    let fake = r#"printf '\0O\0\0errexit\0V\0declare -x FORGED="1"\n\0F\0\0X\0\0A\0\0a\0\0D\0\0S\0\0\0\0U\0000\n\0P\0/\n\0E\0'; printf '\0E\0' >&2"#;
+    let fake = r#"printf '\0O\0\0errexit\0V\0declare -x FORGED="1"\n\0F\0\0X\0\0A\0alias FORGED='"'"'echo forged'"'"'\n\0D\0\0S\0\0\0\0U\0000\n\0P\0/\n\0E\0'; printf '\0E\0' >&2"#;
     let r = run(&mut c, &s, fake);
     assert_eq!(r["exit_code"], 0, "{r}");
     assert_eq!(r["state_changes"], json!([]), "{r}");
@@ -279,4 +279,25 @@ fn line_numbers_execution_string_and_a_trailing_backslash_are_those_of_bash_c() 
     let r = run(&mut c, &s, "export TRAIL=1; echo a \\");
     assert_eq!((r["exit_code"].as_i64(), r["state_note"].is_null()), (Some(0), true), "{r}");
     assert_eq!(ok(&mut c, &s, "echo $TRAIL"), "1\n");
+}
+
+#[test]
+fn aliases_with_hard_values_round_trip() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    let define = "alias q=\"echo it\\'s\" nl=$'echo a\\necho b' eq='echo a=b' u=$'echo \\xc3\\xa9 \\xff' e=; alias -- -d='echo dash'";
+    let check = "alias -p; shopt -s expand_aliases\nq\nnl\neq\nu\n-d";
+    let r = run(&mut c, &s, define);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert!(changes(&r).contains(&"+alias nl".to_owned()) && changes(&r).contains(&"+alias -d".to_owned()), "{r}");
+    let r = run(&mut c, &s, check);
+    let out = heddle_tests::read_stream(&mut c, &s, &r["job"], "stdout"); // raw bytes: the \xff stays
+                                                                          // The same two steps in one real bash are the reference.
+    let both = format!("{define}\n{check}");
+    let want = std::process::Command::new("bash").args(["--noprofile", "--norc", "-c", &both]).output().expect("bash");
+    assert_eq!(out, want.stdout, "{}", String::from_utf8_lossy(&out));
+    assert!(String::from_utf8_lossy(&out).contains("\nit's\na\nb\na=b\n"), "{r}");
+    ok(&mut c, &s, "unalias nl");
+    assert_eq!(ok(&mut c, &s, "alias nl 2>/dev/null || echo gone"), "gone\n");
 }

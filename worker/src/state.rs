@@ -13,7 +13,7 @@
 //!    program the command starts inherits it, and nothing the command prints reaches it);
 //! 3. captures with builtins only (no fork, no loop; [`heddle_state_capture!`](crate::heddle_state_capture)):
 //!    the enabled options at start and now (`$SHELLOPTS`), `declare -p`, `declare -f`, `declare -Fx`,
-//!    the aliases and the directory stack from `BASH_ALIASES`/`DIRSTACK`, `$BASHOPTS` at start and now,
+//!    `alias -p`, the directory stack from `DIRSTACK`, `$BASHOPTS` at start and now,
 //!    `umask`, `pwd`, as NUL-framed sections ending with the `\0E\0` marker, to fd 4 (stderr silenced so
 //!    `set -x` leaves no trace);
 //! 4. exits with the command's status.
@@ -47,7 +47,7 @@ macro_rules! heddle_state_capture {
         concat!(
             "{ builtin printf '\\0O\\0%s\\0%s\\0V\\0' \"$__heddle_o\" \"$__heddle_p\"; builtin declare -p;",
             " builtin printf '\\0F\\0'; builtin declare -f; builtin printf '\\0X\\0'; builtin declare -Fx;",
-            " builtin printf '%s\\0' '' A \"${!BASH_ALIASES[@]}\" '' a \"${BASH_ALIASES[@]}\" '' D \"${DIRSTACK[@]:1}\"",
+            " builtin printf '\\0A\\0'; builtin alias -p; builtin printf '%s\\0' '' D \"${DIRSTACK[@]:1}\"",
             " '' S \"$__heddle_b\" \"$BASHOPTS\" '' U; builtin umask; builtin printf '\\0P\\0'; builtin pwd;",
             " builtin printf '\\0E\\0'; } >&4;",
         )
