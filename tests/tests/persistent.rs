@@ -89,3 +89,19 @@ fn set_x_and_set_v_trace_and_echo_only_the_command() {
     let err = String::from_utf8_lossy(&heddle_tests::read_stream(&mut c, &s, &r["job"], "stderr")).into_owned();
     assert_eq!(err, "echo four\necho five\n", "{r}");
 }
+
+#[test]
+fn a_command_starts_with_the_previous_commands_status_as_in_one_shell() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = persistent(&h, &mut c);
+    assert_eq!(run(&mut c, &s, "(exit 7)")["exit_code"], 7);
+    assert_eq!(ok(&mut c, &s, "echo $?; declare -F | grep -c heddle || :"), "7\n0\n", "no helper left behind");
+    assert_eq!(run(&mut c, &s, "set -x; (exit 5)")["exit_code"], 5);
+    let r = run(&mut c, &s, "echo status $?");
+    assert_eq!(heddle_tests::read_stream(&mut c, &s, &r["job"], "stdout"), b"status 5\n", "{r}");
+    let err = heddle_tests::read_stream(&mut c, &s, &r["job"], "stderr");
+    assert_eq!(String::from_utf8_lossy(&err), "++ echo status 5\n", "only the command is traced");
+    ok(&mut c, &s, "set +x -e");
+    assert_eq!(ok(&mut c, &s, "echo $- $?"), "ehBc 0\n", "the shell lives on under set -e");
+}
