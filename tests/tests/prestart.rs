@@ -180,3 +180,14 @@ fn the_spare_waits_in_its_own_job_cgroup_and_session_close_removes_it_and_its_sh
     assert!(eventually(Duration::from_secs(10), || !dir.exists()), "session cgroup left: {:?}", job_dirs(&dir));
     assert!(!heddle_tests::alive(pids[0]), "the spare bash outlived its session");
 }
+
+#[test]
+fn functions_named_like_the_spares_tools_do_not_run_before_the_command() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    ok(&mut c, &s, "command() { echo shadow-command; }; exec() { echo shadow-exec; }; :() { echo shadow-colon; }");
+    let r = paced(&mut c, &s, "readlink /proc/$$/fd/0; declare -F | wc -l");
+    assert_eq!((r["prestarted"].as_bool(), r["state_note"].is_null()), (Some(true), true), "{r}");
+    assert_eq!(stdout(&mut c, &s, &r), "/dev/null\n3\n", "{r}");
+}

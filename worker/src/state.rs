@@ -65,11 +65,13 @@ macro_rules! heddle_state_capture {
 /// `BASH_EXECUTION_STRING` is the command, as in `bash -c CMD` (and emptied before the capture, so a
 /// long command does not travel in it).
 macro_rules! wrapper_tail {
-    () => {
+    ($stdin:literal) => {
         concat!(
             " [[ $__heddle_t != *v* ]] || builtin printf '%s\\n' \"${__heddle_c%%$'\\n'*}\" >&2;",
             " BASH_EXECUTION_STRING=$__heddle_c;",
-            " builtin eval \"builtin unset __heddle_r __heddle_t __heddle_c;${__heddle_t:+builtin set -$__heddle_t;}$__heddle_c\" 4>&-;",
+            " builtin eval \"builtin unset __heddle_r __heddle_t __heddle_c;${__heddle_t:+builtin set -$__heddle_t;}$__heddle_c\" 4>&-",
+            $stdin,
+            ";",
             " { __heddle_rc=$? __heddle_p=$SHELLOPTS BASH_EXECUTION_STRING=; builtin set +euvx +o pipefail;",
             " builtin trap - DEBUG RETURN ERR;",
             heddle_state_capture!(),
@@ -85,24 +87,24 @@ macro_rules! wrapper_tail {
 pub const WRAPPER: &str = concat!(
     "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_r=$1 __heddle_c=$2 __heddle_t=; builtin set --;",
     " builtin eval \"$__heddle_r\";",
-    wrapper_tail!(),
+    wrapper_tail!(""),
 );
 
 /// The wrapper of a pre-started shell (`bash -c SPARE_WRAPPER bash RESTORE`, stdin a pipe only the
-/// worker writes; see [`crate::spare`]). It is [`WRAPPER`] with one difference before the common end:
-/// after the restore, it writes its logical working directory and a NUL to the state memfd (the worker
-/// checks at the hand-over that the path still names the directory the shell is in, and truncates the
-/// memfd; see [`crate::spare`]), reads the command from stdin up to end of file (`read -N` reads the pipe
-/// in 4 KiB blocks, not byte by byte), points stdin at `/dev/null` as a cold job's is (`command exec`:
-/// `builtin exec` would undo its own redirection, and a function named `exec` is skipped), and resets
-/// `SECONDS` (the shell has been waiting; a cold shell's clock starts with it). It is one line too, so
-/// `$LINENO` and `$_` match a cold job's.
+/// worker writes; see [`crate::spare`]). It is [`WRAPPER`] with two differences: after the restore, it
+/// writes its logical working directory and a NUL to the state memfd (the worker checks at the hand-over
+/// that the path still names the directory the shell is in, and truncates the memfd; see
+/// [`crate::spare`]), reads the command from stdin up to end of file (`read -N` reads the pipe in 4 KiB
+/// blocks, not byte by byte; its status at end of file is 1, answered by an assignment, which no user
+/// function can shadow as one could `:`), and resets `SECONDS` (the shell has been waiting; a cold
+/// shell's clock starts with it); and the command's `eval` has stdin at `/dev/null`, as a cold job's is
+/// (a redirection of the `eval`, not `exec </dev/null`: a function named `exec` or `command`, restored
+/// with the state, would have run instead). It is one line too, so `$LINENO` and `$_` match a cold job's.
 pub const SPARE_WRAPPER: &str = concat!(
     "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_r=$1 __heddle_t=; builtin set --;",
-    " builtin eval \"$__heddle_r\"; { builtin printf '%s\\0' \"$PWD\" >&4; builtin read -r -N 2147483647 __heddle_c || :;",
-    " command exec </dev/null;",
-    " SECONDS=0; } 2>/dev/null;",
-    wrapper_tail!(),
+    " builtin eval \"$__heddle_r\"; { builtin printf '%s\\0' \"$PWD\" >&4;",
+    " builtin read -r -N 2147483647 __heddle_c || __heddle_c=${__heddle_c-}; SECONDS=0; } 2>/dev/null;",
+    wrapper_tail!(" 0</dev/null"),
 );
 
 /// The marker that ends a complete capture.
