@@ -295,6 +295,11 @@ pub fn read_stream(c: &mut Client, session: &Value, job: &Value, stream: &str) -
     }
 }
 
+/// A job's whole stream as text (invalid UTF-8 replaced), through the `output` call.
+pub fn stream_text(c: &mut Client, session: &Value, job: &Value, stream: &str) -> String {
+    String::from_utf8_lossy(&read_stream(c, session, job, stream)).into_owned()
+}
+
 /// Run `cmd` in session `s`, waiting up to 20 s, and return its result, asserting it is no longer running.
 pub fn run_to_end(c: &mut Client, s: &Value, cmd: &str) -> Value {
     let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 20_000})).expect("run");

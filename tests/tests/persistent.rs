@@ -82,11 +82,11 @@ fn set_x_and_set_v_trace_and_echo_only_the_command() {
     let s = persistent(&h, &mut c);
     ok(&mut c, &s, "set -x");
     let r = run(&mut c, &s, "echo two\necho three");
-    let err = String::from_utf8_lossy(&heddle_tests::read_stream(&mut c, &s, &r["job"], "stderr")).into_owned();
+    let err = heddle_tests::stream_text(&mut c, &s, &r["job"], "stderr");
     assert_eq!(err, "++ echo two\n++ echo three\n", "{r}");
     ok(&mut c, &s, "set +x -v");
     let r = run(&mut c, &s, "echo four\necho five");
-    let err = String::from_utf8_lossy(&heddle_tests::read_stream(&mut c, &s, &r["job"], "stderr")).into_owned();
+    let err = heddle_tests::stream_text(&mut c, &s, &r["job"], "stderr");
     assert_eq!(err, "echo four\necho five\n", "{r}");
 }
 

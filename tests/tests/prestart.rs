@@ -14,7 +14,7 @@ fn paced(c: &mut Client, s: &Value, cmd: &str) -> Value {
 }
 
 fn stdout(c: &mut Client, s: &Value, r: &Value) -> String {
-    String::from_utf8_lossy(&heddle_tests::read_stream(c, s, &r["job"], "stdout")).into_owned()
+    heddle_tests::stream_text(c, s, &r["job"], "stdout")
 }
 
 #[test]

@@ -239,7 +239,7 @@ fn describe_and_session_open_report_the_state_version() {
 fn streams(c: &mut Client, s: &Value, cmd: &str) -> (String, String) {
     let r = run(c, s, cmd);
     assert!(r["state_note"].is_null(), "{cmd}: {r}");
-    let mut text = |stream| String::from_utf8_lossy(&heddle_tests::read_stream(c, s, &r["job"], stream)).into_owned();
+    let mut text = |stream| heddle_tests::stream_text(c, s, &r["job"], stream);
     (text("stdout"), text("stderr"))
 }
 
@@ -271,8 +271,8 @@ fn line_numbers_execution_string_and_a_trailing_backslash_are_those_of_bash_c() 
     let cmd = "echo $LINENO\ng() { echo $LINENO; }; g\nprintf '%s|' \"$BASH_EXECUTION_STRING\" | wc -l\nreturn 3";
     let r = run(&mut c, &s, cmd);
     assert_eq!(r["exit_code"], 2, "as `bash -c` exits: {r}");
-    let out = String::from_utf8_lossy(&heddle_tests::read_stream(&mut c, &s, &r["job"], "stdout")).into_owned();
-    let err = String::from_utf8_lossy(&heddle_tests::read_stream(&mut c, &s, &r["job"], "stderr")).into_owned();
+    let out = heddle_tests::stream_text(&mut c, &s, &r["job"], "stdout");
+    let err = heddle_tests::stream_text(&mut c, &s, &r["job"], "stderr");
     assert_eq!(out, "1\n2\n3\n", "{r}");
     assert!(err.starts_with("bash: line 4: return:"), "{err}");
     // bash's own quirk after an `eval` of text ending in a backslash must not cost the capture.
