@@ -19,7 +19,8 @@
 //! `$?` takes the previous command's status, through a function the loop defines before each command and
 //! that unsets itself when called (so neither the command nor the capture sees it); its `return` runs with
 //! stderr at `/dev/null`, so a carried `set -x` does not trace it, and the call is the left side of an
-//! `&& { :; } 2>/dev/null` list (untraced), so a non-zero status under `set -e` does not end the shell.
+//! `&& { builtin true; } 2>/dev/null` list (untraced; not `:`, which a user function may shadow), so a
+//! non-zero status under `set -e` does not end the shell.
 //!
 //! Boundaries: when the status line arrives, every byte the command wrote is already in the pipes; the
 //! worker notes how many bytes wait (`FIONREAD`), reads exactly those for the job, then sends `Exited` and
@@ -45,10 +46,11 @@ pub const LOOP: &str = concat!(
     " { IFS= builtin read -r -d '' __heddle_r && IFS= builtin read -r -d '' __heddle_c; } || builtin exit 0\n",
     " if [[ -n $__heddle_r ]]; then builtin eval \"$__heddle_r\" 0</dev/null 4>&-;",
     " { __heddle_f=$-; builtin set +euvx; } 2>/dev/null; fi\n",
-    " __heddle_s=${__heddle_f//[!euvx]/}\n",
-    " [[ $__heddle_s != *v* ]] || builtin printf '%s\\n' \"${__heddle_c%%$'\\n'*}\" >&2\n",
+    " __heddle_t=${__heddle_f//[!euvx]/}\n",
+    crate::heddle_echo_first_line!(),
+    "\n",
     " __heddle_status() { builtin unset -f __heddle_status; [[ -z $2 ]] || builtin set -$2; builtin return \"$1\"; } 2>/dev/null\n",
-    " builtin eval \"builtin unset -v __heddle_c __heddle_r __heddle_s;__heddle_status $__heddle_rc $__heddle_s && { :; } 2>/dev/null;",
+    " builtin eval \"builtin unset -v __heddle_c __heddle_r __heddle_t;__heddle_status $__heddle_rc $__heddle_t && { builtin true; } 2>/dev/null;",
     "$__heddle_c\" 0</dev/null 4>&-\n",
     " { __heddle_rc=$? __heddle_f=$- __heddle_p=$SHELLOPTS; builtin set +euvx;",
     crate::heddle_state_capture!(),

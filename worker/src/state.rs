@@ -54,6 +54,17 @@ macro_rules! heddle_state_capture {
     };
 }
 
+/// With `v` among the trace letters in `$__heddle_t`, echo the command's first line (`$__heddle_c`) to
+/// stderr, as bash would have when reading it: the option comes on inside the command's `eval`, after that
+/// line was read (shared by the fresh wrappers and the persistent shell's loop).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! heddle_echo_first_line {
+    () => {
+        " [[ $__heddle_t != *v* ]] || builtin printf '%s\\n' \"${__heddle_c%%$'\\n'*}\" >&2"
+    };
+}
+
 /// The wrappers' common end, on the same line as their start: the command, with fd 4 closed for it, then
 /// the capture and the exit with the command's status (shared by [`WRAPPER`] and [`SPARE_WRAPPER`]).
 ///
@@ -67,7 +78,8 @@ macro_rules! heddle_state_capture {
 macro_rules! wrapper_tail {
     ($stdin:literal) => {
         concat!(
-            " [[ $__heddle_t != *v* ]] || builtin printf '%s\\n' \"${__heddle_c%%$'\\n'*}\" >&2;",
+            heddle_echo_first_line!(),
+            ";",
             " BASH_EXECUTION_STRING=$__heddle_c;",
             " builtin eval \"builtin unset __heddle_r __heddle_t __heddle_c;${__heddle_t:+builtin set -$__heddle_t;}$__heddle_c\" 4>&-",
             $stdin,
