@@ -174,8 +174,11 @@ fn a_restarted_supervisor_adopts_kept_jobs_and_removes_other_leftovers() {
     let session_dir = PathBuf::from(d["sessions"][0]["cgroup"].as_str().unwrap());
     drop(c);
 
-    // SIGKILL of the supervisor (a process of this test's stack, by its pid): the front exits after it.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup as i32), nix::sys::signal::SIGKILL).unwrap();
+    // SIGKILL of `heddle up` (our child) first, so it cannot restart the supervisor and clean up before the
+    // assertions below (it restarts one that dies unasked after 100 ms), then of the supervisor (a process
+    // of this test's stack, by its pid): the front exits after it.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(h.up_pid() as i32), nix::sys::signal::SIGKILL).unwrap();
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup as i32), nix::sys::signal::SIGKILL);
     assert!(eventually(Duration::from_secs(10), || !alive(front) && !alive(sup)), "the front follows its supervisor");
     h.stop();
     assert!(alive(kept_pid) && alive(stray_pid) && session_dir.exists(), "leftovers before the restart");
