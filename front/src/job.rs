@@ -279,6 +279,11 @@ impl Job {
         self.shell.base = Some((version, base));
     }
 
+    /// The job's capture is scoped to these variables (`RunSpec::capture_only`; see `state_scope`).
+    pub fn set_capture_scope(&mut self, names: Option<Vec<String>>) {
+        self.shell.scope = names;
+    }
+
     /// The job runs in the session's persistent shell (its capture diffs against the record as it is then).
     pub fn set_in_persistent_shell(&mut self) {
         self.shell.persistent = true;

@@ -76,7 +76,7 @@ pub(crate) fn call_admitting(
     crate::revive::revive_if_worker_died(k, &s)?;
     let s = k.live_session(client, &p.session)?;
     let files = crate::sandbox::file_specs(&p.files, &s.spec().cwd)?;
-    let (job, restore) = admit_job(&s, &p.cmd)?;
+    let (job, restore, capture_only) = admit_job(&s, &p.cmd)?;
     on_admit(s.spec().serial, job);
     preflight(&s, job, &p.cmd);
     let spec = RunSpec {
@@ -89,6 +89,7 @@ pub(crate) fn call_admitting(
         files,
         persistent: s.spec().persistent,
         state_env: restore.env,
+        capture_only,
     };
     let mut notes: Vec<String> = clamp_note.into_iter().collect();
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {
@@ -127,8 +128,10 @@ pub(crate) fn call_admitting(
 }
 
 /// Register the job, re-checking under the session's lock that the session still takes work; the job
-/// starts from the current state version, whose restore script is returned.
-fn admit_job(s: &Session, cmd: &str) -> Result<(JobId, crate::state_record::Restore), RpcError> {
+/// starts from the current state version, whose restore script is returned, with the scope of the job's
+/// capture (`state_scope`; the persistent shell's is always full).
+type Admitted = (JobId, crate::state_record::Restore, Option<Vec<String>>);
+fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
     let mut st = s.lock();
     if let Some(lost) = &st.lost {
         return Err(session_lost(s.name(), &lost.note));
@@ -144,13 +147,20 @@ fn admit_job(s: &Session, cmd: &str) -> Result<(JobId, crate::state_record::Rest
         true => crate::state_record::Restore { script: crate::state_record::restore_script(&base), env: Vec::new() },
         false => crate::state_record::restore(&base),
     };
+    // The session's first capture records everything the shell has (its environment too); the
+    // persistent shell's capture is always whole.
+    let scope = match s.spec().persistent || version == 0 {
+        true => None,
+        false => crate::state_scope::scope(cmd, &base),
+    };
     if let Some(j) = st.jobs.get_mut(&id) {
         j.set_state_base(version, base);
+        j.set_capture_scope(scope.clone());
         if s.spec().persistent {
             j.set_in_persistent_shell();
         }
     }
-    Ok((id, restore))
+    Ok((id, restore, scope))
 }
 
 /// Attach the preflight warnings (writes outside the writable roots) to the new job.

@@ -8,7 +8,7 @@
 //! ```
 
 use crate::results::StateVersions;
-use crate::state_capture::{parse, Items};
+use crate::state_capture::{parse_capture, Capture, Items};
 use crate::state_record::StateRecord;
 use std::sync::Arc;
 
@@ -29,6 +29,8 @@ pub struct JobShellState {
     pub conflicts: Vec<String>,
     /// A conflict was added after this job's end was reported: the session's next response says so.
     pub conflict_unannounced: bool,
+    /// The variables the job's capture was scoped to (`RunSpec::capture_only`), `None` for the full one.
+    pub scope: Option<Vec<String>>,
 }
 
 impl JobShellState {
@@ -40,7 +42,7 @@ impl JobShellState {
             (from, base) = record.snapshot();
         }
         let mut overridden = Vec::new();
-        match parse(data) {
+        match parse_capture(data).map_err(|e| e.to_string()).and_then(|c| self.whole(c, &base)) {
             Ok(items) => {
                 let applied = record.apply(from, &base, items, job);
                 overridden = applied.overridden;
@@ -53,10 +55,33 @@ impl JobShellState {
                 }
                 self.to = Some(applied.version);
             }
-            Err(e) => self.unknown(&format!("the capture could not be read: {e}")),
+            Err(e) => {
+                self.base = Some((from, base));
+                self.unknown(&format!("the capture could not be read: {e}"));
+                return overridden;
+            }
         }
         self.base = Some((from, base));
         overridden
+    }
+
+    /// The whole state after the job: a full capture as it is; a scoped one (which must be of the variables
+    /// asked for) on top of the items it does not cover, which the command could not change.
+    fn whole(&self, c: Capture, base: &Items) -> Result<Items, String> {
+        let Some(names) = c.scope else { return Ok(c.items) };
+        let asked = crate::state_scope::listed(self.scope.as_deref().unwrap_or_default());
+        if self.scope.is_none() || names != asked {
+            return Err(format!("it lists the variables {names:?}, not the {asked:?} this call asked for"));
+        }
+        let covered = |k: &str| {
+            matches!(k, "cwd" | "dirstack" | "umask")
+                || k.starts_with("set:")
+                || k.starts_with("shopt:")
+                || k.strip_prefix("var:").is_some_and(|n| names.iter().any(|m| m == n))
+        };
+        let mut items: Items = base.iter().filter(|(k, _)| !covered(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        items.extend(c.items);
+        Ok(items)
     }
 
     /// A later job (`by`) overrode `items` this job had changed: its result and the session's next
@@ -78,5 +103,50 @@ impl JobShellState {
 
     pub fn versions(&self) -> Option<StateVersions> {
         self.base.as_ref().map(|(from, _)| StateVersions { from: *from, to: self.to })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REST: &[u8] = b"\0D\0\0S\0\0\0\0U\x000022\n\0P\0/w\n\0E\0";
+
+    fn recorded() -> StateRecord {
+        let mut record = StateRecord::default();
+        let (v, base) = record.snapshot();
+        let mut first = (*base).clone();
+        for (k, v) in
+            [("var:A", "declare -- A=\"1\""), ("var:X", "declare -- X=\"1\""), ("func:f", "f () \n{ \n    :\n}")]
+        {
+            first.insert(k.into(), v.as_bytes().to_vec());
+        }
+        record.apply(v, &base, first, 1);
+        record
+    }
+
+    #[test]
+    fn a_scoped_capture_changes_its_variables_and_keeps_every_other_item() {
+        let mut record = recorded();
+        let mut s =
+            JobShellState { base: Some(record.snapshot()), scope: Some(vec!["X".into()]), ..Default::default() };
+        let cap = [&b"\0O\0\0\0N\0OLDPWD\0X\0\0W\0declare -- X=\"2\"\n"[..], REST].concat();
+        s.captured(&cap, &mut record, 2);
+        assert!(s.note.is_none(), "{:?}", s.note);
+        assert_eq!(record.items()["var:X"], b"declare -- X=\"2\"");
+        assert!(record.items().contains_key("var:A") && record.items().contains_key("func:f"));
+        assert_eq!(record.items()["cwd"], b"/w");
+    }
+
+    #[test]
+    fn a_capture_of_other_variables_or_one_that_does_not_parse_gives_the_note_and_keeps_the_record() {
+        let cap = [&b"\0O\0\0\0N\0OLDPWD\0A\0\0W\0declare -- A=\"2\"\n"[..], REST].concat();
+        for (scope, data) in [(Some(vec!["X".to_owned()]), &cap[..]), (None, &cap[..]), (None, b"\0O\0garbage")] {
+            let mut record = recorded();
+            let mut s = JobShellState { base: Some(record.snapshot()), scope, ..Default::default() };
+            s.captured(data, &mut record, 2);
+            assert!(s.note.as_deref().is_some_and(|n| n.contains("the capture could not be read")), "{:?}", s.note);
+            assert_eq!((record.version(), &record.items()["var:A"][..]), (1, &b"declare -- A=\"1\""[..]));
+        }
     }
 }

@@ -64,6 +64,7 @@ pub mod shutdown;
 pub mod state_capture;
 pub mod state_env;
 pub mod state_record;
+pub mod state_scope;
 pub mod store;
 pub mod subscribe;
 pub mod supervisor_link;

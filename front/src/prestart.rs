@@ -65,6 +65,7 @@ pub(crate) fn next_hint(s: &Session, st: &SessionState) -> Option<Hint> {
         files: Vec::new(),
         persistent: false,
         state_env: restore.env,
+        capture_only: None,
     };
     Some(Hint { spec, key })
 }

@@ -7,6 +7,9 @@
 //! lines, the value single-quoted by bash, `'\''` for a quote, newlines kept inside the quotes; `alias --
 //! NAME=…` for a name starting with `-`), `D` (directory stack below the top, `dir\0` each),
 //! `S` (`$BASHOPTS` at start and after, each NUL-terminated), `U` (`umask`), `P` (`pwd`), `E` (end).
+//! A scoped capture (`worker::state::scope_line`, `front::state_scope`) has `N` (the variables asked
+//! for, each NUL-terminated) and `W` (their `declare -p` lines, each of one of those names) in place of
+//! `V`, `F`, `X` and `A` ([`parse_capture`]).
 //! Bash values cannot contain NUL, so no value can forge a frame. Anything that does not fit the format
 //! exactly is an error (and the job's state is then unknown), never a panic.
 //!
@@ -77,25 +80,39 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// Parse a complete capture.
+/// Parse a complete capture (the full one; a scoped capture is an error here: see [`parse_capture`]).
 pub fn parse(data: &[u8]) -> Result<Items, CaptureError> {
+    match parse_capture(data)? {
+        Capture { items, scope: None } => Ok(items),
+        Capture { scope: Some(_), .. } => Err(CaptureError::Missing("declare -p")),
+    }
+}
+
+/// A parsed capture.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Capture {
+    /// The items the capture lists. A scoped capture lists `cwd`, `dirstack`, `umask`, the options, and the
+    /// `var:` items of `scope` only (a name in `scope` without an item is unset).
+    pub items: Items,
+    /// `Some(names)`: a scoped capture (`N` and `W` sections in place of `V`, `F`, `X`, `A`) of these
+    /// variables (`worker::state::scope_line`).
+    pub scope: Option<Vec<String>>,
+}
+
+/// Parse a complete capture, full or scoped.
+pub fn parse_capture(data: &[u8]) -> Result<Capture, CaptureError> {
     let mut items = Items::new();
     let mut c = Cursor { rest: data };
     c.tag(b"O", "set -o")?;
     let start = c.token("set -o")?;
     options(start, c.text(), "set:", (b"-", b"+"), &mut items)?;
-    c.tag(b"V", "declare -p")?;
-    lines(c.text(), "declare -p", |l| variable(l, &mut items))?;
-    c.tag(b"F", "declare -f")?;
-    functions(c.text(), &mut items);
-    c.tag(b"X", "declare -Fx")?;
-    lines(c.text(), "declare -Fx", |l| {
-        let name = l.strip_prefix(b"declare -fx ").filter(|n| !n.is_empty())?;
-        items.insert(format!("fexport:{}", String::from_utf8_lossy(name)), Vec::new());
-        Some(())
-    })?;
-    c.tag(b"A", "alias")?;
-    aliases(c.text(), &mut items)?;
+    let scope = match c.at(b"N") {
+        true => Some(scoped(&mut c, &mut items)?),
+        false => {
+            full(&mut c, &mut items)?;
+            None
+        }
+    };
     c.tag(b"D", "dirs")?;
     let mut dirs: Vec<&[u8]> = Vec::new();
     while !c.at(b"S") {
@@ -113,7 +130,45 @@ pub fn parse(data: &[u8]) -> Result<Items, CaptureError> {
     if !c.rest.is_empty() {
         return Err(CaptureError::BadLine { section: "end", line: lossy(c.rest) });
     }
-    Ok(items)
+    Ok(Capture { items, scope })
+}
+
+/// The full capture's variables, functions and aliases.
+fn full(c: &mut Cursor<'_>, items: &mut Items) -> Result<(), CaptureError> {
+    c.tag(b"V", "declare -p")?;
+    lines(c.text(), "declare -p", |l| variable(l, items))?;
+    c.tag(b"F", "declare -f")?;
+    functions(c.text(), items);
+    c.tag(b"X", "declare -Fx")?;
+    lines(c.text(), "declare -Fx", |l| {
+        let name = l.strip_prefix(b"declare -fx ").filter(|n| !n.is_empty())?;
+        items.insert(format!("fexport:{}", String::from_utf8_lossy(name)), Vec::new());
+        Some(())
+    })?;
+    c.tag(b"A", "alias")?;
+    aliases(c.text(), items)
+}
+
+/// A scoped capture's names (`N`: each NUL-terminated) and their `declare -p` lines (`W`), each of
+/// which must be one of the names.
+fn scoped(c: &mut Cursor<'_>, items: &mut Items) -> Result<Vec<String>, CaptureError> {
+    c.tag(b"N", "names")?;
+    let mut names = Vec::new();
+    while !c.at(b"W") {
+        let name = c.token("names")?;
+        match std::str::from_utf8(name).ok().filter(|n| valid_name(n)) {
+            Some(n) => names.push(n.to_owned()),
+            None => return Err(CaptureError::BadLine { section: "names", line: lossy(name) }),
+        }
+    }
+    c.tag(b"W", "declare -p NAME")?;
+    let mut listed = Items::new();
+    lines(c.text(), "declare -p NAME", |l| variable(l, &mut listed))?;
+    if let Some(k) = listed.keys().find(|k| !names.iter().any(|n| k[4..] == **n)) {
+        return Err(CaptureError::BadLine { section: "declare -p NAME", line: k[4..].to_owned() });
+    }
+    items.extend(listed);
+    Ok(names)
 }
 
 /// `alias -p` output: `alias [-- ]NAME='…'` per alias, the value made of `'…'` runs and `\'` (bash's
@@ -345,7 +400,31 @@ mod tests {
         }
     }
 
+    fn scoped(names: &[u8], lines: &[u8]) -> Vec<u8> {
+        [&b"\0O\0\0\0N\0"[..], names, b"\0W\0", lines, b"\0D\0\0S\0\0\0\0U\0022\n\0P\0/w\n\0E\0"].concat()
+    }
+
+    #[test]
+    fn a_scoped_capture_lists_its_names_and_only_their_variables() {
+        let c = parse_capture(&scoped(b"OLDPWD\0X\0GONE\0", b"declare -x OLDPWD=\"/a\"\ndeclare -- X=\"2\"\n")).unwrap();
+        assert_eq!(c.scope.as_deref(), Some(&["OLDPWD".to_owned(), "X".to_owned(), "GONE".to_owned()][..]));
+        assert_eq!(c.items["var:X"], b"declare -- X=\"2\"");
+        assert!(!c.items.contains_key("var:GONE") && c.items["cwd"] == b"/w");
+        assert!(parse(&scoped(b"X\0", b"")).is_err(), "parse takes full captures only");
+        assert!(parse_capture(&scoped(b"X\0", b"declare -- Y=\"1\"\n")).is_err(), "a line of a name not asked for");
+        assert!(parse_capture(&scoped(b"X Y\0", b"")).is_err(), "a name that is no identifier");
+        let whole = scoped(b"X\0", b"declare -- X=\"1\"\n");
+        for cut in 0..whole.len() {
+            assert!(parse_capture(&whole[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
     proptest! {
+        #[test]
+        fn garbage_inside_a_scoped_frame_never_panics(n in proptest::collection::vec(any::<u8>(), 0..32), l in ".{0,64}") {
+            let _ = parse_capture(&scoped(&n, l.as_bytes()));
+        }
+
         #[test]
         fn garbage_never_panics(data in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = parse(&data);

@@ -46,6 +46,7 @@ mod tests {
         let cmd = Command::Run(RunSpec {
             persistent: false,
             state_env: Vec::new(),
+            capture_only: None,
             job: 7,
             cmd: "echo 'hi'\n$HOME".into(),
             cwd: b"/tmp/\xff dir".to_vec(),

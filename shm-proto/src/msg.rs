@@ -60,6 +60,13 @@ pub struct RunSpec {
     /// `BASH_FUNC_NAME%%` functions, see `front::state_env`): set on top of the job environment, after
     /// the profile's rules, for a fresh bash with `state`. Empty otherwise.
     pub state_env: Vec<(String, String)>,
+    /// What the capture after a fresh bash's command lists (with `state`; ignored otherwise). `None`:
+    /// everything. `Some(names)`: the front's reading of the command (`front::state_scope`) found it can
+    /// change no function, no alias and no variable outside `names`: the capture lists those variables
+    /// (and `OLDPWD`), the working directory, the directory stack, the options and the umask, and skips
+    /// `declare -p`, `declare -f` and `alias -p`, most of bash's capture work. Each name is a shell
+    /// identifier.
+    pub capture_only: Option<Vec<String>>,
 }
 
 /// One file of the files channel.

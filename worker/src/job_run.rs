@@ -139,7 +139,8 @@ impl<C: CgroupOps> Worker<C> {
                 (self.confine(Prepared::bash(&spec.cmd, &env, Some(cwd), stdio)?, cgroup)?, None)
             }
             Some(restore) => {
-                let (p, fd) = self.prepare_stateful(spec, &crate::state::argv(restore, &spec.cmd), stdio, cgroup)?;
+                let restore = crate::state::scoped_restore(restore, spec.capture_only.as_deref());
+                let (p, fd) = self.prepare_stateful(spec, &crate::state::argv(&restore, &spec.cmd), stdio, cgroup)?;
                 (p, Some(fd))
             }
         };

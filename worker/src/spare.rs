@@ -10,7 +10,8 @@
 //!
 //! A `Run` for that id whose inputs are the spare's (the same cwd, environment, restore script and
 //! restore environment; no files are involved, they are written before either path) gets the spare: the
-//! worker writes the command into the pipe in one `write`, closes it, and from then on the shell is the
+//! worker writes the command (after the line that scopes its capture, [`crate::state::spare_input`]) into
+//! the pipe in one `write`, closes it, and from then on the shell is the
 //! job (`Started { prestarted: true }`). Fresh-process semantics hold: the shell served no other command,
 //! and what it was started from is byte for byte what a cold start would use now. Anything else — another
 //! id, other inputs, a command of more than [`MAX_HANDOVER`] bytes or holding a NUL, a spare that died —
@@ -140,8 +141,9 @@ impl<C: CgroupOps> Worker<C> {
         if spare.key.job > spec.job {
             return None; // a late `Run` of an earlier job: the spare waits for its own
         }
+        let input = crate::state::spare_input(&spec.cmd, spec.capture_only.as_deref());
         let usable = SpareKey::of(spec).as_ref() == Some(&spare.key)
-            && spec.cmd.len() <= MAX_HANDOVER
+            && input.len() <= MAX_HANDOVER
             && !spec.cmd.contains('\0')
             && where_cold_would_be(spare, &spec.cwd);
         if !usable {
@@ -150,7 +152,7 @@ impl<C: CgroupOps> Worker<C> {
         }
         let spare = self.spares.spare.take()?;
         let _ = self.poll.registry().deregister(&mut SourceFd(&spare.child.pidfd.as_raw_fd()));
-        let handed = nix::unistd::write(&spare.cmd_w, spec.cmd.as_bytes()).ok() == Some(spec.cmd.len());
+        let handed = nix::unistd::write(&spare.cmd_w, &input).ok() == Some(input.len());
         drop(spare.cmd_w); // end of file: the spare's `read` returns with the whole command
         if !handed {
             Self::end_spare(&mut self.cgroups, &mut self.spares.stale, spare.key.job, &spare.child);

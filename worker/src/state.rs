@@ -15,7 +15,10 @@
 //!    the enabled options at start and now (`$SHELLOPTS`), `declare -p`, `declare -f`, `declare -Fx`,
 //!    `alias -p`, the directory stack from `DIRSTACK`, `$BASHOPTS` at start and now,
 //!    `umask`, `pwd`, as NUL-framed sections ending with the `\0E\0` marker, to fd 4 (stderr silenced so
-//!    `set -x` leaves no trace);
+//!    `set -x` leaves no trace); when the array `__heddle_n` is set (the front read the command as
+//!    unable to change anything but those variables, [`RunSpec::capture_only`](shm_proto::msg::RunSpec::capture_only),
+//!    set by [`scope_line`]), it lists those variables with `declare -p NAME…` instead of `declare -p`,
+//!    `declare -f`, `declare -Fx` and `alias -p` (`heddle_scoped_capture!`);
 //! 4. exits with the command's status.
 //!
 //! All of it is one line of `-c` text, parsed before any of it runs (see [`WRAPPER`]).
@@ -47,7 +50,32 @@ macro_rules! heddle_state_capture {
         concat!(
             "{ builtin printf '\\0O\\0%s\\0%s\\0V\\0' \"$__heddle_o\" \"$__heddle_p\"; builtin declare -p;",
             " builtin printf '\\0F\\0'; builtin declare -f; builtin printf '\\0X\\0'; builtin declare -Fx;",
-            " builtin printf '\\0A\\0'; builtin alias -p; builtin printf '%s\\0' '' D \"${DIRSTACK[@]:1}\"",
+            " builtin printf '\\0A\\0'; builtin alias -p;",
+            $crate::heddle_capture_rest!(),
+        )
+    };
+}
+
+/// The scoped capture ([`RunSpec::capture_only`](shm_proto::msg::RunSpec::capture_only)): the variables
+/// named in the array `__heddle_n` (their names first, then their `declare -p` lines: a name without a
+/// line is unset), none of `declare -p`, `declare -f`, `alias -p`; the rest as in the full capture.
+macro_rules! heddle_scoped_capture {
+    () => {
+        concat!(
+            "{ builtin printf '\\0O\\0%s\\0%s\\0N\\0' \"$__heddle_o\" \"$__heddle_p\";",
+            " builtin printf '%s\\0' \"${__heddle_n[@]}\" '' W; builtin declare -p \"${__heddle_n[@]}\";",
+            $crate::heddle_capture_rest!(),
+        )
+    };
+}
+
+/// The common end of both captures: directory stack, shell options, umask, working directory, end marker.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! heddle_capture_rest {
+    () => {
+        concat!(
+            " builtin printf '%s\\0' '' D \"${DIRSTACK[@]:1}\"",
             " '' S \"$__heddle_b\" \"$BASHOPTS\" '' U; builtin umask; builtin printf '\\0P\\0'; builtin pwd;",
             " builtin printf '\\0E\\0'; } >&4;",
         )
@@ -81,13 +109,15 @@ macro_rules! wrapper_tail {
             heddle_echo_first_line!(),
             ";",
             " BASH_EXECUTION_STRING=$__heddle_c;",
-            " builtin eval \"builtin unset __heddle_r __heddle_t __heddle_c;${__heddle_t:+builtin set -$__heddle_t;}$__heddle_c\" 4>&-",
+            " builtin eval \"builtin unset __heddle_r __heddle_t __heddle_c __heddle_s;${__heddle_t:+builtin set -$__heddle_t;}$__heddle_c\" 4>&-",
             $stdin,
             ";",
             " { __heddle_rc=$? __heddle_p=$SHELLOPTS BASH_EXECUTION_STRING=; builtin set +euvx +o pipefail;",
-            " builtin trap - DEBUG RETURN ERR;",
+            " builtin trap - DEBUG RETURN ERR; if [[ ${__heddle_n-} ]]; then ",
+            heddle_scoped_capture!(),
+            " else ",
             heddle_state_capture!(),
-            " } 2>/dev/null; builtin exit \"$__heddle_rc\"\n",
+            " fi; } 2>/dev/null; builtin exit \"$__heddle_rc\"\n",
         )
     };
 }
@@ -115,7 +145,9 @@ pub const WRAPPER: &str = concat!(
 pub const SPARE_WRAPPER: &str = concat!(
     "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_r=$1 __heddle_t=; builtin set --;",
     " builtin eval \"$__heddle_r\"; { builtin printf '%s\\0' \"$PWD\" >&4;",
-    " builtin read -r -N 2147483647 __heddle_c || __heddle_c=${__heddle_c-}; SECONDS=0; } 2>/dev/null;",
+    " builtin read -r -N 2147483647 __heddle_c || __heddle_c=${__heddle_c-};",
+    " __heddle_s=${__heddle_c%%$'\\n'*} __heddle_c=${__heddle_c#*$'\\n'}; builtin eval \"$__heddle_s\";",
+    " SECONDS=0; } 2>/dev/null;",
     wrapper_tail!(" 0</dev/null"),
 );
 
@@ -237,6 +269,41 @@ pub fn add_state_env(env: &mut Vec<(String, String)>, state_env: &[(String, Stri
     env.extend(state_env.iter().cloned());
 }
 
+/// The statement that scopes a job's capture ([`RunSpec::capture_only`](shm_proto::msg::RunSpec::capture_only)):
+/// `__heddle_n=(OLDPWD NAME…)`; empty (the full capture) for `None` or when a name is not a shell
+/// identifier (the front never sends one; the worker does not splice anything else into bash's input).
+pub fn scope_line(only: Option<&[String]>) -> String {
+    let Some(names) = only else { return String::new() };
+    let ident = |n: &String| {
+        n.bytes().next().is_some_and(|b| b == b'_' || b.is_ascii_alphabetic())
+            && n.bytes().all(|b| b == b'_' || b.is_ascii_alphanumeric())
+    };
+    if !names.iter().all(ident) {
+        return String::new();
+    }
+    let mut line = String::from("__heddle_n=(OLDPWD");
+    for n in names.iter().filter(|n| *n != "OLDPWD") {
+        line.push(' ');
+        line.push_str(n);
+    }
+    line.push(')');
+    line
+}
+
+/// A cold job's restore script with its capture scope in front ([`scope_line`]).
+pub fn scoped_restore<'a>(restore: &'a [u8], only: Option<&[String]>) -> std::borrow::Cow<'a, [u8]> {
+    match scope_line(only) {
+        line if line.is_empty() => std::borrow::Cow::Borrowed(restore),
+        line => std::borrow::Cow::Owned([line.as_bytes(), b"\n", restore].concat()),
+    }
+}
+
+/// What the worker writes into a spare's command pipe: the capture scope's statement ([`scope_line`],
+/// maybe empty), a newline, the command.
+pub fn spare_input(cmd: &str, only: Option<&[String]>) -> Vec<u8> {
+    [scope_line(only).as_bytes(), b"\n", cmd.as_bytes()].concat()
+}
+
 /// `argv` of a state-carrying job.
 pub fn argv<'a>(restore: &'a [u8], cmd: &'a str) -> [&'a [u8]; 8] {
     [b"bash", b"--noprofile", b"--norc", b"-c", WRAPPER.as_bytes(), b"bash", restore, cmd.as_bytes()]
@@ -283,6 +350,20 @@ mod tests {
         let text = String::from_utf8_lossy(&state);
         assert!(text.contains("declare -- FOO=\"1\""), "{text}");
         assert!(!text.contains("declare -- __heddle_c="), "the command text is not left behind");
+    }
+
+    #[test]
+    fn a_scoped_capture_lists_only_the_named_variables() {
+        let only = ["X".to_owned(), "GONE".to_owned()];
+        let restore = scoped_restore(b"GONE=1 KEPT=1", Some(&only)).into_owned();
+        let (out, state, st) = run(std::str::from_utf8(&restore).unwrap(), "X=2; Y=3; unset GONE; cd /tmp; echo ok");
+        assert_eq!((out.as_str(), st), ("ok\n", launcher::ExitStatus::Exited(0)));
+        let text = String::from_utf8_lossy(&state);
+        assert!(text.contains("\0N\0OLDPWD\0X\0GONE\0\0W\0declare -") && text.contains(" OLDPWD=\"/"), "{text:?}");
+        assert!(text.contains("declare -- X=\"2\"\n\0D\0"), "{text:?}");
+        assert!(!text.contains("Y=") && !text.contains("KEPT") && !text.contains("\0V\0"), "{text:?}");
+        assert!(text.ends_with("\0P\0/tmp\n\0E\0"), "{text:?}");
+        assert_eq!(scope_line(Some(&["a b".to_owned()])), "", "a name that is no identifier: the full capture");
     }
 
     #[test]

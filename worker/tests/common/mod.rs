@@ -106,6 +106,7 @@ pub fn spec(job: JobId, cmd: &str, cwd: &str, env: &[(&str, &str)]) -> RunSpec {
         files: Vec::new(),
         persistent: false,
         state_env: Vec::new(),
+        capture_only: None,
     }
 }
 
