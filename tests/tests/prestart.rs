@@ -37,6 +37,21 @@ fn a_paced_call_runs_on_a_prestarted_shell_carrying_the_state_of_the_call_before
 }
 
 #[test]
+fn a_prestarted_shell_hands_a_scoped_capture_over_and_the_next_call_sees_its_changes() {
+    // The command travels to the spare after the line that scopes its capture (worker::state::spare_input).
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    ok(&mut c, &s, "export P1=1; g() { echo g; }; mkdir -p d");
+    let r = paced(&mut c, &s, "cd d; P2=\"$P1$P1\"; unset P1; echo \"$BASH_EXECUTION_STRING\" | wc -l");
+    assert_eq!((r["prestarted"].as_bool(), r["state_note"].is_null()), (Some(true), true), "{r}");
+    assert_eq!(stdout(&mut c, &s, &r), "1\n", "the scope line is not part of the command");
+    let r = paced(&mut c, &s, "echo ${PWD##*/} ${P1-unset} $P2; g");
+    assert_eq!(r["prestarted"], true, "{r}");
+    assert_eq!(stdout(&mut c, &s, &r), "d unset 11\ng\n");
+}
+
+#[test]
 fn a_prestarted_job_has_closed_stdin_fresh_seconds_and_the_same_fds_as_a_cold_one() {
     let probe =
         "read -r -t 5 line; echo read=$?; echo secs=$SECONDS; ls /proc/self/fd | sort -n | tr '\\n' ' '; echo; \

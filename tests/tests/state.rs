@@ -301,3 +301,40 @@ fn aliases_with_hard_values_round_trip() {
     ok(&mut c, &s, "unalias nl");
     assert_eq!(ok(&mut c, &s, "alias nl 2>/dev/null || echo gone"), "gone\n");
 }
+
+#[test]
+fn a_command_that_changes_only_variables_it_names_keeps_the_rest_and_carries_its_changes() {
+    // `cd`, a loop variable, `unset`, assignments and programs: the front reads the command as unable to
+    // change anything else, and its capture lists only those (docs/architecture.md, "Capture scope").
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    ok(
+        &mut c,
+        &s,
+        "export KEEP=1 GONE=1; N=5; f() { echo fn; }; shopt -s expand_aliases; alias al='echo al'; mkdir -p sub",
+    );
+    let r = run(&mut c, &s, "cd sub && ls >/dev/null; for i in 1 2; do :; done; unset GONE; C=3 true; D=\"$N$KEEP\"");
+    assert_eq!((r["exit_code"].as_i64(), r["state_note"].is_null()), (Some(0), true), "{r}");
+    let ch = changes(&r);
+    for item in ["cwd → ", " i", "GONE", " D"] {
+        assert!(ch.iter().any(|x| x.contains(item)), "{item}: {ch:?}");
+    }
+    let out = ok(&mut c, &s, "echo \"${PWD##*/} $i ${GONE-unset} ${C-none} $D $KEEP $N\"; f; al; env | grep -c ^KEEP=");
+    assert_eq!(out, "sub 2 unset none 51 1 5\nfn\nal\n1\n");
+    let r = run(&mut c, &s, "ls >/dev/null; echo \"$KEEP\" | tr 1 2");
+    assert_eq!((changes(&r).len(), r["state_note"].is_null()), (0, true), "a program changes nothing: {r}");
+}
+
+#[test]
+fn a_command_that_forges_the_capture_scope_gets_the_state_unknown_note() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    ok(&mut c, &s, "export KEEP=1");
+    let r = run(&mut c, &s, "__heddle_n=(KEEP); KEEP=2");
+    let note = r["state_note"].as_str().unwrap_or_default();
+    assert!(note.starts_with("state unknown after this call; carrying the previous state"), "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(ok(&mut c, &s, "echo $KEEP"), "1\n");
+}
