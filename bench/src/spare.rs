@@ -6,8 +6,10 @@
 //! cold); each has a session with an empty state and one carrying the typical state (20 exported
 //! variables, 5 functions, 10 aliases). All variants, and the baseline, a bare posix_spawn of
 //! `bash --noprofile --norc -c true` + wait, are interleaved in one loop, each after the same pause.
+//! Each session runs `true` (which the front reads as changing nothing: its capture is scoped, see
+//! `front::state_scope`) and `eval true` (which it cannot read: the full capture).
 //! Reported: each variant against the bare spawn, and what carrying the typical state adds to a call
-//! (typical − empty, as a share of the bare spawn) with and without spares.
+//! (typical − empty, as a share of the bare spawn) with and without spares, for both captures.
 
 use anyhow::Result;
 use heddle_bench::{report, time_us, Summary};
@@ -32,6 +34,7 @@ fn typical_state() -> String {
 
 struct Variant {
     name: &'static str,
+    cmd: &'static str,
     client: Client,
     session: Value,
     prestarted: usize,
@@ -39,16 +42,16 @@ struct Variant {
 }
 
 impl Variant {
-    fn new(name: &'static str, h: &Heddle, setup: &str) -> Variant {
+    fn new(name: &'static str, cmd: &'static str, h: &Heddle, setup: &str) -> Variant {
         let mut client = h.client();
         let session = h.open_session(&mut client);
         let r = heddle_tests::run_to_end(&mut client, &session, setup);
         assert_eq!(r["exit_code"], 0, "{r}");
-        Variant { name, client, session, prestarted: 0, times: Vec::new() }
+        Variant { name, cmd, client, session, prestarted: 0, times: Vec::new() }
     }
 
     fn call(&mut self) -> bool {
-        let r = self.client.call("run", json!({"session": self.session, "cmd": "true"})).expect("run");
+        let r = self.client.call("run", json!({"session": self.session, "cmd": self.cmd})).expect("run");
         assert_eq!(r["exit_code"], 0, "{r}");
         assert!(r["state_note"].is_null(), "{r}");
         r["prestarted"] == true
@@ -59,11 +62,17 @@ pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
     let hot = Heddle::start();
     let cold = Heddle::start_with_env(&[], &[("HEDDLE_SPARES", "0")]);
     let typical = typical_state();
+    // `true` changes nothing and the front reads it so: its capture is scoped (front::state_scope);
+    // `eval true` changes nothing either, but the front cannot tell: its capture is full.
     let mut variants = [
-        Variant::new("spares, empty state", &hot, "true"),
-        Variant::new("spares, typical state", &hot, &typical),
-        Variant::new("cold, empty state", &cold, "true"),
-        Variant::new("cold, typical state", &cold, &typical),
+        Variant::new("spares, empty state", "true", &hot, "true"),
+        Variant::new("spares, typical state", "true", &hot, &typical),
+        Variant::new("cold, empty state", "true", &cold, "true"),
+        Variant::new("cold, typical state", "true", &cold, &typical),
+        Variant::new("spares, empty state, full capture", "eval true", &hot, "true"),
+        Variant::new("spares, typical state, full capture", "eval true", &hot, &typical),
+        Variant::new("cold, empty state, full capture", "eval true", &cold, "true"),
+        Variant::new("cold, typical state, full capture", "eval true", &cold, &typical),
     ];
     let pause = Duration::from_millis(pause_ms);
     let mut bare = Vec::new();
@@ -91,14 +100,19 @@ pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
         let s = Summary::of(v.times.clone());
         p50.push(s.p50);
         report(
-            &format!("run(\"true\") through the socket, {}", v.name),
+            &format!("run({:?}) through the socket, {}", v.cmd, v.name),
             "bare posix_spawn(bash -c true) + wait",
             base,
             v.name,
             s,
         );
     }
-    for (label, empty, typical) in [("spares", p50[0], p50[1]), ("cold", p50[2], p50[3])] {
+    for (label, empty, typical) in [
+        ("spares, scoped capture", p50[0], p50[1]),
+        ("cold, scoped capture", p50[2], p50[3]),
+        ("spares, full capture", p50[4], p50[5]),
+        ("cold, full capture", p50[6], p50[7]),
+    ] {
         let extra = typical - empty;
         println!(
             "typical state's cost per call, {label}: {extra:+.1} µs p50 = {:+.1}% of the bare spawn",

@@ -69,11 +69,13 @@ fn prestart(restore: &[u8], env: &[(String, String)]) -> (launcher::Child, std::
 }
 
 /// Hand `true` to a spare and wait for it: the time from the command's write to the shell's exit.
-fn handover(spare: (launcher::Child, std::fs::File, std::fs::File)) -> f64 {
+/// `scoped`: with the capture scoped as the front scopes `true` (no variable; see `front::state_scope`).
+fn handover(spare: (launcher::Child, std::fs::File, std::fs::File), scoped: bool) -> f64 {
     use std::io::Write;
     let (child, mut stdin, state) = spare;
+    let input = worker::state::spare_input("true", scoped.then_some(&[][..]));
     let t = time_us(|| {
-        stdin.write_all(b"true").expect("write command");
+        stdin.write_all(&input).expect("write command");
         drop(stdin); // the spare reads its command to end of file
         assert_eq!(child.wait().expect("wait").code(), Some(0), "bash failed");
     });
@@ -113,6 +115,8 @@ pub fn run(iterations: usize) -> Result<()> {
     );
     let base64_capture: &[u8] = b"true; { env; declare -f; alias; } | base64 >&4";
     let restore_then_base64 = [all_script.as_slice(), b"\n", base64_capture].concat();
+    // What the front sends for `true` (a builtin that changes nothing): the capture scoped to no variable.
+    let scoped = worker::state::scoped_restore(&restore, Some(&[])).into_owned();
     type Variant<'a> = (&'a str, Vec<&'a [u8]>, bool, &'a [(String, String)]);
     let variants: Vec<Variant> = vec![
         ("bare bash -c true", vec![b"bash", b"--noprofile", b"--norc", b"-c", b"true"], false, &env),
@@ -125,6 +129,12 @@ pub fn run(iterations: usize) -> Result<()> {
         (
             "wrapper, typical state",
             vec![b"bash", b"--noprofile", b"--norc", b"-c", wrap, b"bash", &restore, b"true"],
+            true,
+            &state_env,
+        ),
+        (
+            "wrapper, typical state, capture scoped (the command changes no variable)",
+            vec![b"bash", b"--noprofile", b"--norc", b"-c", wrap, b"bash", &scoped, b"true"],
             true,
             &state_env,
         ),
@@ -164,14 +174,17 @@ pub fn run(iterations: usize) -> Result<()> {
         }
     }
     let cpu: Vec<f64> = cpu.into_iter().map(|c| c / iterations as f64).collect();
-    let mut handovers = Vec::new();
+    let (mut handovers, mut scoped_handovers) = (Vec::new(), Vec::new());
     let mut spare = prestart(&restore, &state_env);
-    for _ in 0..iterations {
+    for i in 0..2 * iterations {
         std::thread::sleep(std::time::Duration::from_millis(2)); // the spare is ready before its command
-        handovers.push(handover(spare));
+        match i % 2 {
+            0 => handovers.push(handover(spare, false)),
+            _ => scoped_handovers.push(handover(spare, true)),
+        }
         spare = prestart(&restore, &state_env);
     }
-    handover(spare);
+    handover(spare, false);
     let sums: Vec<Summary> = samples.into_iter().map(Summary::of).collect();
     for (i, v) in variants.iter().enumerate().skip(1) {
         report("shell state around one spawn", variants[0].0, sums[0], v.0, sums[i]);
@@ -189,8 +202,36 @@ pub fn run(iterations: usize) -> Result<()> {
     }
     let pre = Summary::of(handovers);
     report("shell state around one spawn", variants[0].0, sums[0], "pre-started shell, typical: command → exit", pre);
+    let pre = Summary::of(scoped_handovers);
+    let label = "pre-started shell, typical, capture scoped: command → exit";
+    report("shell state around one spawn", variants[0].0, sums[0], label, pre);
     println!("(the spare design in isolation: restore and spawn happen before the command arrives; `spare` measures it through the stack)");
-    front_side(&captured, iterations, sums[0].p50)
+    front_side(&captured, iterations, sums[0].p50)?;
+    scope_cost(&items, iterations, sums[0].p50);
+    Ok(())
+}
+
+/// The front's reading of a command before it starts (`front::state_scope::scope`), for commands an
+/// agent runs, against the typical record.
+fn scope_cost(items: &front::state_capture::Items, iterations: usize, bare_p50: f64) {
+    for cmd in [
+        "true",
+        "cd src && cargo build --release 2>&1 | tail -20",
+        "for f in *.rs; do wc -l \"$f\"; done",
+        "git status --short | head -n 20; grep -rn 'fn main' --include='*.rs' . | wc -l",
+    ] {
+        let samples = (0..iterations.max(1) * 10)
+            .map(|_| time_us(|| drop(std::hint::black_box(front::state_scope::scope(std::hint::black_box(cmd), items)))))
+            .collect();
+        let s = Summary::of(samples);
+        println!(
+            "front: reading {cmd:?} for its capture scope ({:?}): p50 {:.1} µs, p99 {:.1} µs = {:.2}% of the bare spawn",
+            front::state_scope::scope(cmd, items),
+            s.p50,
+            s.p99,
+            100.0 * s.p50 / bare_p50
+        );
+    }
 }
 
 /// The front's share of a call's state cost: parsing the typical capture and applying it as a diff
