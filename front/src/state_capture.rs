@@ -406,7 +406,8 @@ mod tests {
 
     #[test]
     fn a_scoped_capture_lists_its_names_and_only_their_variables() {
-        let c = parse_capture(&scoped(b"OLDPWD\0X\0GONE\0", b"declare -x OLDPWD=\"/a\"\ndeclare -- X=\"2\"\n")).unwrap();
+        let c =
+            parse_capture(&scoped(b"OLDPWD\0X\0GONE\0", b"declare -x OLDPWD=\"/a\"\ndeclare -- X=\"2\"\n")).unwrap();
         assert_eq!(c.scope.as_deref(), Some(&["OLDPWD".to_owned(), "X".to_owned(), "GONE".to_owned()][..]));
         assert_eq!(c.items["var:X"], b"declare -- X=\"2\"");
         assert!(!c.items.contains_key("var:GONE") && c.items["cwd"] == b"/w");

@@ -18,7 +18,8 @@
 //!   and `unset -f`/`-n` give `None`;
 //! - a word may expand parameters (`$X`, `${X:-…}`, `${X#…}`, `${#X}`, `${X/…/…}`, `${A[@]}`, `${A[3]}`)
 //!   and run command or process substitutions (a subshell: nothing it does reaches the shell), but
-//!   arithmetic (`$((…))`, `((…))`, `[[ … -eq … ]]`, a `${X:1:2}` offset, a non-numeric subscript),
+//!   arithmetic (`$((…))`, `((…))`, `[[ … -eq … ]]`, a `${X:1:2}` offset, a non-numeric subscript, a
+//!   test's `-v`), bash 5.3's `${ …; }`,
 //!   `${X:=…}`, `${!X}`, `${X@…}`, a nameref, and `{fd}>` redirections give `None`;
 //! - a command word that is a function or an alias in the record, or is not a plain literal, gives
 //!   `None`; so do function definitions, `eval`, `source`, `.`, `exec`, `exit`, `return`, `trap`,
@@ -67,10 +68,12 @@ pub fn scope(cmd: &str, base: &Items) -> Option<Vec<String>> {
     // Arithmetic (`((…))`, `$((…))`, `$[…]`) can assign any variable; the grammar also reads `$((…))` in
     // a here-document as a command substitution, so it is ruled out on the text.
     let arithmetic = cmd.contains("((") || cmd.contains("$[");
+    // Bash 5.3's `${ cmd; }` and `${| cmd; }` run in the shell itself.
+    let funsub = ["${ ", "${\t", "${\n", "${|"].iter().any(|f| cmd.contains(f));
     // `set -k`: assignments anywhere among a command's arguments; an alias named like a reserved word
     // could rewrite the grammar before the parser's view of it applies.
     let keyword = base.get("set:keyword").is_some_and(|v| v == b"-");
-    if cmd.len() > MAX_READ || openers > MAX_NESTING || arithmetic || keyword || has_reserved_alias(base) {
+    if cmd.len() > MAX_READ || openers > MAX_NESTING || arithmetic || funsub || keyword || has_reserved_alias(base) {
         return None;
     }
     let tree = PARSER.with(|p| {
@@ -312,6 +315,7 @@ impl<'a> Reader<'a> {
         match name {
             "set" if args.iter().any(|a| a.contains('k')) => Err(Full), // `set -k`, `set -o keyword`
             "wait" if args.iter().any(|a| a.starts_with('-') && a.contains('p')) => Err(Full),
+            "test" | "[" if args.iter().any(|a| matches!(*a, "-v" | "-R")) => Err(Full), // `-v A[i++]`
             "printf" => match args.first().is_some_and(|a| a.starts_with("-v")) {
                 true if args[0] == "-v" && args.len() > 1 => self.assigned(args[1], None),
                 true => Err(Full),
@@ -437,21 +441,19 @@ impl<'a> Reader<'a> {
         rest.iter().try_for_each(|k| self.node(*k))
     }
 
-    /// `[ … ]` and `test` compare numbers as numbers; `[[ … ]]` evaluates `-eq`…`-ge` operands (and `-v`
-    /// subscripts) as arithmetic.
+    /// `[ … ]` and `test` compare numbers as numbers; `[[ … ]]` evaluates `-eq`…`-ge` operands as
+    /// arithmetic; all three evaluate a `-v A[…]` subscript.
     fn test(&mut self, n: Node) -> Read {
-        if n.child(0).map(|c| c.kind()) == Some("[[") {
-            let mut stack = vec![n];
-            while let Some(x) = stack.pop() {
-                let op = self.text(x);
-                if x.kind() == "test_operator"
-                    && matches!(op, "-eq" | "-ne" | "-lt" | "-le" | "-gt" | "-ge" | "-v" | "-R")
-                {
-                    return Err(Full);
-                }
-                let mut c = x.walk();
-                stack.extend(x.named_children(&mut c));
+        let double = n.child(0).map(|c| c.kind()) == Some("[[");
+        let mut stack = vec![n];
+        while let Some(x) = stack.pop() {
+            let op = self.text(x);
+            let arithmetic = matches!(op, "-eq" | "-ne" | "-lt" | "-le" | "-gt" | "-ge");
+            if x.kind() == "test_operator" && (double && arithmetic || matches!(op, "-v" | "-R")) {
+                return Err(Full);
             }
+            let mut c = x.walk();
+            stack.extend(x.named_children(&mut c));
         }
         self.children(n)
     }
