@@ -401,7 +401,7 @@ mod tests {
     }
 
     fn scoped(names: &[u8], lines: &[u8]) -> Vec<u8> {
-        [&b"\0O\0\0\0N\0"[..], names, b"\0W\0", lines, b"\0D\0\0S\0\0\0\0U\0022\n\0P\0/w\n\0E\0"].concat()
+        [&b"\0O\0\0\0N\0"[..], names, b"\0W\0", lines, b"\0D\0\0S\0\0\0\0U\x00022\n\0P\0/w\n\0E\0"].concat()
     }
 
     #[test]
