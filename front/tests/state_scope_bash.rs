@@ -75,6 +75,8 @@ const CORPUS: &[&str] = &[
     "cd /tmp; OLDPWD=/x",
     "POSIXLY_CORRECT=1",
     "declare -g GG=1",
+    "cat <<\\EOF\n${X:=1} `Y=2`\nEOF",
+    "export X=1 | cat; Y=2 | Z=3",
     "cd sub; W=$(pwd); V=${W}x; export V",
     "export PATH=\"$PWD/bin:$PATH\"",
     "[[ $Y =~ (a) ]] && echo \"${BASH_REMATCH[1]}\"",
@@ -147,6 +149,11 @@ const CORPUS: &[&str] = &[
     "enable -n echo",
     "x() { :; }",
     "function y { :; }",
+    "echo >${Q:=f}",
+    "[[ ${Q:=1} ]]",
+    "for f in ${Q:=1}; do :; done",
+    "cat <<EOF\n${Q:=1}\nEOF",
+    "export X=${Q:=1}",
     "exit 3",
 ];
 
@@ -179,7 +186,7 @@ fn every_change_the_full_capture_sees_is_within_the_scope() {
         }
     }
     eprintln!("{scoped} of {} commands scoped, {checked} checked against bash", CORPUS.len());
-    assert!(scoped >= 42 && checked == scoped, "{scoped} scoped commands, {checked} checked");
+    assert!(scoped >= 44 && checked == scoped, "{scoped} scoped commands, {checked} checked");
 }
 
 #[test]
