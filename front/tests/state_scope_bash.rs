@@ -157,36 +157,90 @@ const CORPUS: &[&str] = &[
     "exit 3",
 ];
 
-#[test]
-fn every_change_the_full_capture_sees_is_within_the_scope() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path();
-    let empty = Items::new();
-    let first = run(dir, &front::state_record::restore_script(&empty), SETUP).expect("setup captured");
+/// The base state as bash sees it after the restore, with the restore script.
+fn setup(dir: &std::path::Path) -> (Items, Vec<u8>) {
+    let first = run(dir, &front::state_record::restore_script(&Items::new()), SETUP).expect("setup captured");
     let restore = front::state_record::restore_script(&first);
     // The base as bash sees it after the restore (bash's own defaults, the cwd as bash reports it).
     let base = run(dir, &restore, "true").expect("restore captured");
     assert!(base.contains_key("func:build") && base.contains_key("alias:ll") && base.contains_key("var:R"), "{base:?}");
+    (base, restore)
+}
+
+/// Run `cmd` if it is scoped and check its changes against its scope; `Some(checked)` when scoped.
+fn check(dir: &std::path::Path, base: &Items, restore: &[u8], cmd: &str) -> Option<bool> {
+    let names = listed(&scope(cmd, base)?);
+    let Some(after) = run(dir, restore, cmd) else { return Some(false) };
+    for key in changed(base, &after) {
+        let covered = matches!(key.as_str(), "cwd" | "dirstack" | "umask")
+            || key.starts_with("set:")
+            || key.starts_with("shopt:")
+            || key.strip_prefix("var:").is_some_and(|n| names.iter().any(|m| m == n));
+        assert!(covered, "{cmd:?} changed {key} outside its scope {names:?}");
+    }
+    Some(true)
+}
+
+#[test]
+fn every_change_the_full_capture_sees_is_within_the_scope() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    let (base, restore) = setup(dir);
     let (mut scoped, mut checked) = (0, 0);
     for cmd in CORPUS {
-        let Some(names) = scope(cmd, &base) else {
-            eprintln!("full: {cmd:?}");
-            continue;
-        };
-        scoped += 1;
-        let Some(after) = run(dir, &restore, cmd) else { continue };
-        checked += 1;
-        let names = listed(&names);
-        for key in changed(&base, &after) {
-            let covered = matches!(key.as_str(), "cwd" | "dirstack" | "umask")
-                || key.starts_with("set:")
-                || key.starts_with("shopt:")
-                || key.strip_prefix("var:").is_some_and(|n| names.iter().any(|m| m == n));
-            assert!(covered, "{cmd:?} changed {key} outside its scope {names:?}");
+        match check(dir, &base, &restore, cmd) {
+            None => eprintln!("full: {cmd:?}"),
+            Some(ran) => {
+                scoped += 1;
+                checked += usize::from(ran);
+            }
         }
     }
     eprintln!("{scoped} of {} commands scoped, {checked} checked against bash", CORPUS.len());
     assert!(scoped >= 44 && checked == scoped, "{scoped} scoped commands, {checked} checked");
+}
+
+#[test]
+fn compositions_of_corpus_commands_stay_within_their_scope() {
+    // Random compositions (fixed seed): lists, pipelines, groups, loops and conditionals around two or
+    // three corpus commands. A composition is scoped only if each part is, and must still be sound.
+    // `HEDDLE_SCOPE_SEED` / `HEDDLE_SCOPE_ROUNDS` run other or more compositions by hand.
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    let (base, restore) = setup(dir);
+    let rounds: usize = std::env::var("HEDDLE_SCOPE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
+    let mut seed: u64 =
+        std::env::var("HEDDLE_SCOPE_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_1234_abcd_ef01);
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let shapes = [
+        "{a}; {b}",
+        "{a} && {b} || {c}",
+        "{a} | {b}",
+        "{{ {a}; {b}; }}",
+        "if {a}; then {b}; else {c}; fi",
+        "for q in 1 2; do {a}; done",
+        "while {a}; do {b}; break; done",
+        "case x in x) {a};; *) {b};; esac",
+        "( {a} ); {b}",
+        "{a} & wait; {b}",
+    ];
+    let (mut scoped, mut checked) = (0, 0);
+    for _ in 0..rounds {
+        let shape = shapes[next(shapes.len())].replace("{{", "{").replace("}}", "}");
+        let (a, b, c) = (CORPUS[next(CORPUS.len())], CORPUS[next(CORPUS.len())], CORPUS[next(CORPUS.len())]);
+        let cmd = shape.replace("{a}", a).replace("{b}", b).replace("{c}", c);
+        if let Some(ran) = check(dir, &base, &restore, &cmd) {
+            scoped += 1;
+            checked += usize::from(ran);
+        }
+    }
+    eprintln!("{scoped} of {rounds} compositions scoped, {checked} checked against bash");
+    assert!(scoped >= rounds / 10, "{scoped} scoped compositions");
 }
 
 #[test]
