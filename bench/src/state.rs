@@ -221,7 +221,9 @@ fn scope_cost(items: &front::state_capture::Items, iterations: usize, bare_p50: 
         "git status --short | head -n 20; grep -rn 'fn main' --include='*.rs' . | wc -l",
     ] {
         let samples = (0..iterations.max(1) * 10)
-            .map(|_| time_us(|| drop(std::hint::black_box(front::state_scope::scope(std::hint::black_box(cmd), items)))))
+            .map(|_| {
+                time_us(|| drop(std::hint::black_box(front::state_scope::scope(std::hint::black_box(cmd), items))))
+            })
             .collect();
         let s = Summary::of(samples);
         println!(
