@@ -23,6 +23,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use shm_proto::msg::{Command, JobId, RunSpec, StdinMode};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Deserialize)]
@@ -147,18 +148,22 @@ fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
         true => crate::state_record::Restore { script: crate::state_record::restore_script(&base), env: Vec::new() },
         false => crate::state_record::restore(&base),
     };
-    // The session's first capture records everything the shell has (its environment too); the
+    if let Some(j) = st.jobs.get_mut(&id) {
+        j.set_state_base(version, Arc::clone(&base));
+        if s.spec().persistent {
+            j.set_in_persistent_shell();
+        }
+    }
+    drop(st);
+    // Read outside the session's lock (10–40 µs); the job's capture cannot arrive before its spec is
+    // sent. The session's first capture records everything the shell has (its environment too); the
     // persistent shell's capture is always whole.
     let scope = match s.spec().persistent || version == 0 {
         true => None,
         false => crate::state_scope::scope(cmd, &base),
     };
-    if let Some(j) = st.jobs.get_mut(&id) {
-        j.set_state_base(version, base);
-        j.set_capture_scope(scope.clone());
-        if s.spec().persistent {
-            j.set_in_persistent_shell();
-        }
+    if let (Some(names), Some(j)) = (&scope, s.lock().jobs.get_mut(&id)) {
+        j.set_capture_scope(Some(names.clone()));
     }
     Ok((id, restore, scope))
 }

@@ -164,7 +164,8 @@ pub struct StateSummary {
 }
 
 /// The flags of a `declare -p` line (`x`, `r`, `a`, …; `-` for none).
-fn flags(line: &[u8]) -> String {
+/// The attribute letters of a `declare -p` line (`x`, `ir`, …; `-` for none).
+pub(crate) fn flags(line: &[u8]) -> String {
     let rest = line.strip_prefix(b"declare -").unwrap_or_default();
     let end = rest.iter().position(|b| *b == b' ').unwrap_or(rest.len());
     String::from_utf8_lossy(&rest[..end]).into_owned()

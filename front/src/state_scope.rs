@@ -106,11 +106,9 @@ pub fn scope(cmd: &str, base: &Items) -> Option<Vec<String>> {
     Some(r.names.into_iter().collect())
 }
 
-/// The names a scoped capture lists, in order: `OLDPWD`, then `names` (as `worker::state::scope_line`
-/// writes them).
+/// The names a scoped capture lists, in order ([`shm_proto::msg::capture_names`]).
 pub fn listed(names: &[String]) -> Vec<String> {
-    let rest = names.iter().filter(|n| *n != "OLDPWD").cloned();
-    std::iter::once("OLDPWD".to_owned()).chain(rest).collect()
+    shm_proto::msg::capture_names(names)
 }
 
 fn has_reserved_alias(base: &Items) -> bool {
@@ -198,23 +196,22 @@ impl<'a> Reader<'a> {
         n.utf8_text(src).unwrap_or("\u{0}")
     }
 
-    fn flags(&self, name: &str) -> &[u8] {
-        let line = self.base.get(&format!("var:{name}")).map_or(&b""[..], |v| v.as_slice());
-        let rest = line.strip_prefix(b"declare -").unwrap_or_default();
-        &rest[..rest.iter().position(|b| *b == b' ').unwrap_or(rest.len())]
+    /// The record's attribute letters of variable `name` (empty when it has none or is not recorded).
+    fn flags(&self, name: &str) -> String {
+        self.base.get(&format!("var:{name}")).map_or_else(String::new, |v| crate::state_record::flags(v))
     }
 
     fn nameref(&self, name: &str) -> bool {
-        self.flags(name).contains(&b'n')
+        self.flags(name).contains('n')
     }
 
     fn integer(&self, name: &str) -> bool {
-        self.flags(name).contains(&b'i')
+        self.flags(name).contains('i')
     }
 
     /// A subscript that is not arithmetic: a number, `@` or `*`, or a plain key of an associative array.
     fn plain_index(&self, name: &str, index: &str) -> bool {
-        let assoc = self.flags(name).contains(&b'A') && !index.is_empty() && !index.contains(['$', '`', '\\']);
+        let assoc = self.flags(name).contains('A') && !index.is_empty() && !index.contains(['$', '`', '\\']);
         assoc || matches!(index, "@" | "*") || numeric(index)
     }
 
@@ -581,27 +578,25 @@ mod tests {
     #[test]
     fn programs_and_inert_builtins_change_nothing_a_scoped_capture_misses() {
         let b = base();
-        for cmd in [
-            "ls -la",
-            "cd 'my dir' && cargo build --release 2>&1 | tail -20",
-            "git status --short | head -n 20; grep -rn \"fn main\" --include='*.rs' . | wc -l",
-            "echo \"$HOME/${USER:-nobody}\" ${#PATH} ${A[@]} ${A[3]} ${X%.rs} ${X//a/b} $(cd /; x=1) `y=2`",
-            "set -euo pipefail; shopt -s globstar nullglob; umask 077; pushd /tmp; popd",
-            "cat <<'EOF'\n$x ${y:=1} `z`\nEOF\ncat <<EOF\n$HOME $(date)\nEOF",
-            "ls # $x `y` ${z:=1}",
-            "(cd /; export X=1; f() { :; })",
-            "if [[ -f Cargo.toml && $X == y* ]]; then make; elif test -d x; then :; else exit_code=1 true; fi",
-            "while false; do :; done; case $X in a|b) echo a;; *) echo b;; esac",
-            "python3 - <<< 'print(1)' > out.txt 2>&1 < /dev/null",
-            "FOO=1 BAR=2 env | sort",
+        for (cmd, want) in [
+            ("ls -la", &[][..]),
+            ("cd 'my dir' && cargo build --release 2>&1 | tail -20", &[]),
+            ("git status --short | head -n 20; grep -rn \"fn main\" --include='*.rs' . | wc -l", &[]),
+            ("echo \"$HOME/${USER:-nobody}\" ${#PATH} ${A[@]} ${A[3]} ${X%.rs} ${X//a/b} $(cd /; x=1) `y=2`", &[]),
+            ("set -euo pipefail; shopt -s globstar nullglob; umask 077; pushd /tmp; popd", &[]),
+            ("cat <<'EOF'\n$x ${y:=1} `z`\nEOF\ncat <<EOF\n$HOME $(date)\nEOF", &[]),
+            ("ls # $x `y` ${z:=1}", &[]),
+            ("(cd /; export X=1; f() { :; })", &[]),
+            (
+                "if [[ -f Cargo.toml && $X == y* ]]; then make; elif test -d x; then :; else exit_code=1 true; fi",
+                &["exit_code"],
+            ),
+            ("while false; do :; done; case $X in a|b) echo a;; *) echo b;; esac", &[]),
+            ("python3 - <<< 'print(1)' > out.txt 2>&1 < /dev/null", &[]),
+            ("FOO=1 BAR=2 env | sort", &["BAR", "FOO"]),
         ] {
-            let got = scope(cmd, &b);
-            assert!(got.is_some(), "{cmd}");
-            if cmd.starts_with("if") {
-                assert_eq!(got, names(&["exit_code"]), "{cmd}");
-            }
+            assert_eq!(scope(cmd, &b), names(want), "{cmd}");
         }
-        assert_eq!(scope("FOO=1 BAR=2 env | sort", &b), names(&["BAR", "FOO"]));
     }
 
     #[test]

@@ -69,6 +69,13 @@ pub struct RunSpec {
     pub capture_only: Option<Vec<String>>,
 }
 
+/// The variables a scoped capture lists, in order: `OLDPWD` (which `cd` sets), then `only` without it
+/// (what the worker puts in `__heddle_n`, and what the front expects back).
+pub fn capture_names(only: &[String]) -> Vec<String> {
+    let rest = only.iter().filter(|n| *n != "OLDPWD").cloned();
+    std::iter::once("OLDPWD".to_owned()).chain(rest).collect()
+}
+
 /// One file of the files channel.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileSpec {

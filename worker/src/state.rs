@@ -281,13 +281,7 @@ pub fn scope_line(only: Option<&[String]>) -> String {
     if !names.iter().all(ident) {
         return String::new();
     }
-    let mut line = String::from("__heddle_n=(OLDPWD");
-    for n in names.iter().filter(|n| *n != "OLDPWD") {
-        line.push(' ');
-        line.push_str(n);
-    }
-    line.push(')');
-    line
+    format!("__heddle_n=({})", shm_proto::msg::capture_names(names).join(" "))
 }
 
 /// A cold job's restore script with its capture scope in front ([`scope_line`]).
