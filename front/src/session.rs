@@ -122,6 +122,11 @@ pub struct SessionState {
     pub revivals: VecDeque<Instant>,
     /// The worker (pid) and record version of the last pre-start hint delivered (see `prestart.rs`).
     pub hinted: Option<(u32, u64)>,
+    /// What retention has counted of the session's output (see [`crate::retention::Ledger`]).
+    pub retention: crate::retention::Ledger,
+    /// Every job below this id has ended and been reported on, and has no conflict left to announce:
+    /// announcements need not look at it again (a conflict noted on it lowers the mark).
+    quiet_below: JobId,
 }
 
 impl SessionState {
@@ -131,6 +136,7 @@ impl SessionState {
         let id = self.next_job;
         self.journal.append(&crate::journal::Entry::Job { id, cmd: cmd.clone() });
         self.jobs.insert(id, Job::new(id, cmd, jobs_dir.join(format!("{id}.log"))));
+        self.retention.add(id);
         crate::retention::enforce(self, crate::retention::config(), std::time::Instant::now());
         id
     }
@@ -138,6 +144,7 @@ impl SessionState {
     /// Put back a job rebuilt by a restarted front; later jobs get higher ids.
     pub fn restore_job(&mut self, job: Job) {
         self.next_job = self.next_job.max(job.id());
+        self.retention.add(job.id());
         self.jobs.insert(job.id(), job);
     }
 
@@ -254,6 +261,7 @@ impl SessionState {
         for (job, items) in per_job {
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.on_state_overridden(by, &items);
+                self.quiet_below = self.quiet_below.min(job);
             }
         }
     }
@@ -307,9 +315,21 @@ impl SessionState {
         }
     }
 
-    /// Announcements of every ended, unreported job (each marked reported), oldest first.
+    /// Announcements of every ended, unreported job (each marked reported), oldest first. Looks at the
+    /// jobs from the first that is not both ended and reported on (see `quiet_below`).
     pub fn take_announcements(&mut self, now: Instant) -> Vec<Announcement> {
-        self.jobs.values_mut().filter(|j| j.needs_announcement()).map(|j| j.announce(now)).collect()
+        let (mut out, mut floor, mut quiet) = (Vec::new(), self.quiet_below, true);
+        for (id, j) in self.jobs.range_mut(self.quiet_below..) {
+            if j.needs_announcement() {
+                out.push(j.announce(now));
+            }
+            quiet &= j.state().ended() && j.reported();
+            if quiet {
+                floor = id + 1;
+            }
+        }
+        self.quiet_below = floor;
+        out
     }
 
     /// Flush every job's buffered output.
@@ -717,6 +737,35 @@ mod tests {
         st.apply(Event::SpawnFailed { job: b, error: "nope".into() }, now, 0);
         let second = st.take_announcements(now);
         assert_eq!((second.len(), second[0].state), (1, JobState::Failed));
+    }
+
+    #[test]
+    fn announcements_look_past_a_running_job_and_come_back_for_a_conflict() {
+        let mut st = SessionState::default();
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let exit = |st: &mut SessionState, job| {
+            st.apply(Event::Exited { job, code: Some(0), signal: None, at_unix_ns: 0, killed: false }, now, 0)
+        };
+        let ids: Vec<JobId> = (0..4).map(|i| st.add_job(format!("j{i}"), dir.path())).collect();
+        for &id in &ids[..3] {
+            exit(&mut st, id);
+        }
+        let first: Vec<_> = st.take_announcements(now).iter().map(|a| a.job).collect();
+        assert_eq!(first, ids[..3]);
+        let later = st.add_job("later".into(), dir.path());
+        exit(&mut st, later);
+        let second: Vec<_> = st.take_announcements(now).iter().map(|a| a.job).collect();
+        assert_eq!(second, [later], "a job after a running one is announced");
+        exit(&mut st, ids[3]);
+        let third: Vec<_> = st.take_announcements(now).iter().map(|a| a.job).collect();
+        assert_eq!(third, [ids[3]]);
+        assert!(st.take_announcements(now).is_empty());
+        st.note_overridden(later, vec![(ids[0], "cwd".into())]);
+        let again = st.take_announcements(now);
+        assert_eq!(again.iter().map(|a| a.job).collect::<Vec<_>>(), [ids[0]], "a conflict on an old job");
+        assert_eq!(again[0].state_conflicts.len(), 1);
+        assert!(st.take_announcements(now).is_empty(), "once");
     }
 
     #[test]
