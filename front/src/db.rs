@@ -330,23 +330,32 @@ fn writer_loop(mut conn: Connection, rx: Receiver<Msg>, boot: String) {
     }
 }
 
+/// Run one statement, compiled once per connection: SQLite's parser costs more than the row's insert.
+fn exec(tx: &rusqlite::Transaction<'_>, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<usize> {
+    tx.prepare_cached(sql)?.execute(p)
+}
+
 fn apply(tx: &rusqlite::Transaction<'_>, boot: &str, w: Write) -> rusqlite::Result<()> {
     let now = crate::job::unix_ns() / 1_000_000;
     match w {
-        Write::SessionOpened { serial, name, owner_uid, cwd, cgroup } => tx.execute(
+        Write::SessionOpened { serial, name, owner_uid, cwd, cgroup } => exec(
+            tx,
             "INSERT OR REPLACE INTO sessions (boot, serial, name, owner_uid, cwd, cgroup, opened_at_ms) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![boot, serial, name, owner_uid, cwd, cgroup, now],
         ),
-        Write::SessionEnded { serial, note } => tx.execute(
+        Write::SessionEnded { serial, note } => exec(
+            tx,
             "UPDATE sessions SET closed_at_ms = ?3, end_note = ?4 WHERE boot = ?1 AND serial = ?2",
             params![boot, serial, now, note],
         ),
-        Write::StateRecord { serial, version, items } => tx.execute(
+        Write::StateRecord { serial, version, items } => exec(
+            tx,
             "INSERT OR REPLACE INTO state_records (boot, serial, version, items) VALUES (?1, ?2, ?3, ?4)",
             params![boot, serial, version, items],
         ),
-        Write::Job { serial, session, job, row } => tx.execute(
+        Write::Job { serial, session, job, row } => exec(
+            tx,
             "INSERT OR REPLACE INTO jobs (boot, serial, session, job, cmd, state, exit_code, signal, stdout_bytes, \
              stderr_bytes, started_at_ms, duration_ms, log_path, record) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
@@ -367,7 +376,8 @@ fn apply(tx: &rusqlite::Transaction<'_>, boot: &str, w: Write) -> rusqlite::Resu
                 row.record
             ],
         ),
-        Write::Receipt(r) => tx.execute(
+        Write::Receipt(r) => exec(
+            tx,
             "INSERT OR REPLACE INTO receipts (id, op, session, owner_uid, idempotency_key, fingerprint, \
              admitted_at_ms, outcome, job, result, boot, serial) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
@@ -386,11 +396,13 @@ fn apply(tx: &rusqlite::Transaction<'_>, boot: &str, w: Write) -> rusqlite::Resu
                 r.serial
             ],
         ),
-        Write::Announced { session, job } => tx.execute(
+        Write::Announced { session, job } => exec(
+            tx,
             "INSERT INTO announcements (boot, session, job, at_ms) VALUES (?1, ?2, ?3, ?4)",
             params![boot, session, job, now],
         ),
-        Write::Audit { uid, op, session, job, detail } => tx.execute(
+        Write::Audit { uid, op, session, job, detail } => exec(
+            tx,
             "INSERT INTO audit (at_ms, uid, op, session, job, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![now, uid, op, session, job, detail],
         ),
