@@ -40,6 +40,9 @@ struct Args {
 }
 
 fn main() {
+    // Started as `/proc/self/fd/N` (the supervisor execs the binary it opened), the kernel would name
+    // this process `N` in ps and top.
+    let _ = nix::sys::prctl::set_name(c"heddle-front");
     let args = Args::parse();
     match run(args) {
         Ok(status) => std::process::exit(status),

@@ -3,6 +3,8 @@ use clap::Parser;
 
 fn main() {
     if std::env::args_os().nth(1).is_some_and(|a| a == supervisor::kept_output::DRAIN_ARG) {
+        // Started as `/proc/self/fd/N`, it would be named `N` in ps and top.
+        let _ = nix::sys::prctl::set_name(c"heddle-drain");
         std::process::exit(supervisor::kept_output::drainer_main());
     }
     let args = supervisor::cli::Args::parse();

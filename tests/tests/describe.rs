@@ -42,3 +42,18 @@ fn describe_tells_env_live_jobs_and_changes() {
     );
     c.call("kill", json!({"session": s, "job": sleeping["job"]})).unwrap();
 }
+
+#[test]
+fn heddles_processes_are_named_in_ps() {
+    // The supervisor execs the front and the workers from fds it opened (`/proc/self/fd/N`), which
+    // would leave the kernel naming them `N`: ps and top must say what they are.
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let d = c.call("describe", json!({"session": s})).unwrap();
+    let comm = |pid: &serde_json::Value| {
+        std::fs::read_to_string(format!("/proc/{}/comm", pid.as_u64().unwrap())).unwrap().trim_end().to_owned()
+    };
+    assert_eq!(comm(&d["front"]["pid"]), "heddle-front", "{d}");
+    assert_eq!(comm(&d["sessions"][0]["worker"]["pid"]), "heddle-worker", "{d}");
+}

@@ -40,6 +40,9 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Started as `/proc/self/fd/N` (the supervisor execs the binary it opened), the kernel would name
+    // this process `N` in ps and top.
+    let _ = nix::sys::prctl::set_name(c"heddle-worker");
     let args = Args::parse();
     let channels = Channels::inherited().context("cannot take the session's fds")?;
     let cgroups = SessionCgroup::open(&args.cgroup)
