@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 
 mod cgroup_bench;
 mod db_bench;
+mod long;
 mod spare;
 mod state;
 
@@ -28,6 +29,14 @@ enum Bench {
     /// `run("true")` end to end through the socket vs a bare spawn of `bash --noprofile --norc -c true`.
     Spawn {
         #[arg(long, default_value_t = 500)]
+        iterations: usize,
+    },
+    /// `run("true")` at the start of a session and again after `jobs` more jobs in it, each vs a bare spawn:
+    /// a call should cost the same late in a long session as early in it.
+    Long {
+        #[arg(long, default_value_t = 5000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 300)]
         iterations: usize,
     },
     /// Pre-started shells at an agent's pace through the stack: spares on vs off, empty vs typical state,
@@ -90,6 +99,7 @@ enum Bench {
 fn main() -> Result<()> {
     match Args::parse().bench {
         Bench::Spawn { iterations } => spawn(iterations),
+        Bench::Long { jobs, iterations } => long::run(jobs, iterations),
         Bench::State { iterations } => state::run(iterations),
         Bench::Spare { iterations, pause_ms } => spare::run(iterations, pause_ms),
         Bench::Cgroup { iterations } => cgroup_bench::run(iterations),
@@ -102,7 +112,7 @@ fn main() -> Result<()> {
     }
 }
 
-fn bare_bash_true() {
+pub(crate) fn bare_bash_true() {
     // std spawns with posix_spawn here (no pre_exec hooks), as the design's baseline says.
     let st = Command::new("bash")
         .args(["--noprofile", "--norc", "-c", "true"])
