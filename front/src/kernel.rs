@@ -128,6 +128,22 @@ impl Kernel {
     /// Answer one request: mutations get receipts (see `receipts`), and the job records of the session
     /// a call named are brought up to date in the database afterwards.
     pub fn call(&self, client: &Client, method: &str, params: Value) -> Result<Box<RawValue>, RpcError> {
+        let (r, named) = self.answer(client, method, params);
+        if let Some(s) = named {
+            self.record_session(&s);
+        }
+        r
+    }
+
+    /// [`Kernel::call`] without the database rows: the answer, and the session whose rows the caller
+    /// brings up to date with [`Kernel::record_session`] once the answer is on its way (the connection
+    /// does so after writing it, so no client waits on the recording).
+    pub fn answer(
+        &self,
+        client: &Client,
+        method: &str,
+        params: Value,
+    ) -> (Result<Box<RawValue>, RpcError>, Option<Arc<Session>>) {
         let session = params.get("session").or_else(|| params.get("name")).and_then(Value::as_str).map(str::to_owned);
         let before = session.as_deref().and_then(|n| self.session(client, n).ok());
         let r = match method {
@@ -136,11 +152,7 @@ impl Kernel {
             "shutdown" => encode(crate::shutdown::call(self, client, params)),
             _ => self.call_method(client, method, params),
         };
-        let s = before.or_else(|| session.and_then(|n| self.session(client, &n).ok()));
-        if let Some(s) = s {
-            self.recorder.record(self, &s);
-        }
-        r
+        (r, before.or_else(|| session.and_then(|n| self.session(client, &n).ok())))
     }
 
     /// One method, without receipts.

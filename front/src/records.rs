@@ -1,6 +1,7 @@
 //! Keeping the database's session, job and state rows in step with the kernel's memory.
 //!
-//! The recorder runs on request threads, after each call that names a session, and at shutdown: it
+//! The recorder runs on request threads, after each call that names a session (on a connection, once its
+//! reply is written, so no client waits on it), and at shutdown: it
 //! looks at that session's jobs whose rows can still change (new jobs, and those not yet ended,
 //! settled and reported: a row that is all three is final) and queues a row for each whose state,
 //! byte counts or settling changed since the last row, a row for a new state-record version, one for each job announced or

@@ -17,6 +17,7 @@
 
 use crate::kernel::{Client, Kernel};
 use crate::rpc::{self, RpcError, MAX_LINE};
+use crate::session::Session;
 use crate::subscribe::{self, Outbox};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
@@ -179,9 +180,17 @@ fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize
             Ok(Line::TooLong) => Some(rpc::encode_error(None, &too_long())),
             Ok(Line::Data) => {
                 in_flight.fetch_add(1, Ordering::SeqCst);
-                let reply = answer_line_on(kernel, &client, &line, Some(&outbox));
+                let (reply, named) = answer_line_on(kernel, &client, &line, Some(&outbox));
+                // The reply goes out first: no client waits on the database rows.
+                let sent = reply.is_none_or(|r| outbox.send(r));
+                if let Some(s) = named {
+                    kernel.record_session(&s);
+                }
                 in_flight.fetch_sub(1, Ordering::SeqCst);
-                reply
+                if !sent {
+                    break;
+                }
+                None
             }
         };
         if let Some(reply) = reply {
@@ -205,41 +214,55 @@ fn too_long() -> RpcError {
 
 /// The response line for one request line, or `None` for a notification or a blank line.
 pub fn answer_line(kernel: &Kernel, client: &Client, line: &[u8]) -> Option<Vec<u8>> {
-    answer_line_on(kernel, client, line, None)
+    let (reply, named) = answer_line_on(kernel, client, line, None);
+    if let Some(s) = named {
+        kernel.record_session(&s);
+    }
+    reply
 }
 
 /// [`answer_line`] on a connection that can carry notifications (`subscribe` queues its own answer
-/// into `out`, ahead of any notification, and this returns `None` for it).
-pub fn answer_line_on(kernel: &Kernel, client: &Client, line: &[u8], out: Option<&Outbox>) -> Option<Vec<u8>> {
+/// into `out`, ahead of any notification, and this returns `None` for it). The session the request
+/// named comes back too: its database rows are for the caller to bring up to date
+/// ([`Kernel::record_session`]) once the reply is written.
+pub fn answer_line_on(
+    kernel: &Kernel,
+    client: &Client,
+    line: &[u8],
+    out: Option<&Outbox>,
+) -> (Option<Vec<u8>>, Option<Arc<Session>>) {
     if line.trim_ascii().is_empty() {
-        return None;
+        return (None, None);
     }
     let req = match rpc::parse_request(line) {
         Ok(r) => r,
-        Err(bad) if bad.notification => return None,
-        Err(bad) => return Some(rpc::encode_error(bad.id.as_deref(), &bad.error)),
+        Err(bad) if bad.notification => return (None, None),
+        Err(bad) => return (Some(rpc::encode_error(bad.id.as_deref(), &bad.error)), None),
     };
     if let (Some(out), Some(id), "subscribe" | "unsubscribe") = (out, req.id.as_deref(), req.method.as_str()) {
         let done = catch_unwind(AssertUnwindSafe(|| match req.method.as_str() {
             "subscribe" => subscribe::subscribe(kernel, client, req.params, id, out).map(|()| None),
             _ => subscribe::unsubscribe(kernel, req.params, out).map(|v| Some(rpc::encode_result(Some(id), &v))),
         }));
-        return match done {
+        let reply = match done {
             Ok(Ok(reply)) => reply,
             Ok(Err(e)) => Some(rpc::encode_error(Some(id), &e)),
             Err(_) => {
                 Some(rpc::encode_error(Some(id), &RpcError::internal("subscribing failed unexpectedly".to_owned())))
             }
         };
+        return (reply, None);
     }
-    let result = catch_unwind(AssertUnwindSafe(|| kernel.call(client, &req.method, req.params))).unwrap_or_else(|_| {
-        Err(RpcError::internal(format!("answering {} failed unexpectedly; the server keeps running", req.method)))
-    });
-    let id = req.id?;
-    Some(match result {
+    let (result, named) = catch_unwind(AssertUnwindSafe(|| kernel.answer(client, &req.method, req.params)))
+        .unwrap_or_else(|_| {
+            let why = format!("answering {} failed unexpectedly; the server keeps running", req.method);
+            (Err(RpcError::internal(why)), None)
+        });
+    let reply = req.id.map(|id| match result {
         Ok(v) => rpc::encode_result(Some(&id), &v),
         Err(e) => rpc::encode_error(Some(&id), &e),
-    })
+    });
+    (reply, named)
 }
 
 #[cfg(test)]
@@ -326,6 +349,26 @@ mod tests {
         assert_eq!(jobs["jobs"][0]["cmd"], "echo note", "the notification ran, unanswered");
         server.stop_accepting();
         assert!(server.wait_idle(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_connections_calls_are_recorded_after_their_replies() {
+        let h = Harness::new();
+        let (server, mut r, mut w) = connected(&h);
+        let open = r#"{"jsonrpc":"2.0","id":1,"method":"session.open","params":{"name":"demo"}}"#;
+        let run = r#"{"jsonrpc":"2.0","id":2,"method":"run","params":{"session":"demo","cmd":"echo hi"}}"#;
+        for l in [open, run] {
+            w.write_all(format!("{l}\n").as_bytes()).unwrap();
+        }
+        let (_, ran) = (reply(&mut r), reply(&mut r));
+        assert_eq!(ran["result"]["state"], "exited", "{ran}");
+        server.stop_accepting();
+        assert!(server.wait_idle(Duration::from_secs(5)), "the recording ends the request");
+        h.kernel.db.sync();
+        let me = Client { uid: nix::unistd::getuid().as_raw(), pid: None };
+        let serial = h.kernel.session(&me, "demo").unwrap().spec().serial;
+        let row = h.kernel.db.job_record(h.kernel.db.boot(), serial, 1).unwrap().expect("the job's row");
+        assert_eq!(serde_json::from_str::<Value>(&row).unwrap()["state"], "exited", "{row}");
     }
 
     #[test]
