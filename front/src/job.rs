@@ -77,8 +77,22 @@ pub struct Job {
 }
 
 impl Job {
-    /// A job just submitted; its output goes to `log_path`.
+    /// A job just submitted; its output goes to `log_path` (and its line log beside it).
     pub fn new(id: JobId, cmd: String, log_path: PathBuf) -> Job {
+        Job::with_files(id, cmd, log_path, None)
+    }
+
+    /// [`Job::new`], with its two files already made (empty, open at `log_path` and beside it: see
+    /// [`crate::job_files`]) or, with `None`, made now.
+    pub fn with_files(id: JobId, cmd: String, log_path: PathBuf, files: Option<crate::job_files::JobFiles>) -> Job {
+        let lines_path = log_path.with_extension("lines");
+        let (store, rendered) = match files {
+            Some(f) => (
+                OutputStore::with_file(log_path, f.log),
+                RenderedOutput::with_log(crate::linelog::LineLog::with_file(lines_path, f.lines)),
+            ),
+            None => (OutputStore::create(log_path), RenderedOutput::new(lines_path)),
+        };
         Job {
             id,
             cmd,
@@ -90,9 +104,9 @@ impl Job {
             started: None,
             ended: None,
             pid: None,
-            rendered: RenderedOutput::new(log_path.with_extension("lines")),
+            rendered,
             counts: [0, 0],
-            store: OutputStore::create(log_path),
+            store,
             last_output: None,
             streams_closed: false,
             kill_requested: false,

@@ -94,7 +94,10 @@ pub(crate) fn call_admitting(
     };
     let mut notes: Vec<String> = clamp_note.into_iter().collect();
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {
-        Ok(()) => crate::prestart::hint(&s),
+        Ok(()) => {
+            crate::prestart::hint(&s);
+            k.files.ahead(&s);
+        }
         Err(SendError::TooLarge { len, max }) => {
             s.lock().jobs.remove(&job);
             return Err(RpcError::invalid_params(

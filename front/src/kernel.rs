@@ -94,6 +94,8 @@ pub struct Kernel {
     pub(crate) receipts: crate::receipts::Receipts,
     pub(crate) recorder: crate::records::Recorder,
     pub(crate) shutdown: crate::shutdown::Trigger,
+    /// Makes each session's next job's output files ahead of its call (`job_files`).
+    pub(crate) files: crate::job_files::Maker,
 }
 
 impl Kernel {
@@ -120,6 +122,7 @@ impl Kernel {
             receipts,
             recorder: crate::records::Recorder::default(),
             shutdown: crate::shutdown::Trigger::default(),
+            files: crate::job_files::Maker::start()?,
         });
         crate::retention::start_timer(Arc::downgrade(&kernel))?;
         Ok(kernel)

@@ -30,6 +30,7 @@ pub mod describe;
 pub mod describe_session;
 pub mod inherit;
 pub mod job;
+pub mod job_files;
 pub mod job_keep;
 pub mod job_kill;
 pub mod job_probe;

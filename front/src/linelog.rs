@@ -71,7 +71,16 @@ pub struct LineLog {
 impl LineLog {
     /// Create (truncate) the file; a failure is kept and reported.
     pub fn create(path: PathBuf) -> LineLog {
-        let (file, error) = crate::store::create_private(&path, "line log");
+        let made = crate::store::create_private(&path, "line log");
+        LineLog::with(path, made)
+    }
+
+    /// Write into `file`, an empty file already open at `path` (made ahead, see `job_files`).
+    pub fn with_file(path: PathBuf, file: std::fs::File) -> LineLog {
+        LineLog::with(path, (Some(file), None))
+    }
+
+    fn with(path: PathBuf, (file, error): (Option<std::fs::File>, Option<String>)) -> LineLog {
         LineLog {
             path,
             file,

@@ -131,13 +131,18 @@ pub struct RenderedOutput {
 impl RenderedOutput {
     /// A job's rendered output; its line log goes to `path`.
     pub fn new(path: PathBuf) -> RenderedOutput {
+        RenderedOutput::with_log(LineLog::create(path))
+    }
+
+    /// A job's rendered output into `log`.
+    pub fn with_log(log: LineLog) -> RenderedOutput {
         RenderedOutput {
             screens: [Screen::default(), Screen::default()],
             kinds: [Kind::Undecided(Vec::new()), Kind::Undecided(Vec::new())],
             blocks: [BlockState::default(); 2],
             pending: None,
             next_line: 1,
-            log: LineLog::create(path),
+            log,
             head: Vec::new(),
             head_bytes: 0,
             tail: VecDeque::new(),

@@ -124,6 +124,8 @@ pub struct SessionState {
     pub hinted: Option<(u32, u64)>,
     /// What retention has counted of the session's output (see [`crate::retention::Ledger`]).
     pub retention: crate::retention::Ledger,
+    /// The next job's output files, made ahead (see [`crate::job_files`]).
+    pub files_ahead: crate::job_files::Ahead,
     /// Every job below this id has ended and been reported on, and has no conflict left to announce:
     /// announcements need not look at it again (a conflict noted on it lowers the mark).
     quiet_below: JobId,
@@ -135,7 +137,8 @@ impl SessionState {
         self.next_job += 1;
         let id = self.next_job;
         self.journal.append(&crate::journal::Entry::Job { id, cmd: cmd.clone() });
-        self.jobs.insert(id, Job::new(id, cmd, jobs_dir.join(format!("{id}.log"))));
+        let files = self.files_ahead.take_for(id);
+        self.jobs.insert(id, Job::with_files(id, cmd, jobs_dir.join(format!("{id}.log")), files));
         self.retention.add(id);
         crate::retention::enforce(self, crate::retention::config(), std::time::Instant::now());
         id

@@ -251,6 +251,7 @@ fn open_new(
     match wait_ready(k, &s) {
         Ok((shell, worker)) => {
             crate::prestart::hint(&s);
+            k.files.ahead(&s);
             Ok(SessionOpenResult {
                 session: name,
                 attached: false,

@@ -84,7 +84,16 @@ pub struct OutputStore {
 impl OutputStore {
     /// Create (truncate) the job's file. A failure is kept and reported; the store then records nothing.
     pub fn create(path: PathBuf) -> OutputStore {
-        let (file, error) = create_private(&path, "output file");
+        let made = create_private(&path, "output file");
+        OutputStore::with(path, made)
+    }
+
+    /// Store into `file`, an empty file already open at `path` (made ahead, see `job_files`).
+    pub fn with_file(path: PathBuf, file: File) -> OutputStore {
+        OutputStore::with(path, (Some(file), None))
+    }
+
+    fn with(path: PathBuf, (file, error): (Option<File>, Option<String>)) -> OutputStore {
         OutputStore {
             path,
             file,

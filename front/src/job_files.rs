@@ -1,0 +1,174 @@
+//! A job's output files, made ahead of the job.
+//!
+//! Creating `<id>.log` and `<id>.lines` allocates two inodes: 30–100 µs each on the development
+//! machines' ext4 after a pause, several hundred µs while a fresh file system is still initialising
+//! its inode tables. `run` paid that between the request and the worker, under the session's lock
+//! (which the pump also takes). Instead the `job-files` thread makes the next job's pair while the
+//! session waits for its next call ([`Maker::ahead`], asked at `session.open` and after each job is
+//! admitted), and `SessionState::add_job` takes the pair when it was made for the id it hands out;
+//! otherwise (calls back to back, or a front that just took the session over) the job makes its files
+//! itself, as before.
+//!
+//! Invariants: the thread opens without truncating (a request may race a job that made the same files
+//! itself, and must never cut its output); it hands a pair over only while the session's next id is
+//! still the one it was made for, checked under the session's lock, and empties a pair that holds bytes
+//! (a leftover of an earlier front) then, before any job can have it. A pair no job will take (the
+//! session closed) is removed. A front that stops leaves at most one empty pair per session, which the
+//! next front's job of that id truncates and uses.
+//!
+//! ```
+//! use front::job_files::{Ahead, JobFiles};
+//! let dir = tempfile::tempdir().unwrap();
+//! let files = JobFiles::open(&dir.path().join("7.log"), 7).unwrap();
+//! let mut ahead = Ahead::Ready(files);
+//! assert!(ahead.take_for(8).is_none(), "made for another id");
+//! assert!(matches!(ahead, Ahead::None));
+//! ```
+
+use crate::session::Session;
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use shm_proto::msg::JobId;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+/// One job's two output files, empty and open.
+#[derive(Debug)]
+pub struct JobFiles {
+    pub id: JobId,
+    /// `<id>.log`; the line log is beside it (`<id>.lines`).
+    pub log_path: PathBuf,
+    pub log: File,
+    pub lines: File,
+}
+
+impl JobFiles {
+    /// Open (creating, never truncating) the pair for job `id` at `log_path` and beside it.
+    pub fn open(log_path: &Path, id: JobId) -> std::io::Result<JobFiles> {
+        let open =
+            |p: &Path| OpenOptions::new().create(true).truncate(false).read(true).write(true).mode(0o600).open(p);
+        let log = open(log_path)?;
+        let lines = open(&log_path.with_extension("lines"))?;
+        Ok(JobFiles { id, log_path: log_path.to_owned(), log, lines })
+    }
+
+    /// True when either file holds bytes.
+    fn dirty(&self) -> bool {
+        [&self.log, &self.lines].iter().any(|f| f.metadata().is_ok_and(|m| m.len() > 0))
+    }
+
+    /// Remove both files (the pair was made for an id no job will take).
+    pub fn remove(self) {
+        let _ = std::fs::remove_file(self.log_path.with_extension("lines"));
+        let _ = std::fs::remove_file(&self.log_path);
+    }
+}
+
+/// What a session has of its next job's files.
+#[derive(Debug, Default)]
+pub enum Ahead {
+    #[default]
+    None,
+    /// The `job-files` thread is making the pair for this id.
+    Asked(JobId),
+    Ready(JobFiles),
+}
+
+impl Ahead {
+    /// The pair made for job `id`, if there is one; whatever else was here is given up (a pair being made
+    /// for `id` is dropped by the thread when it finds the id taken).
+    pub fn take_for(&mut self, id: JobId) -> Option<JobFiles> {
+        match std::mem::take(self) {
+            Ahead::Ready(f) if f.id == id => Some(f),
+            _ => None,
+        }
+    }
+}
+
+/// The `job-files` thread's handle.
+pub struct Maker {
+    tx: Sender<(Weak<Session>, JobId)>,
+}
+
+impl Maker {
+    /// Start the thread (it ends when the maker is dropped).
+    pub fn start() -> std::io::Result<Maker> {
+        let (tx, rx) = unbounded();
+        std::thread::Builder::new().name("job-files".into()).spawn(move || run(rx))?;
+        Ok(Maker { tx })
+    }
+
+    /// Have the files of `s`'s next job made, unless they are made or asked for already.
+    pub fn ahead(&self, s: &Arc<Session>) {
+        let mut st = s.lock();
+        let next = st.last_job() + 1;
+        let asked = match &st.files_ahead {
+            Ahead::Asked(id) => *id == next,
+            Ahead::Ready(f) => f.id == next,
+            Ahead::None => false,
+        };
+        if asked || st.closing {
+            return;
+        }
+        st.files_ahead = Ahead::Asked(next);
+        drop(st);
+        let _ = self.tx.send((Arc::downgrade(s), next));
+    }
+}
+
+fn run(rx: Receiver<(Weak<Session>, JobId)>) {
+    for (session, id) in rx {
+        let Some(s) = session.upgrade() else { continue };
+        let made = JobFiles::open(&s.jobs_dir().join(format!("{id}.log")), id);
+        let dirty = made.as_ref().is_ok_and(JobFiles::dirty);
+        let mut st = s.lock();
+        let wanted = matches!(st.files_ahead, Ahead::Asked(a) if a == id) && st.last_job() < id;
+        if wanted {
+            st.files_ahead = Ahead::None;
+        }
+        let Ok(files) = made else { continue };
+        match (wanted, st.closing) {
+            (true, false) => {
+                if dirty {
+                    let _ = files.log.set_len(0);
+                    let _ = files.lines.set_len(0);
+                }
+                st.files_ahead = Ahead::Ready(files);
+            }
+            // No job will take this id: the session closed before any job did.
+            (_, true) if st.last_job() < id => files.remove(),
+            // A job took the id and made (or is making) the same files itself: they are its own now.
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_pair_is_taken_only_for_its_own_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ahead = Ahead::Ready(JobFiles::open(&dir.path().join("3.log"), 3).unwrap());
+        let f = ahead.take_for(3).expect("made for 3");
+        assert_eq!((f.id, matches!(ahead, Ahead::None)), (3, true));
+        assert!(dir.path().join("3.lines").exists());
+        let mut asked = Ahead::Asked(4);
+        assert!(asked.take_for(4).is_none(), "not made yet: the job makes its own");
+    }
+
+    #[test]
+    fn opening_never_truncates_and_removing_takes_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("5.log");
+        std::fs::File::create(&log).unwrap().write_all(b"a job's bytes").unwrap();
+        let f = JobFiles::open(&log, 5).unwrap();
+        assert_eq!(std::fs::read(&log).unwrap(), b"a job's bytes", "a racing job's output is never cut");
+        assert!(f.dirty());
+        f.remove();
+        assert!(!log.exists() && !dir.path().join("5.lines").exists());
+    }
+}
