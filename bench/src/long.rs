@@ -1,13 +1,15 @@
 //! `heddle-bench long`: does a call cost more late in a long session than early in it? `run("true")`
 //! through the socket at the session's start and again after N more jobs, each sample interleaved with
 //! a bare `bash --noprofile --norc -c true` spawn (the baseline of both), in one session of one stack.
+//! The stack runs without pre-started shells (`HEDDLE_SPARES=0`): back to back, a call finds its spare
+//! ready or not by chance, and that bimodal noise would hide the effect measured here.
 
 use anyhow::Result;
 use heddle_bench::{report, time_us, Summary};
 use serde_json::json;
 
 pub fn run(jobs: usize, iterations: usize) -> Result<()> {
-    let h = heddle_tests::Heddle::start();
+    let h = heddle_tests::Heddle::start_with_env(&[], &[("HEDDLE_SPARES", "0")]);
     let mut c = h.client();
     let s = h.open_session(&mut c);
     let mut call = || {
