@@ -94,10 +94,7 @@ pub(crate) fn call_admitting(
     };
     let mut notes: Vec<String> = clamp_note.into_iter().collect();
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {
-        Ok(()) => {
-            crate::prestart::hint(&s);
-            k.files.ahead(&s);
-        }
+        Ok(()) => crate::prestart::hint(&s),
         Err(SendError::TooLarge { len, max }) => {
             s.lock().jobs.remove(&job);
             return Err(RpcError::invalid_params(

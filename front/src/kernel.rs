@@ -133,14 +133,22 @@ impl Kernel {
     pub fn call(&self, client: &Client, method: &str, params: Value) -> Result<Box<RawValue>, RpcError> {
         let (r, named) = self.answer(client, method, params);
         if let Some(s) = named {
-            self.record_session(&s);
+            self.after_answer(&s);
         }
         r
     }
 
-    /// [`Kernel::call`] without the database rows: the answer, and the session whose rows the caller
-    /// brings up to date with [`Kernel::record_session`] once the answer is on its way (the connection
-    /// does so after writing it, so no client waits on the recording).
+    /// The work a call leaves for after its answer is written: the session's database rows
+    /// ([`Kernel::record_session`]) and its next job's output files, made ahead (`job_files`). Neither
+    /// competes for a CPU with the call's own job while the client waits.
+    pub fn after_answer(&self, s: &Arc<Session>) {
+        self.record_session(s);
+        self.files.ahead(s);
+    }
+
+    /// [`Kernel::call`] without what follows the answer: the answer, and the session the caller hands
+    /// to [`Kernel::after_answer`] once the answer is on its way (the connection does so after writing
+    /// it, so no client waits on it).
     pub fn answer(
         &self,
         client: &Client,

@@ -184,7 +184,7 @@ fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize
                 // The reply goes out first: no client waits on the database rows.
                 let sent = reply.is_none_or(|r| outbox.send(r));
                 if let Some(s) = named {
-                    kernel.record_session(&s);
+                    kernel.after_answer(&s);
                 }
                 in_flight.fetch_sub(1, Ordering::SeqCst);
                 if !sent {
@@ -216,7 +216,7 @@ fn too_long() -> RpcError {
 pub fn answer_line(kernel: &Kernel, client: &Client, line: &[u8]) -> Option<Vec<u8>> {
     let (reply, named) = answer_line_on(kernel, client, line, None);
     if let Some(s) = named {
-        kernel.record_session(&s);
+        kernel.after_answer(&s);
     }
     reply
 }
@@ -224,7 +224,7 @@ pub fn answer_line(kernel: &Kernel, client: &Client, line: &[u8]) -> Option<Vec<
 /// [`answer_line`] on a connection that can carry notifications (`subscribe` queues its own answer
 /// into `out`, ahead of any notification, and this returns `None` for it). The session the request
 /// named comes back too: its database rows are for the caller to bring up to date
-/// ([`Kernel::record_session`]) once the reply is written.
+/// ([`Kernel::after_answer`]) once the reply is written.
 pub fn answer_line_on(
     kernel: &Kernel,
     client: &Client,
