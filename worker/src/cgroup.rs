@@ -172,7 +172,7 @@ fn job_name(job: JobId) -> String {
 /// report size 0). A read shorter than the buffer is the end: these files (`cgroup.events`, `cpu.stat`,
 /// `cgroup.freeze`) are made whole by one kernel `show` call, so no second read is needed to see end of
 /// file — one system call per read on the job's settle path.
-fn pread_all(f: &std::fs::File) -> io::Result<String> {
+pub(crate) fn pread_all(f: &std::fs::File) -> io::Result<String> {
     use std::os::unix::fs::FileExt;
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 4096];

@@ -110,6 +110,8 @@ pub struct Worker<C: CgroupOps> {
     evt_parked: bool,
     /// The session's v1 memory/pids cgroups (hybrid hosts with limits).
     pub(crate) v1: crate::limits::V1Session,
+    /// Its counter files, kept open.
+    pub(crate) counters: crate::limits::Counters,
     /// The cgroup-events watch fd is in the poll.
     pub(crate) watch_registered: bool,
     pub(crate) persistent: crate::persistent::Persistent,
@@ -155,12 +157,15 @@ impl<C: CgroupOps> Worker<C> {
             ready: VecDeque::new(),
             deadlines: BinaryHeap::new(),
             evt_parked: false,
-            v1: crate::limits::V1Session::detect(),
+            v1: crate::limits::V1Session::default(),
+            counters: Default::default(),
             watch_registered: false,
             persistent: Default::default(),
             spawn_path: None,
             spares: Default::default(),
         };
+        w.v1 = crate::limits::V1Session::detect();
+        w.counters = crate::limits::Counters::open(&w.v1);
         w.out.emit(&settings.hello)?;
         if let Some(sb) = &settings.sandbox {
             w.out.emit(&Event::Sandbox(sb.info.clone()))?;

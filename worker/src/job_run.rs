@@ -215,7 +215,7 @@ impl<C: CgroupOps> Worker<C> {
             }
         }
         self.serials.insert(serial, job);
-        let (oom_base, pids_base) = (self.v1.oom_kills(), self.v1.pids_failures());
+        let (oom_base, pids_base) = (self.counters.oom_kills(), self.counters.pids_failures());
         Ok(Job {
             serial,
             pid: child.pid,

@@ -38,12 +38,12 @@ impl<C: CgroupOps> Worker<C> {
         let _ = signal;
         let oom = match self.cgroups.oom_kills(job) {
             Some(kills) => kills > 0,
-            None => self.v1.oom_kills().zip(oom_base).is_some_and(|(now, base)| now > base),
+            None => self.counters.oom_kills().zip(oom_base).is_some_and(|(now, base)| now > base),
         };
         if oom {
             self.out.emit(&Event::OomKilled { job })?;
         }
-        if let Some((now, base)) = self.v1.pids_failures().zip(pids_base) {
+        if let Some((now, base)) = self.counters.pids_failures().zip(pids_base) {
             if now > base {
                 let limit = self.v1.pids_max().unwrap_or(0);
                 self.out.emit(&Event::PidsLimited { job, limit, failures: now - base })?;

@@ -13,6 +13,7 @@
 //! assert_eq!(v1.memory.unwrap().to_str(), Some("/sys/fs/cgroup/memory/heddle/session-a"));
 //! ```
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// The session's v1 `memory` and `pids` cgroup directories, when the worker is in them.
@@ -61,13 +62,12 @@ impl V1Session {
 
     /// How many times the OOM killer killed a process of the session.
     pub fn oom_kills(&self) -> Option<u64> {
-        let dir = self.memory.as_deref()?;
-        read_key(dir, "memory.oom_control", "oom_kill").or_else(|| read_key(dir, "memory.events", "oom_kill"))
+        Counters::open(self).oom_kills()
     }
 
     /// How many forks failed on the session's `pids.max`.
     pub fn pids_failures(&self) -> Option<u64> {
-        read_key(self.pids.as_deref()?, "pids.events", "max")
+        Counters::open(self).pids_failures()
     }
 
     /// The session's `pids.max` (`None`: unlimited or unknown).
@@ -76,8 +76,40 @@ impl V1Session {
     }
 }
 
-fn read_key(dir: &Path, file: &str, key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(dir.join(file)).ok()?;
+/// The session's two counter files, opened once: each job reads them at its start and at its end, and
+/// a `pread` of a file kept open costs a fraction of an open, read and close.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// `memory.oom_control` (v1) or `memory.events` (v2); both say `oom_kill N`.
+    oom: Option<File>,
+    /// `pids.events` (`max N`).
+    pids: Option<File>,
+}
+
+impl Counters {
+    /// Open the counter files of `v1`'s cgroups (a missing one is never read).
+    pub fn open(v1: &V1Session) -> Counters {
+        let open = |dir: &Path, file: &str| File::open(dir.join(file)).ok();
+        let memory = v1.memory.as_deref();
+        Counters {
+            oom: memory.and_then(|d| open(d, "memory.oom_control").or_else(|| open(d, "memory.events"))),
+            pids: v1.pids.as_deref().and_then(|d| open(d, "pids.events")),
+        }
+    }
+
+    /// How many times the OOM killer killed a process of the session.
+    pub fn oom_kills(&self) -> Option<u64> {
+        read_key(self.oom.as_ref()?, "oom_kill")
+    }
+
+    /// How many forks failed on the session's `pids.max`.
+    pub fn pids_failures(&self) -> Option<u64> {
+        read_key(self.pids.as_ref()?, "max")
+    }
+}
+
+fn read_key(file: &File, key: &str) -> Option<u64> {
+    let text = crate::cgroup::pread_all(file).ok()?;
     text.lines().find_map(|l| {
         let (k, v) = l.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok())?
@@ -103,6 +135,13 @@ mod tests {
         std::fs::write(dir.join("pids.max"), "64\n").unwrap();
         let v1 = V1Session { memory: Some(dir.clone()), pids: Some(dir.clone()) };
         assert_eq!((v1.oom_kills(), v1.pids_failures(), v1.pids_max()), (Some(3), Some(7), Some(64)));
+        // The worker keeps the files open and reads them again at every job's start and end.
+        let kept = Counters::open(&v1);
+        std::fs::write(dir.join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 4\n").unwrap();
+        std::fs::write(dir.join("pids.events"), "max 12\n").unwrap();
+        assert_eq!((kept.oom_kills(), kept.pids_failures()), (Some(4), Some(12)));
+        let none = Counters::open(&V1Session::default());
+        assert_eq!((none.oom_kills(), none.pids_failures()), (None, None));
     }
 
     #[test]
