@@ -10,7 +10,9 @@
 //! otherwise (calls back to back, or a front that just took the session over) the job makes its files
 //! itself, as before.
 //!
-//! Invariants: the thread opens without truncating (a request may race a job that made the same files
+//! Invariants: a pair is taken only while its paths still lead to it (the views read output by path; a
+//! pair removed, or hidden by a file system mounted over the directory, since it was made is given up
+//! and the job makes its files); the thread opens without truncating (a request may race a job that made the same files
 //! itself, and must never cut its output); it hands a pair over only while the session's next id is
 //! still the one it was made for, checked under the session's lock, and empties a pair that holds bytes
 //! (a leftover of an earlier front) then, before any job can have it. A pair no job will take (the
@@ -54,6 +56,18 @@ impl JobFiles {
         Ok(JobFiles { id, log_path: log_path.to_owned(), log, lines })
     }
 
+    /// True when both files are still the ones their paths name: the views read a job's output by path,
+    /// so a pair that was removed, or hidden by a file system mounted over the directory, since it was
+    /// made must not be written.
+    fn in_place(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let same = |f: &File, p: &Path| match (f.metadata(), std::fs::metadata(p)) {
+            (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+            _ => false,
+        };
+        same(&self.log, &self.log_path) && same(&self.lines, &self.log_path.with_extension("lines"))
+    }
+
     /// True when either file holds bytes.
     fn dirty(&self) -> bool {
         [&self.log, &self.lines].iter().any(|f| f.metadata().is_ok_and(|m| m.len() > 0))
@@ -77,11 +91,11 @@ pub enum Ahead {
 }
 
 impl Ahead {
-    /// The pair made for job `id`, if there is one; whatever else was here is given up (a pair being made
-    /// for `id` is dropped by the thread when it finds the id taken).
+    /// The pair made for job `id`, if there is one and its paths still lead to it; whatever else was
+    /// here is given up (a pair being made for `id` is dropped by the thread when it finds the id taken).
     pub fn take_for(&mut self, id: JobId) -> Option<JobFiles> {
         match std::mem::take(self) {
-            Ahead::Ready(f) if f.id == id => Some(f),
+            Ahead::Ready(f) if f.id == id && f.in_place() => Some(f),
             _ => None,
         }
     }
@@ -159,6 +173,20 @@ mod tests {
         assert!(dir.path().join("3.lines").exists());
         let mut asked = Ahead::Asked(4);
         assert!(asked.take_for(4).is_none(), "not made yet: the job makes its own");
+    }
+
+    #[test]
+    fn a_pair_whose_paths_lead_elsewhere_is_given_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let removed = JobFiles::open(&dir.path().join("1.log"), 1).unwrap();
+        std::fs::remove_file(dir.path().join("1.lines")).unwrap();
+        assert!(Ahead::Ready(removed).take_for(1).is_none(), "a removed file");
+        let replaced = JobFiles::open(&dir.path().join("2.log"), 2).unwrap();
+        std::fs::remove_file(dir.path().join("2.log")).unwrap();
+        std::fs::write(dir.path().join("2.log"), b"").unwrap();
+        assert!(Ahead::Ready(replaced).take_for(2).is_none(), "another file at the path");
+        let kept = JobFiles::open(&dir.path().join("3.log"), 3).unwrap();
+        assert!(Ahead::Ready(kept).take_for(3).is_some());
     }
 
     #[test]
