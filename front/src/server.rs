@@ -184,7 +184,7 @@ fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize
                 // The reply goes out first: no client waits on the database rows.
                 let sent = reply.is_none_or(|r| outbox.send(r));
                 if let Some(s) = named {
-                    kernel.after_answer(&s);
+                    after_answer(kernel, &s);
                 }
                 in_flight.fetch_sub(1, Ordering::SeqCst);
                 if !sent {
@@ -216,9 +216,17 @@ fn too_long() -> RpcError {
 pub fn answer_line(kernel: &Kernel, client: &Client, line: &[u8]) -> Option<Vec<u8>> {
     let (reply, named) = answer_line_on(kernel, client, line, None);
     if let Some(s) = named {
-        kernel.after_answer(&s);
+        after_answer(kernel, &s);
     }
     reply
+}
+
+/// [`Kernel::after_answer`], where a panic is caught as the answer's own is: it ends neither the
+/// connection nor its count of requests in flight (which shutdown waits on).
+fn after_answer(kernel: &Kernel, s: &Arc<Session>) {
+    if catch_unwind(AssertUnwindSafe(|| kernel.after_answer(s))).is_err() {
+        eprintln!("heddle-front: recording session '{}' after a call failed unexpectedly", s.name());
+    }
 }
 
 /// [`answer_line`] on a connection that can carry notifications (`subscribe` queues its own answer
