@@ -114,7 +114,15 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
         used += shown(&head[h]);
         h += 1;
     }
-    // The tail, from the end.
+    // The tail, from the end, out of the runs after the head's shown part: the head's other runs (an
+    // output too large for the budget may still fit the head's memory whole, and its last lines are the
+    // ones that matter most), then the tail window. Where runs were dropped between the head and the
+    // window, the head's unshown runs stay in the omitted part, so the shown lines join up with the
+    // marker's range.
+    let tail: Vec<&Placed> = match runs.gap {
+        true => tail,
+        false => head[h..].iter().chain(tail).collect(),
+    };
     let mut t_runs = 0;
     while t_runs < tail.len() && used + shown(tail[tail.len() - 1 - t_runs]) <= room {
         used += shown(tail[tail.len() - 1 - t_runs]);
@@ -226,6 +234,23 @@ mod tests {
     }
 
     #[test]
+    fn an_output_over_the_budget_that_the_head_holds_whole_still_shows_its_last_lines() {
+        // 105 KB: over the default budget, under the head's 256 KiB, so no run reached the tail window.
+        let all: String = (1..=3000).map(|i| format!("line {i:08} of some build output\n")).collect();
+        let (_d, out) = rendered(&[all.as_bytes()]);
+        assert!(out.view_runs().tail().is_empty(), "the head holds every run");
+        let v = render(&out, DEFAULT_BUDGET, "s", 7);
+        let o = v.omitted.clone().expect("a marker");
+        assert!(v.text.ends_with("line 00003000 of some build output\n"), "{}", &v.text[v.text.len() - 200..]);
+        let (head, rest) = v.text.split_once("[… heddle:").unwrap();
+        let tail = rest.split_once('\n').unwrap().1;
+        assert!(head.len() > 1000 && tail.len() > 1000, "both ends are shown: {} and {}", head.len(), tail.len());
+        assert_eq!(head.lines().count() as u64 + o.lines() + tail.lines().count() as u64, 3000);
+        assert_eq!(head.len() as u64 + o.bytes + tail.len() as u64, all.len() as u64);
+        assert_eq!(tail.lines().next().unwrap(), format!("line {:08} of some build output", o.last + 1));
+    }
+
+    #[test]
     fn a_crash_in_the_omitted_middle_is_listed() {
         let mut all: String = (1..=50_000).map(|i| format!("line {i}\n")).collect();
         all.push_str("thread 'main' panicked at 'boom'\n");
@@ -252,6 +277,12 @@ mod tests {
             prop_assert!(v.text.len() <= budget.max(MIN_BUDGET) + 2 * RESERVE);
             if let Some(o) = v.omitted {
                 prop_assert!(o.first >= 1 && o.last <= out.line_count());
+                // The last line is shown whenever it fits half the room (the head takes at most the other).
+                let runs = out.view_runs();
+                let last = runs.tail().last().copied().or(runs.head.last()).map(|p| p.display()).unwrap();
+                let shown_last = v.text.ends_with(&format!("{last}\n"));
+                let room = budget.clamp(MIN_BUDGET, MAX_BUDGET).saturating_sub(RESERVE);
+                prop_assert!(last.len() + 1 > room / 2 || shown_last, "the last line is missing");
             }
         }
     }

@@ -272,3 +272,25 @@ fn a_subscriber_receives_output_while_the_job_runs_in_order_without_gaps() {
     let want = format!("first\n{}last\n", (1..=20000).map(|i| format!("{i}\n")).collect::<String>());
     assert_eq!(data, want);
 }
+
+#[test]
+fn a_build_log_over_the_budget_shows_its_last_lines() {
+    // ~105 KB: over the default view budget, under the 256 KiB the head keeps in memory. The view showed
+    // only the head and the marker, without the last lines, where a build's or a test run's verdict is.
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run(&mut c, &s, "seq -f 'line %08g of some build output' 1 2999; echo 'test result: FAILED. 1 failed'");
+    let v = view(&r);
+    assert!(v.starts_with("line 00000001 of some build output\n"), "{}", &v[..100]);
+    assert!(
+        v.ends_with("line 00002999 of some build output\ntest result: FAILED. 1 failed\n"),
+        "{}",
+        &v[v.len() - 300..]
+    );
+    let omitted = &r["omitted"];
+    let (first, last) = (omitted["lines"][0].as_u64().unwrap(), omitted["lines"][1].as_u64().unwrap());
+    let after: Vec<&str> = v.rsplit_once(" …]\n").unwrap().1.lines().collect();
+    assert_eq!(after[0], format!("line {:08} of some build output", last + 1), "the tail joins the marker's range");
+    assert_eq!(first - 1 + (last - first + 1) + after.len() as u64, 3000, "every line is shown or omitted");
+}
