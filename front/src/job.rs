@@ -326,6 +326,16 @@ impl Job {
         self.streams_closed = true;
         self.rendered.finish();
         self.store.flush();
+        self.release_buffers();
+    }
+
+    /// A job that can write no more gives its write buffers back once they are flushed: they grow to
+    /// the flush size (256 KiB each) while it streams, and a session keeps every job it ran.
+    fn release_buffers(&mut self) {
+        if self.streams_closed {
+            self.store.release_buffer();
+            self.rendered.release_buffer();
+        }
     }
 
     /// The worker died (or its ring broke): an unfinished job is lost, never re-run.
@@ -370,6 +380,7 @@ impl Job {
     pub fn flush(&mut self) {
         self.store.flush();
         self.rendered.flush();
+        self.release_buffers();
     }
 
     /// Bytes of the job's log file written so far.
@@ -626,6 +637,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let j = Job::new(3, "cmd".into(), dir.path().join("3.log"));
         (dir, j)
+    }
+
+    #[test]
+    fn a_job_that_can_write_no_more_gives_its_write_buffers_back() {
+        let (_d, mut j) = job();
+        let now = Instant::now();
+        let text: String = (0..3000).map(|i| format!("line {i:08} of some build output\n")).collect();
+        j.on_output(Stream::Stdout, text.as_bytes(), now, 0);
+        j.flush();
+        assert!(j.store.buffer_capacity() > 0 && j.rendered.buffer_capacity() > 0, "kept while it may write");
+        j.on_exited(Some(0), None, 0, false, now);
+        j.on_streams_closed();
+        j.flush();
+        assert_eq!((j.store.buffer_capacity(), j.rendered.buffer_capacity()), (0, 0));
+        let r = j.result("s", now, Vec::new(), false, 40_000);
+        assert!(r.view.ends_with("line 00002999 of some build output\n"), "{}", &r.view[r.view.len() - 300..]);
+        assert_eq!(j.counts()[0], text.len() as u64);
     }
 
     #[test]

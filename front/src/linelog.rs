@@ -117,6 +117,19 @@ impl LineLog {
     }
 
     /// Write buffered records; on failure the log stops (what was written stays readable).
+    /// Free the write buffer's memory if it holds nothing (the job can write no more).
+    pub fn release_buffer(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = Vec::new();
+        }
+    }
+
+    /// The write buffer's allocated size.
+    #[cfg(test)]
+    pub(crate) fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     pub fn flush(&mut self) {
         let Some(file) = &self.file else { return };
         if self.buf.is_empty() {

@@ -304,6 +304,17 @@ impl RenderedOutput {
         self.log.flush();
     }
 
+    /// Free the line log's write buffer if it holds nothing (the job can write no more).
+    pub fn release_buffer(&mut self) {
+        self.log.release_buffer();
+    }
+
+    /// The line log's write buffer's allocated size.
+    #[cfg(test)]
+    pub(crate) fn buffer_capacity(&self) -> usize {
+        self.log.buffer_capacity()
+    }
+
     pub fn dirty(&self) -> bool {
         self.log.dirty()
     }

@@ -227,7 +227,13 @@ impl SessionState {
             (Event::StreamsClosed { .. }, Some(j)) => {
                 let live = subscribe::wanted(&self.subscribers, j.id());
                 j.rendered_mut().collect_fresh(live);
+                let was_dirty = j.dirty();
                 j.on_streams_closed();
+                if !was_dirty && j.dirty() {
+                    // The last lines went to the line log's buffer: the next flush writes them (and
+                    // then lets the job's write buffers go).
+                    self.dirty.push(j.id());
+                }
                 publish_end(&mut self.subscribers, &self.name, j, true);
             }
             (Event::StateCaptured { data, .. }, Some(j)) => {

@@ -157,6 +157,19 @@ impl OutputStore {
         }
     }
 
+    /// Free the write buffer's memory if it holds nothing (the job can write no more).
+    pub fn release_buffer(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = Vec::new();
+        }
+    }
+
+    /// The write buffer's allocated size.
+    #[cfg(test)]
+    pub(crate) fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     fn fail(&mut self, e: std::io::Error) {
         self.file = None;
         let durable = self.durable;
