@@ -73,6 +73,15 @@ impl Placed {
     pub fn display(&self) -> String {
         display(&self.run)
     }
+
+    /// `display().len()`, without building the line (it is asked for every run on the output path).
+    pub fn display_len(&self) -> usize {
+        match self.run.count {
+            0 | 1 => self.run.text.len(),
+            // " (×" is 4 bytes, then the digits and ")".
+            n => self.run.text.len() + 4 + n.checked_ilog10().unwrap_or(0) as usize + 1 + 1,
+        }
+    }
 }
 
 /// What [`RenderedOutput::view_runs`] gives the model view.
@@ -284,7 +293,7 @@ impl RenderedOutput {
     /// A finished run goes to the log and to the head or the tail window.
     fn place(&mut self, p: Placed) {
         self.log.append(&p.run);
-        let len = p.display().len() + 1;
+        let len = p.display_len() + 1;
         // Once retention removed lines, the head is what is left of the first runs: it only shrinks.
         if self.tail.is_empty() && self.head_bytes + len <= HEAD_KEEP && self.log.removed().0 == 0 {
             self.head_bytes += len;
@@ -294,7 +303,7 @@ impl RenderedOutput {
         self.tail_bytes += len;
         self.tail.push_back(p);
         while self.tail_bytes > TAIL_KEEP && self.tail.len() > 1 {
-            let gone = self.tail.pop_front().map_or(0, |g| g.display().len() + 1);
+            let gone = self.tail.pop_front().map_or(0, |g| g.display_len() + 1);
             self.evicted = true;
             self.tail_bytes -= gone;
         }
@@ -332,9 +341,9 @@ impl RenderedOutput {
         let (gone, _) = self.log.removed();
         let before = self.head.len();
         self.head.retain(|p| p.run.last() > gone);
-        self.head_bytes = self.head.iter().map(|p| p.display().len() + 1).sum();
+        self.head_bytes = self.head.iter().map(|p| p.display_len() + 1).sum();
         while self.tail.front().is_some_and(|p| p.run.last() <= gone) {
-            let len = self.tail.pop_front().map_or(0, |p| p.display().len() + 1);
+            let len = self.tail.pop_front().map_or(0, |p| p.display_len() + 1);
             self.tail_bytes -= len;
         }
         self.evicted |= before != self.head.len();
@@ -455,6 +464,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = RenderedOutput::new(dir.path().join("1.lines"));
         (dir, r)
+    }
+
+    #[test]
+    fn display_len_is_the_display_lines_length() {
+        for count in [0, 1, 2, 9, 10, 99, 100, 1_000_000, u32::MAX] {
+            for text in ["", "x", "héllo wörld"] {
+                let p = Placed { run: Run { stream: 0, first: 1, count, text: text.to_owned() }, bytes_before: 0 };
+                assert_eq!(p.display_len(), p.display().len(), "{count} {text:?}");
+            }
+        }
     }
 
     #[test]

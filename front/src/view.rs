@@ -98,7 +98,7 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
     // The tail includes the lines still open, folded into runs (`RenderedOutput::view_runs`).
     let runs = out.view_runs();
     let (head, tail) = (runs.head, runs.tail());
-    let shown = |p: &Placed| p.display().len() + 1;
+    let shown = |p: &Placed| p.display_len() + 1;
     let total: usize = head.iter().map(shown).sum::<usize>() + tail.iter().map(|p| shown(p)).sum::<usize>();
     if !runs.gap && total <= budget {
         let mut text = String::with_capacity(total);
