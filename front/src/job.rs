@@ -348,7 +348,7 @@ impl Job {
         }
         self.streams_closed = true;
         self.rendered.finish();
-        self.store.flush();
+        self.flush();
         ended
     }
 
@@ -361,7 +361,7 @@ impl Job {
         }
         self.streams_closed = true;
         self.rendered.finish();
-        self.store.flush();
+        self.flush();
         ended
     }
 
@@ -651,6 +651,11 @@ mod tests {
         j.on_streams_closed();
         j.flush();
         assert_eq!((j.store.buffer_capacity(), j.rendered.buffer_capacity()), (0, 0));
+        let (_d2, mut closed) = job();
+        closed.on_output(Stream::Stdout, text.as_bytes(), now, 0);
+        closed.mark_closed(now);
+        assert_eq!((closed.store.buffer_capacity(), closed.rendered.buffer_capacity()), (0, 0), "closed too");
+        assert!(!closed.dirty(), "its last lines are written");
         let r = j.result("s", now, Vec::new(), false, 40_000);
         assert!(r.view.ends_with("line 00002999 of some build output\n"), "{}", &r.view[r.view.len() - 300..]);
         assert_eq!(j.counts()[0], text.len() as u64);

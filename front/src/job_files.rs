@@ -15,9 +15,10 @@
 //! and the job makes its files); the thread opens without truncating (a request may race a job that made the same files
 //! itself, and must never cut its output); it hands a pair over only while the session's next id is
 //! still the one it was made for, checked under the session's lock, and empties a pair that holds bytes
-//! (a leftover of an earlier front) then, before any job can have it. A pair no job will take (the
-//! session closed) is removed. A front that stops leaves at most one empty pair per session, which the
-//! next front's job of that id truncates and uses.
+//! (a leftover of an earlier front) then, before any job can have it. The pair a closing session holds
+//! is removed by `session.close`, under the session's lock, before the name can be opened again; one
+//! still being made when the session closes is left, empty, as is the pair of a front that stops, and
+//! the next job of that id (of a session reopened under the name, or of the next front) takes it over.
 //!
 //! ```
 //! use front::job_files::{Ahead, JobFiles};
@@ -143,18 +144,15 @@ fn run(rx: Receiver<(Weak<Session>, JobId)>) {
             st.files_ahead = Ahead::None;
         }
         let Ok(files) = made else { continue };
-        match (wanted, st.closing) {
-            (true, false) => {
-                if dirty {
-                    let _ = files.log.set_len(0);
-                    let _ = files.lines.set_len(0);
-                }
-                st.files_ahead = Ahead::Ready(files);
+        // Otherwise a job took the id and made (or is making) the same files itself, so they are its own
+        // now; or the session closed, and the pair stays (empty) rather than be removed by path here,
+        // where a session reopened under the same name may already own it.
+        if wanted && !st.closing {
+            if dirty {
+                let _ = files.log.set_len(0);
+                let _ = files.lines.set_len(0);
             }
-            // No job will take this id: the session closed before any job did.
-            (_, true) if st.last_job() < id => files.remove(),
-            // A job took the id and made (or is making) the same files itself: they are its own now.
-            _ => {}
+            st.files_ahead = Ahead::Ready(files);
         }
     }
 }

@@ -163,7 +163,13 @@ impl Kernel {
             "shutdown" => encode(crate::shutdown::call(self, client, params)),
             _ => self.call_method(client, method, params),
         };
-        (r, before.or_else(|| session.and_then(|n| self.session(client, &n).ok())))
+        let named = before.or_else(|| session.and_then(|n| self.session(client, &n).ok()));
+        // A session this call ended is recorded before the answer: a keyed retry on another connection,
+        // once the answer is out, reads its jobs' rows back from the database (`receipts`).
+        if let Some(s) = named.as_ref().filter(|s| s.lock().closing) {
+            self.record_session(s);
+        }
+        (r, named)
     }
 
     /// One method, without receipts.

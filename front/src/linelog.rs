@@ -116,7 +116,6 @@ impl LineLog {
         }
     }
 
-    /// Write buffered records; on failure the log stops (what was written stays readable).
     /// Free the write buffer's memory if it holds nothing (the job can write no more).
     pub fn release_buffer(&mut self) {
         if self.buf.is_empty() {
@@ -130,6 +129,7 @@ impl LineLog {
         self.buf.capacity()
     }
 
+    /// Write buffered records; on failure the log stops (what was written stays readable).
     pub fn flush(&mut self) {
         let Some(file) = &self.file else { return };
         if self.buf.is_empty() {

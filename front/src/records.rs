@@ -189,4 +189,19 @@ mod tests {
         assert_eq!(row(hanging)["state"], "killed", "a followed job's row is written again when it ends");
         assert_eq!(h.kernel.recorder.open_jobs(serial), 0, "{}", row(hanging));
     }
+
+    #[test]
+    fn a_closed_sessions_rows_are_written_before_the_close_is_answered() {
+        // A keyed retry on another connection reads a closed session's job rows back from the database
+        // as soon as the close is answered, before this connection's after-answer work.
+        let h = Harness::new();
+        h.open("demo");
+        let serial = h.kernel.session(&h.client, "demo").unwrap().spec().serial;
+        let hanging = h.run("demo", "hang", 20)["job"].as_u64().unwrap();
+        let (closed, _) = h.kernel.answer(&h.client, "session.close", json!({"session": "demo"}));
+        assert!(closed.is_ok());
+        h.kernel.db.sync();
+        let row = h.kernel.db.job_record(h.kernel.db.boot(), serial, hanging).unwrap().unwrap();
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&row).unwrap()["state"], "killed", "{row}");
+    }
 }

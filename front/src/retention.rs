@@ -99,7 +99,7 @@ pub fn lines_note(removed_lines: u64, from: u64, why: &str) -> Option<String> {
 /// write, and then only by retention.
 #[derive(Debug, Default)]
 pub struct Ledger {
-    /// Jobs not yet both ended and settled: their kept bytes are summed afresh at every check.
+    /// Jobs not yet ended, settled and flushed: their kept bytes are summed afresh at every check.
     active: BTreeSet<JobId>,
     /// The kept bytes of every other job of the session.
     settled: u64,
@@ -128,7 +128,9 @@ pub fn enforce(st: &mut SessionState, r: Retention, now: Instant) {
         if aged(job) {
             job.remove_output(0, &age_why());
         }
-        match (job.settled(), job.ended_at()) {
+        // Counted once it can write no more and nothing of it waits in a buffer (a failed flush
+        // drops what was buffered, which would leave the count too high).
+        match (job.settled() && !job.dirty(), job.ended_at()) {
             (true, Some(at)) => {
                 ledger.active.remove(&id);
                 ledger.settled += job.kept_bytes();
