@@ -118,9 +118,7 @@ impl LineLog {
 
     /// Free the write buffer's memory if it holds nothing (the job can write no more).
     pub fn release_buffer(&mut self) {
-        if self.buf.is_empty() {
-            self.buf = Vec::new();
-        }
+        crate::store::release(&mut self.buf);
     }
 
     /// The write buffer's allocated size.

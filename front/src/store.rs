@@ -159,9 +159,7 @@ impl OutputStore {
 
     /// Free the write buffer's memory if it holds nothing (the job can write no more).
     pub fn release_buffer(&mut self) {
-        if self.buf.is_empty() {
-            self.buf = Vec::new();
-        }
+        release(&mut self.buf);
     }
 
     /// The write buffer's allocated size.
@@ -348,6 +346,14 @@ pub(crate) fn create_private(path: &std::path::Path, what: &str) -> (Option<File
     match OpenOptions::new().create(true).read(true).write(true).truncate(true).mode(0o600).open(path) {
         Ok(f) => (Some(f), None),
         Err(e) => (None, Some(format!("the {what} {} could not be created ({e})", path.display()))),
+    }
+}
+
+/// Free a write buffer's memory if it holds nothing: a buffer keeps what it grew to (up to
+/// [`FLUSH_AT`]) after each flush, for the next writes, until its file can get no more.
+pub(crate) fn release(buf: &mut Vec<u8>) {
+    if buf.is_empty() {
+        *buf = Vec::new();
     }
 }
 

@@ -60,16 +60,6 @@ impl V1Session {
         V1Session { memory: find("memory"), pids: find("pids") }
     }
 
-    /// How many times the OOM killer killed a process of the session.
-    pub fn oom_kills(&self) -> Option<u64> {
-        Counters::open(self).oom_kills()
-    }
-
-    /// How many forks failed on the session's `pids.max`.
-    pub fn pids_failures(&self) -> Option<u64> {
-        Counters::open(self).pids_failures()
-    }
-
     /// The session's `pids.max` (`None`: unlimited or unknown).
     pub fn pids_max(&self) -> Option<u64> {
         std::fs::read_to_string(self.pids.as_deref()?.join("pids.max")).ok()?.trim().parse().ok()
@@ -134,9 +124,9 @@ mod tests {
         std::fs::write(dir.join("pids.events"), "max 7\n").unwrap();
         std::fs::write(dir.join("pids.max"), "64\n").unwrap();
         let v1 = V1Session { memory: Some(dir.clone()), pids: Some(dir.clone()) };
-        assert_eq!((v1.oom_kills(), v1.pids_failures(), v1.pids_max()), (Some(3), Some(7), Some(64)));
-        // The worker keeps the files open and reads them again at every job's start and end.
         let kept = Counters::open(&v1);
+        assert_eq!((kept.oom_kills(), kept.pids_failures(), v1.pids_max()), (Some(3), Some(7), Some(64)));
+        // The worker keeps the files open and reads them again at every job's start and end.
         std::fs::write(dir.join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 4\n").unwrap();
         std::fs::write(dir.join("pids.events"), "max 12\n").unwrap();
         assert_eq!((kept.oom_kills(), kept.pids_failures()), (Some(4), Some(12)));
@@ -156,6 +146,7 @@ mod tests {
         std::fs::write(session.join("pids.events"), "max 0\n").unwrap();
         let v2 = V1Session::parse_v2(text, mount.to_str().unwrap());
         assert_eq!(v2.memory.as_deref(), Some(session.as_path()));
+        let v2 = Counters::open(&v2);
         assert_eq!((v2.oom_kills(), v2.pids_failures()), (Some(1), Some(0)));
         assert_eq!(V1Session::parse_v2("0::/other/worker\n", mount.to_str().unwrap()), V1Session::default());
     }
