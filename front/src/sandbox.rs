@@ -79,13 +79,7 @@ pub struct FileParam {
     pub mode: Option<u32>,
 }
 
-/// One entry of a result's `files`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct FileResult {
-    pub path: String,
-    pub written: bool,
-    pub error: Option<String>,
-}
+pub use protocol::results::FileResult;
 
 /// The most files one `run` may carry.
 pub const MAX_FILES: usize = 256;

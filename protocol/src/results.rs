@@ -1,0 +1,223 @@
+//! The results a client reads (docs/protocol.md), as serde types both sides use: the front serializes
+//! them, the CLI, the MCP door, the tests and the benchmarks deserialize them.
+//!
+//! Optional fields serialize as `null`, never disappear, so clients can rely on every key being present;
+//! a reader accepts a missing key as its default (`#[serde(default)]` on each struct), so an older
+//! client reads a newer server's results.
+//!
+//! ```
+//! let json = serde_json::to_string(&protocol::results::JobState::Killed).unwrap();
+//! assert_eq!(json, r#""killed""#);
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// A job's state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    #[default]
+    Running,
+    Exited,
+    Killed,
+    Lost,
+    Failed,
+}
+
+impl JobState {
+    pub fn ended(self) -> bool {
+        self != JobState::Running
+    }
+}
+
+/// Liveness of a running job.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Liveness {
+    pub running_ms: u64,
+    /// `null` when the job has written nothing yet.
+    pub last_output_ms_ago: Option<u64>,
+    /// `null` until the worker reports the job started.
+    pub pid: Option<u32>,
+    /// CPU time of the job's cgroup so far (`null`: the worker did not answer the probe).
+    pub cpu_ms: Option<f64>,
+    /// Processes in the job's cgroup now.
+    pub procs: Option<u32>,
+    /// The process the state describes, its `/proc` state letter and kernel wait function.
+    pub busy_pid: Option<u32>,
+    pub busy_cmdline: Option<String>,
+    pub proc_state: Option<String>,
+    pub wchan: Option<String>,
+    /// The state in words: "busy (running on a CPU)", "sleeping on a timer", "blocked reading stdin/tty", ….
+    pub activity: Option<String>,
+}
+
+/// What a job's cgroup accounted.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Usage {
+    /// CPU time of every process the job had (`cpu.stat` `usage_usec` of its cgroup).
+    pub cpu_ms: f64,
+    /// The most processes seen in the job's cgroup at once.
+    pub procs_seen: u32,
+    /// When the job's cgroup was seen empty (`populated 0`), ms since the epoch.
+    pub emptied_at_ms: u64,
+    /// Peak memory of the job's cgroup in bytes, where the host accounts it per job (pure cgroup v2);
+    /// `null` on hybrid hosts (the session's peak is in `describe`).
+    pub memory_peak: Option<u64>,
+}
+
+/// What the view left out: rendered lines `lines[0]..=lines[1]`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Omitted {
+    pub lines: [u64; 2],
+    pub line_count: u64,
+    /// Rendered bytes of those lines (newlines included).
+    pub bytes: u64,
+    /// Error-shaped lines among them (listed under the marker).
+    pub errors: u64,
+    pub hint: String,
+    /// The `output` call that shows them, as its params object.
+    pub call: serde_json::Value,
+}
+
+/// A process found alive in a cgroup.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Survivor {
+    pub pid: u32,
+    pub cmdline: String,
+    /// Time since it started, when known.
+    pub age_ms: Option<u64>,
+    /// CPU time it used, when known.
+    pub cpu_ms: Option<u64>,
+}
+
+impl From<&shm_proto::control::ProcInfo> for Survivor {
+    fn from(p: &shm_proto::control::ProcInfo) -> Self {
+        Survivor { pid: p.pid, cmdline: p.cmdline.clone(), age_ms: None, cpu_ms: None }
+    }
+}
+
+impl From<&shm_proto::msg::ProcStat> for Survivor {
+    fn from(p: &shm_proto::msg::ProcStat) -> Self {
+        Survivor { pid: p.pid, cmdline: p.cmdline.clone(), age_ms: Some(p.age_ms), cpu_ms: Some(p.cpu_ms) }
+    }
+}
+
+/// A job that ended and had not been reported, told once.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Announcement {
+    pub job: u64,
+    pub cmd: String,
+    pub state: JobState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub duration_ms: f64,
+    pub last_lines: Vec<String>,
+    /// Later jobs that overrode shell state this job changed (see `JobResult::state_conflicts`).
+    pub state_conflicts: Vec<String>,
+}
+
+/// The result of `run`, `wait` and `kill`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobResult {
+    pub session: String,
+    pub job: u64,
+    pub cmd: String,
+    pub state: JobState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub duration_ms: f64,
+    pub view: String,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub omitted: Option<Omitted>,
+    pub liveness: Option<Liveness>,
+    pub survivors: Vec<Survivor>,
+    /// True once no more output can arrive for the job (its pipes closed, or it was lost or failed).
+    pub settled: bool,
+    pub note: Option<String>,
+    pub announcements: Vec<Announcement>,
+    /// Set when the job's shell state after the call is unknown (`state unknown after this call; …`).
+    pub state_note: Option<String>,
+    /// What the call changed in the session's shell state, briefly (`cwd → /x`, `+export FOO`).
+    pub state_changes: Vec<String>,
+    /// The state version the job started from, and the version after its changes applied (`null`
+    /// while it runs or when it carried no state).
+    pub state_version: Option<StateVersions>,
+    /// Accounting, once the job's cgroup emptied.
+    pub usage: Option<Usage>,
+    /// The kept job's name, when it was kept (its processes live in `kept/NAME`).
+    pub kept: Option<String>,
+    /// True when the kernel's OOM killer killed a process of the job.
+    pub oom_killed: bool,
+    /// True when the job ran on a bash pre-started for it (state restored before the command came);
+    /// false when a bash was spawned for the command. Either way the shell served only this command.
+    pub prestarted: bool,
+    /// The files channel: each file given to `run`, written or not (with why).
+    pub files: Vec<FileResult>,
+    /// Writes the sandbox refused, each explained: which path, which rule, how to widen it.
+    pub refusals: Vec<String>,
+    /// Warnings given before launch (preflight: plain writes or deletions outside the writable roots).
+    pub warnings: Vec<String>,
+    /// Later jobs that overrode shell state this job changed, after its result may already have been
+    /// returned (`conflict: cwd changed again by job 7 …`); also announced once in the session's next
+    /// response.
+    pub state_conflicts: Vec<String>,
+}
+
+/// A job's place in the session's state history.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StateVersions {
+    pub from: u64,
+    pub to: Option<u64>,
+}
+
+/// One row of `jobs`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobSummary {
+    pub job: u64,
+    pub cmd: String,
+    pub state: JobState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub started_at_ms: u64,
+    pub duration_ms: f64,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub survivors: Vec<Survivor>,
+    pub settled: bool,
+    pub liveness: Option<Liveness>,
+    pub usage: Option<Usage>,
+    pub kept: Option<String>,
+    /// The job's cgroup, relative to the session's (`describe`'s `cgroup`): `slot-3`. Job cgroups are
+    /// reused by later jobs once empty, so this names where the job runs (or ran) only while it is not
+    /// settled; `null` for a job without one of its own (the persistent shell's commands).
+    pub cgroup: Option<String>,
+    pub oom_killed: bool,
+    /// Later jobs that overrode shell state this job changed (see `JobResult::state_conflicts`).
+    pub state_conflicts: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobsResult {
+    pub session: String,
+    pub jobs: Vec<JobSummary>,
+    pub announcements: Vec<Announcement>,
+}
+
+/// One entry of a result's `files`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FileResult {
+    pub path: String,
+    pub written: bool,
+    pub error: Option<String>,
+}

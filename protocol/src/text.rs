@@ -1,0 +1,436 @@
+//! The model-facing text form of a result: one deterministic rendering shared by the MCP tools and
+//! `heddle run`, so what a model reads does not depend on the door it came through.
+//!
+//! Shape (docs/protocol.md, "The text form"):
+//! 1. a first line with the outcome: `exit 2 · 1.4 s · job 7`, `killed by SIGKILL · 3.0 s · job 7`, or
+//!    `still running after 10 s · job 7 · wait with {"job":7}`;
+//! 2. the view (its omission marker, when output was left out, names the call that shows the rest);
+//! 3. one line per note that matters: state unknown, shell-state changes and conflicts, survivors by
+//!    command name and pid, refusals, warnings, files not written, OOM, kept, liveness of a running job;
+//! 4. the announcements of other jobs that ended unseen, each with its last lines.
+//!
+//! Nothing in it a model cannot use: no wrapper text, no internal ids, no JSON beyond the call to make
+//! next. The same input renders the same bytes.
+//!
+//! ```
+//! use protocol::results::{JobResult, JobState};
+//! let r = JobResult { job: 7, state: JobState::Exited, exit_code: Some(2), duration_ms: 1400.0,
+//!                     view: "boom\n".into(), ..Default::default() };
+//! assert_eq!(protocol::text::job_result(&r), "exit 2 · 1.4 s · job 7\nboom\n");
+//! ```
+
+use crate::results::{Announcement, JobResult, JobState, JobSummary, Liveness, Survivor};
+use std::fmt::Write;
+
+/// How many survivors a note names before it says how many more there are.
+const SURVIVORS_NAMED: usize = 8;
+
+/// The text form of a `run`, `wait` or `kill` result.
+pub fn job_result(r: &JobResult) -> String {
+    let mut out = String::with_capacity(r.view.len() + 256);
+    out.push_str(&outcome(r));
+    out.push('\n');
+    out.push_str(&r.view);
+    if !r.view.is_empty() && !r.view.ends_with('\n') {
+        out.push('\n');
+    }
+    for note in notes(r) {
+        out.push_str(&note);
+        out.push('\n');
+    }
+    out.push_str(&announcements(&r.announcements));
+    out
+}
+
+/// The first line: what happened to the job, how long it took, its id.
+pub fn outcome(r: &JobResult) -> String {
+    let took = duration(r.duration_ms);
+    match r.state {
+        JobState::Running => {
+            format!("still running after {took} · job {} · wait with {{\"job\":{}}}", r.job, r.job)
+        }
+        state => format!("{} · {took} · job {}", ending(state, r.exit_code, r.signal), r.job),
+    }
+}
+
+/// `exit 0`, `killed by SIGKILL`, `signal SIGSEGV`, `lost`, `failed to start`.
+fn ending(state: JobState, exit_code: Option<i32>, signal: Option<i32>) -> String {
+    match (state, exit_code, signal) {
+        (JobState::Killed, _, Some(s)) => format!("killed by {}", signal_name(s)),
+        (JobState::Killed, _, None) => "killed".to_owned(),
+        (JobState::Lost, ..) => "lost".to_owned(),
+        (JobState::Failed, ..) => "failed to start".to_owned(),
+        (_, Some(code), _) => format!("exit {code}"),
+        (_, None, Some(s)) => format!("signal {}", signal_name(s)),
+        (JobState::Running, None, None) => "running".to_owned(),
+        (JobState::Exited, None, None) => "ended".to_owned(),
+    }
+}
+
+/// The notes of a job result, one line each, in a fixed order.
+pub fn notes(r: &JobResult) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(n) = &r.state_note {
+        v.push(n.clone());
+    }
+    if !r.state_changes.is_empty() {
+        v.push(format!("shell state: {}", r.state_changes.join(", ")));
+    }
+    for c in &r.state_conflicts {
+        v.push(format!("conflict: {c}"));
+    }
+    if let Some(l) = r.liveness.as_ref().filter(|_| r.state == JobState::Running) {
+        v.push(liveness(l));
+    }
+    if !r.survivors.is_empty() {
+        let verb = if r.state == JobState::Running { "running" } else { "still alive after the job's end" };
+        v.push(format!(
+            "{} process{} {verb} in job {}'s cgroup: {}",
+            r.survivors.len(),
+            if r.survivors.len() == 1 { "" } else { "es" },
+            r.job,
+            survivors(&r.survivors)
+        ));
+    }
+    for f in r.files.iter().filter(|f| !f.written) {
+        v.push(format!(
+            "file not written: {}{}",
+            f.path,
+            f.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
+        ));
+    }
+    for x in &r.refusals {
+        v.push(format!("refused: {x}"));
+    }
+    for w in &r.warnings {
+        v.push(format!("warning: {w}"));
+    }
+    if r.oom_killed {
+        v.push("out of memory: the kernel's OOM killer killed a process of this job".to_owned());
+    }
+    if let Some(k) = &r.kept {
+        v.push(format!("kept as {k}: its processes outlive the session"));
+    }
+    if let Some(n) = &r.note {
+        v.push(n.clone());
+    }
+    v
+}
+
+/// `running 12.0 s · cpu 0.3 s · last output 1.2 s ago · sleeping on a timer: sleep 300 (pid 812)`.
+pub fn liveness(l: &Liveness) -> String {
+    let mut s = format!("liveness: running {}", duration(l.running_ms as f64));
+    if let Some(c) = l.cpu_ms {
+        let _ = write!(s, " · cpu {}", duration(c));
+    }
+    match l.last_output_ms_ago {
+        Some(ago) => {
+            let _ = write!(s, " · last output {} ago", duration(ago as f64));
+        }
+        None => s.push_str(" · no output yet"),
+    }
+    if let Some(a) = &l.activity {
+        let _ = write!(s, " · {a}");
+        if let (Some(pid), Some(cmd)) = (l.busy_pid, &l.busy_cmdline) {
+            let _ = write!(s, ": {} (pid {pid})", command_name(cmd));
+        }
+    }
+    s
+}
+
+/// `sleep (pid 812), python3 (pid 813) and 4 more`.
+pub fn survivors(s: &[Survivor]) -> String {
+    let mut out: Vec<String> =
+        s.iter().take(SURVIVORS_NAMED).map(|p| format!("{} (pid {})", command_name(&p.cmdline), p.pid)).collect();
+    if s.len() > SURVIVORS_NAMED {
+        out.push(format!("and {} more", s.len() - SURVIVORS_NAMED));
+    }
+    out.join(", ")
+}
+
+/// The announcements of jobs that ended unseen, each with its last lines indented.
+pub fn announcements(a: &[Announcement]) -> String {
+    let mut out = String::new();
+    for x in a {
+        let _ = writeln!(
+            out,
+            "job {} ended: {} · {} · {}",
+            x.job,
+            ending(x.state, x.exit_code, x.signal),
+            duration(x.duration_ms),
+            one_line(&x.cmd, 120)
+        );
+        for l in &x.last_lines {
+            let _ = writeln!(out, "  {l}");
+        }
+        for c in &x.state_conflicts {
+            let _ = writeln!(out, "  conflict: {c}");
+        }
+    }
+    out
+}
+
+/// A `jobs` listing as a table a person (or a model) reads: id, state, time, output, command.
+pub fn jobs_table(jobs: &[JobSummary]) -> String {
+    if jobs.is_empty() {
+        return "no jobs in this session\n".to_owned();
+    }
+    let mut out = format!("{:>4}  {:<16}  {:>9}  {:>9}  {}\n", "JOB", "STATE", "TIME", "OUTPUT", "COMMAND");
+    for j in jobs {
+        let mut state = ending(j.state, j.exit_code, j.signal);
+        if j.state == JobState::Running {
+            state = "running".to_owned();
+        }
+        if let Some(k) = &j.kept {
+            state = format!("{state}, kept {k}");
+        }
+        if !j.survivors.is_empty() {
+            state = format!("{state} +{}", j.survivors.len());
+        }
+        let _ = writeln!(
+            out,
+            "{:>4}  {:<16}  {:>9}  {:>9}  {}",
+            j.job,
+            state,
+            duration(j.duration_ms),
+            bytes(j.stdout_bytes + j.stderr_bytes),
+            one_line(&j.cmd, 80)
+        );
+    }
+    out
+}
+
+/// `850 µs`, `12 ms`, `1.4 s`, `2 min 3 s`, `1 h 2 min`: one fixed rounding per range.
+pub fn duration(ms: f64) -> String {
+    let ms = if ms.is_finite() && ms > 0.0 { ms } else { 0.0 };
+    if ms < 1.0 {
+        format!("{:.0} µs", ms * 1000.0)
+    } else if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else if ms < 60_000.0 {
+        format!("{:.1} s", ms / 1000.0)
+    } else if ms < 3_600_000.0 {
+        let s = (ms / 1000.0).round() as u64;
+        format!("{} min {} s", s / 60, s % 60)
+    } else {
+        let m = (ms / 60_000.0).round() as u64;
+        format!("{} h {} min", m / 60, m % 60)
+    }
+}
+
+/// `512 B`, `3.4 KiB`, `12.0 MiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
+/// The program a command line runs, without its directory: `/usr/bin/python3 -m http.server` →
+/// `python3`. A `bash -c …` names what bash runs, cut short.
+pub fn command_name(cmdline: &str) -> String {
+    let mut words = cmdline.split_whitespace();
+    let first = words.next().unwrap_or("");
+    let name = first.rsplit('/').next().unwrap_or(first);
+    if matches!(name, "bash" | "sh") {
+        let rest: Vec<&str> = words.collect();
+        if let Some(i) = rest.iter().position(|w| *w == "-c") {
+            let script = rest[i + 1..].join(" ");
+            if !script.is_empty() {
+                return format!("{name} -c {}", one_line(&script, 40));
+            }
+        }
+    }
+    if name.is_empty() {
+        "?".to_owned()
+    } else {
+        name.to_owned()
+    }
+}
+
+/// `s` on one line (newlines as `⏎`), cut to `max` characters with `…`.
+pub fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s.chars().map(|c| if c == '\n' { '⏎' } else { c }).collect();
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let mut cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// Signal names for the numbers Linux uses on x86-64 and arm64.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        31 => "SIGSYS",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::FileResult;
+
+    fn exited(code: i32, view: &str) -> JobResult {
+        JobResult {
+            job: 7,
+            state: JobState::Exited,
+            exit_code: Some(code),
+            duration_ms: 1400.0,
+            view: view.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_ended_job_leads_with_its_exit_and_ends_with_a_newline() {
+        assert_eq!(job_result(&exited(2, "boom")), "exit 2 · 1.4 s · job 7\nboom\n");
+        assert_eq!(job_result(&exited(0, "")), "exit 0 · 1.4 s · job 7\n");
+    }
+
+    #[test]
+    fn a_running_job_names_the_call_that_waits_for_it() {
+        let r = JobResult {
+            job: 3,
+            state: JobState::Running,
+            duration_ms: 10_000.0,
+            liveness: Some(Liveness {
+                running_ms: 10_000,
+                cpu_ms: Some(12.0),
+                last_output_ms_ago: Some(950),
+                activity: Some("sleeping on a timer".into()),
+                busy_pid: Some(812),
+                busy_cmdline: Some("/usr/bin/sleep 300".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let t = job_result(&r);
+        assert_eq!(t.lines().next(), Some(r#"still running after 10.0 s · job 3 · wait with {"job":3}"#));
+        assert!(
+            t.contains(
+                "liveness: running 10.0 s · cpu 12 ms · last output 950 ms ago · sleeping on a timer: sleep (pid 812)"
+            ),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn notes_come_one_per_line_in_a_fixed_order() {
+        let mut r = exited(0, "ok\n");
+        r.state_note = Some("state unknown after this call; carrying the previous state".into());
+        r.state_changes = vec!["cwd → /tmp".into(), "+export FOO".into()];
+        r.survivors = vec![Survivor { pid: 44, cmdline: "/bin/sleep 100".into(), ..Default::default() }];
+        r.refusals = vec!["/etc/x was not written: outside the writable roots".into()];
+        r.files = vec![FileResult { path: "a".into(), written: false, error: Some("exists".into()) }];
+        r.oom_killed = true;
+        let t = job_result(&r);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[2], "state unknown after this call; carrying the previous state");
+        assert_eq!(lines[3], "shell state: cwd → /tmp, +export FOO");
+        assert_eq!(lines[4], "1 process still alive after the job's end in job 7's cgroup: sleep (pid 44)");
+        assert_eq!(lines[5], "file not written: a (exists)");
+        assert_eq!(lines[6], "refused: /etc/x was not written: outside the writable roots");
+        assert!(lines[7].starts_with("out of memory"));
+    }
+
+    #[test]
+    fn announcements_follow_with_their_last_lines() {
+        let mut r = exited(0, "");
+        r.announcements = vec![Announcement {
+            job: 5,
+            cmd: "sleep 1; echo done".into(),
+            state: JobState::Killed,
+            signal: Some(9),
+            duration_ms: 2500.0,
+            last_lines: vec!["done".into()],
+            ..Default::default()
+        }];
+        assert_eq!(
+            job_result(&r),
+            "exit 0 · 1.4 s · job 7\njob 5 ended: killed by SIGKILL · 2.5 s · sleep 1; echo done\n  done\n"
+        );
+    }
+
+    #[test]
+    fn many_survivors_are_counted_not_listed() {
+        let s: Vec<Survivor> =
+            (0..20).map(|i| Survivor { pid: i, cmdline: format!("worker {i}"), ..Default::default() }).collect();
+        assert!(survivors(&s).ends_with("worker (pid 7), and 12 more"), "{}", survivors(&s));
+    }
+
+    #[test]
+    fn durations_and_sizes_round_one_way() {
+        let got: Vec<String> = [0.25, 1.5, 12.4, 1400.0, 123_000.0, 7_380_000.0].iter().map(|m| duration(*m)).collect();
+        assert_eq!(got, ["250 µs", "1.5 ms", "12 ms", "1.4 s", "2 min 3 s", "2 h 3 min"]);
+        assert_eq!(duration(f64::NAN), "0 µs");
+        assert_eq!([bytes(10), bytes(3500), bytes(5 << 20)], ["10 B", "3.4 KiB", "5.0 MiB"]);
+    }
+
+    #[test]
+    fn command_names_drop_directories_and_show_what_bash_runs() {
+        assert_eq!(command_name("/usr/bin/python3 -m http.server"), "python3");
+        assert_eq!(command_name("bash -c sleep 100 && echo"), "bash -c sleep 100 && echo");
+        assert_eq!(command_name(""), "?");
+    }
+
+    #[test]
+    fn a_jobs_table_has_a_header_and_a_row_per_job() {
+        let j = JobSummary {
+            job: 1,
+            cmd: "make\ntest".into(),
+            state: JobState::Exited,
+            exit_code: Some(0),
+            ..Default::default()
+        };
+        let t = jobs_table(&[j]);
+        assert!(t.starts_with(" JOB  STATE"), "{t}");
+        assert!(t.lines().nth(1).unwrap().ends_with("make⏎test"), "{t}");
+        assert_eq!(jobs_table(&[]), "no jobs in this session\n");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_result_renders_deterministically(code in proptest::option::of(-300i32..300), sig in proptest::option::of(0i32..70),
+                                                ms in proptest::num::f64::ANY, view in ".{0,200}", cmd in ".{0,300}") {
+            for state in [JobState::Running, JobState::Exited, JobState::Killed, JobState::Lost, JobState::Failed] {
+                let r = JobResult { job: 1, state, exit_code: code, signal: sig, duration_ms: ms, view: view.clone(),
+                    announcements: vec![Announcement { cmd: cmd.clone(), state, exit_code: code, signal: sig, duration_ms: ms, ..Default::default() }],
+                    ..Default::default() };
+                let a = job_result(&r);
+                proptest::prop_assert_eq!(&a, &job_result(&r));
+                proptest::prop_assert!(a.ends_with('\n'));
+                proptest::prop_assert!(a.contains(&view));
+            }
+        }
+    }
+}
