@@ -47,6 +47,12 @@ impl Client {
         Ok(Client { reader, writer, next_id: 1, notifications: Default::default() })
     }
 
+    /// The connection's two halves, for a client that stops making calls and relays bytes (`heddle
+    /// mcp`): whatever the reader already buffered stays in it.
+    pub fn into_parts(self) -> (BufReader<UnixStream>, UnixStream) {
+        (self.reader, self.writer)
+    }
+
     /// Call `method` with `params`; the result on success.
     pub fn call(&mut self, method: &str, params: Value) -> Result<Value, CallError> {
         let id = self.next_id;

@@ -13,5 +13,6 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod mcp_bridge;
 pub mod paths;
 pub mod up;

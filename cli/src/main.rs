@@ -17,10 +17,11 @@ struct Cli {
     /// Control socket (default: $HEDDLE_SOCKET, $XDG_RUNTIME_DIR/heddle/heddle.sock, or /run/heddle/heddle.sock for root).
     #[arg(long, global = true, env = "HEDDLE_SOCKET")]
     socket: Option<PathBuf>,
-    /// Session name to use (reattached by name, opened if missing).
-    #[arg(long, global = true, default_value = "default")]
-    session: String,
-    /// Print the raw JSON result instead of the job's view.
+    /// Session name to use (reattached by name, opened if missing) [default: "default"; for `mcp`, a
+    /// fresh session].
+    #[arg(long, global = true)]
+    session: Option<String>,
+    /// Print the raw JSON result instead of the text form.
     #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]
@@ -31,7 +32,8 @@ struct Cli {
 enum Cmd {
     /// Start the supervisor and the front in the foreground; SIGINT/SIGTERM stop both.
     Up(cli::up::UpArgs),
-    /// Run a command as a job; exit with its exit status (75 if still running after the yield).
+    /// Run a command as a job and print its result in the text form a model reads; exit with the job's
+    /// status (75 if still running after the yield).
     Run {
         /// Milliseconds to wait before returning with the job still running.
         #[arg(long = "yield")]
@@ -56,7 +58,7 @@ enum Cmd {
         #[arg(long)]
         grace: Option<u64>,
     },
-    /// List the session's jobs.
+    /// List the session's jobs as a table (`--json` for the JSON).
     Jobs,
     /// Print a job's raw stored output.
     Output {
@@ -72,10 +74,24 @@ enum Cmd {
     Call { method: String, params: Option<String> },
     /// Keep a job: move its processes out of the session (to `kept/NAME`) so they outlive it.
     Keep { job: u64, name: String },
-    /// List kept jobs with their processes; `heddle kept kill NAME` ends one.
+    /// List kept jobs with their processes as a table (`--json` for the JSON); `heddle kept kill NAME`
+    /// ends one.
     Kept {
         #[command(subcommand)]
         action: Option<KeptAction>,
+    },
+    /// Serve MCP on stdin/stdout for an agent's host (its MCP server `command`): one session per
+    /// bridge, attached by `--session NAME` (opened if missing) or fresh, in the current directory.
+    Mcp {
+        /// Working directory of a session this opens (default: the current one).
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        /// Close the session when the bridge exits (default: it stays, so a restarted host finds its jobs).
+        #[arg(long)]
+        close_on_exit: bool,
+        /// Open the session with the network on (default: the policy's).
+        #[arg(long)]
+        network: bool,
     },
 }
 
@@ -110,10 +126,30 @@ fn real_main(cli: Cli) -> Result<i32> {
         args.socket.get_or_insert(socket);
         return cli::up::run_up(&args);
     }
-    let mut client = connect(&socket, matches!(cli.cmd, Cmd::Run { .. }))?;
+    let mut client = connect(&socket, matches!(cli.cmd, Cmd::Run { .. } | Cmd::Mcp { .. }))?;
+    if let Cmd::Mcp { cwd, close_on_exit, network } = &cli.cmd {
+        let cwd = match cwd {
+            Some(c) => c.clone(),
+            None => std::env::current_dir().context("the current directory is needed as the session's cwd")?,
+        };
+        let attach = cli::mcp_bridge::Attach {
+            session: cli.session.clone(),
+            cwd,
+            close_on_exit: *close_on_exit,
+            network: network.then_some(true),
+        };
+        return cli::mcp_bridge::bridge(client, &attach);
+    }
     if let Cmd::Kept { action } = &cli.cmd {
         let result = match action {
-            None => client.call("kept", json!({}))?,
+            None => {
+                let r = client.call("kept", json!({}))?;
+                if !cli.json {
+                    print!("{}", kept_table(&r));
+                    return Ok(0);
+                }
+                r
+            }
             Some(KeptAction::Kill { name }) => client.call("kept.kill", json!({"name": name}))?,
             Some(KeptAction::Log { name, tail_bytes }) => {
                 let r = client.call("kept.log", json!({"name": name, "tail_bytes": tail_bytes}))?;
@@ -131,10 +167,11 @@ fn real_main(cli: Cli) -> Result<i32> {
         Cmd::Run { cwd: Some(c), .. } => c.clone(),
         _ => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
     };
-    let open = client.call("session.open", json!({"name": cli.session, "cwd": cwd}))?;
+    let name = cli.session.as_deref().unwrap_or("default");
+    let open = client.call("session.open", json!({"name": name, "cwd": cwd}))?;
     let session = open["session"].clone();
     let (result, is_job) = match cli.cmd {
-        Cmd::Up(_) | Cmd::Kept { .. } => unreachable!("handled above"),
+        Cmd::Up(_) | Cmd::Kept { .. } | Cmd::Mcp { .. } => unreachable!("handled above"),
         Cmd::Keep { job, name } => (client.call("keep", json!({"session": session, "job": job, "name": name}))?, false),
         Cmd::Run { yield_ms, cmd, .. } => {
             (client.call("run", json!({"session": session, "cmd": cmd.join(" "), "yield_ms": yield_ms}))?, true)
@@ -145,7 +182,20 @@ fn real_main(cli: Cli) -> Result<i32> {
         Cmd::Kill { job, grace } => {
             (client.call("kill", json!({"session": session, "job": job, "grace_ms": grace}))?, true)
         }
-        Cmd::Jobs => (client.call("jobs", json!({"session": session}))?, false),
+        Cmd::Jobs => {
+            let r = client.call("jobs", json!({"session": session}))?;
+            if !cli.json {
+                let jobs: protocol::results::JobsResult =
+                    serde_json::from_value(r).context("the jobs result is not in the protocol's shape")?;
+                print!(
+                    "{}{}",
+                    protocol::text::jobs_table(&jobs.jobs),
+                    protocol::text::announcements(&jobs.announcements)
+                );
+                return Ok(0);
+            }
+            (r, false)
+        }
         Cmd::Output { job, stream } => return print_output(&mut client, &session, job, &stream),
         Cmd::Describe => (client.call("describe", json!({"session": session}))?, false),
         Cmd::Close => (client.call("session.close", json!({"session": session}))?, false),
@@ -161,7 +211,7 @@ fn real_main(cli: Cli) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&result)?);
         return Ok(0);
     }
-    Ok(print_job(&result))
+    print_job(&result)
 }
 
 fn connect(socket: &std::path::Path, may_start: bool) -> Result<Client> {
@@ -189,31 +239,46 @@ fn connect(socket: &std::path::Path, may_start: bool) -> Result<Client> {
     }
 }
 
-/// Print a job result the way a person reads it; returns the exit status to use.
-fn print_job(r: &Value) -> i32 {
-    for a in r["announcements"].as_array().into_iter().flatten() {
-        eprintln!(
-            "heddle: job {} ({}) ended: {}",
-            a["job"],
-            a["cmd"].as_str().unwrap_or(""),
-            a["state"].as_str().unwrap_or("")
-        );
-    }
-    let _ = std::io::stdout().write_all(r["view"].as_str().unwrap_or("").as_bytes());
-    if let Some(note) = r["note"].as_str() {
-        eprintln!("heddle: {note}");
-    }
-    match r["state"].as_str() {
-        Some("running") => {
-            eprintln!("heddle: job {} is still running; `heddle wait {}` to wait more", r["job"], r["job"]);
-            EXIT_STILL_RUNNING
-        }
-        _ => match (r["exit_code"].as_i64(), r["signal"].as_i64()) {
-            (Some(code), _) => code as i32,
-            (None, Some(sig)) => 128 + sig as i32,
+/// Print a job result in the text form (the one a model reads through MCP); returns the exit status
+/// to use.
+fn print_job(r: &Value) -> Result<i32> {
+    let r: protocol::results::JobResult =
+        serde_json::from_value(r.clone()).context("the job result is not in the protocol's shape")?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(protocol::text::job_result(&r).as_bytes())?;
+    out.flush()?;
+    Ok(match r.state {
+        protocol::results::JobState::Running => EXIT_STILL_RUNNING,
+        _ => match (r.exit_code, r.signal) {
+            (Some(code), _) => code,
+            (None, Some(sig)) => 128 + sig,
             _ => 1,
         },
+    })
+}
+
+/// `heddle kept` as a table: name, owner, processes, log.
+fn kept_table(r: &Value) -> String {
+    let kept = r["kept"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if kept.is_empty() {
+        return "no kept jobs\n".to_owned();
     }
+    let mut out = format!("{:<24}  {:>6}  {:<40}  {}\n", "NAME", "OWNER", "PROCESSES", "LOG");
+    for k in kept {
+        let procs: Vec<protocol::results::Survivor> = serde_json::from_value(k["procs"].clone()).unwrap_or_default();
+        let shown = if procs.is_empty() { "none (ended)".to_owned() } else { protocol::text::survivors(&procs) };
+        let log = match k["log_bytes"].as_u64() {
+            Some(b) => format!("{} (heddle kept log {})", protocol::text::bytes(b), k["name"].as_str().unwrap_or("")),
+            None => "-".to_owned(),
+        };
+        out.push_str(&format!(
+            "{:<24}  {:>6}  {:<40}  {log}\n",
+            k["name"].as_str().unwrap_or("?"),
+            k["owner_uid"],
+            protocol::text::one_line(&shown, 40)
+        ));
+    }
+    out
 }
 
 fn print_output(client: &mut Client, session: &Value, job: u64, stream: &str) -> Result<i32> {

@@ -69,6 +69,7 @@ pub mod state_scope;
 pub mod store;
 pub mod subscribe;
 pub mod supervisor_link;
+pub mod transport;
 pub mod view;
 
 #[cfg(test)]

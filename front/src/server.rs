@@ -19,6 +19,7 @@ use crate::kernel::{Client, Kernel};
 use crate::rpc::{self, RpcError, MAX_LINE};
 use crate::session::Session;
 use crate::subscribe::{self, Outbox};
+use crate::transport::mcp::{self, McpConnection};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use shm_proto::sys::EventFd;
@@ -174,13 +175,15 @@ fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize
         }
     };
     let mut line = Vec::new();
+    // The connection's dialect: plain JSON-RPC until an MCP-shaped first request makes it MCP.
+    let mut mcp: Option<McpConnection> = None;
     loop {
         let reply = match read_line(&mut reader, &mut line, MAX_LINE) {
             Ok(Line::Eof) | Err(_) => break,
             Ok(Line::TooLong) => Some(rpc::encode_error(None, &too_long())),
             Ok(Line::Data) => {
                 in_flight.fetch_add(1, Ordering::SeqCst);
-                let (reply, named) = answer_line_on(kernel, &client, &line, Some(&outbox));
+                let (reply, named) = answer_in_dialect(kernel, &client, &line, &outbox, &mut mcp);
                 // The reply goes out first: no client waits on the database rows.
                 let sent = reply.is_none_or(|r| outbox.send(r));
                 if let Some(s) = named {
@@ -201,10 +204,44 @@ fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize
         // One huge request must not pin megabytes to the connection for its lifetime.
         line.shrink_to(64 * 1024);
     }
-    // The connection is gone: its subscriptions go with it, then the writer drains and ends.
+    // The connection is gone: its subscriptions go with it (and its MCP session, when it asked to be
+    // closed with the connection), then the writer drains and ends.
     kernel.drop_subscriptions(conn, None);
+    if let Some(m) = &mcp {
+        if catch_unwind(AssertUnwindSafe(|| m.finish(kernel, &client))).is_err() {
+            eprintln!("heddle-front: closing an MCP connection's session failed unexpectedly");
+        }
+    }
     outbox.close();
     let _ = writer.join();
+}
+
+/// One line in the connection's dialect: MCP once the connection spoke it (or this line starts it),
+/// plain JSON-RPC otherwise. A panic in the MCP door is answered as `internal`, as the kernel's are.
+fn answer_in_dialect(
+    kernel: &Kernel,
+    client: &Client,
+    line: &[u8],
+    outbox: &Outbox,
+    mcp: &mut Option<McpConnection>,
+) -> (Option<Vec<u8>>, Option<Arc<Session>>) {
+    let served = catch_unwind(AssertUnwindSafe(|| match mcp {
+        Some(m) => Some(m.answer(kernel, client, line)),
+        None if mcp::speaks_mcp(line) => McpConnection::start(kernel, client, line).map(|(m, answer)| {
+            *mcp = m;
+            answer
+        }),
+        None => None,
+    }));
+    match served {
+        Ok(Some(answer)) => answer,
+        Ok(None) => answer_line_on(kernel, client, line, Some(outbox)),
+        Err(_) => {
+            let id = rpc::parse_request(line).ok().and_then(|r| r.id);
+            let e = RpcError::internal("answering an MCP request failed unexpectedly; the server keeps running");
+            (Some(rpc::encode_error(id.as_deref(), &e)), None)
+        }
+    }
 }
 
 fn too_long() -> RpcError {

@@ -10,7 +10,8 @@
 //!
 //! Reattaching: a live session of that name owned by the same uid (or any, for root) is returned with
 //! `attached: true`; its cwd and env stay as they were. A session whose worker died gets a new worker
-//! first (`revive.rs`); a session lost otherwise keeps its name until it is closed.
+//! first (`revive.rs`); a session lost otherwise keeps its name until it is closed. Reattaching takes no
+//! announcements (its `announcements` is always empty): the next call in the session carries them.
 //!
 //! ```text
 //! → {"jsonrpc":"2.0","id":1,"method":"session.open","params":{"name":"demo","cwd":"/tmp"}}
@@ -303,8 +304,9 @@ fn attach_existing(k: &Kernel, s: &Arc<Session>, gave_settings: bool) -> Result<
     let note = gave_settings.then(|| {
         format!("session '{}' already existed, so its own cwd, env and policy are kept; the cwd, env and policy given here were not applied", s.name())
     });
-    let mut st = s.lock();
-    let announcements = st.take_announcements(Instant::now());
+    // Reattaching takes no announcements: they are for the next call that works in the session (the
+    // CLI reattaches before every command, and would swallow what the command's result must show).
+    let st = s.lock();
     Ok(SessionOpenResult {
         session: s.name().to_owned(),
         attached: true,
@@ -313,7 +315,7 @@ fn attach_existing(k: &Kernel, s: &Arc<Session>, gave_settings: bool) -> Result<
         worker,
         cwd: s.spec().cwd.clone(),
         note: join_notes(note),
-        announcements,
+        announcements: Vec::new(),
         persistent: s.spec().persistent,
     })
 }
@@ -396,7 +398,9 @@ mod tests {
         let r = h.ok("session.open", json!({"name": "demo", "cwd": "/elsewhere"}));
         assert_eq!((r["attached"].as_bool(), r["cwd"].as_str()), (Some(true), Some("/srv")));
         assert!(r["note"].as_str().unwrap().contains("were not applied"));
-        assert_eq!(crate::testing::announced(&r), [1], "reattaching tells what ended meanwhile");
+        assert!(crate::testing::announced(&r).is_empty(), "reattaching leaves announcements for the next call");
+        let jobs = h.ok("jobs", json!({"session": "demo"}));
+        assert_eq!(crate::testing::announced(&jobs), [1], "the next call in the session tells what ended meanwhile");
     }
 
     #[test]

@@ -107,8 +107,14 @@ fn a_kept_daemon_outlives_its_session_until_kept_kill() {
     assert_eq!(pids_of(&kept_dir), [daemon as u32], "it lives in kept/napper");
 
     let bin = heddle_tests::bin_dir().join("heddle");
-    let listed = Command::new(&bin).arg("--socket").arg(&h.socket).arg("kept").output().unwrap();
-    let listed: Value = serde_json::from_slice(&listed.stdout).expect("heddle kept prints JSON");
+    let table = Command::new(&bin).arg("--socket").arg(&h.socket).arg("kept").output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.starts_with("NAME") && table.contains("napper") && table.contains(&format!("(pid {daemon})")),
+        "{table}"
+    );
+    let listed = Command::new(&bin).arg("--socket").arg(&h.socket).args(["--json", "kept"]).output().unwrap();
+    let listed: Value = serde_json::from_slice(&listed.stdout).expect("heddle --json kept prints JSON");
     assert_eq!(listed["kept"][0]["name"], "napper", "{listed}");
     assert_eq!(listed["kept"][0]["procs"][0]["pid"], daemon, "{listed}");
     let out = Command::new(&bin).arg("--socket").arg(&h.socket).args(["kept", "kill", "napper"]).output().unwrap();

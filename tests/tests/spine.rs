@@ -273,7 +273,10 @@ fn heddle_run_exits_with_the_jobs_status() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.stdout, b"hi\n");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("exit 4 · ") && lines[0].ends_with(" · job 1"), "the text form's outcome: {text}");
+    assert_eq!(lines[1], "hi", "then the view: {text}");
 }
 
 #[test]
@@ -303,7 +306,7 @@ fn heddle_run_starts_a_server_when_none_answers() {
     }
     heddle_tests::remove_cgroup_tree(&root);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert_eq!(out.stdout, b"first\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().nth(1), Some("first"), "{stderr}");
     assert!(stderr.contains("starting one in the background"), "{stderr}");
     assert!(sup.is_some(), "the background server answered describe");
 }

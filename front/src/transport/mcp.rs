@@ -1,0 +1,348 @@
+//! MCP on a control-socket connection: the same newline-delimited JSON-RPC 2.0 framing, another
+//! method set. One MCP connection works in one heddle session.
+//!
+//! A connection becomes an MCP connection with its first MCP-shaped request:
+//! - `mcp.attach {session?, cwd?, close_on_exit?, network?, policy?}` (what `heddle mcp` sends before it
+//!   relays the agent's host): attaches to the named session, or opens it (a fresh one when no name is
+//!   given) with `cwd`; answered like any JSON-RPC request with `{session, attached, cwd}`.
+//! - a bare `initialize`: the session is opened at the first tool call, fresh, with cwd `/`.
+//!
+//! Then it answers `initialize`, `ping`, `tools/list`, `tools/call`, `prompts/list`, `prompts/get`, and
+//! takes the client's notifications (`notifications/initialized`, `notifications/cancelled`: a
+//! cancelled call still completes; cancelling observation never cancels a job). A tool call becomes
+//! one kernel method ([`super::mcp_tools::params`]) through [`Kernel::answer`], so receipts, idempotency
+//! keys and the per-uid rules apply unchanged; its result is `{content: [{type: text, text}],
+//! structuredContent: <the method's JSON result>, isError}`. A kernel error is a tool result with
+//! `isError: true` and the kernel's sentence; an unknown tool or malformed call is a JSON-RPC error.
+//! When the connection ends, the session is closed only if `close_on_exit` was asked.
+//!
+//! ```
+//! assert!(front::transport::mcp::speaks_mcp(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#));
+//! assert!(!front::transport::mcp::speaks_mcp(br#"{"jsonrpc":"2.0","id":1,"method":"run","params":{}}"#));
+//! ```
+
+use super::mcp_tools;
+use crate::kernel::{Client, Kernel};
+use crate::rpc::{self, ErrorKind, Request, RpcError};
+use crate::session::Session;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// The protocol versions this server speaks, newest first.
+pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// True when a plain connection's line starts MCP (`mcp.attach` or `initialize`). A byte search first,
+/// so plain JSON-RPC lines are not parsed twice.
+pub fn speaks_mcp(line: &[u8]) -> bool {
+    let maybe = memchr::memmem::find(line, b"\"mcp.attach\"").is_some()
+        || memchr::memmem::find(line, b"\"initialize\"").is_some();
+    maybe && rpc::parse_request(line).is_ok_and(|r| matches!(r.method.as_str(), "mcp.attach" | "initialize"))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct AttachParams {
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    close_on_exit: bool,
+    #[serde(default)]
+    network: Option<bool>,
+    #[serde(default)]
+    policy: Option<String>,
+}
+
+/// One MCP connection's state: which session it works in and whether it ends with the connection.
+pub struct McpConnection {
+    session: Option<String>,
+    close_on_exit: bool,
+}
+
+/// What one line produced: the reply to write (none for a notification) and the session the call
+/// worked in (its database rows are brought up to date after the reply, [`Kernel::after_answer`]).
+pub type Answer = (Option<Vec<u8>>, Option<Arc<Session>>);
+
+impl McpConnection {
+    /// Serve the line that may make this connection MCP: `None` if it was not MCP-shaped after all, else
+    /// the answer and the MCP connection (none when `mcp.attach` failed: the connection stays plain).
+    pub fn start(kernel: &Kernel, client: &Client, line: &[u8]) -> Option<(Option<McpConnection>, Answer)> {
+        let req = rpc::parse_request(line).ok()?;
+        match req.method.as_str() {
+            "mcp.attach" => {
+                let id = req.id.as_deref();
+                match attach(kernel, client, req.params.clone()) {
+                    Ok((conn, result)) => {
+                        Some((Some(conn), (id.map(|id| rpc::encode_result(Some(id), &result)), None)))
+                    }
+                    // Not attached: the connection stays plain, and the client hears why.
+                    Err(e) => Some((None, (id.map(|id| rpc::encode_error(Some(id), &e)), None))),
+                }
+            }
+            "initialize" => {
+                let mut conn = McpConnection { session: None, close_on_exit: false };
+                let answer = conn.serve(kernel, client, req);
+                Some((Some(conn), answer))
+            }
+            _ => None,
+        }
+    }
+
+    /// Answer one line of an MCP connection.
+    pub fn answer(&mut self, kernel: &Kernel, client: &Client, line: &[u8]) -> Answer {
+        if line.trim_ascii().is_empty() {
+            return (None, None);
+        }
+        match rpc::parse_request(line) {
+            Ok(req) => self.serve(kernel, client, req),
+            Err(bad) if bad.notification => (None, None),
+            Err(bad) => (Some(rpc::encode_error(bad.id.as_deref(), &bad.error)), None),
+        }
+    }
+
+    /// The connection ended: close the session if the client asked for that when attaching.
+    pub fn finish(&self, kernel: &Kernel, client: &Client) {
+        if let (true, Some(s)) = (self.close_on_exit, &self.session) {
+            if let Err(e) = kernel.call(client, "session.close", json!({"session": s})) {
+                eprintln!("heddle-front: closing MCP session '{s}' at disconnect failed: {e}");
+            }
+        }
+    }
+
+    fn serve(&mut self, kernel: &Kernel, client: &Client, req: Request) -> Answer {
+        let Some(id) = req.id else {
+            // Notifications (`notifications/initialized`, `notifications/cancelled`, …) need no answer;
+            // a cancelled call runs to its end (observation never steers execution).
+            return (None, None);
+        };
+        let (result, named) = match req.method.as_str() {
+            "initialize" => (Ok(initialize(&req.params)), None),
+            "ping" => (Ok(json!({})), None),
+            "tools/list" => (Ok(mcp_tools::list()), None),
+            "tools/call" => self.call_tool(kernel, client, req.params),
+            "prompts/list" => (Ok(prompts_list()), None),
+            "prompts/get" => (prompts_get(&req.params), None),
+            "mcp.attach" => (
+                Err(RpcError::new(
+                    ErrorKind::InvalidRequest,
+                    "this connection is already an MCP connection; mcp.attach comes first, once",
+                )),
+                None,
+            ),
+            m => (
+                Err(RpcError::new(
+                    ErrorKind::MethodNotFound,
+                    format!("heddle's MCP server has no method '{m}'; it serves initialize, ping, tools/list, tools/call, prompts/list and prompts/get"),
+                )),
+                None,
+            ),
+        };
+        let reply = match result {
+            Ok(v) => rpc::encode_result(Some(&id), &v),
+            Err(e) => rpc::encode_error(Some(&id), &e),
+        };
+        (Some(reply), named)
+    }
+
+    fn call_tool(
+        &mut self,
+        kernel: &Kernel,
+        client: &Client,
+        params: Value,
+    ) -> (Result<Value, RpcError>, Option<Arc<Session>>) {
+        let Some(tool) = params.get("name").and_then(Value::as_str) else {
+            let e =
+                RpcError::new(ErrorKind::InvalidParams, "tools/call needs `name`, the tool to call (see tools/list)");
+            return (Err(e), None);
+        };
+        let session = match self.session() {
+            Some(s) => s,
+            None => match attach(kernel, client, json!({})) {
+                Ok((conn, _)) => {
+                    self.session = conn.session;
+                    self.session.clone().unwrap_or_default()
+                }
+                Err(e) => return (Ok(tool_error(&e)), None),
+            },
+        };
+        let args = params.get("arguments").cloned().unwrap_or(Value::Null);
+        let (method, call_params) = match mcp_tools::params(tool, args, &session) {
+            Ok(p) => p,
+            Err(e) if e.message.starts_with("there is no tool") => return (Err(e), None),
+            Err(e) => return (Ok(tool_error(&e)), None),
+        };
+        let (result, named) = kernel.answer(client, method, call_params);
+        let out = match result.map(|raw| serde_json::from_str::<Value>(raw.get())) {
+            Ok(Ok(v)) => {
+                let text = mcp_tools::text(method, &v);
+                json!({"content": [{"type": "text", "text": text}], "structuredContent": v, "isError": false})
+            }
+            Ok(Err(e)) => tool_error(&RpcError::internal(format!("the {method} result could not be read back: {e}"))),
+            Err(e) => tool_error(&e),
+        };
+        (Ok(out), named)
+    }
+
+    fn session(&self) -> Option<String> {
+        self.session.clone()
+    }
+}
+
+fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnection, Value), RpcError> {
+    let p: AttachParams = rpc::params("mcp.attach", params)?;
+    let mut open = json!({"cwd": p.cwd.as_deref().unwrap_or("/")});
+    if let Some(n) = &p.session {
+        open["name"] = json!(n);
+    }
+    if let Some(n) = p.network {
+        open["network"] = json!(n);
+    }
+    if let Some(pol) = &p.policy {
+        open["policy"] = json!(pol);
+    }
+    let raw = kernel.call(client, "session.open", open)?;
+    let opened: Value = serde_json::from_str(raw.get()).map_err(|e| RpcError::internal(e.to_string()))?;
+    let session = opened["session"].as_str().unwrap_or_default().to_owned();
+    let result = json!({
+        "session": session,
+        "attached": opened["attached"],
+        "cwd": opened["cwd"],
+        "close_on_exit": p.close_on_exit,
+        "note": opened["note"],
+    });
+    Ok((McpConnection { session: Some(session), close_on_exit: p.close_on_exit }, result))
+}
+
+/// A tool result that failed: the kernel's sentence, for the model to read.
+fn tool_error(e: &RpcError) -> Value {
+    json!({
+        "content": [{"type": "text", "text": format!("error ({}): {}", e.kind.name(), e.message)}],
+        "structuredContent": {"error": {"kind": e.kind.name(), "code": e.kind.code(), "message": e.message}},
+        "isError": true
+    })
+}
+
+fn initialize(params: &Value) -> Value {
+    let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
+    let version = PROTOCOL_VERSIONS.iter().find(|v| **v == asked).copied().unwrap_or(PROTOCOL_VERSIONS[0]);
+    json!({
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": false}, "prompts": {"listChanged": false}},
+        "serverInfo": {"name": "heddle", "title": "heddle shell", "version": env!("CARGO_PKG_VERSION")},
+        "instructions": mcp_tools::INSTRUCTIONS,
+    })
+}
+
+fn prompts_list() -> Value {
+    json!({"prompts": [{
+        "name": "heddle",
+        "title": "How heddle's shell works",
+        "description": "The shell's dialect and rules: fresh bash per call with carried state, stdin closed, yield and announce, never silently cut."
+    }]})
+}
+
+fn prompts_get(params: &Value) -> Result<Value, RpcError> {
+    match params.get("name").and_then(Value::as_str) {
+        Some("heddle") => Ok(json!({
+            "description": "How heddle's shell works",
+            "messages": [{"role": "user", "content": {"type": "text", "text": mcp_tools::INSTRUCTIONS}}]
+        })),
+        other => Err(RpcError::new(
+            ErrorKind::InvalidParams,
+            format!(
+                "there is no prompt {}; the one prompt is 'heddle'",
+                other.map(|o| format!("'{o}'")).unwrap_or_else(|| "without a name".into())
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Harness;
+
+    fn line(v: Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    fn reply(bytes: Option<Vec<u8>>) -> Value {
+        serde_json::from_slice(&bytes.expect("a reply")).unwrap()
+    }
+
+    #[test]
+    fn an_attached_connection_runs_tools_in_its_session() {
+        let mut h = Harness::new();
+        h.client.uid = nix::unistd::getuid().as_raw();
+        let first = line(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "mcp.attach", "params": {"session": "agent", "cwd": "/srv"}}),
+        );
+        assert!(speaks_mcp(&first));
+        let (conn, (r, _)) = McpConnection::start(&h.kernel, &h.client, &first).unwrap();
+        let mut conn = conn.unwrap();
+        assert_eq!(reply(r)["result"]["session"], "agent");
+        let init = line(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26"}}),
+        );
+        let r = reply(conn.answer(&h.kernel, &h.client, &init).0);
+        assert_eq!(r["result"]["protocolVersion"], "2025-03-26");
+        assert!(conn
+            .answer(&h.kernel, &h.client, br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .0
+            .is_none());
+        let call = line(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": "echo hi"}}}),
+        );
+        let r = reply(conn.answer(&h.kernel, &h.client, &call).0);
+        let text = r["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.starts_with("exit 0 · ") && text.ends_with(" · job 1\nhi\n"), "{text}");
+        assert_eq!(r["result"]["structuredContent"]["session"], "agent");
+        assert_eq!(r["result"]["isError"], false);
+    }
+
+    #[test]
+    fn errors_are_tool_results_or_protocol_errors_as_mcp_says() {
+        let mut h = Harness::new();
+        h.client.uid = nix::unistd::getuid().as_raw();
+        let first = line(json!({"jsonrpc": "2.0", "id": 0, "method": "mcp.attach", "params": {"session": "e"}}));
+        let mut conn = McpConnection::start(&h.kernel, &h.client, &first).unwrap().0.unwrap();
+        let ask = |conn: &mut McpConnection, v: Value| reply(conn.answer(&h.kernel, &h.client, &line(v)).0);
+        let r = ask(
+            &mut conn,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "wait", "arguments": {"job": 99}}}),
+        );
+        assert_eq!(r["result"]["isError"], true, "{r}");
+        assert!(r["result"]["content"][0]["text"].as_str().unwrap().contains("unknown_job"), "{r}");
+        let r = ask(&mut conn, json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "rm"}}));
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        let r = ask(&mut conn, json!({"jsonrpc": "2.0", "id": 3, "method": "resources/list"}));
+        assert_eq!(r["error"]["code"], -32601, "{r}");
+        let r = reply(conn.answer(&h.kernel, &h.client, b"{not json").0);
+        assert_eq!(r["error"]["code"], -32700, "{r}");
+        let r = ask(
+            &mut conn,
+            json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": 5}}}),
+        );
+        assert_eq!(r["result"]["isError"], true, "a wrong argument type is the model's to fix: {r}");
+    }
+
+    #[test]
+    fn a_bare_initialize_opens_a_session_at_the_first_tool_call() {
+        let mut h = Harness::new();
+        h.client.uid = nix::unistd::getuid().as_raw();
+        let init = line(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "1999-01-01"}}),
+        );
+        let (conn, (r, _)) = McpConnection::start(&h.kernel, &h.client, &init).unwrap();
+        let mut conn = conn.unwrap();
+        assert_eq!(reply(r)["result"]["protocolVersion"], PROTOCOL_VERSIONS[0], "an unknown version gets ours");
+        let call = line(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": "pwd"}}}),
+        );
+        let r = reply(conn.answer(&h.kernel, &h.client, &call).0);
+        assert_eq!(r["result"]["isError"], false, "{r}");
+        assert!(conn.session().is_some());
+    }
+}

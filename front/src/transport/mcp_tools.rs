@@ -1,0 +1,289 @@
+//! The MCP tools: their names, JSON schemas and descriptions (written for a model), how a call's
+//! arguments become a kernel method's params, and how the kernel's result becomes the tool result's
+//! text. The text of a job result is [`protocol::text::job_result`], the same `heddle run` prints; the
+//! full JSON result rides beside it as `structuredContent`.
+//!
+//! ```
+//! let tools = front::transport::mcp_tools::list();
+//! assert!(tools["tools"].as_array().unwrap().iter().any(|t| t["name"] == "run"));
+//! ```
+
+use crate::rpc::{ErrorKind, RpcError};
+use protocol::results::{Announcement, JobResult, JobsResult};
+use serde_json::{json, Map, Value};
+
+/// What a model must know to use heddle's shell well: the server's `instructions`, the `heddle` prompt,
+/// and the gist of the `run` tool's description.
+pub const INSTRUCTIONS: &str = "\
+heddle runs each command as a job: a fresh `bash --noprofile --norc` (bash 5.2, no startup files, no \
+aliases or wrappers on PATH) in its own cgroup and sandbox, with this session's shell state carried \
+from call to call: cwd, variables (exported or not), functions, aliases, shell options and umask. Traps, \
+open file descriptors, positional parameters and the shell's own background jobs are not carried. stdin \
+is closed, so a command that prompts fails at once instead of hanging: pass flags such as `-y`, or \
+write the answers into a file with `files`. Writes outside the session's writable roots are refused by \
+the kernel; the result says which path and why. Several calls may run at once.\n\
+\n\
+Waiting never kills: `run` returns after `yield_ms` (default 10 s) with the job still running and its \
+id; call `wait` with that id to wait more, `output` to read its output, `kill` to end it. A job that \
+ended without you seeing its result is announced once, with its last lines, at the end of your next \
+call's result. Output is never silently cut: when a view leaves lines out, a marker says how many and \
+names the `output` call that shows them. Secrets in output are redacted in every view.";
+
+/// The tools, as `tools/list` answers.
+pub fn list() -> Value {
+    let job =
+        json!({"type": "integer", "minimum": 1, "description": "The job's id (from the run result's first line)."});
+    let yield_ms = json!({"type": "integer", "minimum": 0, "maximum": 600000,
+        "description": "How long to wait for the job to end before returning with it still running (ms; default 10000). The job is never killed by this."});
+    let budget = json!({"type": "integer", "minimum": 1,
+        "description": "Room for the output view, in tokens (about 4 bytes each); the rest is named by a marker, never silently dropped."});
+    let session = json!({"type": "string", "description": "Optional: this connection's session (calls that a marker names carry it)."});
+    let tools = json!([
+        {
+            "name": "run",
+            "title": "Run a shell command",
+            "description": format!("Run a bash command as a job and return its result: the first line is the outcome (`exit 2 · 1.4 s · job 7`, or `still running after 10 s · job 7`), then the output view, then notes (shell-state changes, processes left running, refusals, warnings), then other jobs that ended meanwhile.\n\n{INSTRUCTIONS}"),
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "cmd": {"type": "string", "description": "The command line, as typed into bash (pipes, &&, heredocs, functions all work)."},
+                    "yield_ms": yield_ms,
+                    "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Extra environment variables for this job only."},
+                    "files": {"type": "array", "description": "Files written before the command runs (also when the command itself is refused): no heredocs or quoting needed.",
+                        "items": {"type": "object", "properties": {
+                            "path": {"type": "string", "description": "Absolute, or relative to the session's cwd."},
+                            "content": {"type": "string"},
+                            "content_base64": {"type": "string"},
+                            "mode": {"type": "integer", "description": "Permission bits, e.g. 493 (0755)."}},
+                            "required": ["path"], "additionalProperties": false}},
+                    "keep": {"type": "string", "description": "Keep the job under this name: its processes outlive the session (a dev server, a watcher)."},
+                    "idempotency_key": {"type": "string", "description": "A retry with the same key returns the first call's receipt and never runs the command twice."},
+                    "max_output_tokens": budget,
+                    "session": session
+                },
+                "required": ["cmd"],
+                "additionalProperties": false
+            },
+            "annotations": {"title": "Run a shell command", "destructiveHint": true, "openWorldHint": true}
+        },
+        {
+            "name": "wait",
+            "title": "Wait for a job",
+            "description": "Wait up to yield_ms for a running job to end and return its result (same form as run). A wait that times out changes nothing: the job keeps running.",
+            "inputSchema": {"type": "object", "properties": {"job": job, "yield_ms": yield_ms, "max_output_tokens": budget, "session": session},
+                "required": ["job"], "additionalProperties": false},
+            "annotations": {"readOnlyHint": true}
+        },
+        {
+            "name": "kill",
+            "title": "Kill a job",
+            "description": "End a job and everything it started (its whole cgroup; never by pid or name), then check nothing is left; the result says what was killed and anything still alive.",
+            "inputSchema": {"type": "object", "properties": {"job": job,
+                "grace_ms": {"type": "integer", "minimum": 0, "maximum": 600000, "description": "Send SIGTERM first and wait this long before killing (ms)."},
+                "session": session},
+                "required": ["job"], "additionalProperties": false},
+            "annotations": {"destructiveHint": true}
+        },
+        {
+            "name": "output",
+            "title": "Read a job's output",
+            "description": "Read a job's stored output (kept in full) through a view. Give one of: lines [first, last] (1-based, inclusive; what an omission marker names), tail N, grep {pattern, context?, max?}, errors true (error-shaped lines with context). With none, the last 200 lines. Redacted like every view.",
+            "inputSchema": {"type": "object", "properties": {"job": job,
+                "lines": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2},
+                "tail": {"type": "integer", "minimum": 1},
+                "grep": {"type": "object", "properties": {"pattern": {"type": "string", "description": "A regular expression (Rust regex syntax)."},
+                    "context": {"type": "integer", "minimum": 0}, "max": {"type": "integer", "minimum": 1}}, "required": ["pattern"], "additionalProperties": false},
+                "errors": {"type": "boolean"},
+                "stream": {"type": "string", "enum": ["stdout", "stderr", "both"]},
+                "max_output_bytes": {"type": "integer", "minimum": 1},
+                "session": session},
+                "required": ["job"], "additionalProperties": false},
+            "annotations": {"readOnlyHint": true}
+        },
+        {
+            "name": "jobs",
+            "title": "List jobs",
+            "description": "List this session's jobs: id, state, duration, output size, command; running ones with liveness.",
+            "inputSchema": {"type": "object", "properties": {"session": session}, "additionalProperties": false},
+            "annotations": {"readOnlyHint": true}
+        },
+        {
+            "name": "keep",
+            "title": "Keep a job",
+            "description": "Keep a running job under a name: its processes move out of the session and outlive it (the operator lists and ends kept jobs).",
+            "inputSchema": {"type": "object", "properties": {"job": job, "name": {"type": "string"}, "session": session},
+                "required": ["job", "name"], "additionalProperties": false}
+        },
+        {
+            "name": "describe",
+            "title": "Describe the shell",
+            "description": "What this shell is: heddle's version, bash and its version, PATH, the sandbox (writable roots, network, Landlock and seccomp), cgroup limits, live jobs with liveness, and what changed in the session since it began.",
+            "inputSchema": {"type": "object", "properties": {"session": session}, "additionalProperties": false},
+            "annotations": {"readOnlyHint": true}
+        }
+    ]);
+    json!({ "tools": tools })
+}
+
+/// The kernel method and params for a tool call in `session`; `invalid_params` for arguments that do
+/// not fit, `method_not_found` for an unknown tool.
+pub fn params(tool: &str, args: Value, session: &str) -> Result<(&'static str, Value), RpcError> {
+    let mut args = match args {
+        Value::Object(m) => m,
+        Value::Null => Map::new(),
+        _ => return Err(bad(tool, "`arguments` must be an object")),
+    };
+    match args.remove("session") {
+        None => {}
+        Some(Value::String(s)) if s == session => {}
+        Some(other) => {
+            let why = format!("this connection works in session '{session}' only, not {other}; leave `session` out");
+            return Err(bad(tool, &why));
+        }
+    }
+    let method = match tool {
+        "run" => {
+            match args.remove("keep") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(name)) => {
+                    args.insert("keep".into(), Value::Bool(true));
+                    args.insert("name".into(), Value::String(name));
+                }
+                Some(_) => return Err(bad(tool, "`keep` must be the name to keep the job under")),
+            }
+            "run"
+        }
+        "wait" => "wait",
+        "kill" => "kill",
+        "output" => {
+            if !["lines", "tail", "grep", "errors"].iter().any(|k| args.contains_key(*k)) {
+                args.insert("tail".into(), json!(200));
+            }
+            "output"
+        }
+        "jobs" => "jobs",
+        "keep" => "keep",
+        "describe" => "describe",
+        _ => {
+            let names: Vec<String> = list()["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect();
+            return Err(RpcError::new(
+                ErrorKind::InvalidParams,
+                format!("there is no tool '{tool}'; the tools are {}", names.join(", ")),
+            ));
+        }
+    };
+    args.insert("session".into(), Value::String(session.to_owned()));
+    Ok((method, Value::Object(args)))
+}
+
+fn bad(tool: &str, why: &str) -> RpcError {
+    RpcError::new(ErrorKind::InvalidParams, format!("invalid arguments for the {tool} tool: {why}"))
+}
+
+/// The text a model reads of a method's result.
+pub fn text(method: &str, result: &Value) -> String {
+    match method {
+        "run" | "wait" | "kill" => match serde_json::from_value::<JobResult>(result.clone()) {
+            Ok(r) => protocol::text::job_result(&r),
+            Err(_) => pretty(result),
+        },
+        "jobs" => match serde_json::from_value::<JobsResult>(result.clone()) {
+            Ok(r) => protocol::text::jobs_table(&r.jobs) + &protocol::text::announcements(&r.announcements),
+            Err(_) => pretty(result),
+        },
+        "output" => {
+            let mut t = result["text"].as_str().or_else(|| result["data"].as_str()).unwrap_or_default().to_owned();
+            if !t.is_empty() && !t.ends_with('\n') {
+                t.push('\n');
+            }
+            if t.is_empty() {
+                t.push_str("(no output in this view)\n");
+            }
+            if let Some(next) = result.get("next").filter(|n| !n.is_null()) {
+                t.push_str(&format!("[more: output {next} continues this view]\n"));
+            }
+            if let Some(n) = result["note"].as_str() {
+                t.push_str(n);
+                t.push('\n');
+            }
+            t + &announcements_of(result)
+        }
+        "keep" => {
+            let mut t = format!(
+                "job {} kept as {}\n",
+                result["job"],
+                result["name"].as_str().or_else(|| result["kept"].as_str()).unwrap_or("?")
+            );
+            if let Some(n) = result["note"].as_str() {
+                t.push_str(n);
+                t.push('\n');
+            }
+            t + &announcements_of(result)
+        }
+        _ => {
+            let mut shown = result.clone();
+            let announcements = announcements_of(result);
+            if let Some(m) = shown.as_object_mut() {
+                m.remove("announcements");
+            }
+            pretty(&shown) + "\n" + &announcements
+        }
+    }
+}
+
+fn announcements_of(result: &Value) -> String {
+    let a: Vec<Announcement> = serde_json::from_value(result["announcements"].clone()).unwrap_or_default();
+    protocol::text::announcements(&a)
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_has_an_object_schema_and_a_description() {
+        for t in list()["tools"].as_array().unwrap() {
+            assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+            assert!(t["description"].as_str().unwrap().len() > 40, "{t}");
+            let name = t["name"].as_str().unwrap();
+            let args = if name == "keep" { json!({"job": 1, "name": "x"}) } else { json!({"job": 1, "cmd": "true"}) };
+            assert!(params(name, args, "s").is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn arguments_become_the_methods_params() {
+        let (m, p) = params("run", json!({"cmd": "make", "keep": "dev"}), "s1").unwrap();
+        assert_eq!((m, &p), ("run", &json!({"cmd": "make", "keep": true, "name": "dev", "session": "s1"})));
+        let (_, p) = params("output", json!({"job": 3}), "s1").unwrap();
+        assert_eq!(p, json!({"job": 3, "tail": 200, "session": "s1"}));
+        let (_, p) = params("output", json!({"job": 3, "lines": [4, 9], "session": "s1"}), "s1").unwrap();
+        assert_eq!(p, json!({"job": 3, "lines": [4, 9], "session": "s1"}), "a marker's call pastes as is");
+    }
+
+    #[test]
+    fn bad_calls_say_what_was_wrong() {
+        let e = params("nope", json!({}), "s").unwrap_err();
+        assert!(e.message.contains("there is no tool 'nope'") && e.message.contains("run"), "{e}");
+        let e = params("run", json!([1]), "s").unwrap_err();
+        assert!(e.message.contains("must be an object"), "{e}");
+        let e = params("jobs", json!({"session": "other"}), "s").unwrap_err();
+        assert!(e.message.contains("session 's' only"), "{e}");
+        assert!(params("run", json!({"cmd": "x", "keep": 3}), "s").is_err());
+    }
+
+    #[test]
+    fn a_job_result_reads_as_the_text_form() {
+        let r = json!({"job": 2, "state": "exited", "exit_code": 1, "duration_ms": 3.0, "view": "no\n", "announcements": []});
+        assert_eq!(text("run", &r), "exit 1 · 3.0 ms · job 2\nno\n");
+    }
+}

@@ -1,0 +1,13 @@
+//! The transport room: the dialects a connection may speak beside plain JSON-RPC, each a translation
+//! onto the one kernel ([`crate::kernel::Kernel::answer`]), holding no copy of its state.
+//!
+//! - [`mcp`]: the Model Context Protocol (2025-06-18, with 2025-03-26 and 2024-11-05 accepted), served
+//!   on the control socket after `mcp.attach` (what `heddle mcp` sends) or a bare `initialize`. One MCP
+//!   connection is one heddle session.
+//! - [`mcp_tools`]: the tools, their JSON schemas and the descriptions a model reads.
+//!
+//! May use: the kernel, `rpc` (framing and errors), `protocol` (the results and their text form). Used
+//! by: `server` (the socket's connection loop), which picks the dialect per connection.
+
+pub mod mcp;
+pub mod mcp_tools;

@@ -1,0 +1,191 @@
+//! The MCP door and the CLI as their users drive them: an agent's host starting `heddle mcp` (the
+//! official Python SDK, and raw JSON lines), and a person typing `heddle run` twice.
+
+use heddle_tests::{alive, bin_dir, eventually, Heddle};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+/// The Python with the official MCP SDK: `$HEDDLE_MCP_PYTHON`, else the venv `.ci/test` makes.
+fn mcp_python() -> PathBuf {
+    let p = std::env::var_os("HEDDLE_MCP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/mcp-venv/bin/python"));
+    assert!(
+        p.exists(),
+        "{} is missing: make it with `python3 -m venv target/mcp-venv && target/mcp-venv/bin/pip install mcp` \
+         (.ci/test does), or point HEDDLE_MCP_PYTHON at a Python that has the `mcp` package",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn an_agent_session_through_the_python_mcp_sdk() {
+    let h = Heddle::start();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp/agent_session.py");
+    let out = Command::new(mcp_python())
+        .arg(&script)
+        .arg(bin_dir().join("heddle"))
+        .arg(&h.project)
+        .env("HEDDLE_SOCKET", &h.socket)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the SDK session failed:\n{stdout}\n{stderr}");
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("a JSON summary");
+    assert_eq!(summary["server"], "heddle", "{summary}");
+    assert_eq!(summary["carried"], true, "{summary}");
+    let pid = summary["killed_survivor"].as_u64().expect("the setsid survivor's pid");
+    assert!(!alive(pid), "the setsid survivor {pid} is gone");
+    // The bridge held no state and closed nothing: the session and its jobs outlive it.
+    let session = summary["session"].as_str().unwrap();
+    let jobs = h.client().call("jobs", json!({"session": session})).expect("the session outlives the bridge");
+    assert!(jobs["jobs"].as_array().unwrap().len() >= 6, "{jobs}");
+}
+
+/// `heddle mcp` driven with raw JSON lines, as a host that is not an SDK would.
+struct Bridge {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Bridge {
+    fn start(h: &Heddle, args: &[&str]) -> Bridge {
+        let mut child = Command::new(bin_dir().join("heddle"))
+            .arg("mcp")
+            .args(["--cwd", h.project.to_str().unwrap()])
+            .args(args)
+            .env("HEDDLE_SOCKET", &h.socket)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (stdin, stdout) = (child.stdin.take(), BufReader::new(child.stdout.take().unwrap()));
+        Bridge { child, stdin, stdout }
+    }
+
+    fn send(&mut self, line: &str) {
+        let w = self.stdin.as_mut().unwrap();
+        w.write_all(line.as_bytes()).unwrap();
+        w.write_all(b"\n").unwrap();
+        w.flush().unwrap();
+    }
+
+    fn reply(&mut self) -> Value {
+        let mut line = String::new();
+        assert!(self.stdout.read_line(&mut line).unwrap() > 0, "the bridge closed its stdout");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    fn call(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string());
+        let r = self.reply();
+        assert_eq!(r["id"], id, "replies come in order: {r}");
+        r
+    }
+
+    fn tool(&mut self, id: u64, name: &str, args: Value) -> Value {
+        self.call(id, "tools/call", json!({"name": name, "arguments": args}))["result"].clone()
+    }
+
+    /// Close stdin as a host does at exit; the bridge's exit status.
+    fn finish(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.stdout, &mut rest);
+        assert!(rest.is_empty(), "nothing unasked for: {rest}");
+        self.child.wait().unwrap()
+    }
+}
+
+#[test]
+fn the_mcp_bridge_serves_raw_json_lines_and_survives_bad_input() {
+    let h = Heddle::start();
+    let mut b = Bridge::start(&h, &["--session", "raw-agent"]);
+    let init = b.call(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
+    assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
+    b.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let tools = b.call(2, "tools/list", json!({}));
+    assert_eq!(tools["result"]["tools"].as_array().unwrap().len(), 7, "{tools}");
+
+    // Garbage, an unknown tool, a wrong argument type: each answered, the door keeps serving.
+    b.send("this is not json");
+    let bad = b.reply();
+    assert_eq!(bad["error"]["code"], -32700, "{bad}");
+    let r = b.call(3, "tools/call", json!({"name": "format_disk", "arguments": {}}));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("there is no tool 'format_disk'"), "{r}");
+    let r = b.tool(4, "run", json!({"cmd": ["not", "a", "string"]}));
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(r["content"][0]["text"].as_str().unwrap().contains("invalid_params"), "{r}");
+    let huge = "x".repeat(17 * 1024 * 1024);
+    b.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": huge}}}).to_string());
+    let r = b.reply();
+    assert_eq!(r["error"]["code"], -32600, "a line over the limit is refused, not run: {r}");
+
+    let r = b.tool(6, "run", json!({"cmd": "echo one; echo two >&2; exit 3"}));
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("exit 3 · ") && text.contains(" · job 1\n"), "{text}");
+    assert!(text.contains("one\n") && text.contains("two\n"), "{text}");
+    assert_eq!(r["structuredContent"]["exit_code"], 3, "{r}");
+    assert_eq!(r["isError"], false, "a failing command is a result, not a tool error: {r}");
+
+    // An idempotency key: a retry returns the same receipt and never runs twice.
+    let args = json!({"cmd": "echo ran >> ledger", "idempotency_key": "k-1"});
+    let first = b.tool(7, "run", args.clone());
+    let again = b.tool(8, "run", args);
+    assert_eq!(first["structuredContent"]["receipt"]["id"], again["structuredContent"]["receipt"]["id"], "{again}");
+    let ledger = std::fs::read_to_string(h.project.join("ledger")).unwrap();
+    assert_eq!(ledger, "ran\n", "ran once");
+    assert!(b.finish().success());
+
+    // The session stayed (no --close-on-exit); a new bridge on the same name finds its jobs.
+    let mut b = Bridge::start(&h, &["--session", "raw-agent", "--close-on-exit"]);
+    b.call(1, "initialize", json!({"protocolVersion": "2025-06-18"}));
+    let jobs = b.tool(2, "jobs", json!({}));
+    assert!(jobs["content"][0]["text"].as_str().unwrap().contains("echo one; echo two"), "{jobs}");
+    assert!(b.finish().success());
+    let mut c = h.client();
+    assert!(
+        eventually(Duration::from_secs(10), || c.call("jobs", json!({"session": "raw-agent"})).is_err()),
+        "--close-on-exit closed the session with the bridge"
+    );
+}
+
+#[test]
+fn the_cli_shows_what_ended_since_the_last_command() {
+    let h = Heddle::start();
+    let heddle = |args: &[&str]| {
+        Command::new(bin_dir().join("heddle"))
+            .args(["--session", "person", "run", "--cwd", h.project.to_str().unwrap()])
+            .args(args)
+            .env("HEDDLE_SOCKET", &h.socket)
+            .output()
+            .unwrap()
+    };
+    let first = heddle(&["--yield", "100", "--", "sleep 1; echo woke up"]);
+    assert_eq!(first.status.code(), Some(75), "still running: {}", String::from_utf8_lossy(&first.stdout));
+    let mut c = h.client();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            c.call("describe", json!({})).unwrap()["sessions"][0]["jobs_running"] == 0
+        }),
+        "the sleep ended"
+    );
+    let second = heddle(&["--", "echo now"]);
+    let text = String::from_utf8_lossy(&second.stdout);
+    assert_eq!(second.status.code(), Some(0), "{text}");
+    assert!(text.contains("job 1 ended: exit 0 · ") && text.contains("\n  woke up\n"), "the end is announced: {text}");
+    let third = heddle(&["--", "true"]);
+    assert!(!String::from_utf8_lossy(&third.stdout).contains("job 1 ended"), "announced once");
+}
