@@ -189,3 +189,33 @@ fn the_cli_shows_what_ended_since_the_last_command() {
     let third = heddle(&["--", "true"]);
     assert!(!String::from_utf8_lossy(&third.stdout).contains("job 1 ended"), "announced once");
 }
+
+#[test]
+fn the_typescript_sdk_example_runs_against_heddle_mcp() {
+    let h = Heddle::start();
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/mcp-typescript");
+    assert!(
+        example.join("node_modules/@modelcontextprotocol/sdk").exists(),
+        "the example's SDK is missing: run `npm ci --prefix examples/mcp-typescript` (.ci/test does)"
+    );
+    let out = Command::new("node")
+        .arg(example.join("agent.mjs"))
+        .arg(bin_dir().join("heddle"))
+        .arg(&h.project)
+        .env("HEDDLE_SOCKET", &h.socket)
+        .output()
+        .expect("node runs (apt-get install nodejs)");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the TypeScript example failed:\n{stdout}\n{stderr}");
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("a JSON summary");
+    assert_eq!(summary["announced"], 3, "{summary}");
+    // It asked for --close-on-exit: its session is gone with it.
+    let mut c = h.client();
+    assert!(
+        eventually(Duration::from_secs(10), || c.call("describe", json!({})).unwrap()["sessions"]
+            .as_array()
+            .unwrap()
+            .is_empty()),
+        "the example's session closed with its bridge"
+    );
+}
