@@ -155,10 +155,24 @@ impl Kernel {
         method: &str,
         params: Value,
     ) -> (Result<Box<RawValue>, RpcError>, Option<Arc<Session>>) {
+        self.answer_observed(client, method, params, &|_| {})
+    }
+
+    /// [`Kernel::answer`], telling `on_job` the id of the job a `run` admitted as soon as it is
+    /// registered, while the call still waits for its yield (a door reports progress from it).
+    pub fn answer_observed(
+        &self,
+        client: &Client,
+        method: &str,
+        params: Value,
+        on_job: &dyn Fn(u64),
+    ) -> (Result<Box<RawValue>, RpcError>, Option<Arc<Session>>) {
         let session = params.get("session").or_else(|| params.get("name")).and_then(Value::as_str).map(str::to_owned);
         let before = session.as_deref().and_then(|n| self.session(client, n).ok());
         let r = match method {
-            m if crate::receipts::MUTATIONS.contains(&m) => encode(crate::receipts::mutate(self, client, m, params)),
+            m if crate::receipts::MUTATIONS.contains(&m) => {
+                encode(crate::receipts::mutate(self, client, m, params, on_job))
+            }
             "receipt" => encode(crate::receipts::call(self, client, params)),
             "shutdown" => encode(crate::shutdown::call(self, client, params)),
             _ => self.call_method(client, method, params),

@@ -285,8 +285,15 @@ fn fingerprint(method: &str, params: &Value) -> String {
     format!("{method} {p}")
 }
 
-/// Run a mutation with receipts and idempotency; `params` may carry `idempotency_key`.
-pub(crate) fn mutate(k: &Kernel, client: &Client, method: &str, mut params: Value) -> Result<Value, RpcError> {
+/// Run a mutation with receipts and idempotency; `params` may carry `idempotency_key`. `on_job` hears
+/// the id of the job a `run` admitted, once it is registered (a door's progress reporter follows it).
+pub(crate) fn mutate(
+    k: &Kernel,
+    client: &Client,
+    method: &str,
+    mut params: Value,
+    on_job: &dyn Fn(u64),
+) -> Result<Value, RpcError> {
     let key = take_key(method, &mut params)?;
     let session = session_of(method, &params);
     let fp = fingerprint(method, &params);
@@ -325,6 +332,7 @@ pub(crate) fn mutate(k: &Kernel, client: &Client, method: &str, mut params: Valu
     let outcome = if method == "run" {
         let on_admit = |serial: u64, job: u64| {
             k.receipts.admit(&k.db, base(Some(job), Some(serial), None));
+            on_job(job);
         };
         crate::job_run::call_admitting(k, client, params.clone(), &on_admit).and_then(to_value)
     } else {

@@ -226,7 +226,7 @@ fn answer_in_dialect(
     mcp: &mut Option<McpConnection>,
 ) -> (Option<Vec<u8>>, Option<Arc<Session>>) {
     let served = catch_unwind(AssertUnwindSafe(|| match mcp {
-        Some(m) => Some(m.answer(kernel, client, line)),
+        Some(m) => Some(m.answer(kernel, client, line, Some(outbox))),
         None if mcp::speaks_mcp(line) => McpConnection::start(kernel, client, line).map(|(m, answer)| {
             *mcp = m;
             answer

@@ -67,6 +67,21 @@ async def session_steps(session, project):
     assert f"job {sleeper} ended: exit 0" in t and "  woke" in t, t
     summary["announced"] = sleeper
 
+    # Progress while a call waits: the job's newest line, a few times a second at most.
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append(message)
+
+    r = await session.call_tool(
+        "run", {"cmd": "for i in 1 2 3 4; do echo step $i; sleep 0.7; done"}, progress_callback=on_progress
+    )
+    assert text_of(r).startswith("exit 0"), text_of(r)
+    steps = [m for m in seen if m and "step" in m]
+    assert len(steps) >= 2, seen
+    assert len(seen) <= 8, seen
+    summary["progress"] = steps
+
     # A large output: the marker names the view that shows the omitted middle.
     r = await session.call_tool("run", {"cmd": "seq 1 100000"})
     t = text_of(r)

@@ -21,8 +21,10 @@
 //! assert!(!front::transport::mcp::speaks_mcp(br#"{"jsonrpc":"2.0","id":1,"method":"run","params":{}}"#));
 //! ```
 
+use super::mcp_progress::Progress;
 use super::mcp_tools;
 use crate::kernel::{Client, Kernel};
+use crate::outbox::Outbox;
 use crate::rpc::{self, ErrorKind, Request, RpcError};
 use crate::session::Session;
 use serde::Deserialize;
@@ -83,20 +85,21 @@ impl McpConnection {
             }
             "initialize" => {
                 let mut conn = McpConnection { session: None, close_on_exit: false };
-                let answer = conn.serve(kernel, client, req);
+                let answer = conn.serve(kernel, client, req, None);
                 Some((Some(conn), answer))
             }
             _ => None,
         }
     }
 
-    /// Answer one line of an MCP connection.
-    pub fn answer(&mut self, kernel: &Kernel, client: &Client, line: &[u8]) -> Answer {
+    /// Answer one line of an MCP connection; `out` carries progress notifications while a call waits
+    /// (none: no progress is sent).
+    pub fn answer(&mut self, kernel: &Kernel, client: &Client, line: &[u8], out: Option<&Outbox>) -> Answer {
         if line.trim_ascii().is_empty() {
             return (None, None);
         }
         match rpc::parse_request(line) {
-            Ok(req) => self.serve(kernel, client, req),
+            Ok(req) => self.serve(kernel, client, req, out),
             Err(bad) if bad.notification => (None, None),
             Err(bad) => (Some(rpc::encode_error(bad.id.as_deref(), &bad.error)), None),
         }
@@ -111,7 +114,7 @@ impl McpConnection {
         }
     }
 
-    fn serve(&mut self, kernel: &Kernel, client: &Client, req: Request) -> Answer {
+    fn serve(&mut self, kernel: &Kernel, client: &Client, req: Request, out: Option<&Outbox>) -> Answer {
         let Some(id) = req.id else {
             // Notifications (`notifications/initialized`, `notifications/cancelled`, …) need no answer;
             // a cancelled call runs to its end (observation never steers execution).
@@ -121,7 +124,7 @@ impl McpConnection {
             "initialize" => (Ok(initialize(&req.params)), None),
             "ping" => (Ok(json!({})), None),
             "tools/list" => (Ok(mcp_tools::list()), None),
-            "tools/call" => self.call_tool(kernel, client, req.params),
+            "tools/call" => self.call_tool(kernel, client, req.params, out),
             "prompts/list" => (Ok(prompts_list()), None),
             "prompts/get" => (prompts_get(&req.params), None),
             "mcp.attach" => (
@@ -151,6 +154,7 @@ impl McpConnection {
         kernel: &Kernel,
         client: &Client,
         params: Value,
+        out: Option<&Outbox>,
     ) -> (Result<Value, RpcError>, Option<Arc<Session>>) {
         let Some(tool) = params.get("name").and_then(Value::as_str) else {
             let e =
@@ -173,7 +177,20 @@ impl McpConnection {
             Err(e) if e.message.starts_with("there is no tool") => return (Err(e), None),
             Err(e) => return (Ok(tool_error(&e)), None),
         };
-        let (result, named) = kernel.answer(client, method, call_params);
+        let token = params.get("_meta").and_then(|m| m.get("progressToken")).filter(|t| t.is_string() || t.is_number());
+        let (result, named) = match (token, out, method) {
+            (Some(token), Some(out), "run" | "wait") => {
+                let job = call_params.get("job").and_then(Value::as_u64);
+                let progress = Progress::new(token.clone(), out, job);
+                std::thread::scope(|scope| {
+                    scope.spawn(|| progress.follow(kernel, client, &session));
+                    let answered = kernel.answer_observed(client, method, call_params, &|j| progress.set_job(j));
+                    progress.stop();
+                    answered
+                })
+            }
+            _ => kernel.answer(client, method, call_params),
+        };
         let out = match result.map(|raw| serde_json::from_str::<Value>(raw.get())) {
             Ok(Ok(v)) => {
                 let text = mcp_tools::text(method, &v);
@@ -286,16 +303,16 @@ mod tests {
         let init = line(
             json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26"}}),
         );
-        let r = reply(conn.answer(&h.kernel, &h.client, &init).0);
+        let r = reply(conn.answer(&h.kernel, &h.client, &init, None).0);
         assert_eq!(r["result"]["protocolVersion"], "2025-03-26");
         assert!(conn
-            .answer(&h.kernel, &h.client, br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .answer(&h.kernel, &h.client, br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, None)
             .0
             .is_none());
         let call = line(
             json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": "echo hi"}}}),
         );
-        let r = reply(conn.answer(&h.kernel, &h.client, &call).0);
+        let r = reply(conn.answer(&h.kernel, &h.client, &call, None).0);
         let text = r["result"]["content"][0]["text"].as_str().unwrap();
         assert!(text.starts_with("exit 0 · ") && text.ends_with(" · job 1\nhi\n"), "{text}");
         assert_eq!(r["result"]["structuredContent"]["session"], "agent");
@@ -308,7 +325,7 @@ mod tests {
         h.client.uid = nix::unistd::getuid().as_raw();
         let first = line(json!({"jsonrpc": "2.0", "id": 0, "method": "mcp.attach", "params": {"session": "e"}}));
         let mut conn = McpConnection::start(&h.kernel, &h.client, &first).unwrap().0.unwrap();
-        let ask = |conn: &mut McpConnection, v: Value| reply(conn.answer(&h.kernel, &h.client, &line(v)).0);
+        let ask = |conn: &mut McpConnection, v: Value| reply(conn.answer(&h.kernel, &h.client, &line(v), None).0);
         let r = ask(
             &mut conn,
             json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "wait", "arguments": {"job": 99}}}),
@@ -319,7 +336,7 @@ mod tests {
         assert_eq!(r["error"]["code"], -32602, "{r}");
         let r = ask(&mut conn, json!({"jsonrpc": "2.0", "id": 3, "method": "resources/list"}));
         assert_eq!(r["error"]["code"], -32601, "{r}");
-        let r = reply(conn.answer(&h.kernel, &h.client, b"{not json").0);
+        let r = reply(conn.answer(&h.kernel, &h.client, b"{not json", None).0);
         assert_eq!(r["error"]["code"], -32700, "{r}");
         let r = ask(
             &mut conn,
@@ -341,7 +358,7 @@ mod tests {
         let call = line(
             json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": "pwd"}}}),
         );
-        let r = reply(conn.answer(&h.kernel, &h.client, &call).0);
+        let r = reply(conn.answer(&h.kernel, &h.client, &call, None).0);
         assert_eq!(r["result"]["isError"], false, "{r}");
         assert!(conn.session().is_some());
     }

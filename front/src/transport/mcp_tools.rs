@@ -24,7 +24,8 @@ write the answers into a file with `files`. Writes outside the session's writabl
 the kernel; the result says which path and why. Several calls may run at once.\n\
 \n\
 Waiting never kills: `run` returns after `yield_ms` (default 10 s) with the job still running and its \
-id; call `wait` with that id to wait more, `output` to read its output, `kill` to end it. A job that \
+id; call `wait` with that id to wait more, `output` to read its output, `kill` to end it (cancelling \
+a call never stops its job). A job that \
 ended without you seeing its result is announced once, with its last lines, at the end of your next \
 call's result. Output is never silently cut: when a view leaves lines out, a marker says how many and \
 names the `output` call that shows them. Secrets in output are redacted in every view.";

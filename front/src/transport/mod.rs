@@ -5,9 +5,11 @@
 //!   on the control socket after `mcp.attach` (what `heddle mcp` sends) or a bare `initialize`. One MCP
 //!   connection is one heddle session.
 //! - [`mcp_tools`]: the tools, their JSON schemas and the descriptions a model reads.
+//! - [`mcp_progress`]: progress notifications while a tool call waits on a job.
 //!
 //! May use: the kernel, `rpc` (framing and errors), `protocol` (the results and their text form). Used
 //! by: `server` (the socket's connection loop), which picks the dialect per connection.
 
 pub mod mcp;
+pub mod mcp_progress;
 pub mod mcp_tools;
