@@ -147,6 +147,12 @@ fn the_mcp_bridge_serves_raw_json_lines_and_survives_bad_input() {
     assert_eq!(first["structuredContent"]["receipt"]["id"], again["structuredContent"]["receipt"]["id"], "{again}");
     let ledger = std::fs::read_to_string(h.project.join("ledger")).unwrap();
     assert_eq!(ledger, "ran\n", "ran once");
+    // stdin closed in the middle of a call: the bridge still delivers its answer, then exits.
+    b.send(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": "sleep 0.5; echo late"}}}).to_string());
+    drop(b.stdin.take());
+    let late = b.reply();
+    assert_eq!(late["id"], 9, "{late}");
+    assert!(late["result"]["content"][0]["text"].as_str().unwrap().contains("late\n"), "{late}");
     assert!(b.finish().success());
 
     // The session stayed (no --close-on-exit); a new bridge on the same name finds its jobs.
