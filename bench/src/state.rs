@@ -10,7 +10,7 @@
 //!   part), no capture;
 //! - `env | base64 capture`: the typical restore, then a forking capture (`env`, `declare -f`, `alias`
 //!   through `base64`) — the style of capture the builtins replace;
-//! - `pre-started shell`: the spare design in isolation (DESIGN §13; built in `worker::spare`, measured through the
+//! - `pre-started shell`: the spare design in isolation (built in `worker::spare`, measured through the
 //!   whole stack by `heddle-bench spare`): bash spawned ahead with the
 //!   typical state restored, waiting on a pipe for its command; timed from writing the command to its
 //!   exit (capture included), the next spare started untimed.

@@ -8,8 +8,8 @@
 //! in memory), [`state_capture`] and [`state_record`] (the shell state carried between jobs), one module per
 //! method (`session_open`, `session_close`, `job_run`, `job_wait`, `job_kill`, `job_keep`, `job_probe`,
 //! `jobs_list`, `output_read`, `describe`), [`kernel`] (the registry and method table),
-//! [`inherit`] and [`service`] (the process). Notes on choices the protocol leaves open are in
-//! docs/front-notes.md.
+//! [`inherit`] and [`service`] (the process). Threads and locks are in docs/architecture.md ("The
+//! front's threads and locks"); choices the JSON-RPC framing leaves open in docs/protocol.md.
 //!
 //! Invariants: the front never needs more privilege than its own uid and contains no `unsafe`; no
 //! connection owns anything (a client that disconnects cancels nothing); a job's state moves forward

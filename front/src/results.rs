@@ -1,7 +1,7 @@
 //! The shapes the front answers with (docs/protocol.md), as `Serialize` structs.
 //!
-//! Field names and meanings are the protocol's; fields added beyond it (`settled` on a job result,
-//! `ranges` in `omitted`, `note` where the protocol has none) are documented in docs/front-notes.md.
+//! Field names and meanings are the protocol's, all documented in docs/protocol.md (`settled` on a job
+//! result, `note`, `announcements` and the rest).
 //! Optional fields serialize as `null`, never disappear, so clients can rely on every key being present.
 //!
 //! ```

@@ -1,4 +1,4 @@
-//! `heddle-supervisor`'s command line, exactly as `docs/contract-wip.md` fixes it.
+//! `heddle-supervisor`'s command line, as docs/architecture.md ("Command lines, inherited fds") fixes it.
 //!
 //! ```
 //! use clap::Parser;

@@ -1,7 +1,7 @@
 //! Spawning the unprivileged processes: the front (once, at start) and one worker per session, each
 //! with dropped privileges, its fds at fixed numbers and a minimal environment, exactly as
-//! `docs/contract-wip.md` fixes them. Worker spawning and reaping sit behind [`ProcessOps`] so the
-//! session logic can be tested with a fake.
+//! docs/architecture.md ("Command lines, inherited fds, environments") fixes them. Worker spawning and
+//! reaping sit behind [`ProcessOps`] so the session logic can be tested with a fake.
 //!
 //! Invariants: a child never runs as root past exec (groups `[gid]`, gid, uid, no_new_privs); it
 //! inherits only the fds named here; a worker is in its session's `worker` cgroup before it execs.

@@ -1,4 +1,4 @@
-//! Startup, in the order `docs/contract-wip.md` gives: refuse unless root, route SIGINT/SIGTERM,
+//! Startup, in the order docs/architecture.md ("Start-up") gives: refuse unless root, route SIGINT/SIGTERM,
 //! resolve the users, open the two binaries, find the cgroup mode and create the root, prepare the
 //! state directory and the socket's directory, bind the client socket, and spawn the front.
 //!

@@ -1,4 +1,4 @@
-//! Pre-started shells (DESIGN §13, issue 3's cost): between calls the worker starts the session's next
+//! Pre-started shells (docs/architecture.md, "Pre-started shells"): between calls the worker starts the session's next
 //! bash and restores the state record in it, so the next `run` only hands the command over. These tests
 //! drive the real stack and check that a pre-started job is indistinguishable from a cold one except for
 //! the `prestarted` flag: same state, same stdin, same fds, same environment, and nothing left behind.

@@ -2,8 +2,8 @@
 //! streams their output and ends into the session's event ring.
 //!
 //! `heddle-worker --session ID --cgroup DIR` starts with fds 3–7 from the supervisor (region, cmd_data,
-//! cmd_space, evt_data, evt_space; see `docs/contract-wip.md`), publishes `Hello`, then serves commands in
-//! a single-threaded `mio` loop ([`event_loop`]) until `Shutdown`:
+//! cmd_space, evt_data, evt_space; see docs/architecture.md, "Command lines"), publishes `Hello`, then
+//! serves commands in a single-threaded `mio` loop ([`event_loop`]) until `Shutdown`:
 //!
 //! - `Run` → [`job_run`]: `mkdir job-<N>`, `clone3(CLONE_INTO_CGROUP)` through the launcher, `Started`
 //!   or `SpawnFailed`;

@@ -1,6 +1,6 @@
 //! `heddle-worker --session ID --cgroup DIR [--policy=NAME --project=DIR --tmp=DIR --network=BOOL
 //! --writable=DIR… --allow-writable=DIR…]`: one
-//! session's worker. Expects fds 3–7 from the supervisor (see `docs/contract-wip.md`); exits 0 after
+//! session's worker. Expects fds 3–7 from the supervisor (docs/architecture.md); exits 0 after
 //! `Shutdown`, non-zero on a fatal error.
 
 use anyhow::Context;

@@ -1,4 +1,4 @@
-//! Pre-started shells: one spare bash per session, started before its command arrives (DESIGN §13).
+//! Pre-started shells: one spare bash per session, started before its command arrives (docs/architecture.md).
 //!
 //! The front sends [`Command::Prestart`] with the `RunSpec` the session's next job would get if it ran
 //! now: its id, cwd, environment and state restore, no command. When the loop next has nothing to do

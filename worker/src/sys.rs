@@ -8,7 +8,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The fds the supervisor hands every worker (see `docs/contract-wip.md`).
+/// The fds the supervisor hands every worker (see docs/architecture.md, "Command lines, inherited fds").
 #[derive(Debug)]
 pub struct InheritedFds {
     /// fd 3: the session's sealed memfd region.
