@@ -24,10 +24,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod bash_parse;
 pub mod binary;
 pub mod db;
 pub mod describe;
 pub mod describe_session;
+pub mod guard;
 pub mod inherit;
 pub mod job;
 pub mod job_files;

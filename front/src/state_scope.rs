@@ -47,7 +47,6 @@
 
 use crate::state_capture::{bash_owned, valid_name, Items};
 use std::collections::BTreeSet;
-use std::ops::ControlFlow;
 use tree_sitter::Node;
 
 /// Commands longer than this are captured in full without being read.
@@ -56,13 +55,6 @@ pub const MAX_READ: usize = 16 * 1024;
 /// Commands with more opening brackets than this (a bound on the depth of their syntax tree, which the
 /// reading recurses on) are captured in full without being read.
 pub const MAX_NESTING: usize = 200;
-
-/// The parse gives up (and the capture is full) after this long.
-const PARSE_BUDGET: std::time::Duration = std::time::Duration::from_millis(5);
-
-thread_local! {
-    static PARSER: std::cell::RefCell<Option<tree_sitter::Parser>> = const { std::cell::RefCell::new(None) };
-}
 
 /// The variables `cmd` may change, if it can change no function, no alias and no other variable; see
 /// the module docs. `base` is the state record the job starts from.
@@ -79,28 +71,7 @@ pub fn scope(cmd: &str, base: &Items) -> Option<Vec<String>> {
     if cmd.len() > MAX_READ || openers > MAX_NESTING || arithmetic || funsub || keyword || has_reserved_alias(base) {
         return None;
     }
-    let tree = PARSER.with(|p| {
-        let mut p = p.borrow_mut();
-        if p.is_none() {
-            let mut parser = tree_sitter::Parser::new();
-            parser.set_language(&tree_sitter_bash::LANGUAGE.into()).ok()?;
-            *p = Some(parser);
-        }
-        let started = std::time::Instant::now();
-        let mut in_time = |_: &tree_sitter::ParseState| match started.elapsed() > PARSE_BUDGET {
-            true => ControlFlow::Break(()),
-            false => ControlFlow::Continue(()),
-        };
-        let options = tree_sitter::ParseOptions::new().progress_callback(&mut in_time);
-        let bytes = cmd.as_bytes();
-        let mut input = |at: usize, _| bytes.get(at..).unwrap_or_default();
-        let parser = p.as_mut()?;
-        let tree = parser.parse_with_options(&mut input, None, Some(options));
-        if tree.is_none() {
-            parser.reset(); // an abandoned parse would otherwise resume with the next command
-        }
-        tree
-    })?;
+    let tree = crate::bash_parse::parse(cmd)?;
     let mut r = Reader { base, src: cmd.as_bytes(), names: BTreeSet::new() };
     r.node(tree.root_node()).ok()?;
     Some(r.names.into_iter().collect())

@@ -225,6 +225,12 @@ pub struct GuardPattern {
     pub flags: Vec<Vec<String>>,
     /// Arguments that must appear verbatim (`-1` for `kill -9 -1`).
     pub args: Vec<String>,
+    /// Arguments of which at least one must appear verbatim (`main`, `master`); empty: no condition.
+    pub args_any: Vec<String>,
+    /// The command must read a pipe from one of these programs (`curl … | sh`); empty: no condition.
+    pub piped_from: Vec<String>,
+    /// Match only with at most this many operands (words not starting with `-`): `python3` alone.
+    pub max_operands: Option<usize>,
     /// An operand that must name something particular.
     pub target: Option<GuardTarget>,
     /// Match only when the job has no terminal.

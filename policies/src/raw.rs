@@ -158,6 +158,12 @@ pub(crate) struct RawGuard {
     pub flags: Vec<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     pub args: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub args_any: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub piped_from: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub max_operands: Option<usize>,
     pub target: Option<RawGuardTarget>,
     #[serde(default)]
     pub without_tty: bool,

@@ -89,16 +89,19 @@ fn pattern(src: &Src<'_>, g: &RawGuard, key: &str) -> Result<GuardPattern, Polic
         }
         flags.push(spellings);
     }
-    let args = args(src, g, key)?;
+    let args = words(src, &g.args, &format!("{key}.args"))?;
+    let args_any = words(src, &g.args_any, &format!("{key}.args_any"))?;
+    let piped_from = words(src, &g.piped_from, &format!("{key}.piped_from"))?;
     let target = g.target.map(|RawGuardTarget::WritableRoot| GuardTarget::WritableRoot);
-    Ok(GuardPattern { programs, flags, args, target, without_tty: g.without_tty })
+    let max_operands = g.max_operands;
+    Ok(GuardPattern { programs, flags, args, args_any, piped_from, max_operands, target, without_tty: g.without_tty })
 }
 
-/// Verbatim arguments: not empty, no NUL, each once.
-fn args(src: &Src<'_>, g: &RawGuard, key: &str) -> Result<Vec<String>, PolicyError> {
+/// Verbatim words (`args`, `args_any`, `piped_from`): not empty, no NUL, each once.
+fn words(src: &Src<'_>, list: &[Spanned<String>], key: &str) -> Result<Vec<String>, PolicyError> {
     let mut out: Vec<String> = Vec::new();
-    for (j, arg) in g.args.iter().enumerate() {
-        let at_key = format!("{key}.args[{j}]");
+    for (j, arg) in list.iter().enumerate() {
+        let at_key = format!("{key}[{j}]");
         if arg.get_ref().is_empty() || arg.get_ref().contains('\0') {
             return Err(src.invalid(arg.span(), at_key, Problem::Empty));
         }
