@@ -62,6 +62,8 @@ pub struct Sessions<C: CgroupOps, P: ProcessOps> {
     pub(crate) allow_writable: Vec<PathBuf>,
     /// Pure v2 with `memory`/`pids` enabled under the root: limits go on the session cgroups.
     pub(crate) v2_limits: bool,
+    /// The hold of the cgroup root and state directory (`None` in tests over fake cgroups).
+    pub(crate) claims: Option<crate::exclusive::Claims>,
 }
 
 impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
@@ -78,12 +80,19 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             adopted: BTreeSet::new(),
             allow_writable: Vec::new(),
             v2_limits: false,
+            claims: None,
         }
     }
 
     /// Put session limits on the v2 session cgroups (pure v2 hosts whose root has the controllers on).
     pub fn with_v2_limits(mut self, on: bool) -> Self {
         self.v2_limits = on;
+        self
+    }
+
+    /// Keep the hold of the cgroup root and the state directory; the root is checked before each open.
+    pub fn with_claims(mut self, claims: crate::exclusive::Claims) -> Self {
+        self.claims = Some(claims);
         self
     }
 
