@@ -87,10 +87,8 @@ pub fn holder_text(socket: &Path, root: &Path, state_dir: &Path) -> String {
 
 /// Bytes a holder wrote, as text for a refusal (cut at 1 KiB, control characters dropped).
 fn holder_from(bytes: &[u8]) -> String {
-    let text: String = String::from_utf8_lossy(&bytes[..bytes.len().min(1024)])
-        .chars()
-        .filter(|c| !c.is_control())
-        .collect();
+    let text: String =
+        String::from_utf8_lossy(&bytes[..bytes.len().min(1024)]).chars().filter(|c| !c.is_control()).collect();
     if text.trim().is_empty() {
         UNNAMED.to_owned()
     } else {

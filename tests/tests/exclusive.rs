@@ -23,7 +23,13 @@ fn first_with_a_running_job() -> (Heddle, heddle_tests::Client, serde_json::Valu
 }
 
 /// A is untouched: the job still runs, and A still opens sessions and runs jobs.
-fn first_still_serves(a: &Heddle, c: &mut heddle_tests::Client, s: &serde_json::Value, job: &serde_json::Value, pid: u64) {
+fn first_still_serves(
+    a: &Heddle,
+    c: &mut heddle_tests::Client,
+    s: &serde_json::Value,
+    job: &serde_json::Value,
+    pid: u64,
+) {
     assert!(alive(pid), "the first server's job process was killed");
     let w = c.call("wait", json!({"session": s, "job": job, "yield_ms": 0})).unwrap();
     assert_eq!(w["state"], "running", "{w}");
