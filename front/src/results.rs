@@ -130,6 +130,8 @@ pub struct JobResult {
     pub omitted: Option<Omitted>,
     pub liveness: Option<Liveness>,
     pub survivors: Vec<Survivor>,
+    /// Survivors beyond the listed ones (a listing carries at most 64), counted only.
+    pub survivors_more: u32,
     /// True once no more output can arrive for the job (its pipes closed, or it was lost or failed).
     pub settled: bool,
     pub note: Option<String>,
@@ -182,6 +184,8 @@ pub struct JobSummary {
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     pub survivors: Vec<Survivor>,
+    /// Survivors beyond the listed ones, counted only.
+    pub survivors_more: u32,
     pub settled: bool,
     pub liveness: Option<Liveness>,
     pub usage: Option<Usage>,
@@ -234,6 +238,10 @@ pub struct SessionOpenResult {
 pub struct SessionCloseResult {
     pub session: String,
     pub survivors: Vec<Survivor>,
+    /// Processes killed beyond the listed survivors (a listing carries at most 64), counted only.
+    pub survivors_more: u32,
+    /// Every process the close killed (and, for a session whose worker had died, that the supervisor
+    /// killed then): the listed survivors and the rest.
     pub killed: usize,
     pub kept: Vec<String>,
     /// True when the supervisor verified the session's cgroup subtree empty and removed it.

@@ -21,6 +21,7 @@
 use crate::results::SupervisorFacts;
 use crossbeam_channel::{bounded, Sender};
 use shm_proto::control::{self, ControlError, FromSupervisor, KeptInfo, ProcInfo, SessionLimits, ToSupervisor};
+use shm_proto::procs::ProcList;
 use shm_proto::sys::EventFd;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -71,7 +72,8 @@ pub struct OpenedSession {
 /// A session the supervisor closed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClosedSession {
-    pub killed: Vec<ProcInfo>,
+    /// What it killed: the first [`shm_proto::procs::MAX_LISTED`], the rest counted.
+    pub killed: ProcList<ProcInfo>,
     pub verified_empty: bool,
 }
 
@@ -116,12 +118,12 @@ pub trait SupervisorLink: Send + Sync {
     ) -> Result<KeptInfo, LinkError> {
         Err(LinkError::Refused("this supervisor cannot keep jobs".into()))
     }
-    /// Every kept job.
-    fn list_kept(&self) -> Result<Vec<KeptInfo>, LinkError> {
-        Ok(Vec::new())
+    /// Every kept job, and how many did not fit in the supervisor's answer.
+    fn list_kept(&self) -> Result<(Vec<KeptInfo>, u32), LinkError> {
+        Ok((Vec::new(), 0))
     }
     /// End a kept job: `(killed, verified_empty)`.
-    fn kill_kept(&self, name: &str) -> Result<(Vec<ProcInfo>, bool), LinkError> {
+    fn kill_kept(&self, name: &str) -> Result<(ProcList<ProcInfo>, bool), LinkError> {
         Err(LinkError::Refused(format!("there is no kept job named {name:?}")))
     }
     /// A session's limits and accounting.
@@ -137,7 +139,7 @@ pub enum Notice {
         session: String,
         code: Option<i32>,
         signal: Option<i32>,
-        killed: Vec<ProcInfo>,
+        killed: ProcList<ProcInfo>,
     },
     /// The supervisor asked the front to exit.
     Shutdown,
@@ -342,15 +344,15 @@ impl SupervisorLink for ControlLink {
         }
     }
 
-    fn list_kept(&self) -> Result<Vec<KeptInfo>, LinkError> {
+    fn list_kept(&self) -> Result<(Vec<KeptInfo>, u32), LinkError> {
         match self.request(|req| ToSupervisor::ListKept { req }, DESCRIBE_TIMEOUT)? {
-            (FromSupervisor::KeptList { kept, .. }, _) => Ok(kept),
+            (FromSupervisor::KeptList { kept, more, .. }, _) => Ok((kept, more)),
             (FromSupervisor::Error { error, .. }, _) => Err(LinkError::Refused(error)),
             (other, _) => Err(LinkError::Protocol(format!("unexpected answer to ListKept: {other:?}"))),
         }
     }
 
-    fn kill_kept(&self, name: &str) -> Result<(Vec<ProcInfo>, bool), LinkError> {
+    fn kill_kept(&self, name: &str) -> Result<(ProcList<ProcInfo>, bool), LinkError> {
         match self.request(|req| ToSupervisor::KillKept { req, name: name.to_owned() }, CLOSE_TIMEOUT)? {
             (FromSupervisor::KeptKilled { killed, verified_empty, .. }, _) => Ok((killed, verified_empty)),
             (FromSupervisor::Error { error, .. }, _) => Err(LinkError::Refused(error)),
@@ -456,7 +458,12 @@ mod tests {
         let link = ControlLink::start(front, tx).unwrap();
         let t = std::thread::spawn(move || {
             let ToSupervisor::OpenSession { req, session, .. } = recv_to(&sup) else { panic!() };
-            let died = FromSupervisor::WorkerDied { session: "x".into(), code: None, signal: Some(9), killed: vec![] };
+            let died = FromSupervisor::WorkerDied {
+                session: "x".into(),
+                code: None,
+                signal: Some(9),
+                killed: Default::default(),
+            };
             control::send(sup.as_fd(), &died, &[]).unwrap();
             control::send(sup.as_fd(), &FromSupervisor::SessionFailed { req, session, error: "no cgroup".into() }, &[])
                 .unwrap();

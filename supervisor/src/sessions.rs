@@ -24,6 +24,7 @@ use crate::session_open::OpenError;
 use crate::spawn::ProcessOps;
 use crate::users::UserInfo;
 use shm_proto::control::{FromSupervisor, SessionLimits, ToSupervisor};
+use shm_proto::procs::ProcList;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -168,13 +169,18 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                 self.handle_keep(req, &session, (job, &cgroup), &name, owner_uid)
             }
             ToSupervisor::ListKept { req } => match crate::kept::list(&self.root, &self.adopted) {
-                Ok(kept) => Outgoing::plain(FromSupervisor::KeptList { req, kept }),
+                Ok(kept) => Outgoing::plain(FromSupervisor::KeptList { req, kept, more: 0 }),
                 Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: chain(&e) }),
             },
             ToSupervisor::KillKept { req, name } => match crate::kept::kill(&self.root, &name) {
                 Ok((killed, verified_empty)) => {
                     self.adopted.remove(&name);
-                    Outgoing::plain(FromSupervisor::KeptKilled { req, name, killed, verified_empty })
+                    Outgoing::plain(FromSupervisor::KeptKilled {
+                        req,
+                        name,
+                        killed: ProcList::new(killed),
+                        verified_empty,
+                    })
                 }
                 Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: chain(&e) }),
             },

@@ -65,8 +65,20 @@ impl EventOut {
     }
 
     /// Publish a control event now, or queue it behind earlier ones when the ring is full.
+    ///
+    /// Every event is bounded by its type (listings by `shm_proto::procs`, texts by [`truncate`], state
+    /// captures by the capture limit); one that still does not fit one frame is replaced by a `Warning`
+    /// saying so, so that no event a job can shape ends the worker.
     pub fn emit(&mut self, ev: &Event) -> Result<(), EmitError> {
         frame::encode(ev, &mut self.scratch).map_err(EmitError::Encode)?;
+        if self.scratch.len() > self.ring.max_frame() {
+            let why = format!(
+                "the worker dropped an event of {} bytes, over the event frame's {} bytes",
+                self.scratch.len(),
+                self.ring.max_frame()
+            );
+            frame::encode(&warning(None, why), &mut self.scratch).map_err(EmitError::Encode)?;
+        }
         if self.scratch.len() > self.ring.max_frame() {
             return Err(EmitError::TooLarge(self.scratch.len()));
         }
