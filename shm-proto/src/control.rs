@@ -251,3 +251,19 @@ pub fn recv<T: serde::de::DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<(T, 
 /// The `PATH` the supervisor gives every worker (fixed by the contract); jobs inherit it unless the
 /// session's env or policy sets another.
 pub const WORKER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_cuts_a_long_error_and_leaves_small_messages_alone() {
+        let mut e = FromSupervisor::Error { req: 1, error: "e".repeat(1 << 20) };
+        e.fit();
+        let FromSupervisor::Error { error, .. } = &e else { unreachable!() };
+        assert!(error.len() <= MAX_ERROR_TEXT && error.ends_with(crate::procs::CUT_MARKER), "{}", error.len());
+        let mut small = FromSupervisor::Error { req: 1, error: "no such session".into() };
+        small.fit();
+        assert_eq!(small, FromSupervisor::Error { req: 1, error: "no such session".into() });
+    }
+}

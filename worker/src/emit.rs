@@ -280,6 +280,21 @@ mod tests {
     }
 
     #[test]
+    fn an_event_over_the_frame_becomes_a_warning_and_the_worker_carries_on() {
+        let (p, mut c) = heap_ring(1 << 16);
+        let mut out = EventOut::new(p);
+        let big = Event::StateCaptured { job: 3, data: vec![b'x'; 1 << 16] };
+        out.emit(&big).unwrap();
+        out.emit(&Event::StreamsClosed { job: 3 }).unwrap();
+        let mut buf = Vec::new();
+        match c.pop_msg::<Event>(&mut buf).unwrap() {
+            Some(Event::Warning { job: None, message }) => assert!(message.contains("dropped an event"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(c.pop_msg::<Event>(&mut buf).unwrap(), Some(Event::StreamsClosed { job: 3 }));
+    }
+
+    #[test]
     fn chunk_shrinks_to_fit_small_rings() {
         let (p, _c) = heap_ring(4096);
         let out = EventOut::new(p);
