@@ -5,7 +5,9 @@
 //! fake that builds regions in-process. The real [`ControlLink`] runs one reader thread doing
 //! `control::recv`; each request registers a one-shot channel under its `req` number before it is
 //! sent, and the reader routes the answer there. `WorkerDied` and `Shutdown` go to the [`Notice`]
-//! channel, as does the socket closing ([`Notice::SupervisorGone`]). An answer that arrives after its
+//! channel, as does the socket closing ([`Notice::SupervisorGone`]). A packet that cannot be read
+//! ends the link the same way (a skipped `WorkerDied` would leave a dead worker's session open): the
+//! front exits and the supervisor starts one that takes the live sessions over. An answer that arrives after its
 //! request timed out is dropped — except a late `SessionOpened`, whose session is closed at once so no
 //! worker is left without a front.
 //!
@@ -183,8 +185,13 @@ impl ControlLink {
         let why = loop {
             match control::recv::<FromSupervisor>(self.sock.as_fd()) {
                 Ok((msg, fds)) => self.route(msg, fds, &notices),
-                Err(ControlError::Frame(e)) => eprintln!("heddle-front: ignoring an undecodable control packet: {e}"),
-                Err(ControlError::Truncated) => eprintln!("heddle-front: ignoring a truncated control packet"),
+                // Every message the supervisor sends fits one packet and decodes (`FromSupervisor::fit`); one
+                // that does not may have been a `WorkerDied`, and a front that skipped it would keep a
+                // session whose worker is dead. So the front exits instead: the supervisor starts a new
+                // one and hands it the sessions that are alive (`recovery.rs`).
+                Err(e @ (ControlError::Frame(_) | ControlError::Truncated)) => {
+                    break format!("a control packet could not be read ({}), so a notice may be lost", error_chain(&e))
+                }
                 Err(ControlError::Closed) => break "the supervisor closed the control socket".to_owned(),
                 Err(e) => break format!("reading the control socket failed: {}", error_chain(&e)),
             }
@@ -477,6 +484,17 @@ mod tests {
         let n = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert!(matches!(n, Notice::SupervisorGone(_)), "{n:?}");
         assert!(matches!(link.describe(), Err(LinkError::Gone)));
+    }
+
+    #[test]
+    fn an_unreadable_packet_ends_the_link_rather_than_being_skipped() {
+        let (front, sup) = pair();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let _link = ControlLink::start(front, tx).unwrap();
+        nix::sys::socket::send(std::os::fd::AsRawFd::as_raw_fd(&sup), &[0xff; 9], nix::sys::socket::MsgFlags::empty())
+            .unwrap();
+        let n = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(matches!(&n, Notice::SupervisorGone(why) if why.contains("notice may be lost")), "{n:?}");
     }
 
     #[test]
