@@ -194,7 +194,7 @@ pub fn start_background(socket: &Path) -> Result<PathBuf> {
     let log_path = state.join("heddle-up.log");
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
     let exe = std::env::current_exe()?;
-    Command::new(exe)
+    let mut child = Command::new(exe)
         .args(["up", "--socket"])
         .arg(socket)
         .arg("--state-dir")
@@ -209,6 +209,12 @@ pub fn start_background(socket: &Path) -> Result<PathBuf> {
     while Instant::now() < deadline {
         if std::os::unix::net::UnixStream::connect(socket).is_ok() {
             return Ok(log_path);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            // It refused to start (e.g. another heddle holds the cgroup root): say why at once.
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let why = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no reason logged");
+            bail!("heddle up could not start ({}): {why}; see {}", describe_status(status), log_path.display());
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -24,6 +24,7 @@ use crate::store::{OutputStore, ReadPlan};
 use crate::view::{self, stream_index, Omission};
 use shm_proto::msg::{JobId, Stream};
 use shm_proto::msg::{JobLiveness, JobUsage, ProcStat};
+use shm_proto::procs::ProcList;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -57,7 +58,7 @@ pub struct Job {
     notes: Vec<String>,
     shell: crate::job_state::JobShellState,
     /// Processes left in the job's cgroup after its main process exited (until it empties).
-    survivors: Option<Vec<ProcStat>>,
+    survivors: Option<ProcList<ProcStat>>,
     /// When the job's cgroup emptied, and what it accounted.
     emptied: Option<(u64, JobUsage)>,
     kept: Option<String>,
@@ -167,11 +168,24 @@ impl Job {
         }
     }
 
-    pub fn on_survivors(&mut self, procs: Vec<ProcStat>) {
-        if !procs.is_empty() {
-            let n = procs.len();
+    /// Survivors beyond [`Job::survivors`], counted only.
+    pub fn survivors_more(&self) -> u32 {
+        match (&self.survivors, self.cgroup_settled()) {
+            (Some(v), false) => v.more(),
+            _ => 0,
+        }
+    }
+
+    pub fn on_survivors(&mut self, procs: ProcList<ProcStat>) {
+        self.notes.retain(|n| !n.contains("outlived its main process"));
+        if procs.total() > 0 {
+            let n = procs.total();
+            let more = match procs.more() {
+                0 => String::new(),
+                m => format!(" ({} listed, and {m} more)", procs.len()),
+            };
             self.note(format!(
-                "{n} process(es) of the job outlived its main process and still run in its cgroup; \
+                "{n} process(es) of the job outlived its main process and still run in its cgroup{more}; \
                  kill the job to end them, or keep it to let them outlive the session"
             ));
         }
@@ -532,6 +546,7 @@ impl Job {
             omitted: rendered.omitted.map(|o| omitted(session, self.id, o)),
             liveness,
             survivors: self.survivors(),
+            survivors_more: self.survivors_more(),
             settled: self.settled() && self.cgroup_settled(),
             note: join_notes(notes),
             announcements: Vec::new(),
@@ -594,6 +609,7 @@ impl Job {
             stdout_bytes,
             stderr_bytes,
             survivors: self.survivors(),
+            survivors_more: self.survivors_more(),
             settled: self.settled() && self.cgroup_settled(),
             liveness: self.liveness(now, None),
             usage: self.usage(),
@@ -719,7 +735,7 @@ mod tests {
         j.on_streams_closed();
         assert!(!j.end_known(), "the worker has not said what the exit left behind");
         let p = ProcStat { pid: 9, cmdline: "sleep 1000".into(), age_ms: 5, cpu_ms: 0 };
-        j.on_survivors(vec![p]);
+        j.on_survivors(shm_proto::procs::ProcList::new(vec![p]));
         let r = j.result("s", now, vec![], true, crate::view::DEFAULT_BUDGET);
         assert!(j.end_known() && !r.settled && j.worth_probing());
         assert_eq!((r.survivors.len(), r.survivors[0].age_ms), (1, Some(5)));

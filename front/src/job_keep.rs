@@ -42,6 +42,8 @@ pub struct KeepResult {
     pub name: String,
     pub cgroup: String,
     pub procs: Vec<Survivor>,
+    /// Its processes beyond `procs` (a listing carries at most 64), counted only.
+    pub procs_more: u32,
     pub note: Option<String>,
     pub announcements: Vec<Announcement>,
 }
@@ -53,6 +55,8 @@ pub struct KeptJob {
     pub owner_uid: u32,
     pub cgroup: String,
     pub procs: Vec<Survivor>,
+    /// Its processes beyond `procs` (a listing carries at most 64), counted only.
+    pub procs_more: u32,
     /// True when it was found at startup, kept by an earlier run of heddle.
     pub adopted: bool,
     /// The log of what it wrote after its session ended (`None` until then).
@@ -63,12 +67,16 @@ pub struct KeptJob {
 #[derive(Clone, Debug, Serialize)]
 pub struct KeptResult {
     pub kept: Vec<KeptJob>,
+    /// Kept jobs (of any owner) that did not fit in the supervisor's answer, counted only.
+    pub more: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct KeptKillResult {
     pub name: String,
     pub killed: Vec<Survivor>,
+    /// Processes killed beyond `killed`, counted only.
+    pub killed_more: u32,
     pub verified_empty: bool,
 }
 
@@ -76,6 +84,7 @@ impl From<KeptInfo> for KeptJob {
     fn from(k: KeptInfo) -> Self {
         KeptJob {
             procs: k.procs.iter().map(Survivor::from).collect(),
+            procs_more: k.procs.more(),
             name: k.name,
             owner_uid: k.owner_uid,
             cgroup: k.cgroup,
@@ -130,6 +139,7 @@ pub(crate) fn call_keep(k: &Kernel, client: &Client, params: Value) -> Result<Ke
         name: kept.name,
         cgroup: kept.cgroup,
         procs: kept.procs.iter().map(Survivor::from).collect(),
+        procs_more: kept.procs.more(),
         note: None,
         announcements,
     })
@@ -184,12 +194,13 @@ pub(crate) fn call_kept(k: &Kernel, client: &Client, params: Value) -> Result<Ke
         .link
         .list_kept()
         .map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
+    let (all, more) = all;
     let kept = all
         .into_iter()
         .filter(|j| client.uid == 0 || j.owner_uid == client.uid)
         .map(|j| with_log(k, KeptJob::from(j)))
         .collect();
-    Ok(KeptResult { kept })
+    Ok(KeptResult { kept, more })
 }
 
 #[derive(Deserialize)]
@@ -220,7 +231,7 @@ fn check_own(method: &str, k: &Kernel, client: &Client, name: &str) -> Result<()
         .link
         .list_kept()
         .map_err(|e| RpcError::internal(format!("the kept jobs could not be listed: {}", error_chain(&e))))?;
-    if all.iter().any(|j| j.name == name && (client.uid == 0 || j.owner_uid == client.uid)) {
+    if all.0.iter().any(|j| j.name == name && (client.uid == 0 || j.owner_uid == client.uid)) {
         return Ok(());
     }
     let why = format!("there is no kept job named '{name}' of yours; list them with kept {{}}");
@@ -269,7 +280,12 @@ pub(crate) fn call_kill(k: &Kernel, client: &Client, params: Value) -> Result<Ke
         .link
         .kill_kept(&p.name)
         .map_err(|e| RpcError::internal(format!("kept job '{}' could not be killed: {}", p.name, error_chain(&e))))?;
-    Ok(KeptKillResult { name: p.name, killed: killed.iter().map(Survivor::from).collect(), verified_empty })
+    Ok(KeptKillResult {
+        name: p.name,
+        killed: killed.iter().map(Survivor::from).collect(),
+        killed_more: killed.more(),
+        verified_empty,
+    })
 }
 
 /// `note` for a `run {keep: true}` whose keep failed.

@@ -21,6 +21,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use shm_proto::control::ProcInfo;
+use shm_proto::procs::ProcList;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -281,7 +282,7 @@ impl Kernel {
     }
 
     /// The supervisor reports that a session's worker died: its unfinished jobs are lost.
-    pub fn worker_died(&self, session: &str, code: Option<i32>, signal: Option<i32>, killed: &[ProcInfo]) {
+    pub fn worker_died(&self, session: &str, code: Option<i32>, signal: Option<i32>, killed: &ProcList<ProcInfo>) {
         let found = match self.registry().slots.get(session) {
             Some(Slot::Open(s)) => Some(s.clone()),
             _ => None,
@@ -297,8 +298,8 @@ impl Kernel {
         };
         let note = format!("the session's worker died ({how})");
         eprintln!("heddle-front: session '{session}': {note}");
-        let killed = crate::prestart::without_spares(&s.lock(), killed);
-        s.mark_worker_died(note, killed);
+        let listed = crate::prestart::without_spares(&s.lock(), killed);
+        s.mark_worker_died(note, listed, killed.more());
         self.pump.remove(s.spec().serial);
     }
 
@@ -406,7 +407,7 @@ mod tests {
             let waiter = scope.spawn(|| h.ok("wait", json!({"session": "demo", "job": 2, "yield_ms": 60000})));
             std::thread::sleep(Duration::from_millis(50));
             h.sup.kill_worker("demo");
-            h.kernel.worker_died("demo", None, Some(9), &[]);
+            h.kernel.worker_died("demo", None, Some(9), &Default::default());
             let r = waiter.join().unwrap();
             assert_eq!(
                 (r["state"].as_str(), r["exit_code"].is_null(), r["settled"].as_bool()),

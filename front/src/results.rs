@@ -48,6 +48,10 @@ pub struct SessionOpenResult {
 pub struct SessionCloseResult {
     pub session: String,
     pub survivors: Vec<Survivor>,
+    /// Processes killed beyond the listed survivors (a listing carries at most 64), counted only.
+    pub survivors_more: u32,
+    /// Every process the close killed (and, for a session whose worker had died, that the supervisor
+    /// killed then): the listed survivors and the rest.
     pub killed: usize,
     pub kept: Vec<String>,
     /// True when the supervisor verified the session's cgroup subtree empty and removed it.

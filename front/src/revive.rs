@@ -119,7 +119,7 @@ fn start_worker(k: &Kernel, s: &Arc<Session>, reopen: &Reopen) -> Result<(), Str
     };
     drop(st);
     k.pump.remove(s.spec().serial);
-    s.mark_worker_died(why.clone(), Vec::new());
+    s.mark_worker_died(why.clone(), Vec::new(), 0);
     let _ = k.link.close_session(name);
     Err(why)
 }

@@ -83,6 +83,8 @@ pub enum SendError {
 pub struct Lost {
     pub note: String,
     pub killed: Vec<Survivor>,
+    /// Processes the supervisor killed beyond `killed` (its listing carries at most 64), counted only.
+    pub killed_more: u32,
     /// The worker died (as opposed to a corrupt ring): the next `run` may start a new worker for the
     /// session (`revive.rs`).
     pub worker_died: bool,
@@ -302,7 +304,7 @@ impl SessionState {
                 publish_end(&mut self.subscribers, &self.name, job, true);
             }
         }
-        self.lost = Some(Lost { note, killed, worker_died: false });
+        self.lost = Some(Lost { note, killed, killed_more: 0, worker_died: false });
     }
 
     /// The highest job id handed out so far.
@@ -540,11 +542,12 @@ impl Session {
 
     /// The session's worker died: mark it lost (see [`SessionState::mark_lost`]) as one a new worker may
     /// be started for.
-    pub fn mark_worker_died(&self, note: String, killed: Vec<Survivor>) {
+    pub fn mark_worker_died(&self, note: String, killed: Vec<Survivor>, killed_more: u32) {
         let mut st = self.lock();
         st.mark_lost(note, killed, Instant::now());
         if let Some(l) = st.lost.as_mut() {
             l.worker_died = true;
+            l.killed_more = killed_more;
         }
         drop(st);
         self.lost.store(true, Ordering::SeqCst);

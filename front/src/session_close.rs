@@ -51,10 +51,12 @@ pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCl
     };
     let answer = k.link.close_session(&p.session);
     k.pump.remove(s.spec().serial);
-    let mut survivors: Vec<Survivor> = was_lost.map(|l| l.killed).unwrap_or_default();
+    let (mut survivors, mut more): (Vec<Survivor>, u32) =
+        was_lost.map(|l| (l.killed, l.killed_more)).unwrap_or_default();
     let (verified_empty, note) = match answer {
         Ok(closed) => {
             survivors.extend(crate::prestart::without_spares(&s.lock(), &closed.killed));
+            more = more.saturating_add(closed.killed.more());
             (closed.verified_empty, None)
         }
         Err(e) => (false, Some(format!("the supervisor did not confirm the close: {}", error_chain(&e)))),
@@ -75,8 +77,9 @@ pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCl
     k.release(&p.session, Some(s.spec().serial));
     Ok(SessionCloseResult {
         session: p.session,
-        killed: survivors.len(),
+        killed: survivors.len() + more as usize,
         survivors,
+        survivors_more: more,
         kept,
         verified_empty,
         note: join_notes(note),
@@ -124,7 +127,7 @@ mod tests {
             cgroup: cgroup.into(),
         };
         let killed = vec![proc(77, "sleep 100", "slot-1"), proc(78, "bash --noprofile --norc", "slot-2")];
-        h.kernel.worker_died("demo", None, Some(9), &killed);
+        h.kernel.worker_died("demo", None, Some(9), &shm_proto::procs::ProcList::new(killed));
         let r = h.ok("session.close", json!({"session": "demo"}));
         assert_eq!(r["survivors"], json!([{"pid": 77, "cmdline": "sleep 100", "age_ms": null, "cpu_ms": null}]));
         assert_eq!((r["killed"].as_u64(), r["verified_empty"].as_bool()), (Some(1), Some(false)));

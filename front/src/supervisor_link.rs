@@ -5,7 +5,9 @@
 //! fake that builds regions in-process. The real [`ControlLink`] runs one reader thread doing
 //! `control::recv`; each request registers a one-shot channel under its `req` number before it is
 //! sent, and the reader routes the answer there. `WorkerDied` and `Shutdown` go to the [`Notice`]
-//! channel, as does the socket closing ([`Notice::SupervisorGone`]). An answer that arrives after its
+//! channel, as does the socket closing ([`Notice::SupervisorGone`]). A packet that cannot be read
+//! ends the link the same way (a skipped `WorkerDied` would leave a dead worker's session open): the
+//! front exits and the supervisor starts one that takes the live sessions over. An answer that arrives after its
 //! request timed out is dropped — except a late `SessionOpened`, whose session is closed at once so no
 //! worker is left without a front.
 //!
@@ -21,6 +23,7 @@
 use crate::results::SupervisorFacts;
 use crossbeam_channel::{bounded, Sender};
 use shm_proto::control::{self, ControlError, FromSupervisor, KeptInfo, ProcInfo, SessionLimits, ToSupervisor};
+use shm_proto::procs::ProcList;
 use shm_proto::sys::EventFd;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -71,7 +74,8 @@ pub struct OpenedSession {
 /// A session the supervisor closed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClosedSession {
-    pub killed: Vec<ProcInfo>,
+    /// What it killed: the first [`shm_proto::procs::MAX_LISTED`], the rest counted.
+    pub killed: ProcList<ProcInfo>,
     pub verified_empty: bool,
 }
 
@@ -116,12 +120,12 @@ pub trait SupervisorLink: Send + Sync {
     ) -> Result<KeptInfo, LinkError> {
         Err(LinkError::Refused("this supervisor cannot keep jobs".into()))
     }
-    /// Every kept job.
-    fn list_kept(&self) -> Result<Vec<KeptInfo>, LinkError> {
-        Ok(Vec::new())
+    /// Every kept job, and how many did not fit in the supervisor's answer.
+    fn list_kept(&self) -> Result<(Vec<KeptInfo>, u32), LinkError> {
+        Ok((Vec::new(), 0))
     }
     /// End a kept job: `(killed, verified_empty)`.
-    fn kill_kept(&self, name: &str) -> Result<(Vec<ProcInfo>, bool), LinkError> {
+    fn kill_kept(&self, name: &str) -> Result<(ProcList<ProcInfo>, bool), LinkError> {
         Err(LinkError::Refused(format!("there is no kept job named {name:?}")))
     }
     /// A session's limits and accounting.
@@ -137,7 +141,7 @@ pub enum Notice {
         session: String,
         code: Option<i32>,
         signal: Option<i32>,
-        killed: Vec<ProcInfo>,
+        killed: ProcList<ProcInfo>,
     },
     /// The supervisor asked the front to exit.
     Shutdown,
@@ -181,8 +185,13 @@ impl ControlLink {
         let why = loop {
             match control::recv::<FromSupervisor>(self.sock.as_fd()) {
                 Ok((msg, fds)) => self.route(msg, fds, &notices),
-                Err(ControlError::Frame(e)) => eprintln!("heddle-front: ignoring an undecodable control packet: {e}"),
-                Err(ControlError::Truncated) => eprintln!("heddle-front: ignoring a truncated control packet"),
+                // Every message the supervisor sends fits one packet and decodes (`FromSupervisor::fit`); one
+                // that does not may have been a `WorkerDied`, and a front that skipped it would keep a
+                // session whose worker is dead. So the front exits instead: the supervisor starts a new
+                // one and hands it the sessions that are alive (`recovery.rs`).
+                Err(e @ (ControlError::Frame(_) | ControlError::Truncated)) => {
+                    break format!("a control packet could not be read ({}), so a notice may be lost", error_chain(&e))
+                }
                 Err(ControlError::Closed) => break "the supervisor closed the control socket".to_owned(),
                 Err(e) => break format!("reading the control socket failed: {}", error_chain(&e)),
             }
@@ -342,15 +351,15 @@ impl SupervisorLink for ControlLink {
         }
     }
 
-    fn list_kept(&self) -> Result<Vec<KeptInfo>, LinkError> {
+    fn list_kept(&self) -> Result<(Vec<KeptInfo>, u32), LinkError> {
         match self.request(|req| ToSupervisor::ListKept { req }, DESCRIBE_TIMEOUT)? {
-            (FromSupervisor::KeptList { kept, .. }, _) => Ok(kept),
+            (FromSupervisor::KeptList { kept, more, .. }, _) => Ok((kept, more)),
             (FromSupervisor::Error { error, .. }, _) => Err(LinkError::Refused(error)),
             (other, _) => Err(LinkError::Protocol(format!("unexpected answer to ListKept: {other:?}"))),
         }
     }
 
-    fn kill_kept(&self, name: &str) -> Result<(Vec<ProcInfo>, bool), LinkError> {
+    fn kill_kept(&self, name: &str) -> Result<(ProcList<ProcInfo>, bool), LinkError> {
         match self.request(|req| ToSupervisor::KillKept { req, name: name.to_owned() }, CLOSE_TIMEOUT)? {
             (FromSupervisor::KeptKilled { killed, verified_empty, .. }, _) => Ok((killed, verified_empty)),
             (FromSupervisor::Error { error, .. }, _) => Err(LinkError::Refused(error)),
@@ -456,7 +465,12 @@ mod tests {
         let link = ControlLink::start(front, tx).unwrap();
         let t = std::thread::spawn(move || {
             let ToSupervisor::OpenSession { req, session, .. } = recv_to(&sup) else { panic!() };
-            let died = FromSupervisor::WorkerDied { session: "x".into(), code: None, signal: Some(9), killed: vec![] };
+            let died = FromSupervisor::WorkerDied {
+                session: "x".into(),
+                code: None,
+                signal: Some(9),
+                killed: Default::default(),
+            };
             control::send(sup.as_fd(), &died, &[]).unwrap();
             control::send(sup.as_fd(), &FromSupervisor::SessionFailed { req, session, error: "no cgroup".into() }, &[])
                 .unwrap();
@@ -470,6 +484,17 @@ mod tests {
         let n = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert!(matches!(n, Notice::SupervisorGone(_)), "{n:?}");
         assert!(matches!(link.describe(), Err(LinkError::Gone)));
+    }
+
+    #[test]
+    fn an_unreadable_packet_ends_the_link_rather_than_being_skipped() {
+        let (front, sup) = pair();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let _link = ControlLink::start(front, tx).unwrap();
+        nix::sys::socket::send(std::os::fd::AsRawFd::as_raw_fd(&sup), &[0xff; 9], nix::sys::socket::MsgFlags::empty())
+            .unwrap();
+        let n = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(matches!(&n, Notice::SupervisorGone(why) if why.contains("notice may be lost")), "{n:?}");
     }
 
     #[test]

@@ -120,7 +120,7 @@ impl SupervisorLink for FakeSupervisor {
         match self.workers.lock().unwrap().remove(session) {
             Some(w) => {
                 w.stop();
-                Ok(ClosedSession { killed: vec![], verified_empty: true })
+                Ok(ClosedSession { killed: Default::default(), verified_empty: true })
             }
             None => Err(LinkError::Refused(format!("no session '{session}'"))),
         }

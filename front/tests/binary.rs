@@ -140,7 +140,12 @@ fn supervise(sock: OwnedFd) -> std::thread::JoinHandle<OwnedFd> {
                 }
                 ToSupervisor::CloseSession { req, session } => {
                     workers.iter().for_each(|w| w.store(true, Ordering::SeqCst));
-                    let closed = FromSupervisor::SessionClosed { req, session, killed: vec![], verified_empty: true };
+                    let closed = FromSupervisor::SessionClosed {
+                        req,
+                        session,
+                        killed: Default::default(),
+                        verified_empty: true,
+                    };
                     control::send(sock.as_fd(), &closed, &[]).unwrap();
                 }
                 other => panic!("this fake supervisor does not expect {other:?}"),

@@ -138,6 +138,8 @@ pub struct JobResult {
     pub omitted: Option<Omitted>,
     pub liveness: Option<Liveness>,
     pub survivors: Vec<Survivor>,
+    /// Survivors beyond the listed ones (a listing carries at most 64), counted only.
+    pub survivors_more: u32,
     /// True once no more output can arrive for the job (its pipes closed, or it was lost or failed).
     pub settled: bool,
     pub note: Option<String>,
@@ -192,6 +194,8 @@ pub struct JobSummary {
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     pub survivors: Vec<Survivor>,
+    /// Survivors beyond the listed ones, counted only.
+    pub survivors_more: u32,
     pub settled: bool,
     pub liveness: Option<Liveness>,
     pub usage: Option<Usage>,

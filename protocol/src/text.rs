@@ -84,12 +84,15 @@ pub fn notes(r: &JobResult) -> Vec<String> {
     }
     if !r.survivors.is_empty() {
         let verb = if r.state == JobState::Running { "running" } else { "still alive after the job's end" };
+        let count = r.survivors.len() + r.survivors_more as usize;
+        let mut named = survivors(&r.survivors);
+        if r.survivors_more > 0 {
+            named.push_str(&format!(" (and {} more not listed)", r.survivors_more));
+        }
         v.push(format!(
-            "{} process{} {verb} in job {}'s cgroup: {}",
-            r.survivors.len(),
-            if r.survivors.len() == 1 { "" } else { "es" },
+            "{count} process{} {verb} in job {}'s cgroup: {named}",
+            if count == 1 { "" } else { "es" },
             r.job,
-            survivors(&r.survivors)
         ));
     }
     for f in r.files.iter().filter(|f| !f.written) {

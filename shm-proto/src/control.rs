@@ -5,6 +5,7 @@
 //! The supervisor creates the socket pair and hands one end to the front it spawns (fd 3). Each request
 //! carries a `req` number that the answer echoes; `WorkerDied` and `Shutdown` are unsolicited.
 
+use crate::procs::ProcList;
 use serde::{Deserialize, Serialize};
 #[cfg(not(loom))]
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -65,7 +66,7 @@ pub struct KeptInfo {
     /// The uid whose session kept it (the owner of the `kept/NAME` directory).
     pub owner_uid: u32,
     pub cgroup: String,
-    pub procs: Vec<ProcInfo>,
+    pub procs: ProcList<ProcInfo>,
     /// True when it was found at startup, left by an earlier run of the supervisor.
     pub adopted: bool,
 }
@@ -115,7 +116,7 @@ pub enum FromSupervisor {
         req: u64,
         session: String,
         /// Processes that were alive in the subtree (worker excluded) and were killed.
-        killed: Vec<ProcInfo>,
+        killed: ProcList<ProcInfo>,
         /// True once the subtree was verified empty and removed.
         verified_empty: bool,
     },
@@ -125,7 +126,7 @@ pub enum FromSupervisor {
         code: Option<i32>,
         signal: Option<i32>,
         /// Processes that were still alive in the session's job cgroups and were killed.
-        killed: Vec<ProcInfo>,
+        killed: ProcList<ProcInfo>,
     },
     /// Answer to `Describe`.
     Info {
@@ -141,10 +142,10 @@ pub enum FromSupervisor {
     Shutdown,
     /// Answer to `KeepJob`: the job's processes now live in `kept/NAME`.
     JobKept { req: u64, kept: KeptInfo },
-    /// Answer to `ListKept`.
-    KeptList { req: u64, kept: Vec<KeptInfo> },
+    /// Answer to `ListKept`; `more` kept jobs did not fit in the packet ([`FromSupervisor::fit`]).
+    KeptList { req: u64, kept: Vec<KeptInfo>, more: u32 },
     /// Answer to `KillKept`.
-    KeptKilled { req: u64, name: String, killed: Vec<ProcInfo>, verified_empty: bool },
+    KeptKilled { req: u64, name: String, killed: ProcList<ProcInfo>, verified_empty: bool },
     /// Answer to `SessionUsage`.
     Usage { req: u64, session: String, limits: SessionLimits },
     /// Sent unasked to a (re)started front, once per live session, before [`FromSupervisor::AdoptDone`]:
@@ -152,6 +153,57 @@ pub enum FromSupervisor {
     SessionAdopt { session: String, worker_pid: u32, worker_uid: u32, cgroup: String, tmp: String },
     /// Every live session was handed over (`sessions` of them); sent to every front the supervisor starts.
     AdoptDone { sessions: u32 },
+}
+
+/// The longest error text a `SessionFailed` or `Error` carries once [`FromSupervisor::fit`] cut it.
+const MAX_ERROR_TEXT: usize = 4096;
+
+impl FromSupervisor {
+    /// Make the message fit in one control packet ([`MAX_CONTROL_PACKET`]), so that no answer and no
+    /// notice is ever dropped for its size: process listings halve (what they drop is counted in their
+    /// `more`), a list of kept jobs loses its last entries (counted in `more`), an error text is cut.
+    /// Process listings are bounded by their type (under 50 KiB each), so in practice only a list of
+    /// many kept jobs, or a long error, ever shrinks here.
+    pub fn fit(&mut self) {
+        let mut buf = Vec::new();
+        while crate::frame::encode(&*self, &mut buf).is_ok() && buf.len() > MAX_CONTROL_PACKET {
+            if !self.shrink() {
+                return;
+            }
+        }
+    }
+
+    /// One step of [`FromSupervisor::fit`]; false when nothing is left to shrink.
+    fn shrink(&mut self) -> bool {
+        let halve = |l: &mut ProcList<ProcInfo>| {
+            let n = l.len();
+            l.shrink_to(n / 2);
+            n > 0
+        };
+        match self {
+            FromSupervisor::SessionClosed { killed, .. }
+            | FromSupervisor::WorkerDied { killed, .. }
+            | FromSupervisor::KeptKilled { killed, .. } => halve(killed),
+            FromSupervisor::JobKept { kept, .. } => halve(&mut kept.procs),
+            FromSupervisor::KeptList { kept, more, .. } => {
+                let mut shrunk = false;
+                for k in kept.iter_mut().filter(|k| k.procs.len() > 1) {
+                    shrunk |= halve(&mut k.procs);
+                }
+                if !shrunk && kept.pop().is_some() {
+                    *more = more.saturating_add(1);
+                    shrunk = true;
+                }
+                shrunk
+            }
+            FromSupervisor::SessionFailed { error, .. } | FromSupervisor::Error { error, .. } => {
+                let before = error.len();
+                crate::procs::cut(error, (before / 2).min(MAX_ERROR_TEXT));
+                error.len() < before
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Errors sending or receiving a control packet.
@@ -199,3 +251,19 @@ pub fn recv<T: serde::de::DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<(T, 
 /// The `PATH` the supervisor gives every worker (fixed by the contract); jobs inherit it unless the
 /// session's env or policy sets another.
 pub const WORKER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_cuts_a_long_error_and_leaves_small_messages_alone() {
+        let mut e = FromSupervisor::Error { req: 1, error: "e".repeat(1 << 20) };
+        e.fit();
+        let FromSupervisor::Error { error, .. } = &e else { unreachable!() };
+        assert!(error.len() <= MAX_ERROR_TEXT && error.ends_with(crate::procs::CUT_MARKER), "{}", error.len());
+        let mut small = FromSupervisor::Error { req: 1, error: "no such session".into() };
+        small.fit();
+        assert_eq!(small, FromSupervisor::Error { req: 1, error: "no such session".into() });
+    }
+}

@@ -84,5 +84,67 @@ mod tests {
             encode(&ev, &mut buf).unwrap();
             prop_assert_eq!(decode::<Event>(&buf).unwrap(), ev);
         }
+
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Any survivor listing a job can produce (any count, any command line) encodes within the
+        /// smallest event frame the worker may have (1 MiB for the default 4 MiB ring; 64 KiB checked),
+        /// and the supervisor's notices listing the same processes within one control packet.
+        #[test]
+        fn any_survivor_listing_fits_a_frame_and_a_packet(
+            n in 0usize..400,
+            len in prop_oneof![0usize..600, 100_000usize..131_072],
+            cgroup_len in prop_oneof![1usize..16, 200usize..4096],
+            ch in proptest::char::any(),
+            job in any::<u64>(),
+        ) {
+            use crate::control::{FromSupervisor, KeptInfo, ProcInfo, MAX_CONTROL_PACKET};
+            use crate::msg::ProcStat;
+            use crate::procs::ProcList;
+            let cmdline: String = std::iter::repeat_n(ch, len / ch.len_utf8().max(1)).collect();
+            let stats = (0..n).map(|i| ProcStat {
+                pid: u32::MAX - i as u32, cmdline: cmdline.clone(), age_ms: u64::MAX, cpu_ms: u64::MAX,
+            });
+            let ev = Event::Survivors { job, procs: ProcList::new(stats.collect()) };
+            let mut buf = Vec::new();
+            encode(&ev, &mut buf).unwrap();
+            prop_assert!(buf.len() <= 64 * 1024, "Survivors of {} bytes", buf.len());
+            prop_assert_eq!(decode::<Event>(&buf).unwrap(), ev);
+            let infos: Vec<ProcInfo> = (0..n).map(|i| ProcInfo {
+                pid: u32::MAX - i as u32, cmdline: cmdline.clone(), cgroup: "s".repeat(cgroup_len),
+            }).collect();
+            let session = "s".repeat(64);
+            let listed = ProcList::new(infos.clone());
+            for mut msg in [
+                FromSupervisor::WorkerDied { session: session.clone(), code: Some(i32::MIN), signal: Some(i32::MIN), killed: ProcList::new(infos.clone()) },
+                FromSupervisor::SessionClosed { req: u64::MAX, session: session.clone(), killed: ProcList::new(infos.clone()), verified_empty: true },
+                FromSupervisor::KeptList {
+                    req: u64::MAX,
+                    kept: (0..n.min(80)).map(|i| KeptInfo {
+                        name: format!("{i:064}"), owner_uid: u32::MAX, cgroup: "c".repeat(cgroup_len),
+                        procs: listed.clone(), adopted: true,
+                    }).collect(),
+                    more: 0,
+                },
+            ] {
+                let kept_before = match &msg { FromSupervisor::KeptList { kept, .. } => kept.len() as u64, _ => 0 };
+                msg.fit();
+                encode(&msg, &mut buf).unwrap();
+                prop_assert!(buf.len() <= MAX_CONTROL_PACKET, "{} bytes", buf.len());
+                let back: FromSupervisor = decode(&buf).unwrap();
+                match back {
+                    FromSupervisor::WorkerDied { killed, .. } | FromSupervisor::SessionClosed { killed, .. } => {
+                        prop_assert_eq!(killed.total(), n as u64, "every killed process is listed or counted");
+                    }
+                    FromSupervisor::KeptList { kept, more, .. } => {
+                        prop_assert_eq!(kept.len() as u64 + u64::from(more), kept_before);
+                    }
+                    _ => prop_assert!(false),
+                }
+            }
+        }
     }
 }

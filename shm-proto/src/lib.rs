@@ -26,6 +26,7 @@
 pub mod control;
 pub mod frame;
 pub mod msg;
+pub mod procs;
 #[cfg(not(loom))]
 pub mod region;
 pub mod ring;

@@ -192,6 +192,7 @@ pub struct JobLiveness {
     pub procs: u32,
     /// The process the state describes (the deepest one that is not just waiting for a child).
     pub pid: u32,
+    /// Its command line, cut to [`crate::procs::MAX_CMDLINE`] bytes.
     pub cmdline: String,
     /// `/proc/PID/stat` state letter (`R`, `S`, `D`, `T`, `Z`).
     pub state: String,
@@ -255,8 +256,9 @@ pub enum Event {
     /// The capture did not complete (`exec`, `exit`, a signal, the fd closed, too large): the state after
     /// this job is unknown. Sent before `Exited`.
     StateUnknown { job: JobId, reason: String },
-    /// Processes still alive in the job's cgroup after its main process exited (follows `Exited`).
-    Survivors { job: JobId, procs: Vec<ProcStat> },
+    /// Processes still alive in the job's cgroup after its main process exited (follows `Exited`): at
+    /// most [`crate::procs::MAX_LISTED`], the rest counted.
+    Survivors { job: JobId, procs: crate::procs::ProcList<ProcStat> },
     /// The job's cgroup is empty (`populated 0`): nothing of the job runs any more, and it was removed.
     Emptied { job: JobId, at_unix_ns: u64, usage: JobUsage },
     /// The kernel's OOM killer killed a process of the job (precedes its `Exited`).

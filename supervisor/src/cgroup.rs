@@ -140,6 +140,10 @@ impl CgroupOps for RealCgroups {
     fn procs(&self, dir: &Path, skip: &Path) -> Result<Vec<ProcInfo>, CgroupError> {
         let mut out = Vec::new();
         collect_procs(dir, dir, skip, &mut out)?;
+        // Only the processes a listing carries have their command line read (a fork bomb's are not).
+        for p in out.iter_mut().take(shm_proto::procs::MAX_LISTED) {
+            p.cmdline = cmdline(p.pid);
+        }
         Ok(out)
     }
 
@@ -189,7 +193,7 @@ fn collect_procs(base: &Path, dir: &Path, skip: &Path, out: &mut Vec<ProcInfo>) 
         };
         let cgroup = dir.strip_prefix(base).unwrap_or(dir).to_string_lossy().into_owned();
         for pid in text.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-            out.push(ProcInfo { pid, cmdline: cmdline(pid), cgroup: cgroup.clone() });
+            out.push(ProcInfo { pid, cmdline: String::new(), cgroup: cgroup.clone() });
         }
     }
     for sub in subdirs(dir)? {
@@ -198,9 +202,15 @@ fn collect_procs(base: &Path, dir: &Path, skip: &Path, out: &mut Vec<ProcInfo>) 
     Ok(())
 }
 
-/// `/proc/PID/cmdline` with NULs as spaces; `[comm]` when it is empty (a zombie or kernel thread).
+/// `/proc/PID/cmdline` with NULs as spaces; `[comm]` when it is empty (a zombie or kernel thread). Only
+/// the first [`shm_proto::procs::CMDLINE_READ`] bytes are read: a job sets its own command lines, up to
+/// megabytes, and a listing cuts them to [`shm_proto::procs::MAX_CMDLINE`].
 pub fn cmdline(pid: u32) -> String {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    use std::io::Read;
+    let mut raw = Vec::new();
+    if let Ok(f) = std::fs::File::open(format!("/proc/{pid}/cmdline")) {
+        let _ = f.take(shm_proto::procs::CMDLINE_READ).read_to_end(&mut raw);
+    }
     let text = String::from_utf8_lossy(&raw).replace('\0', " ").trim_end().to_owned();
     if !text.is_empty() {
         return text;

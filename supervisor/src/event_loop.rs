@@ -367,7 +367,10 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
 
     /// Send what the socket takes now; the rest waits for the next writable event.
     fn flush(&mut self) {
-        while let (Some(out), Some(fd)) = (self.outbox.front(), self.control.as_ref()) {
+        while let (Some(out), Some(fd)) = (self.outbox.front_mut(), self.control.as_ref()) {
+            // Never dropped for its size: a lost answer leaves a call waiting, a lost `WorkerDied` leaves the
+            // front believing a dead worker alive.
+            out.msg.fit();
             let fds: Vec<BorrowedFd<'_>> = out.fds.iter().map(AsFd::as_fd).collect();
             match control::send(fd.as_fd(), &out.msg, &fds) {
                 Ok(()) => {}
@@ -412,7 +415,7 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
         for (id, t) in self.sessions.close_all() {
             log(&format!(
                 "closed session {id:?}: {} processes killed, verified empty: {}",
-                t.killed.len(),
+                t.killed.total(),
                 t.verified_empty
             ));
         }
@@ -464,6 +467,7 @@ mod tests {
     use crate::fake::{table, FakeCgroups, FakeProcesses, Recorder};
     use nix::sys::socket::{AddressFamily, SockFlag, SockType};
     use shm_proto::control::ProcInfo;
+    use shm_proto::procs::ProcList;
     use shm_proto::sys::EventFd;
 
     struct Rig {
@@ -545,7 +549,7 @@ mod tests {
             session: "w".into(),
             code: None,
             signal: Some(libc::SIGKILL),
-            killed: vec![ProcInfo { pid: 5, cmdline: "make".into(), cgroup: "slot-1".into() }],
+            killed: ProcList::new(vec![ProcInfo { pid: 5, cmdline: "make".into(), cgroup: "slot-1".into() }]),
         };
         assert_eq!(msg, want);
         assert!(r.lp.sessions.get("w").is_none());

@@ -28,6 +28,7 @@
 use crate::cgroup::{CgroupError, CgroupOps, RealCgroups};
 use shm_proto::control::{KeptInfo, ProcInfo};
 use shm_proto::msg::JOB_CGROUP_XATTR as JOB_XATTR;
+use shm_proto::procs::ProcList;
 use std::collections::BTreeSet;
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -127,7 +128,7 @@ pub fn keep(
         name: name.to_owned(),
         owner_uid,
         cgroup: dir.display().to_string(),
-        procs: procs_of(&dir),
+        procs: ProcList::new(procs_of(&dir)),
         adopted: false,
     })
 }
@@ -185,7 +186,7 @@ pub fn list(root: &Path, adopted: &BTreeSet<String>) -> Result<Vec<KeptInfo>, Cg
             adopted: adopted.contains(&name),
             owner_uid: meta.uid(),
             cgroup: entry.path().display().to_string(),
-            procs: procs_of(&entry.path()),
+            procs: ProcList::new(procs_of(&entry.path())),
             name,
         });
     }

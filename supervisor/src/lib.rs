@@ -5,7 +5,8 @@
 //! (inherited) and the front (`SCM_RIGHTS`), and ends sessions with `cgroup.kill`, verified empty. It
 //! speaks only the binary control messages of [`shm_proto::control`] and parses nothing else.
 //!
-//! Layout, by operation: [`startup`] (checks, cgroup root, socket, front), [`event_loop`] (mio loop
+//! Layout, by operation: [`startup`] (checks, cgroup root, socket, front), [`exclusive`] (the
+//! server's hold of its cgroup root and state directory), [`event_loop`] (mio loop
 //! and shutdown), [`sessions`] (table and dispatch), [`session_open`], [`session_close`], [`spawn`]
 //! (privilege-dropping spawns), [`cgroup`] (mode detection and the [`cgroup::CgroupOps`] trait),
 //! [`users`], [`signals`], and [`sys`], the one module with `unsafe` code.
@@ -23,6 +24,7 @@
 pub mod cgroup;
 pub mod cli;
 pub mod event_loop;
+pub mod exclusive;
 #[cfg(test)]
 mod fake;
 pub mod kept;

@@ -12,7 +12,7 @@
 //! # fn table() -> Sessions<RealCgroups, RealProcesses> { unimplemented!() }
 //! let mut t = table();
 //! if let Some(done) = t.close("demo") {
-//!     println!("killed {} processes, empty: {}", done.killed.len(), done.verified_empty);
+//!     println!("killed {} processes, empty: {}", done.killed.total(), done.verified_empty);
 //! }
 //! ```
 
@@ -22,6 +22,7 @@ use crate::sessions::{chain, log, Outgoing, Sessions};
 use crate::spawn::ProcessOps;
 use crate::sys::Exit;
 use shm_proto::control::{FromSupervisor, ProcInfo};
+use shm_proto::procs::ProcList;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -31,8 +32,9 @@ pub const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// What a teardown found and did.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Teardown {
-    /// Processes that were in the subtree (outside the worker's leaf) when it was killed.
-    pub killed: Vec<ProcInfo>,
+    /// Processes that were in the subtree (outside the worker's leaf) when it was killed (the first
+    /// [`shm_proto::procs::MAX_LISTED`], the rest counted).
+    pub killed: ProcList<ProcInfo>,
     /// True once `populated 0` was seen and the subtree removed.
     pub verified_empty: bool,
     /// How the worker ended, when it was reaped.
@@ -53,7 +55,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         let t = self.teardown(s);
         let (code, signal) = t.exit.map(Exit::split).unwrap_or((None, None));
         let how = t.exit.map_or_else(|| "an unknown status".to_owned(), |e| e.to_string());
-        log(&format!("worker of session {id:?} died with {how}; {} job processes killed", t.killed.len()));
+        log(&format!("worker of session {id:?} died with {how}; {} job processes killed", t.killed.total()));
         Some(Outgoing::plain(FromSupervisor::WorkerDied { session: id.to_owned(), code, signal, killed: t.killed }))
     }
 
@@ -79,10 +81,10 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         for line in self.procs.rescue_kept_output(&self.root, s.worker.pid, s.worker.pidfd.as_fd(), held) {
             log(&format!("session {:?}: {line}", s.id));
         }
-        let killed = self.cg.procs(dir, &wdir).unwrap_or_else(|e| {
+        let killed = ProcList::new(self.cg.procs(dir, &wdir).unwrap_or_else(|e| {
             warn("listing the cgroup", &e);
             Vec::new()
-        });
+        }));
         if let Err(e) = self.cg.kill(dir) {
             warn("cgroup.kill", &e);
         }
@@ -119,6 +121,7 @@ fn left(deadline: Instant) -> Duration {
 mod tests {
     use crate::fake::{table, Call};
     use shm_proto::control::{FromSupervisor, ProcInfo, ToSupervisor};
+    use shm_proto::procs::ProcList;
     use std::path::PathBuf;
 
     fn open(t: &mut crate::fake::Table, id: &str) {
@@ -152,7 +155,7 @@ mod tests {
         let want = FromSupervisor::SessionClosed {
             req: 2,
             session: "demo".into(),
-            killed: vec![proc1()],
+            killed: ProcList::new(vec![proc1()]),
             verified_empty: true,
         };
         assert_eq!(out.msg, want);
@@ -177,8 +180,12 @@ mod tests {
         open(&mut t, "w");
         calls.set_procs(vec![proc1()]);
         let out = t.worker_died("w").unwrap();
-        let want =
-            FromSupervisor::WorkerDied { session: "w".into(), code: None, signal: Some(9), killed: vec![proc1()] };
+        let want = FromSupervisor::WorkerDied {
+            session: "w".into(),
+            code: None,
+            signal: Some(9),
+            killed: ProcList::new(vec![proc1()]),
+        };
         assert_eq!(out.msg, want);
         assert!(t.worker_died("w").is_none(), "a second notice for the same worker is ignored");
     }

@@ -48,6 +48,8 @@ pub enum OpenError {
     Dup(#[source] io::Error),
     #[error("creating the session's temp dir failed")]
     Tmp(#[source] io::Error),
+    #[error(transparent)]
+    Root(#[from] crate::exclusive::ClaimError),
     #[error("policy name {0:?} is not [a-z0-9_-]{{1,64}}")]
     PolicyName(String),
 }
@@ -84,6 +86,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             return Err(OpenError::Duplicate(id.to_owned()));
         }
         let user = self.worker_user(client_uid)?;
+        self.ensure_root()?;
         let dir = session::session_dir(&self.root, id);
         self.cg.create(&dir)?;
         match self.populate(id, &dir, &user, policy, limits) {
@@ -99,6 +102,19 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                 Err(e)
             }
         }
+    }
+
+    /// The cgroup root is still the one this server holds; one removed under it is made again (with
+    /// the controllers it had turned on) and held, logged.
+    fn ensure_root(&mut self) -> Result<(), OpenError> {
+        let Some(claims) = self.claims.as_mut() else { return Ok(()) };
+        if claims.root.ensure()? {
+            log(&format!("the cgroup root {} was removed while this server ran; made it again", self.root.display()));
+            if self.v2_limits {
+                crate::limits::enable_v2(&self.root)?;
+            }
+        }
+        Ok(())
     }
 
     fn worker_user(&self, client_uid: u32) -> Result<UserInfo, OpenError> {

@@ -24,6 +24,7 @@ use crate::session_open::OpenError;
 use crate::spawn::ProcessOps;
 use crate::users::UserInfo;
 use shm_proto::control::{FromSupervisor, SessionLimits, ToSupervisor};
+use shm_proto::procs::ProcList;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -62,6 +63,8 @@ pub struct Sessions<C: CgroupOps, P: ProcessOps> {
     pub(crate) allow_writable: Vec<PathBuf>,
     /// Pure v2 with `memory`/`pids` enabled under the root: limits go on the session cgroups.
     pub(crate) v2_limits: bool,
+    /// The hold of the cgroup root and state directory (`None` in tests over fake cgroups).
+    pub(crate) claims: Option<crate::exclusive::Claims>,
 }
 
 impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
@@ -78,12 +81,19 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             adopted: BTreeSet::new(),
             allow_writable: Vec::new(),
             v2_limits: false,
+            claims: None,
         }
     }
 
     /// Put session limits on the v2 session cgroups (pure v2 hosts whose root has the controllers on).
     pub fn with_v2_limits(mut self, on: bool) -> Self {
         self.v2_limits = on;
+        self
+    }
+
+    /// Keep the hold of the cgroup root and the state directory; the root is checked before each open.
+    pub fn with_claims(mut self, claims: crate::exclusive::Claims) -> Self {
+        self.claims = Some(claims);
         self
     }
 
@@ -159,13 +169,18 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                 self.handle_keep(req, &session, (job, &cgroup), &name, owner_uid)
             }
             ToSupervisor::ListKept { req } => match crate::kept::list(&self.root, &self.adopted) {
-                Ok(kept) => Outgoing::plain(FromSupervisor::KeptList { req, kept }),
+                Ok(kept) => Outgoing::plain(FromSupervisor::KeptList { req, kept, more: 0 }),
                 Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: chain(&e) }),
             },
             ToSupervisor::KillKept { req, name } => match crate::kept::kill(&self.root, &name) {
                 Ok((killed, verified_empty)) => {
                     self.adopted.remove(&name);
-                    Outgoing::plain(FromSupervisor::KeptKilled { req, name, killed, verified_empty })
+                    Outgoing::plain(FromSupervisor::KeptKilled {
+                        req,
+                        name,
+                        killed: ProcList::new(killed),
+                        verified_empty,
+                    })
                 }
                 Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: chain(&e) }),
             },

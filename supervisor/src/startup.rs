@@ -1,5 +1,6 @@
 //! Startup, in the order docs/architecture.md ("Start-up") gives: refuse unless root, route SIGINT/SIGTERM,
-//! resolve the users, open the two binaries, find the cgroup mode and create the root, prepare the
+//! resolve the users, open the two binaries, find the cgroup mode and create the root, hold the root and
+//! the state directory alone (`exclusive.rs`: a second server refuses here), prepare the
 //! state directory and the socket's directory, bind the client socket, and spawn the front.
 //!
 //! Invariants: every check that changes nothing comes before the first change; a failed start undoes
@@ -60,6 +61,8 @@ pub enum StartError {
     Front(#[source] SpawnError),
     #[error("cannot set up the main loop")]
     Loop(#[from] LoopError),
+    #[error(transparent)]
+    Claim(#[from] crate::exclusive::ClaimError),
 }
 
 /// The resolved, checked configuration (nothing changed yet).
@@ -86,13 +89,24 @@ pub fn start(args: &Args) -> Result<EventLoop<RealCgroups, RealProcesses>, Start
     let signals = SignalPipe::register().map_err(StartError::Signals)?;
     let plan = plan(args)?;
     let root_created = create_root(&plan.root)?;
-    let started = start_created(plan, signals, root_created);
+    let started = claim(&plan).and_then(|claims| start_created(plan, signals, root_created, claims));
     if let Err((root, _)) = &started {
         if root_created {
             let _ = std::fs::remove_dir(root);
         }
     }
     started.map_err(|(_, e)| e)
+}
+
+/// Hold the cgroup root and the state directory alone (`exclusive.rs`), before anything under either
+/// changes (a second server refuses here); on error returns the root for the caller to remove if this
+/// start created it.
+fn claim(plan: &Plan) -> Result<crate::exclusive::Claims, (PathBuf, StartError)> {
+    let fail = |e: crate::exclusive::ClaimError| (plan.root.clone(), StartError::from(e));
+    let holder = crate::exclusive::holder_text(&plan.socket, &plan.root, &plan.state_dir);
+    let root = crate::exclusive::RootClaim::take(&plan.root, &holder).map_err(fail)?;
+    let state = crate::exclusive::claim_state_dir(&plan.state_dir, &holder).map_err(fail)?;
+    Ok(crate::exclusive::Claims { root, state })
 }
 
 /// Pure v2: turn on `memory`/`pids` under the root for session limits; false (logged) when the root
@@ -165,6 +179,7 @@ fn start_created(
     plan: Plan,
     signals: SignalPipe,
     root_created: bool,
+    claims: crate::exclusive::Claims,
 ) -> Result<EventLoop<RealCgroups, RealProcesses>, (PathBuf, StartError)> {
     let root = plan.root.clone();
     let fail = |e: StartError| (root.clone(), e);
@@ -223,7 +238,8 @@ fn start_created(
         .with_limits(v1, plan.defaults)
         .with_adopted(adopted)
         .with_allow_writable(plan.allow_writable)
-        .with_v2_limits(v2_limits);
+        .with_v2_limits(v2_limits)
+        .with_claims(claims);
     let parts = Parts { sessions, front, control, listener, signals, socket, root_created, launcher: Some(launcher) };
     // A front is running by now; if the loop cannot start, the front gets EOF on its control
     // socket when this process exits.

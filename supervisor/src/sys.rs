@@ -162,6 +162,29 @@ pub fn getxattr(path: &std::path::Path, name: &std::ffi::CStr) -> io::Result<Opt
     Ok(Some(buf[..n as usize].to_vec()))
 }
 
+/// Set the extended attribute `name` of the open file `fd` (`fsetxattr`).
+pub fn fsetxattr(fd: BorrowedFd<'_>, name: &std::ffi::CStr, value: &[u8]) -> io::Result<()> {
+    // SAFETY: `fd` is open for this call, `name` is NUL-terminated, and the value has the length given.
+    let r = unsafe { libc::fsetxattr(fd.as_raw_fd(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The value of the extended attribute `name` of the open file `fd` (`fgetxattr`; at most 1 KiB), `None`
+/// when it has none.
+pub fn fgetxattr(fd: BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<Option<Vec<u8>>> {
+    let mut buf = [0u8; 1024];
+    // SAFETY: `fd` is open for this call, `name` is NUL-terminated, and the buffer has the length given.
+    let n = unsafe { libc::fgetxattr(fd.as_raw_fd(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.raw_os_error() == Some(libc::ENODATA) { Ok(None) } else { Err(e) };
+    }
+    Ok(Some(buf[..n as usize].to_vec()))
+}
+
 /// A duplicate of fd `target` of the process behind `pidfd` (`pidfd_getfd(2)`; the caller needs
 /// ptrace access to it, which root has). The new fd is close-on-exec.
 pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, target: RawFd) -> io::Result<OwnedFd> {

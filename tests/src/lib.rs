@@ -193,6 +193,54 @@ fn spawn_up(bins: &Path, socket: &Path, state: &Path, cgroup: &Path, extra: &[&s
         .expect("spawn heddle up")
 }
 
+/// How a `heddle up` that was expected to refuse ended: its exit status and its stderr.
+#[derive(Debug)]
+pub struct Refused {
+    pub status: std::process::ExitStatus,
+    pub stderr: String,
+}
+
+/// Run `heddle up` on `socket`, `state` and `cgroup` and wait (≤ 20 s) for it to exit, as one that must
+/// refuse to start does. One that is still running then (it started instead of refusing) is stopped with
+/// SIGTERM, waited for, and reported by a panic naming what it printed.
+pub fn up_expecting_refusal(socket: &Path, state: &Path, cgroup: &Path) -> Refused {
+    let mut child = Command::new(bin_dir().join("heddle"))
+        .arg("up")
+        .arg("--socket")
+        .arg(socket)
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--cgroup-root")
+        .arg(cgroup)
+        .env_remove("HEDDLE_SOCKET")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn heddle up");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for heddle up") {
+            break Some(st);
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let Some(status) = status else {
+        // Our own child, by the pid we spawned.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
+        let _ = child.wait();
+        panic!("the second heddle up started instead of refusing; it printed: {}", reader.join().unwrap_or_default());
+    };
+    Refused { status, stderr: reader.join().unwrap_or_default() }
+}
+
 /// Kill and remove a cgroup tree this test created (leaves first). Used only on our own roots.
 pub fn remove_cgroup_tree(root: &Path) {
     if !root.exists() {

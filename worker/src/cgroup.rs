@@ -26,6 +26,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::stat::Mode;
 use shm_proto::msg::{JobId, ProcStat, JOB_CGROUP_PREFIX, JOB_CGROUP_XATTR as JOB_XATTR};
+use shm_proto::procs::ProcList;
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -94,9 +95,13 @@ pub trait CgroupOps {
     fn oom_kills(&mut self, _job: JobId) -> Option<u64> {
         None
     }
-    /// The processes in the job's cgroup, with age and CPU time.
-    fn members_stat(&mut self, job: JobId) -> io::Result<Vec<ProcStat>> {
-        Ok(crate::procinfo::proc_stats(&self.pids(job)?))
+    /// The processes in the job's cgroup, with age and CPU time: the first
+    /// [`shm_proto::procs::MAX_LISTED`] read, the rest only counted (a fork bomb's thousands are not
+    /// read one by one).
+    fn members_stat(&mut self, job: JobId) -> io::Result<ProcList<ProcStat>> {
+        let pids = self.pids(job)?;
+        let read = pids.len().min(shm_proto::procs::MAX_LISTED);
+        Ok(ProcList::with_unread(crate::procinfo::proc_stats(&pids[..read]), pids.len() - read))
     }
 }
 

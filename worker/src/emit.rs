@@ -65,8 +65,20 @@ impl EventOut {
     }
 
     /// Publish a control event now, or queue it behind earlier ones when the ring is full.
+    ///
+    /// Every event is bounded by its type (listings by `shm_proto::procs`, texts by [`truncate`], state
+    /// captures by the capture limit); one that still does not fit one frame is replaced by a `Warning`
+    /// saying so, so that no event a job can shape ends the worker.
     pub fn emit(&mut self, ev: &Event) -> Result<(), EmitError> {
         frame::encode(ev, &mut self.scratch).map_err(EmitError::Encode)?;
+        if self.scratch.len() > self.ring.max_frame() {
+            let why = format!(
+                "the worker dropped an event of {} bytes, over the event frame's {} bytes",
+                self.scratch.len(),
+                self.ring.max_frame()
+            );
+            frame::encode(&warning(None, why), &mut self.scratch).map_err(EmitError::Encode)?;
+        }
         if self.scratch.len() > self.ring.max_frame() {
             return Err(EmitError::TooLarge(self.scratch.len()));
         }
@@ -265,6 +277,21 @@ mod tests {
         }
         assert_eq!(got, evs);
         assert!(out.output_ready());
+    }
+
+    #[test]
+    fn an_event_over_the_frame_becomes_a_warning_and_the_worker_carries_on() {
+        let (p, mut c) = heap_ring(1 << 16);
+        let mut out = EventOut::new(p);
+        let big = Event::StateCaptured { job: 3, data: vec![b'x'; 1 << 16] };
+        out.emit(&big).unwrap();
+        out.emit(&Event::StreamsClosed { job: 3 }).unwrap();
+        let mut buf = Vec::new();
+        match c.pop_msg::<Event>(&mut buf).unwrap() {
+            Some(Event::Warning { job: None, message }) => assert!(message.contains("dropped an event"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(c.pop_msg::<Event>(&mut buf).unwrap(), Some(Event::StreamsClosed { job: 3 }));
     }
 
     #[test]

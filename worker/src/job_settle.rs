@@ -86,7 +86,7 @@ impl<C: CgroupOps> Worker<C> {
         if !killing {
             let procs = self.cgroups.members_stat(job).unwrap_or_default();
             if let Some(j) = self.jobs.get_mut(&job) {
-                j.procs_seen = j.procs_seen.max(procs.len() as u32);
+                j.procs_seen = j.procs_seen.max(u32::try_from(procs.total()).unwrap_or(u32::MAX));
             }
             self.out.emit(&Event::Survivors { job, procs })?;
         }
@@ -172,7 +172,7 @@ impl<C: CgroupOps> Worker<C> {
         if self.jobs.get(&job).is_some_and(|j| j.exited_sent && !j.emptied_sent && !j.kept) {
             let procs = self.cgroups.members_stat(job).unwrap_or_default();
             if let Some(j) = self.jobs.get_mut(&job) {
-                j.procs_seen = j.procs_seen.max(procs.len() as u32);
+                j.procs_seen = j.procs_seen.max(u32::try_from(procs.total()).unwrap_or(u32::MAX));
             }
             self.out.emit(&Event::Survivors { job, procs })?;
         }
@@ -200,7 +200,7 @@ impl<C: CgroupOps> Worker<C> {
             cpu_usec: self.cgroups.cpu_usec(job).unwrap_or(0),
             procs: pids.len() as u32,
             pid,
-            cmdline: procinfo::cmdline(pid),
+            cmdline: procinfo::cmdline_cut(pid),
             state: st.state.to_string(),
             activity: procinfo::activity(st.state, &wchan, syscall, procinfo::stdin_is_tty(pid)),
             wchan,
