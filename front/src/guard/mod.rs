@@ -124,7 +124,7 @@ pub fn check(cmd: &str, guards: &[Guard], ctx: &Ctx) -> Verdict {
 
 fn matches(g: &Guard, c: &SimpleCommand, ctx: &Ctx) -> bool {
     let p = &g.pattern;
-    if !p.programs.iter().any(|prog| *prog == c.program) {
+    if !p.programs.contains(&c.program) {
         return false;
     }
     let statics: Vec<&str> = c.words.iter().flatten().map(String::as_str).collect();

@@ -134,8 +134,7 @@ fn command(
         .collect();
     let whole = text(n, src).to_owned();
     let mut argv: Vec<Option<String>> = std::iter::once(Some(name)).chain(words).collect();
-    loop {
-        let Some(Some(program)) = argv.first().cloned() else { break };
+    while let Some(Some(program)) = argv.first().cloned() {
         let program = bare(&program).to_owned();
         let rest = argv[1..].to_vec();
         out.commands.push(SimpleCommand {
@@ -167,7 +166,7 @@ fn inner_script(program: &str, args: &[Option<String>]) -> Option<String> {
             })?;
             args.get(at + 1).cloned().flatten()
         }
-        "eval" => args.iter().map(|a| a.clone()).collect::<Option<Vec<String>>>().map(|w| w.join(" ")),
+        "eval" => args.iter().cloned().collect::<Option<Vec<String>>>().map(|w| w.join(" ")),
         _ => None,
     }
 }
