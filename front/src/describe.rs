@@ -92,6 +92,7 @@ fn facts(s: &Session) -> SessionFacts {
         jobs_cpu_ms: st.jobs.values().map(|j| j.cpu_ms()).sum(),
         sandbox: st.sandbox.clone(),
         spawn_path: st.spawn_path.clone(),
+        guard_overrides: st.guard_overrides,
         persistent: s.spec().persistent,
         env: {
             drop(st);

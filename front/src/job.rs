@@ -71,6 +71,9 @@ pub struct Job {
     files: Vec<crate::sandbox::FileResult>,
     /// Preflight warnings given at launch.
     pub warnings: Vec<String>,
+    /// Set when a guard refused the command and only its files are being written: the job ends
+    /// `refused` with these notes instead of `exited` (`job_run`).
+    refusal: Option<Vec<String>>,
     /// The per-job output cap in bytes (see [`crate::retention`]).
     pub cap: u64,
     /// Why output was removed last (said in every view).
@@ -122,6 +125,7 @@ impl Job {
             cgroup: None,
             files: Vec::new(),
             warnings: Vec::new(),
+            refusal: None,
             cap: crate::retention::config().job_bytes,
             removed_why: None,
         }
@@ -141,13 +145,15 @@ impl Job {
 
     /// True once no more output can arrive.
     pub fn settled(&self) -> bool {
-        self.streams_closed || matches!(self.state, JobState::Lost | JobState::Failed)
+        self.streams_closed || matches!(self.state, JobState::Lost | JobState::Failed | JobState::Refused)
     }
 
     /// True once nothing of the job runs in the session any more: its cgroup emptied, it was kept, or it
     /// was lost or never started.
     pub fn cgroup_settled(&self) -> bool {
-        self.emptied.is_some() || self.kept.is_some() || matches!(self.state, JobState::Lost | JobState::Failed)
+        self.emptied.is_some()
+            || self.kept.is_some()
+            || matches!(self.state, JobState::Lost | JobState::Failed | JobState::Refused)
     }
 
     /// True once the worker said what remains after the main process's exit (survivors or empty).
@@ -269,6 +275,15 @@ impl Job {
         }
     }
 
+    /// A guard refused the command before launch: the job ends `refused`, and nothing of it ran.
+    pub fn on_refused(&mut self, why: Vec<String>, now: Instant) {
+        if self.end(JobState::Refused, now, None) {
+            for w in why {
+                self.note(w);
+            }
+        }
+    }
+
     pub fn on_spawn_failed(&mut self, error: &str, now: Instant) {
         if self.end(JobState::Failed, now, None) {
             self.note(format!("the job could not be launched: {error}"));
@@ -287,7 +302,18 @@ impl Job {
         }
     }
 
+    /// A guard refused the command; the job only writes the call's files, then ends `refused`.
+    pub fn refuse_on_exit(&mut self, why: Vec<String>) {
+        self.refusal = Some(why);
+    }
+
     pub fn on_exited(&mut self, code: Option<i32>, signal: Option<i32>, at_unix_ns: u64, killed: bool, now: Instant) {
+        if let Some(why) = self.refusal.take() {
+            if self.end(JobState::Refused, now, Some(at_unix_ns)) {
+                why.into_iter().for_each(|w| self.note(w));
+            }
+            return;
+        }
         let state = if killed { JobState::Killed } else { JobState::Exited };
         if self.end(state, now, Some(at_unix_ns)) {
             // Exactly one of the two is set once the job ended: a signal wins.

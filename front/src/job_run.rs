@@ -19,6 +19,7 @@ use crate::results::JobResult;
 use crate::rpc::{self, ErrorKind, RpcError};
 use crate::session::{SendError, Session};
 use crate::session_open::validate_env;
+use crate::view;
 use serde::Deserialize;
 use serde_json::Value;
 use shm_proto::msg::{Command, JobId, RunSpec, StdinMode};
@@ -46,6 +47,17 @@ struct Params {
     max_output_tokens: Option<u64>,
     #[serde(default)]
     max_output_bytes: Option<u64>,
+    /// Let this call pass one guard's deny rule, with a stated reason (audited).
+    #[serde(default, rename = "override")]
+    overrides: Option<Override>,
+}
+
+/// `run {override: {rule, reason}}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Override {
+    rule: String,
+    reason: String,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
@@ -77,12 +89,35 @@ pub(crate) fn call_admitting(
     crate::revive::revive_if_worker_died(k, &s)?;
     let s = k.live_session(client, &p.session)?;
     let files = crate::sandbox::file_specs(&p.files, &s.spec().cwd)?;
-    let (job, restore, capture_only) = admit_job(&s, &p.cmd)?;
+    if let Some(o) = &p.overrides {
+        if o.reason.trim().is_empty() || o.rule.trim().is_empty() {
+            return Err(RpcError::invalid_params("run", "override needs the guard's `rule` and a `reason`"));
+        }
+    }
+    let (job, restore, mut capture_only) = admit_job(&s, &p.cmd)?;
     on_admit(s.spec().serial, job);
     preflight(&s, job, &p.cmd);
+    let refusal =
+        crate::guard::apply::apply(k, client, &s, job, &p.cmd, p.overrides.as_ref().map(|o| (&*o.rule, &*o.reason)));
+    let mut cmd = p.cmd;
+    if let Some(why) = refusal {
+        let mut st = s.lock();
+        match (files.is_empty(), st.jobs.get_mut(&job)) {
+            (true, Some(j)) => {
+                j.on_refused(why, Instant::now());
+                drop(st);
+                return answer(k, &s, job, until, clamp_note.into_iter().collect(), view::DEFAULT_BUDGET);
+            }
+            // The call's files are still written, under the job's sandbox, by a job that runs nothing.
+            (false, Some(j)) => j.refuse_on_exit(why),
+            (_, None) => {}
+        }
+        cmd = ":".to_owned();
+        capture_only = Some(Vec::new());
+    }
     let spec = RunSpec {
         job,
-        cmd: p.cmd,
+        cmd,
         cwd: s.spec().cwd.as_bytes().to_vec(),
         env: merge_env(&s.spec().env, extra_env),
         stdin: StdinMode::Null,

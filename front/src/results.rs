@@ -147,6 +147,8 @@ pub struct SessionFacts {
     /// How its worker spawns jobs: clone3 vfork-style or fork-style, placed by `CLONE_INTO_CGROUP` or by
     /// the `cgroup.procs` fallback; `null` until its first job started.
     pub spawn_path: Option<String>,
+    /// Guard deny rules overridden in the session (`run {override}`), each also in the audit log.
+    pub guard_overrides: u64,
 }
 
 /// A session's limits and accounting (on hybrid hosts, from the v1 memory and pids hierarchies).

@@ -104,6 +104,8 @@ pub struct SessionState {
     dirty: Vec<JobId>,
     /// The shell state carried between the session's jobs.
     pub record: crate::state_record::StateRecord,
+    /// Guard deny rules overridden in this session (`run {override}`; each also in the audit log).
+    pub guard_overrides: u64,
     /// Answers to liveness probes, by probe number (`None`: the job was not running).
     pub probes: std::collections::HashMap<u64, Option<shm_proto::msg::JobLiveness>>,
     pub next_probe: u64,

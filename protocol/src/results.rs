@@ -22,6 +22,8 @@ pub enum JobState {
     Killed,
     Lost,
     Failed,
+    /// A guard refused the command before launch (nothing of it ran).
+    Refused,
 }
 
 impl JobState {

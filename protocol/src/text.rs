@@ -60,6 +60,7 @@ fn ending(state: JobState, exit_code: Option<i32>, signal: Option<i32>) -> Strin
         (JobState::Killed, _, None) => "killed".to_owned(),
         (JobState::Lost, ..) => "lost".to_owned(),
         (JobState::Failed, ..) => "failed to start".to_owned(),
+        (JobState::Refused, ..) => "refused by a guard, not run".to_owned(),
         (_, Some(code), _) => format!("exit {code}"),
         (_, None, Some(s)) => format!("signal {}", signal_name(s)),
         (JobState::Running, None, None) => "running".to_owned(),
@@ -425,7 +426,7 @@ mod tests {
         #[test]
         fn any_result_renders_deterministically(code in proptest::option::of(-300i32..300), sig in proptest::option::of(0i32..70),
                                                 ms in proptest::num::f64::ANY, view in ".{0,200}", cmd in ".{0,300}") {
-            for state in [JobState::Running, JobState::Exited, JobState::Killed, JobState::Lost, JobState::Failed] {
+            for state in [JobState::Running, JobState::Exited, JobState::Killed, JobState::Lost, JobState::Failed, JobState::Refused] {
                 let r = JobResult { job: 1, state, exit_code: code, signal: sig, duration_ms: ms, view: view.clone(),
                     announcements: vec![Announcement { cmd: cmd.clone(), state, exit_code: code, signal: sig, duration_ms: ms, ..Default::default() }],
                     ..Default::default() };

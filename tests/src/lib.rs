@@ -363,3 +363,9 @@ pub fn run_ok(c: &mut Client, s: &Value, cmd: &str) -> String {
     assert!(r["state_note"].is_null(), "{cmd}: {r}");
     String::from_utf8_lossy(&read_stream(c, s, &r["job"], "stdout")).into_owned()
 }
+
+/// The text form a model reads of a job result (`protocol::text`), as `heddle run` prints it.
+pub fn text_form(r: &Value) -> String {
+    let typed: protocol::results::JobResult = serde_json::from_value(r.clone()).expect("a job result");
+    protocol::text::job_result(&typed)
+}

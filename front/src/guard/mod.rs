@@ -18,6 +18,7 @@
 //! assert_eq!(v.deny[0].rule, "pattern-kill");
 //! ```
 
+pub(crate) mod apply;
 pub mod words;
 
 use policies::{Guard, GuardKind, GuardTarget};

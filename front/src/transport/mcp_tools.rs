@@ -60,6 +60,8 @@ pub fn list() -> Value {
                     "keep": {"type": "string", "description": "Keep the job under this name: its processes outlive the session (a dev server, a watcher)."},
                     "idempotency_key": {"type": "string", "description": "A retry with the same key returns the first call's receipt and never runs the command twice."},
                     "max_output_tokens": budget,
+                    "override": {"type": "object", "description": "Pass one guard that refused this command, with your reason (audited): use only when the refusal's note shows the command is what you mean.",
+                        "properties": {"rule": {"type": "string"}, "reason": {"type": "string"}}, "required": ["rule", "reason"], "additionalProperties": false},
                     "session": session
                 },
                 "required": ["cmd"],
