@@ -153,6 +153,11 @@ pub struct SeccompPolicy {
     /// Refuse (`EPERM`) any syscall with the x32 bit (`__X32_SYSCALL_BIT`) set.
     pub x32_guard: bool,
     pub x32_reason: String,
+    /// No new namespaces by any call: true when the profile denies `unshare`. Then `clone` with a
+    /// `CLONE_NEW*` flag is refused (`EPERM`) too, and jobs get `ENOSYS` from `clone3` (whose flags
+    /// seccomp cannot read), which the C library takes as "use `clone`". Without it, denying `unshare`
+    /// alone would leave `clone(CLONE_NEWUSER)` open.
+    pub deny_new_namespaces: bool,
 }
 
 /// One denied syscall.
