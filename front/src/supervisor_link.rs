@@ -407,6 +407,7 @@ mod tests {
             network: None,
             project: "/".into(),
             writable: Vec::new(),
+            nested: None,
         }
     }
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};

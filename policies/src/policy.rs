@@ -38,6 +38,12 @@ pub struct Policy {
     pub network: bool,
     /// Why `network` has its value.
     pub network_reason: String,
+    /// Whether the session's jobs may drive heddle itself over its control socket — and then only
+    /// their own session (`run`, `wait`, `output`, … naming it); when false (the default) the front
+    /// refuses every call from a connection made inside one of heddle's job cgroups.
+    pub nested: bool,
+    /// Why `nested` has its value (empty when the profile has no `[nested]` table).
+    pub nested_reason: String,
     /// cgroup limits for the session.
     pub limits: Limits,
     /// How much Landlock enforcement a job needs before it may run.
