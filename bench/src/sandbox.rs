@@ -3,7 +3,8 @@
 //! Four spawn+wait loops of `bash --noprofile --norc -c true`, interleaved in batches so drift hits all
 //! alike: (1) bare `posix_spawn` (std), the baseline; (2) the launcher with nothing added; (3) the
 //! launcher with the `workspace` profile's Landlock ruleset (built once, `restrict_self` in the child),
-//! the session seccomp filter (installed once, inherited) and `clone3(CLONE_INTO_CGROUP)` into a
+//! the session seccomp filter (installed once, inherited), the jobs' own small filter (stacked in the
+//! child; also measured without it, same run) and `clone3(CLONE_INTO_CGROUP)` into a
 //! pre-made cgroup — measured in a child process of this bench (`sandbox-child`), which installs the
 //! filter on itself as the worker does; (4) `bwrap --ro-bind / / --dev /dev --proc /proc`, when
 //! bubblewrap is installed (the report says so when it is not). (2) and (3) are also run with the
@@ -23,13 +24,21 @@ fn bash_true(cmd: &mut Command) {
     assert!(st.success());
 }
 
-fn launcher_true(ruleset: Option<std::os::fd::BorrowedFd<'_>>, cgroup: Option<&Path>, fork: bool) {
+fn launcher_true(
+    ruleset: Option<std::os::fd::BorrowedFd<'_>>,
+    job_filter: Option<&[launcher::seccomp::sock_filter]>,
+    cgroup: Option<&Path>,
+    fork: bool,
+) {
     let null = || std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap().into();
     let stdio = launcher::Stdio::null_stdin(null(), null()).unwrap();
     let env = launcher::job_env(&launcher::process_env(), &[]);
     let mut p = launcher::Prepared::bash("true", &env, None, stdio).unwrap();
     if let Some(rs) = ruleset {
         p = p.with_landlock(rs).unwrap();
+    }
+    if let Some(prog) = job_filter {
+        p = p.with_seccomp(prog);
     }
     if let Some(dir) = cgroup {
         let fd = std::fs::File::open(dir).unwrap();
@@ -44,7 +53,8 @@ fn launcher_true(ruleset: Option<std::os::fd::BorrowedFd<'_>>, cgroup: Option<&P
 }
 
 /// The sandboxed loop, in its own process: install the filter, build the ruleset, then answer each line
-/// `N` on stdin with N timings (µs) on one line.
+/// `N` on stdin with N timings (µs) on one line (`N fork`: fork-style; `N nojob`: without the jobs' own
+/// seccomp filter, the path before it existed).
 pub fn child(cgroup: PathBuf) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let ctx = policies::ResolveCtx::new(dir.path(), dir.path(), dir.path());
@@ -55,12 +65,13 @@ pub fn child(cgroup: PathBuf) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     for line in std::io::stdin().lock().lines() {
         let line = line?;
-        let (n, fork) = match line.trim().strip_suffix(" fork") {
-            Some(n) => (n.parse::<usize>()?, true),
-            None => (line.trim().parse::<usize>()?, false),
-        };
+        let mut words = line.split_whitespace();
+        let n = words.next().unwrap_or("0").parse::<usize>()?;
+        let mode = words.next().unwrap_or("");
+        let job = if mode == "nojob" { None } else { sb.job_seccomp.as_deref() };
+        let fork = mode == "fork";
         let times: Vec<String> =
-            (0..n).map(|_| time_us(|| launcher_true(rs, Some(&cgroup), fork)).to_string()).collect();
+            (0..n).map(|_| time_us(|| launcher_true(rs, job, Some(&cgroup), fork)).to_string()).collect();
         writeln!(out, "{}", times.join(" "))?;
         out.flush()?;
     }
@@ -86,8 +97,8 @@ fn measure(iterations: usize, cgroup: &Path) -> anyhow::Result<()> {
         .spawn()?;
     let mut to_child = child.stdin.take().expect("stdin");
     let mut from_child = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut sandboxed = |n: usize, fork: bool| -> anyhow::Result<Vec<f64>> {
-        writeln!(to_child, "{n}{}", if fork { " fork" } else { "" })?;
+    let mut sandboxed = |n: usize, mode: &str| -> anyhow::Result<Vec<f64>> {
+        writeln!(to_child, "{n} {mode}")?;
         let mut line = String::new();
         from_child.read_line(&mut line)?;
         Ok(line.split_whitespace().map(|t| t.parse().unwrap_or(f64::NAN)).collect())
@@ -102,27 +113,33 @@ fn measure(iterations: usize, cgroup: &Path) -> anyhow::Result<()> {
             "true",
         ]))
     };
-    sandboxed(20, false)?;
+    sandboxed(20, "")?;
     let (mut s_bare, mut s_launch, mut s_sandbox, mut s_bwrap) = (vec![], vec![], vec![], vec![]);
-    let (mut s_launch_fork, mut s_sandbox_fork) = (vec![], vec![]);
+    let (mut s_launch_fork, mut s_sandbox_fork, mut s_sandbox_nojob) = (vec![], vec![], vec![]);
     let mut done = 0;
     while done < iterations {
         let n = BATCH.min(iterations - done);
         for _ in 0..n {
             s_bare.push(time_us(bare));
-            s_launch.push(time_us(|| launcher_true(None, None, false)));
-            s_launch_fork.push(time_us(|| launcher_true(None, None, true)));
+            s_launch.push(time_us(|| launcher_true(None, None, None, false)));
+            s_launch_fork.push(time_us(|| launcher_true(None, None, None, true)));
             if let Some(b) = bwrap {
                 s_bwrap.push(time_us(|| bw(b)));
             }
         }
-        s_sandbox.extend(sandboxed(n, false)?);
-        s_sandbox_fork.extend(sandboxed(n, true)?);
+        s_sandbox.extend(sandboxed(n, "")?);
+        s_sandbox_nojob.extend(sandboxed(n, "nojob")?);
+        s_sandbox_fork.extend(sandboxed(n, "fork")?);
         done += n;
     }
     drop(to_child);
     let _ = child.wait();
     print(Summary::of(s_bare), Summary::of(s_launch), Summary::of(s_sandbox), bwrap.map(|_| Summary::of(s_bwrap)));
+    let nojob = Summary::of(s_sandbox_nojob);
+    println!(
+        "{:<58} {:>9.1} {:>9.1} {:>9.1}",
+        "  the same without the jobs' own filter (clone3 → ENOSYS)", nojob.p50, nojob.p90, nojob.p99
+    );
     let (launch_fork, sandbox_fork) = (Summary::of(s_launch_fork), Summary::of(s_sandbox_fork));
     println!("-- the launcher's fork-style clone, same run (its path before the vfork-style clone3)");
     println!(
@@ -144,7 +161,7 @@ fn print(bare: Summary, launch: Summary, sandbox: Summary, bwrap: Option<Summary
     };
     row("bare posix_spawn + wait (baseline)", bare);
     row("launcher, nothing added", launch);
-    row("launcher + Landlock + seccomp (inherited) + cgroup", sandbox);
+    row("launcher + Landlock + seccomp (inherited + jobs' own) + cgroup", sandbox);
     match bwrap {
         Some(b) => row("bwrap --ro-bind / / --dev /dev --proc /proc", b),
         None => println!("bwrap: NOT INSTALLED (/usr/bin/bwrap missing; `apt-get install bubblewrap`), not measured"),

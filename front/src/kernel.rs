@@ -60,13 +60,19 @@ pub struct KernelConfig {
     pub state_dir: PathBuf,
     /// The client socket's path (informational).
     pub socket: String,
+    /// heddle's cgroup root, from the supervisor: connections from job cgroups below it are refused
+    /// (`peer_check`). `None`: no connection is taken for a job's.
+    pub cgroup_root: Option<PathBuf>,
 }
 
 /// Who is calling: the peer credentials of the connection.
 #[derive(Clone, Copy, Debug)]
 pub struct Client {
     pub uid: u32,
-    pub pid: Option<i32>,
+    /// The connecting process, placed against heddle's cgroup tree at accept ([`Kernel::client_of`]);
+    /// `None` for a caller inside the front. A connection from one of heddle's jobs is refused
+    /// (`peer_check`).
+    pub pid: Option<crate::peer_check::Peer>,
 }
 
 /// A name in the registry.
@@ -97,6 +103,8 @@ pub struct Kernel {
     pub(crate) shutdown: crate::shutdown::Trigger,
     /// Makes each session's next job's output files ahead of its call (`job_files`).
     pub(crate) files: crate::job_files::Maker,
+    /// heddle's cgroup root, to tell connections from its own jobs (`peer_check`).
+    pub(crate) peers: crate::peer_check::Roots,
 }
 
 impl Kernel {
@@ -124,6 +132,7 @@ impl Kernel {
             recorder: crate::records::Recorder::default(),
             shutdown: crate::shutdown::Trigger::default(),
             files: crate::job_files::Maker::start()?,
+            peers: crate::peer_check::Roots::default(),
         });
         crate::retention::start_timer(Arc::downgrade(&kernel))?;
         Ok(kernel)
@@ -168,6 +177,9 @@ impl Kernel {
         params: Value,
         on_job: &dyn Fn(u64),
     ) -> (Result<Box<RawValue>, RpcError>, Option<Arc<Session>>) {
+        if let Err(e) = crate::peer_check::admit(self, client, method, &params) {
+            return (Err(e), None);
+        }
         let session = params.get("session").or_else(|| params.get("name")).and_then(Value::as_str).map(str::to_owned);
         let before = session.as_deref().and_then(|n| self.session(client, n).ok());
         let r = match method {
@@ -239,7 +251,9 @@ impl Kernel {
     /// The session `name` as this client may see it.
     pub(crate) fn session(&self, client: &Client, name: &str) -> Result<Arc<Session>, RpcError> {
         match self.registry().slots.get(name) {
-            Some(Slot::Open(s)) if s.visible_to(client.uid) => Ok(s.clone()),
+            Some(Slot::Open(s)) if s.visible_to(client.uid) || crate::peer_check::own_session(client, s) => {
+                Ok(s.clone())
+            }
             Some(Slot::Opening) => Err(RpcError::new(
                 ErrorKind::UnknownSession,
                 format!("session '{name}' is still being opened; retry when session.open has answered"),

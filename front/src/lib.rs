@@ -18,7 +18,7 @@
 //!
 //! ```no_run
 //! # fn demo(control: std::os::fd::OwnedFd, listener: std::os::unix::net::UnixListener) {
-//! let cfg = front::kernel::KernelConfig { state_dir: "/var/lib/heddle".into(), socket: "/run/heddle/heddle.sock".into() };
+//! let cfg = front::kernel::KernelConfig { state_dir: "/var/lib/heddle".into(), socket: "/run/heddle/heddle.sock".into(), cgroup_root: None };
 //! std::process::exit(front::service::serve(cfg, control, listener).unwrap());
 //! # }
 //! ```
@@ -46,6 +46,7 @@ pub mod linelog;
 pub mod outbox;
 pub mod output_read;
 pub mod output_views;
+pub mod peer_check;
 pub mod prestart;
 pub mod pump;
 pub mod receipts;

@@ -24,6 +24,10 @@ struct Args {
     /// The client socket's path, reported by `describe`.
     #[arg(long)]
     socket: String,
+    /// heddle's cgroup root (the supervisor's): a client whose process runs in a job cgroup below it
+    /// is refused (`front::peer_check`). Without it, no client is taken for a job.
+    #[arg(long)]
+    cgroup_root: Option<PathBuf>,
     /// Output retention: bytes kept per job (raw log and line log each); the oldest go first.
     #[arg(long, env = "HEDDLE_RETAIN_JOB_BYTES", default_value_t = 4 << 30)]
     retain_job_bytes: u64,
@@ -64,6 +68,7 @@ fn run(args: Args) -> anyhow::Result<i32> {
         max_age: std::time::Duration::from_secs(args.retain_age_secs),
     });
     front::prestart::set(args.spares);
-    let cfg = front::kernel::KernelConfig { state_dir: args.state_dir, socket: args.socket };
+    let cfg =
+        front::kernel::KernelConfig { state_dir: args.state_dir, socket: args.socket, cgroup_root: args.cgroup_root };
     Ok(front::service::serve(cfg, control, listen.into())?)
 }

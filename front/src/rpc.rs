@@ -39,6 +39,8 @@ pub enum ErrorKind {
     IdempotencyConflict,
     UnknownReceipt,
     NotPermitted,
+    /// The connection comes from one of heddle's own jobs (`peer_check`).
+    JobPeerRefused,
 }
 
 impl ErrorKind {
@@ -58,6 +60,7 @@ impl ErrorKind {
             ErrorKind::IdempotencyConflict => -32010,
             ErrorKind::UnknownReceipt => -32011,
             ErrorKind::NotPermitted => -32012,
+            ErrorKind::JobPeerRefused => -32013,
         }
     }
 
@@ -77,6 +80,7 @@ impl ErrorKind {
             ErrorKind::IdempotencyConflict => "idempotency_conflict",
             ErrorKind::UnknownReceipt => "unknown_receipt",
             ErrorKind::NotPermitted => "not_permitted",
+            ErrorKind::JobPeerRefused => "job_peer_refused",
         }
     }
 }

@@ -35,6 +35,9 @@ pub struct SandboxRequest {
     pub project: String,
     /// Extra writable roots (absolute), checked by the supervisor against its `--allow-writable`.
     pub writable: Vec<String>,
+    /// May the session's jobs drive heddle (their own session only)? `None`: the profile's `[nested]`.
+    #[serde(default)]
+    pub nested: Option<bool>,
 }
 
 impl SandboxRequest {
@@ -44,6 +47,7 @@ impl SandboxRequest {
         network: Option<bool>,
         project: &str,
         writable: &[String],
+        nested: Option<bool>,
     ) -> Result<SandboxRequest, RpcError> {
         let name = policy.unwrap_or(policies::DEFAULT_PROFILE);
         if let Err(e) = policies::Policy::builtin(name) {
@@ -62,7 +66,13 @@ impl SandboxRequest {
             network,
             project: project.to_owned(),
             writable: writable.to_vec(),
+            nested,
         })
+    }
+
+    /// Whether the session's jobs may drive heddle: the session's choice, else its profile's.
+    pub fn nested(&self) -> bool {
+        self.nested.unwrap_or_else(|| policies::Policy::builtin(&self.policy).is_ok_and(|p| p.nested))
     }
 }
 

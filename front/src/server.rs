@@ -157,7 +157,7 @@ fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io::Re
 
 fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize, conn: u64) {
     let client = match getsockopt(&stream, PeerCredentials) {
-        Ok(c) => Client { uid: c.uid(), pid: Some(c.pid()) },
+        Ok(c) => kernel.client_of(&stream, c),
         Err(e) => {
             eprintln!("heddle-front: dropping a connection without peer credentials: {e}");
             return;

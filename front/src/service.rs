@@ -11,7 +11,7 @@
 //!
 //! ```no_run
 //! # fn demo(control: std::os::fd::OwnedFd, listener: std::os::unix::net::UnixListener) {
-//! let cfg = front::kernel::KernelConfig { state_dir: "/var/lib/heddle".into(), socket: "/run/heddle/heddle.sock".into() };
+//! let cfg = front::kernel::KernelConfig { state_dir: "/var/lib/heddle".into(), socket: "/run/heddle/heddle.sock".into(), cgroup_root: None };
 //! let status = front::service::serve(cfg, control, listener).unwrap();
 //! std::process::exit(status);
 //! # }

@@ -54,6 +54,9 @@ struct Params {
     policy: Option<String>,
     #[serde(default)]
     network: Option<bool>,
+    /// Let the session's jobs drive heddle, their own session only (`peer_check`).
+    #[serde(default)]
+    nested: Option<bool>,
     #[serde(default)]
     persistent: bool,
     /// Extra writable roots, within the server's `--allow-writable` directories.
@@ -81,8 +84,14 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Session
     }
     let env = validate_env("session.open", p.env.as_ref())?;
     let cwd = p.cwd.clone().unwrap_or_else(|| "/".to_owned());
-    let sandbox = SandboxRequest::new(p.policy.as_deref(), p.network, &cwd, p.writable.as_deref().unwrap_or(&[]))?;
-    let gave = p.cwd.is_some() || p.env.is_some() || p.policy.is_some() || p.network.is_some() || p.writable.is_some();
+    let writable = p.writable.as_deref().unwrap_or(&[]);
+    let sandbox = SandboxRequest::new(p.policy.as_deref(), p.network, &cwd, writable, p.nested)?;
+    let gave = p.cwd.is_some()
+        || p.env.is_some()
+        || p.policy.is_some()
+        || p.network.is_some()
+        || p.writable.is_some()
+        || p.nested.is_some();
     match claim(k, client, p.name.as_deref())? {
         Claim::Existing(s) => attach_existing(k, &s, gave || p.limits.is_some()),
         Claim::New(name) => {
@@ -161,7 +170,7 @@ fn claim(k: &Kernel, client: &Client, name: Option<&str>) -> Result<Claim, RpcEr
                 reg.slots.insert(name.to_owned(), Slot::Opening);
                 return Ok(Claim::New(name.to_owned()));
             }
-            Some(Slot::Open(s)) if !s.visible_to(client.uid) => {
+            Some(Slot::Open(s)) if !s.visible_to(client.uid) && !crate::peer_check::own_session(client, s) => {
                 let msg = format!("the session name '{name}' is taken by another user's session; choose another name");
                 return Err(RpcError::new(ErrorKind::SessionOpenFailed, msg));
             }

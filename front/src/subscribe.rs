@@ -218,6 +218,7 @@ pub(crate) fn subscribe(
     id: &RawValue,
     out: &Outbox,
 ) -> Result<(), RpcError> {
+    crate::peer_check::admit(k, client, "subscribe", &params)?;
     let p: SubParams = rpc::params("subscribe", params)?;
     let s = k.session(client, &p.session)?;
     let mut st = s.lock();

@@ -416,6 +416,7 @@ mod tests {
             network: None,
             project: "/".into(),
             writable: Vec::new(),
+            nested: None,
         }
     }
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};

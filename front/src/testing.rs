@@ -335,7 +335,11 @@ impl Harness {
     pub fn with_ring(ring: RegionConfig) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let sup = FakeSupervisor::new(ring);
-        let cfg = KernelConfig { state_dir: dir.path().join("state"), socket: "/tmp/heddle-test.sock".into() };
+        let cfg = KernelConfig {
+            state_dir: dir.path().join("state"),
+            socket: "/tmp/heddle-test.sock".into(),
+            cgroup_root: None,
+        };
         let kernel = Kernel::new(cfg, sup.clone()).unwrap();
         Harness { kernel, sup, client: Client { uid: 1000, pid: None }, dir }
     }

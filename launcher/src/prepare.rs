@@ -76,6 +76,8 @@ pub struct Prepared {
     pub(crate) extra: Option<(OwnedFd, i32)>,
     pub(crate) no_new_privs: bool,
     pub(crate) landlock: Option<OwnedFd>,
+    /// A seccomp program the child stacks on the filters it inherited, just before exec.
+    pub(crate) seccomp: Option<Vec<seccompiler::sock_filter>>,
     /// Clone fork-style even where the vfork-style clone works ([`Prepared::force_fork`]).
     pub(crate) force_fork: bool,
 }
@@ -122,6 +124,7 @@ impl Prepared {
             extra: None,
             no_new_privs: false,
             landlock: None,
+            seccomp: None,
             force_fork: false,
         })
     }
@@ -187,6 +190,16 @@ impl Prepared {
         self.landlock = Some(crate::sys::dup_at_least(ruleset, 4).map_err(PrepareError::Fd)?);
         self.no_new_privs = true;
         Ok(self)
+    }
+
+    /// Stack the seccomp program `prog` on the filters the child inherits, after Landlock and just before
+    /// exec (built before the fork: [`crate::seccomp::build_job_filter`]); implies no_new_privs. A
+    /// program of a few instructions costs little per spawn; the session's large filter belongs in the
+    /// launching process instead ([`crate::seccomp::install`]), where every child inherits it for free.
+    pub fn with_seccomp(mut self, prog: &[seccompiler::sock_filter]) -> Prepared {
+        self.seccomp = Some(prog.to_vec());
+        self.no_new_privs = true;
+        self
     }
 
     /// The program that will be executed.

@@ -101,6 +101,9 @@ pub fn run(cmd: &Command) -> Result<ExitStatus, RunError> {
         if let Some(fd) = &sb.job.fd {
             prepared = prepared.with_landlock(fd.as_fd())?;
         }
+        if let Some(prog) = &sb.job_seccomp {
+            prepared = prepared.with_seccomp(prog);
+        }
     }
     if let Some(dir) = &cmd.cgroup {
         let fd = open_dir(dir).map_err(|source| RunError::Cgroup { path: dir.clone(), source })?;

@@ -3,8 +3,9 @@
 //!
 //! The worker builds one [`Sandbox`] at startup, installs the seccomp program on itself (every job
 //! inherits it), restricts itself with a wider Landlock domain of its own ([`Sandbox::worker_ruleset`]),
-//! and hands the job ruleset to every spawn ([`crate::Prepared::with_landlock`]), whose child calls
-//! `landlock_restrict_self` just before exec. Each job's domain nests inside the worker's, so signal
+//! and hands the job ruleset and the jobs' own small seccomp filter to every spawn
+//! ([`crate::Prepared::with_landlock`], [`crate::Prepared::with_seccomp`]), whose child calls
+//! `landlock_restrict_self` and stacks the filter just before exec. Each job's domain nests inside the worker's, so signal
 //! scoping stops a job signalling its worker, the front, or another session.
 //!
 //! [`Sandbox::refusal`] applies the profile's `landlock.require`: `full` refuses partial enforcement,
@@ -42,6 +43,9 @@ pub struct Sandbox {
     pub job: Ruleset,
     /// The session's seccomp program (install once with [`crate::seccomp::install`]).
     pub seccomp: BpfProgram,
+    /// The jobs' own filter, stacked per job ([`crate::Prepared::with_seccomp`]); see
+    /// [`crate::seccomp::build_job_filter`].
+    pub job_seccomp: Option<BpfProgram>,
 }
 
 impl Sandbox {
@@ -50,7 +54,8 @@ impl Sandbox {
         let roots: Vec<PathBuf> = policy.writable.iter().map(|r| r.path.clone()).collect();
         let job = Ruleset::build(&roots, policy.policy.network)?;
         let seccomp = crate::seccomp::build_filter(&policy.policy)?;
-        Ok(Sandbox { policy: policy.clone(), job, seccomp })
+        let job_seccomp = crate::seccomp::build_job_filter(&policy.policy)?;
+        Ok(Sandbox { policy: policy.clone(), job, seccomp, job_seccomp })
     }
 
     /// The worker's own ruleset: the job's writable roots plus `extra` (its session cgroup subtree).

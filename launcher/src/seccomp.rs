@@ -8,6 +8,14 @@
 //! syscall table a filter keyed on x86_64 numbers would otherwise miss. A syscall of another
 //! architecture (i386 `int 0x80`) fails seccompiler's architecture check, which kills the process.
 //!
+//! New namespaces ([`policies::SeccompPolicy::deny_new_namespaces`]): the session filter refuses
+//! `clone` with any `CLONE_NEW*` flag ([`CLONE_NAMESPACE_FLAGS`]) with `EPERM`. `clone3` takes its flags
+//! in memory, which a seccomp filter cannot read, so it cannot be filtered by flag; and the worker needs
+//! it (`clone3(CLONE_INTO_CGROUP)` places every job). So jobs get a second, tiny filter of their own
+//! ([`build_job_filter`]): `clone3` answers `ENOSYS`, which glibc (posix_spawn, pthread_create), Go and
+//! Rust's std take as "this kernel has no clone3" and fall back to `clone` — filtered by flag above. The
+//! launcher's child stacks it just before `execve` ([`crate::Prepared::with_seccomp`]).
+//!
 //! Installing a filter costs ~325 µs (the kernel pre-evaluates it), so heddle installs it once, in the
 //! worker at startup, and every job inherits it at no cost; `heddle-launch --policy` installs it in
 //! itself before it spawns ([`install`]).
@@ -24,10 +32,24 @@ use seccompiler::{
 };
 use std::collections::BTreeMap;
 
+/// One BPF instruction (the kernel's `struct sock_filter`), as [`BpfProgram`] holds them.
+pub use seccompiler::sock_filter;
+
 /// `ioctl` request that pushes a byte into a terminal's input queue.
 pub const TIOCSTI: u64 = 0x5412;
 /// The x32 ABI's syscall-number bit.
 pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+/// `clone(2)`'s flags that create a namespace. `CLONE_NEWTIME` is not among them: in `clone(2)` its bit
+/// (`0x80`) lies in the exit-signal byte, so only `unshare` and `clone3` can ask for a time namespace.
+pub const CLONE_NAMESPACE_FLAGS: [(&str, u64); 7] = [
+    ("CLONE_NEWNS", libc::CLONE_NEWNS as u64),
+    ("CLONE_NEWCGROUP", libc::CLONE_NEWCGROUP as u64),
+    ("CLONE_NEWUTS", libc::CLONE_NEWUTS as u64),
+    ("CLONE_NEWIPC", libc::CLONE_NEWIPC as u64),
+    ("CLONE_NEWUSER", libc::CLONE_NEWUSER as u64),
+    ("CLONE_NEWPID", libc::CLONE_NEWPID as u64),
+    ("CLONE_NEWNET", libc::CLONE_NEWNET as u64),
+];
 
 /// Errors compiling or installing a filter.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +79,17 @@ pub fn build_filter(policy: &Policy) -> Result<BpfProgram, SeccompError> {
         let cond = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, TIOCSTI).map_err(compile)?;
         rules.insert(libc::SYS_ioctl, vec![SeccompRule::new(vec![cond]).map_err(compile)?]);
     }
+    if policy.seccomp.deny_new_namespaces {
+        // One rule per flag (a rule matches when all its conditions do): `flags & F == F` for any F.
+        // The kernel reads clone's flags as 32 bits, so a Dword comparison sees exactly what it sees.
+        let flag = |f: u64| -> Result<SeccompRule, SeccompError> {
+            let cond =
+                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(f), f).map_err(compile)?;
+            SeccompRule::new(vec![cond]).map_err(compile)
+        };
+        let clone = CLONE_NAMESPACE_FLAGS.iter().map(|&(_, f)| flag(f)).collect::<Result<Vec<_>, _>>()?;
+        rules.insert(libc::SYS_clone, clone);
+    }
     if !policy.network {
         for nr in [libc::SYS_socket, libc::SYS_socketpair] {
             let unix = libc::AF_UNIX as u64;
@@ -75,6 +108,31 @@ pub fn build_filter(policy: &Policy) -> Result<BpfProgram, SeccompError> {
     let mut prog = if policy.seccomp.x32_guard { x32_guard() } else { Vec::new() };
     prog.extend(body);
     Ok(prog)
+}
+
+/// The jobs' own filter, stacked on the session's in the launcher's child just before `execve`:
+/// `clone3` answers `ENOSYS` (see the module doc). `None` when the policy allows new namespaces.
+///
+/// It is a handful of instructions, so installing it per job costs little (the session filter, ~50
+/// rules, is what makes an install expensive), and the kernel's per-syscall action cache skips it for
+/// every syscall but `clone3`.
+pub fn build_job_filter(policy: &Policy) -> Result<Option<BpfProgram>, SeccompError> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err(SeccompError::Arch);
+    }
+    if !policy.seccomp.deny_new_namespaces {
+        return Ok(None);
+    }
+    let compile = SeccompError::Compile;
+    let rules: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3, Vec::new())].into();
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        seccompiler::TargetArch::x86_64,
+    )
+    .map_err(compile)?;
+    Ok(Some(filter.try_into().map_err(compile)?))
 }
 
 /// `if arch == x86_64 && nr >= X32_SYSCALL_BIT { return EPERM }`, falling through to the next program.
@@ -114,6 +172,21 @@ mod tests {
         assert!(prog.len() > 40, "{} instructions", prog.len());
         assert_eq!(prog[3].k, X32_SYSCALL_BIT);
         assert_eq!(prog[4].k, 0x0005_0000 | libc::EPERM as u32);
+    }
+
+    #[test]
+    fn new_namespaces_add_clone_rules_and_a_job_filter_only_when_unshare_is_denied() {
+        let p = Policy::builtin("workspace").unwrap();
+        assert!(p.seccomp.deny_new_namespaces);
+        let job = build_job_filter(&p).unwrap().expect("a job filter");
+        assert!(job.len() < 16, "{} instructions", job.len());
+        assert!(job.iter().any(|i| i.k == libc::SYS_clone3 as u32));
+        assert!(job.iter().any(|i| i.k == 0x0005_0000 | libc::ENOSYS as u32));
+        let mut open = p.clone();
+        open.seccomp.deny.retain(|r| r.name != "unshare");
+        open.seccomp.deny_new_namespaces = false;
+        assert!(build_job_filter(&open).unwrap().is_none());
+        assert!(build_filter(&open).unwrap().len() < build_filter(&p).unwrap().len());
     }
 
     #[test]

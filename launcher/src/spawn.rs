@@ -20,7 +20,7 @@
 
 use crate::prepare::Prepared;
 pub use crate::sys::ExitStatus;
-use crate::sys::{self, ChildPlan, CloneMode, Stage};
+use crate::sys::{self, ChildPlan, CloneMode, SeccompProg, Stage};
 use nix::errno::Errno;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -57,6 +57,10 @@ pub enum LaunchError {
     NoNewPrivs(#[source] io::Error),
     #[error("cannot restrict the job with its Landlock ruleset")]
     Landlock(#[source] io::Error),
+    #[error("cannot install the job's own seccomp filter")]
+    Seccomp(#[source] io::Error),
+    #[error("the job's seccomp filter has {0} instructions, more than the kernel takes")]
+    SeccompTooLong(usize),
 }
 
 /// How a child was created and placed.
@@ -199,6 +203,10 @@ fn first_path(p: &Prepared) -> SpawnPath {
 pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
     let (status_r, status_w) = status_pipe().map_err(LaunchError::StatusPipe)?;
     let max_fd = sys::max_fd();
+    let seccomp = match &p.seccomp {
+        Some(prog) => Some(SeccompProg::new(prog).ok_or(LaunchError::SeccompTooLong(prog.len()))?),
+        None => None,
+    };
     let mut path = first_path(p);
     let mut vfork = clone_style() == CloneStyle::Vfork && path != SpawnPath::LegacyClone && !p.force_fork;
     let mut vfork_refused_on = None;
@@ -209,7 +217,7 @@ pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
                 procs = Some(open_procs(dir.as_fd()).map_err(LaunchError::Cgroup)?);
             }
         }
-        let plan = plan(p, status_w.as_fd(), procs.as_ref().map(|f| f.as_fd()), max_fd);
+        let plan = plan(p, status_w.as_fd(), procs.as_ref().map(|f| f.as_fd()), max_fd, seccomp);
         let mode = match (path, &p.cgroup) {
             (SpawnPath::Clone3IntoCgroup, Some(dir)) => CloneMode::IntoCgroup(dir.as_fd()),
             (SpawnPath::LegacyClone, _) => CloneMode::LegacyClone,
@@ -265,7 +273,13 @@ fn remember(path: SpawnPath, vfork: bool, vfork_refused_on: Option<SpawnPath>) {
     }
 }
 
-fn plan<'a>(p: &'a Prepared, status: BorrowedFd<'a>, procs: Option<BorrowedFd<'a>>, max_fd: i32) -> ChildPlan<'a> {
+fn plan<'a>(
+    p: &'a Prepared,
+    status: BorrowedFd<'a>,
+    procs: Option<BorrowedFd<'a>>,
+    max_fd: i32,
+    seccomp: Option<SeccompProg<'a>>,
+) -> ChildPlan<'a> {
     ChildPlan {
         program: &p.program,
         argv: &p.argv,
@@ -280,6 +294,7 @@ fn plan<'a>(p: &'a Prepared, status: BorrowedFd<'a>, procs: Option<BorrowedFd<'a
         extra: p.extra.as_ref().map(|(fd, target)| (fd.as_fd(), *target)),
         no_new_privs: p.no_new_privs,
         landlock: p.landlock.as_ref().map(|f| f.as_fd()),
+        seccomp,
     }
 }
 
@@ -336,6 +351,7 @@ fn describe_failure(p: &Prepared, f: ChildFailure) -> LaunchError {
         Some(Stage::Exec) => LaunchError::Exec { program: p.program_path.clone(), source },
         Some(Stage::NoNewPrivs) => LaunchError::NoNewPrivs(source),
         Some(Stage::Landlock) => LaunchError::Landlock(source),
+        Some(Stage::Seccomp) => LaunchError::Seccomp(source),
         None => LaunchError::BadStatus(sys::STATUS_LEN),
     }
 }

@@ -63,11 +63,13 @@ pub(crate) enum Stage {
     NoNewPrivs = 5,
     /// `landlock_restrict_self` on the prebuilt ruleset.
     Landlock = 6,
+    /// `seccomp(SECCOMP_SET_MODE_FILTER)` of the job's own filter.
+    Seccomp = 7,
 }
 
 impl Stage {
     pub(crate) fn from_u32(v: u32) -> Option<Stage> {
-        [Stage::Cgroup, Stage::Stdio, Stage::Chdir, Stage::Exec, Stage::NoNewPrivs, Stage::Landlock]
+        [Stage::Cgroup, Stage::Stdio, Stage::Chdir, Stage::Exec, Stage::NoNewPrivs, Stage::Landlock, Stage::Seccomp]
             .into_iter()
             .find(|s| *s as u32 == v)
     }
@@ -97,6 +99,26 @@ pub(crate) struct ChildPlan<'a> {
     pub no_new_privs: bool,
     /// A Landlock ruleset fd (≥ 4, close-on-exec) to restrict the child with just before exec.
     pub landlock: Option<BorrowedFd<'a>>,
+    /// A seccomp program to stack just before exec (no_new_privs is set first).
+    pub seccomp: Option<SeccompProg<'a>>,
+}
+
+/// A seccomp program as `seccomp(SECCOMP_SET_MODE_FILTER)` takes it, borrowing its instructions.
+#[derive(Clone, Copy)]
+pub(crate) struct SeccompProg<'a> {
+    fprog: libc::sock_fprog,
+    _prog: std::marker::PhantomData<&'a [seccompiler::sock_filter]>,
+}
+
+impl<'a> SeccompProg<'a> {
+    /// `None` for a program too long for the kernel's 16-bit length (it would refuse it anyway).
+    pub(crate) fn new(prog: &'a [seccompiler::sock_filter]) -> Option<SeccompProg<'a>> {
+        let len = u16::try_from(prog.len()).ok()?;
+        // seccompiler's `sock_filter` is the kernel's `struct sock_filter` (`#[repr(C)]`, same fields in the
+        // same order as libc's), so the pointer casts between the two; the kernel only reads through it.
+        let filter = prog.as_ptr() as *mut libc::sock_filter;
+        Some(SeccompProg { fprog: libc::sock_fprog { len, filter }, _prog: std::marker::PhantomData })
+    }
 }
 
 /// How to create the child.
@@ -323,10 +345,10 @@ pub(crate) unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
     // 5. Signals: every disposition back to the default, nothing blocked.
     // SAFETY: only raw rt_sigaction / rt_sigprocmask calls on this single-threaded child.
     unsafe { reset_signals() };
-    // 6. Sandbox: no_new_privs, then Landlock on the ruleset built before the fork. seccomp is not
-    //    installed here: the launching process installed the session's filter once (`crate::seccomp`),
-    //    and the child inherited it with the clone, at no cost per job.
-    if plan.no_new_privs || plan.landlock.is_some() {
+    // 6. Sandbox: no_new_privs, then Landlock on the ruleset built before the fork, then the job's own
+    //    small seccomp filter (`clone3` → ENOSYS), stacked on the session's: that one the launching
+    //    process installed once (`crate::seccomp`), and the child inherited it with the clone.
+    if plan.no_new_privs || plan.landlock.is_some() || plan.seccomp.is_some() {
         // SAFETY: prctl with integer arguments only.
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
             // SAFETY: as above.
@@ -338,6 +360,23 @@ pub(crate) unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
         if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ll_slot, 0_u32) } < 0 {
             // SAFETY: as above.
             unsafe { fail(status, Stage::Landlock) }
+        }
+    }
+    if let Some(prog) = &plan.seccomp {
+        const SECCOMP_SET_MODE_FILTER: libc::c_uint = 1;
+        // SAFETY: `prog.fprog` points at instructions borrowed for the spawn (valid in the child's view of
+        // memory, shared or copied); the kernel copies them; no_new_privs was set just above.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                SECCOMP_SET_MODE_FILTER,
+                0 as libc::c_uint,
+                &prog.fprog as *const libc::sock_fprog,
+            )
+        };
+        if r < 0 {
+            // SAFETY: as above.
+            unsafe { fail(status, Stage::Seccomp) }
         }
     }
     // 7. Exec.

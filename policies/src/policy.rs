@@ -38,6 +38,12 @@ pub struct Policy {
     pub network: bool,
     /// Why `network` has its value.
     pub network_reason: String,
+    /// Whether the session's jobs may drive heddle itself over its control socket — and then only
+    /// their own session (`run`, `wait`, `output`, … naming it); when false (the default) the front
+    /// refuses every call from a connection made inside one of heddle's job cgroups.
+    pub nested: bool,
+    /// Why `nested` has its value (empty when the profile has no `[nested]` table).
+    pub nested_reason: String,
     /// cgroup limits for the session.
     pub limits: Limits,
     /// How much Landlock enforcement a job needs before it may run.
@@ -153,6 +159,11 @@ pub struct SeccompPolicy {
     /// Refuse (`EPERM`) any syscall with the x32 bit (`__X32_SYSCALL_BIT`) set.
     pub x32_guard: bool,
     pub x32_reason: String,
+    /// No new namespaces by any call: true when the profile denies `unshare`. Then `clone` with a
+    /// `CLONE_NEW*` flag is refused (`EPERM`) too, and jobs get `ENOSYS` from `clone3` (whose flags
+    /// seccomp cannot read), which the C library takes as "use `clone`". Without it, denying `unshare`
+    /// alone would leave `clone(CLONE_NEWUSER)` open.
+    pub deny_new_namespaces: bool,
 }
 
 /// One denied syscall.

@@ -33,6 +33,9 @@ pub(crate) struct RawProfile {
     pub env: RawEnv,
     pub seccomp: Spanned<RawSeccomp>,
     pub network: Spanned<RawNetwork>,
+    /// `[nested]`: may the session's jobs drive heddle itself? Absent: no.
+    #[serde(default)]
+    pub nested: Option<Spanned<RawNested>>,
     #[serde(default)]
     pub limits: RawLimits,
     pub landlock: Spanned<RawLandlock>,
@@ -110,6 +113,14 @@ pub(crate) struct RawSwitch {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawNetwork {
+    pub allow: bool,
+    pub reason: Reason,
+}
+
+/// The `[nested]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNested {
     pub allow: bool,
     pub reason: Reason,
 }

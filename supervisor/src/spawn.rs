@@ -351,9 +351,12 @@ pub struct FrontSpec<'a> {
     pub listener: BorrowedFd<'a>,
     pub state_dir: &'a Path,
     pub socket: &'a Path,
+    /// heddle's cgroup root: the front refuses clients whose process runs in a job cgroup below it.
+    pub cgroup_root: &'a Path,
 }
 
-/// Start the front: `heddle-front --control-fd 3 --listen-fd 4 --state-dir DIR --socket PATH`.
+/// Start the front: `heddle-front --control-fd 3 --listen-fd 4 --state-dir DIR --socket PATH
+/// --cgroup-root ROOT`.
 pub fn spawn_front(spec: &FrontSpec<'_>) -> Result<Spawned, SpawnError> {
     let args: Vec<OsString> = vec![
         "--control-fd".into(),
@@ -364,6 +367,8 @@ pub fn spawn_front(spec: &FrontSpec<'_>) -> Result<Spawned, SpawnError> {
         spec.state_dir.into(),
         "--socket".into(),
         spec.socket.into(),
+        "--cgroup-root".into(),
+        spec.cgroup_root.into(),
     ];
     let setup = ChildSetup {
         exe: spec.exe,

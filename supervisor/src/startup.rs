@@ -190,6 +190,7 @@ fn start_created(
         user: plan.front_user.clone(),
         state_dir: plan.state_dir.clone(),
         socket: plan.socket.clone(),
+        cgroup_root: root.clone(),
     };
     let front = launcher.spawn(&listener);
     let (front, control) = match front {
@@ -253,6 +254,8 @@ pub struct FrontLauncher {
     pub user: UserInfo,
     pub state_dir: PathBuf,
     pub socket: PathBuf,
+    /// heddle's cgroup root, which the front is told so it can refuse its own jobs as clients.
+    pub cgroup_root: PathBuf,
 }
 
 impl FrontLauncher {
@@ -267,6 +270,7 @@ impl FrontLauncher {
             listener: listener.as_fd(),
             state_dir: &self.state_dir,
             socket: &self.socket,
+            cgroup_root: &self.cgroup_root,
         };
         let front = spawn::spawn_front(&spec).map_err(StartError::Front)?;
         Ok((front, ours))

@@ -180,10 +180,13 @@ impl<C: CgroupOps> Worker<C> {
         Ok((self.confine(p, cgroup)?, fd))
     }
 
-    /// The session's Landlock ruleset and the job's cgroup.
+    /// The session's Landlock ruleset, the jobs' own seccomp filter and the job's cgroup.
     fn confine(&self, mut prepared: Prepared, cgroup: Option<OwnedFd>) -> Result<Prepared, StartError> {
         if let Some(rs) = self.sandbox.as_ref().and_then(|s| s.job_ruleset()) {
             prepared = prepared.with_landlock(rs)?;
+        }
+        if let Some(prog) = self.sandbox.as_ref().and_then(|s| s.job_seccomp()) {
+            prepared = prepared.with_seccomp(prog);
         }
         if let Some(dir) = cgroup {
             prepared = prepared.with_cgroup(dir);

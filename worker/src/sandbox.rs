@@ -113,6 +113,11 @@ impl SessionSandbox {
         self.sandbox.as_ref().and_then(|s| s.job.fd.as_ref()).map(|f| f.as_fd())
     }
 
+    /// The jobs' own seccomp filter (`clone3` → ENOSYS), stacked in each job's child before exec.
+    pub fn job_seccomp(&self) -> Option<&[launcher::seccomp::sock_filter]> {
+        self.sandbox.as_ref().and_then(|s| s.job_seccomp.as_deref())
+    }
+
     /// A sentence explaining a refused write to `path`: which rule, and how to widen it.
     pub fn explain_write(&self, path: &Path) -> String {
         let Some(sb) = &self.sandbox else { return "the session's sandbox is not in force".into() };
@@ -178,6 +183,10 @@ fn fill(info: &mut SandboxInfo, sb: &Sandbox) {
     }
     if sc.x32_guard {
         info.seccomp_denied.push("x32 syscalls".into());
+    }
+    if sc.deny_new_namespaces {
+        info.seccomp_denied.push("clone(CLONE_NEW*)".into());
+        info.seccomp_denied.push("clone3 (ENOSYS in jobs)".into());
     }
     if !sb.policy.policy.network {
         info.seccomp_denied.push("socket(non-AF_UNIX)".into());

@@ -131,6 +131,9 @@ impl<C: CgroupOps> Worker<C> {
         if let Some(dir) = cgroup {
             prepared = prepared.with_cgroup(dir);
         }
+        if let Some(prog) = self.sandbox.as_ref().and_then(|s| s.job_seccomp()) {
+            prepared = prepared.with_seccomp(prog);
+        }
         let child = launcher::spawn(&prepared)?;
         drop(prepared);
         Ok(Shell { child, ctl, out: out_r, err: err_r, state: state_r })

@@ -92,6 +92,10 @@ pub(crate) fn validate(file: &str, text: &str, raw: &RawProfile) -> Result<Polic
     let env = env::env(&src, &raw.env)?;
     let seccomp = seccomp::seccomp(&src, &raw.seccomp)?;
     let network_reason = src.reason(raw.network.span(), "network", &raw.network.get_ref().reason)?;
+    let (nested, nested_reason) = match &raw.nested {
+        Some(n) => (n.get_ref().allow, src.reason(n.span(), "nested", &n.get_ref().reason)?),
+        None => (false, String::new()),
+    };
     let limits = limits::limits(&src, &raw.limits)?;
     let (landlock, landlock_reason) = landlock(&src, &raw.landlock)?;
     let guards = guards::guards(&src, &raw.guards)?;
@@ -104,6 +108,8 @@ pub(crate) fn validate(file: &str, text: &str, raw: &RawProfile) -> Result<Polic
         seccomp,
         network: raw.network.get_ref().allow,
         network_reason,
+        nested,
+        nested_reason,
         limits,
         landlock,
         landlock_reason,
@@ -212,6 +218,15 @@ mod tests {
         let err = crate::Policy::from_toml("t.toml", &text).unwrap_err();
         assert_eq!(err.problem(), Some(&Problem::EmptyReason));
         assert_eq!(err.location().unwrap().key, "network.reason");
+    }
+
+    #[test]
+    fn nested_defaults_to_refused_and_a_grant_needs_a_reason() {
+        assert!(!with("").unwrap().nested);
+        let p = with("\n[nested]\nallow = true\nreason = \"an orchestrator job runs sub-jobs\"\n").unwrap();
+        assert_eq!((p.nested, p.nested_reason.as_str()), (true, "an orchestrator job runs sub-jobs"));
+        let (problem, _, key) = fails("\n[nested]\nallow = true\n");
+        assert_eq!((problem, key.as_str()), (Problem::MissingReason, "nested"));
     }
 
     #[test]

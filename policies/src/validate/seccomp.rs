@@ -3,7 +3,8 @@
 //! Invariants after this step: every denied syscall is in [`crate::syscalls::TABLE`] and denied
 //! once across all groups; group names are unique names; the ptrace family is only controlled by
 //! the `seccomp.ptrace` switch, whose denial adds it to the flat deny list (group `ptrace`); every
-//! group and switch carries a reason.
+//! group and switch carries a reason; denying `unshare` denies new namespaces by every call
+//! ([`SeccompPolicy::deny_new_namespaces`]).
 //!
 //! ```text
 //! [[seccomp.deny]]
@@ -50,7 +51,17 @@ pub(super) fn seccomp(src: &Src<'_>, raw: &Spanned<RawSeccomp>) -> Result<Seccom
             deny.push(SyscallRule { name, nr, group: "ptrace".into(), reason: ptrace_reason.clone() });
         }
     }
-    Ok(SeccompPolicy { deny, deny_ptrace, ptrace_reason, deny_tiocsti, tiocsti_reason, x32_guard, x32_reason })
+    let deny_new_namespaces = deny.iter().any(|r| r.name == "unshare");
+    Ok(SeccompPolicy {
+        deny,
+        deny_ptrace,
+        ptrace_reason,
+        deny_tiocsti,
+        tiocsti_reason,
+        x32_guard,
+        x32_reason,
+        deny_new_namespaces,
+    })
 }
 
 /// The syscalls of one group, each known, not ptrace-family, and not denied before.
@@ -114,6 +125,8 @@ mod tests {
         );
         assert_eq!(p.seccomp.deny[0].nr, libc::SYS_unshare);
         assert!(p.seccomp.deny_ptrace && p.seccomp.deny_tiocsti && p.seccomp.x32_guard);
+        assert!(p.seccomp.deny_new_namespaces, "denying unshare denies clone's namespace flags too");
+        assert!(!with(&group("misc", "\"setns\"")).unwrap().seccomp.deny_new_namespaces);
         let allowed = MINIMAL.replacen("[seccomp.ptrace]\ndeny = true", "[seccomp.ptrace]\ndeny = false", 1);
         let p = crate::Policy::from_toml("t.toml", &allowed).unwrap();
         assert!(!p.seccomp.deny_ptrace && p.seccomp.deny.is_empty());
