@@ -264,6 +264,8 @@ mod tests {
             seccomp_installed: true,
             worker_confined: true,
             tmp: "/t".into(),
+            home: "/h".into(),
+            home_made: false,
             refusal: None,
         }
     }

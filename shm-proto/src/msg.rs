@@ -132,6 +132,10 @@ pub struct SandboxInfo {
     pub worker_confined: bool,
     /// The session's temp dir (TMPDIR of jobs).
     pub tmp: String,
+    /// HOME of jobs, and whether heddle made it for the uid (then the whole of it is a writable root;
+    /// otherwise only the profile's `{home}/…` caches are).
+    pub home: String,
+    pub home_made: bool,
     /// Why jobs are refused, when they are (Landlock requirement not met, sandbox could not be built).
     pub refusal: Option<String>,
 }

@@ -154,7 +154,17 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                 return Err(OpenError::Tmp(e));
             }
         };
-        let spec = WorkerSpec { session: id, cgroup: dir, user, fds: fds.ordered(), v1: &v1, policy, tmp: &tmp };
+        let (user, own_home) = match self.procs.home_for(user) {
+            Ok(h) => h,
+            Err(e) => {
+                crate::limits::remove_dirs(&v1);
+                let _ = self.procs.remove_tmp(&tmp);
+                return Err(OpenError::Tmp(e));
+            }
+        };
+        let user = &user;
+        let spec =
+            WorkerSpec { session: id, cgroup: dir, user, fds: fds.ordered(), v1: &v1, policy, tmp: &tmp, own_home };
         let spawned = match self.procs.spawn_worker(&spec) {
             Ok(s) => s,
             Err(e) => {

@@ -58,6 +58,8 @@ pub struct WorkerSpec<'a> {
     pub policy: &'a crate::session::WorkerPolicy,
     /// The session's temp dir (`--tmp`).
     pub tmp: &'a Path,
+    /// `user.home` is a home heddle made for the uid (`--own-home`): the worker makes it writable.
+    pub own_home: bool,
 }
 
 /// Starting and reaping workers.
@@ -71,6 +73,11 @@ pub trait ProcessOps {
     fn make_tmp(&self, id: &str, user: &UserInfo) -> io::Result<PathBuf>;
     /// Remove a session's temp dir and everything in it.
     fn remove_tmp(&self, dir: &Path) -> io::Result<()>;
+    /// The home directory `user`'s jobs get: their passwd home when it is a directory they own, else a
+    /// home heddle makes for the uid (true: made by heddle, so the whole of it is a writable root).
+    fn home_for(&self, user: &UserInfo) -> io::Result<(UserInfo, bool)> {
+        Ok((user.clone(), false))
+    }
     /// Right after a job was kept: hold duplicates of the read ends of its output pipes (see
     /// `kept_output`), so they outlive the worker.
     fn hold_kept_pipes(
@@ -103,6 +110,16 @@ pub fn tmp_root(cgroup_root: &Path) -> PathBuf {
     let base = std::env::var_os("TMPDIR").filter(|v| !v.is_empty()).unwrap_or_else(|| "/tmp".into());
     let name = cgroup_root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "root".into());
     PathBuf::from(base).join(format!("heddle-sessions-{name}"))
+}
+
+/// Where the homes heddle makes live, beside the session temp dirs: `…/heddle-homes-<cgroup root name>`
+/// (root-owned, 0711), one `<uid>` directory (0700, owned by the uid) per job uid. They outlive sessions
+/// (tool caches persist across a uid's sessions) and supervisor restarts.
+pub fn homes_root(tmp_root: &Path) -> PathBuf {
+    let name = tmp_root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name =
+        name.strip_prefix("heddle-sessions-").map_or_else(|| format!("{name}-homes"), |r| format!("heddle-homes-{r}"));
+    tmp_root.with_file_name(name)
 }
 
 /// Remove the session temp dirs an earlier supervisor on the same root left (it died without closing
@@ -176,6 +193,37 @@ impl ProcessOps for RealProcesses {
 
     fn remove_tmp(&self, dir: &Path) -> io::Result<()> {
         std::fs::remove_dir_all(dir)
+    }
+
+    fn home_for(&self, user: &UserInfo) -> io::Result<(UserInfo, bool)> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        let owned = std::fs::symlink_metadata(&user.home).is_ok_and(|m| m.is_dir() && m.uid() == user.uid);
+        if owned && user.home != Path::new("/") {
+            return Ok((user.clone(), false));
+        }
+        let root = homes_root(&self.tmp_root);
+        match std::fs::DirBuilder::new().mode(0o711).create(&root) {
+            Ok(()) => std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let root_meta = std::fs::symlink_metadata(&root)?;
+        if !root_meta.is_dir() || root_meta.uid() != 0 {
+            return Err(io::Error::other(format!("{} is not a directory owned by root", root.display())));
+        }
+        let home = root.join(user.uid.to_string());
+        match std::fs::DirBuilder::new().mode(0o700).create(&home) {
+            Ok(()) => std::os::unix::fs::chown(&home, Some(user.uid), Some(user.gid))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        // Made by us under a root-owned 0711 directory: a symlink or a directory another uid owns in its
+        // place means something else wrote there, and is not handed to the jobs.
+        let meta = std::fs::symlink_metadata(&home)?;
+        if !meta.is_dir() || meta.uid() != user.uid {
+            return Err(io::Error::other(format!("{} is not a directory owned by uid {}", home.display(), user.uid)));
+        }
+        Ok((UserInfo { home, ..user.clone() }, true))
     }
 
     fn hold_kept_pipes(
@@ -266,6 +314,9 @@ fn worker_args(spec: &WorkerSpec<'_>) -> Vec<OsString> {
     args.push(tmp);
     if let Some(n) = spec.policy.network {
         args.push(format!("--network={n}").into());
+    }
+    if spec.own_home {
+        args.push("--own-home".into());
     }
     for (flag, dirs) in [("--writable=", &spec.policy.writable), ("--allow-writable=", &spec.policy.allow_writable)] {
         for dir in dirs {

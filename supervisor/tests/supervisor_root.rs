@@ -169,8 +169,10 @@ impl Drop for Fixture {
             let _ = std::fs::remove_dir(&self.root);
         }
         // The v1 memory/pids directories the supervisor makes on hybrid hosts, named after our root: a
-        // supervisor killed above never removed them.
+        // supervisor killed above never removed them; and the homes it made for job uids.
         if let Some(name) = self.root.file_name() {
+            let _ =
+                std::fs::remove_dir_all(std::env::temp_dir().join(format!("heddle-homes-{}", name.to_string_lossy())));
             for c in ["memory", "pids"] {
                 remove_tree(&Path::new("/sys/fs/cgroup").join(c).join(name));
             }
@@ -241,7 +243,9 @@ fn session_lifecycle_drops_privileges_places_and_kills() {
     assert_eq!(field(&opened, "env"), "HOME,LANG,LOGNAME,PATH,USER", "{opened}");
     let base = std::env::var("TMPDIR").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "/tmp".into());
     let tmp = format!("{base}/heddle-sessions-{}/demo", fx.root.file_name().unwrap().to_string_lossy());
-    let args = format!("--session,demo,--cgroup,{},--policy=workspace,--project=/,--tmp={tmp}", dir.display());
+    // nobody's passwd home is /nonexistent: the supervisor made one, and says so (`--own-home`).
+    let args =
+        format!("--session,demo,--cgroup,{},--policy=workspace,--project=/,--tmp={tmp},--own-home", dir.display());
     assert_eq!(field(&opened, "args"), args, "{opened}");
     assert_eq!(field(&opened, "jobs"), "2", "{opened}");
     let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.join("cgroup.procs")).unwrap());

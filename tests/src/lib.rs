@@ -170,6 +170,9 @@ impl Drop for Heddle {
         remove_cgroup_tree(&self.cgroup_root);
         // The v1 memory/pids directories the supervisor makes on hybrid hosts, named after our root.
         if let Some(name) = self.cgroup_root.file_name() {
+            // The homes it made for job uids without one (they outlive a server by design).
+            let homes = std::env::temp_dir().join(format!("heddle-homes-{}", name.to_string_lossy()));
+            let _ = std::fs::remove_dir_all(homes);
             for c in ["memory", "pids"] {
                 rmdir_tree(&Path::new("/sys/fs/cgroup").join(c).join(name));
             }

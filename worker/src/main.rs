@@ -31,6 +31,9 @@ struct Args {
     /// The session's temp dir (`{session_tmp}`, TMPDIR of jobs).
     #[arg(long, value_name = "DIR", default_value = "/tmp")]
     tmp: PathBuf,
+    /// HOME is a home heddle made for this uid: the whole of it is a writable root.
+    #[arg(long)]
+    own_home: bool,
     /// An extra writable root the session asked for (repeatable).
     #[arg(long, value_name = "DIR")]
     writable: Vec<PathBuf>,
@@ -59,6 +62,7 @@ fn main() -> anyhow::Result<()> {
         home: home.unwrap_or_else(|| "/".into()),
         writable: args.writable,
         allow_writable: args.allow_writable,
+        own_home: args.own_home,
     };
     let mut sandbox = SessionSandbox::build(&sb_args);
     settings.startup_warnings.extend(sandbox.enter(&args.cgroup));

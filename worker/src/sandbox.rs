@@ -39,6 +39,8 @@ pub struct SandboxArgs {
     pub writable: Vec<PathBuf>,
     /// The server's allowance for them, checked again here after the supervisor's check.
     pub allow_writable: Vec<PathBuf>,
+    /// `home` was made by heddle for this uid: it is a writable root as a whole.
+    pub own_home: bool,
 }
 
 /// The session's sandbox and its report.
@@ -66,6 +68,8 @@ impl SessionSandbox {
             seccomp_installed: false,
             worker_confined: false,
             tmp: args.tmp.display().to_string(),
+            home: args.home.display().to_string(),
+            home_made: args.own_home,
             refusal: None,
         };
         match build(args) {
@@ -146,7 +150,12 @@ fn build(args: &SandboxArgs) -> Result<Sandbox, String> {
     if let Some(n) = args.network {
         policy = policy.with_network(n);
     }
-    let extra = policies::extra::check_extra(&args.writable, &args.allow_writable).map_err(|e| e.to_string())?;
+    let mut extra = policies::extra::check_extra(&args.writable, &args.allow_writable).map_err(|e| e.to_string())?;
+    if args.own_home {
+        // A home the supervisor made for this uid (its passwd home is missing or not its own): tools
+        // write their caches and configuration there (`~/.cargo`, `~/.npm`, `~/.gitconfig`).
+        extra.push(args.home.clone());
+    }
     let ctx = ResolveCtx::new(&args.project, &args.tmp, &args.home).with_git_dirs().with_extra(extra);
     let resolved = policy.resolve(&ctx).map_err(|e| format!("the policy cannot be applied: {e}"))?;
     Sandbox::build(&resolved).map_err(|e| crate::emit::error_chain(&e))
