@@ -228,7 +228,7 @@ impl Job {
             cpu_ms: probe.map(|p| p.cpu_usec as f64 / 1000.0),
             procs: probe.map(|p| p.procs),
             busy_pid: probe.map(|p| p.pid),
-            busy_cmdline: probe.map(|p| p.cmdline.clone()),
+            busy_cmdline: probe.map(|p| crate::results::redacted(&p.cmdline)),
             proc_state: probe.map(|p| p.state.clone()),
             wchan: probe.map(|p| p.wchan.clone()),
             activity: probe.map(|p| p.activity.clone()),
@@ -521,7 +521,7 @@ impl Job {
         JobResult {
             session: session.to_owned(),
             job: self.id,
-            cmd: self.cmd.clone(),
+            cmd: crate::results::redacted(&self.cmd),
             state: self.state,
             exit_code: self.exit_code,
             signal: self.signal,
@@ -533,7 +533,7 @@ impl Job {
             liveness,
             survivors: self.survivors(),
             settled: self.settled() && self.cgroup_settled(),
-            note: join_notes(notes),
+            note: join_notes(notes).map(|n| crate::results::redacted(&n)),
             announcements: Vec::new(),
             state_note: self.shell.note.clone(),
             state_changes: self.shell.changes.clone(),
@@ -555,7 +555,7 @@ impl Job {
         self.shell.conflict_unannounced = false;
         Announcement {
             job: self.id,
-            cmd: self.cmd.clone(),
+            cmd: crate::results::redacted(&self.cmd),
             state: self.state,
             exit_code: self.exit_code,
             signal: self.signal,
@@ -585,7 +585,7 @@ impl Job {
         let started_ns = self.started.map_or(self.submitted_unix_ns, |s| s.1);
         JobSummary {
             job: self.id,
-            cmd: self.cmd.clone(),
+            cmd: crate::results::redacted(&self.cmd),
             state: self.state,
             exit_code: self.exit_code,
             signal: self.signal,

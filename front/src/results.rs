@@ -90,14 +90,29 @@ pub struct Survivor {
 
 impl From<&shm_proto::control::ProcInfo> for Survivor {
     fn from(p: &shm_proto::control::ProcInfo) -> Self {
-        Survivor { pid: p.pid, cmdline: p.cmdline.clone(), age_ms: None, cpu_ms: None }
+        Survivor { pid: p.pid, cmdline: redacted(&p.cmdline), age_ms: None, cpu_ms: None }
     }
 }
 
 impl From<&shm_proto::msg::ProcStat> for Survivor {
     fn from(p: &shm_proto::msg::ProcStat) -> Self {
-        Survivor { pid: p.pid, cmdline: p.cmdline.clone(), age_ms: Some(p.age_ms), cpu_ms: Some(p.cpu_ms) }
+        Survivor { pid: p.pid, cmdline: redacted(&p.cmdline), age_ms: Some(p.age_ms), cpu_ms: Some(p.cpu_ms) }
     }
+}
+
+/// Model-facing text that did not come through the output renderer (a process's command line, a
+/// note, a command): secret-shaped strings redacted, line by line, as in the view.
+pub fn redacted(text: &str) -> String {
+    let r = policies::redaction::Redactor::builtin();
+    let mut st = policies::redaction::BlockState::default();
+    let mut out = String::with_capacity(text.len());
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&r.redact_line(&mut st, line));
+    }
+    out
 }
 
 /// A job that ended and had not been reported, told once.

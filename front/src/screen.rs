@@ -20,6 +20,7 @@
 //! assert_eq!(s.take_committed(), ["100% done"]);
 //! ```
 
+use policies::redaction::Redactor;
 use std::collections::VecDeque;
 
 /// Lines kept open for cursor-up redraws once a stream has used them.
@@ -29,21 +30,93 @@ pub const HOLD: usize = 8;
 /// Characters kept per line; the rest are counted and shown as a suffix.
 pub const MAX_CHARS: usize = 8192;
 
+/// Characters past [`MAX_CHARS`] kept (not shown) so that a secret straddling the cut is still recognised.
+const OVERFLOW_SCAN: usize = 512;
+/// Lines shorter than this hold no secret the redactor knows (its shortest shapes are longer).
+const MIN_SECRET: usize = 10;
+
 #[derive(Debug, Default)]
 struct Line {
     chars: Vec<char>,
     dropped: u64,
+    /// Per cell, the placeholder of a secret the cell held when the line was about to be overwritten
+    /// (empty: none). A `\r` or cursor move followed by shorter text (a progress-style rewrite) leaves the
+    /// rest of a secret on screen without the prefix that made it recognisable: those cells stay marked
+    /// until they are overwritten themselves, and render as the placeholder.
+    secret: Vec<Option<&'static str>>,
+    /// Written since the last scan for secrets.
+    dirty: bool,
+    /// The first [`OVERFLOW_SCAN`] characters cut off past [`MAX_CHARS`].
+    overflow: String,
 }
 
 impl Line {
+    /// Before an overwrite: mark the cells of every secret the line holds now.
+    fn scan(&mut self) {
+        self.dirty = false;
+        if self.chars.len() < MIN_SECRET {
+            return;
+        }
+        let text: String = self.chars.iter().collect();
+        let spans = Redactor::builtin().secret_spans(&text);
+        if !spans.is_empty() {
+            self.secret.resize(self.chars.len(), None);
+            mark(&mut self.secret, &text, &spans);
+        }
+    }
+
+    /// The cell at `col` gets new text: it no longer holds a secret.
+    fn overwritten(&mut self, col: usize) {
+        if let Some(cell) = self.secret.get_mut(col) {
+            *cell = None;
+        }
+    }
+
     fn text(&self) -> String {
-        let mut s: String = self.chars.iter().collect();
+        let mut mask = std::borrow::Cow::Borrowed(&self.secret);
+        if self.dropped > 0 && self.chars.len() + self.overflow.len() >= MIN_SECRET {
+            // The line was cut: look at the cut-off start too, so a secret straddling the cut is hidden.
+            let joined: String = self.chars.iter().copied().chain(self.overflow.chars()).collect();
+            let spans = Redactor::builtin().secret_spans(&joined);
+            if !spans.is_empty() {
+                let m = mask.to_mut();
+                m.resize(self.chars.len() + self.overflow.chars().count(), None);
+                mark(m, &joined, &spans);
+                m.truncate(self.chars.len());
+            }
+        }
+        let mut s = String::with_capacity(self.chars.len());
+        let mut last: Option<&str> = None;
+        for (i, c) in self.chars.iter().enumerate() {
+            match mask.get(i).copied().flatten() {
+                Some(ph) if last == Some(ph) => {}
+                Some(ph) => {
+                    s.push_str(&format!("[redacted:{ph}]"));
+                    last = Some(ph);
+                }
+                None => {
+                    s.push(*c);
+                    last = None;
+                }
+            }
+        }
         let trimmed = s.trim_end_matches(' ').len();
         s.truncate(trimmed);
         if self.dropped > 0 {
             s.push_str(&format!(" … [{} more characters on this line; see the raw output]", self.dropped));
         }
         s
+    }
+}
+
+/// Mark the cells (characters of `text`) that `spans` (byte ranges of `text`) cover.
+fn mark(cells: &mut [Option<&'static str>], text: &str, spans: &[(std::ops::Range<usize>, &'static str)]) {
+    let starts: Vec<usize> = text.char_indices().map(|(b, _)| b).collect();
+    for (range, ph) in spans {
+        let (a, z) = (starts.partition_point(|&b| b < range.start), starts.partition_point(|&b| b < range.end));
+        for cell in cells.iter_mut().take(z).skip(a) {
+            *cell = Some(ph);
+        }
     }
 }
 
@@ -79,13 +152,21 @@ impl Term {
     fn put(&mut self, c: char) {
         let line = &mut self.lines[self.row];
         if self.col < line.chars.len() {
+            if line.dirty {
+                line.scan();
+            }
+            line.overwritten(self.col);
             line.chars[self.col] = c;
         } else if self.col < MAX_CHARS {
             line.chars.resize(self.col, ' ');
             line.chars.push(c);
         } else {
             line.dropped += 1;
+            if line.overflow.len() < OVERFLOW_SCAN {
+                line.overflow.push(c);
+            }
         }
+        line.dirty = true;
         self.col += 1;
     }
 
@@ -117,12 +198,20 @@ impl Term {
     fn erase_line(&mut self, mode: u16) {
         let col = self.col;
         let line = &mut self.lines[self.row];
+        if line.dirty && mode < 2 {
+            line.scan(); // a secret erased in part must not show its rest
+        }
         match mode {
             0 => {
                 line.chars.truncate(col);
+                line.secret.truncate(col);
                 line.dropped = 0;
+                line.overflow.clear();
             }
-            1 => line.chars.iter_mut().take(col + 1).for_each(|c| *c = ' '),
+            1 => {
+                line.chars.iter_mut().take(col + 1).for_each(|c| *c = ' ');
+                line.secret.iter_mut().take(col + 1).for_each(|c| *c = None);
+            }
             _ => *line = Line::default(),
         }
     }
@@ -143,6 +232,9 @@ impl Term {
         }
         line.chars.extend(seg[..take].iter().map(|&b| char::from(b)));
         line.dropped += (seg.len() - take) as u64;
+        let room = OVERFLOW_SCAN.saturating_sub(line.overflow.len()).min(seg.len() - take);
+        line.overflow.extend(seg[take..take + room].iter().map(|&b| char::from(b)));
+        line.dirty = true;
         self.col += seg.len();
     }
 
@@ -399,6 +491,29 @@ mod tests {
         s.finish();
         assert_eq!(s.take_committed().len(), HOLD);
         assert!(s.open_lines().is_empty());
+    }
+
+    #[test]
+    fn a_secret_whose_prefix_a_carriage_return_overwrote_stays_redacted() {
+        let token = "ghp_0123456789abcdefghijABCDEFGHIJ0123456789";
+        let out = render(&[format!("{token}\rXXXX\n").as_bytes()]);
+        assert_eq!(out, ["XXXX[redacted:github-token]"]);
+        let out = render(&[format!("key {token}\x1b[40D\x1b[K done\n").as_bytes()]);
+        assert!(!out[0].contains("0123456789abcdefghij"), "{out:?}");
+        let out = render(&[b"50% \r100% done\n"]);
+        assert_eq!(out, ["100% done"], "plain progress lines are untouched");
+    }
+
+    #[test]
+    fn a_secret_straddling_the_line_cut_is_redacted() {
+        let token = "ghp_0123456789abcdefghijABCDEFGHIJ0123456789";
+        for through_parser in [false, true] {
+            let line = format!("{} {token} tail\n", "x".repeat(MAX_CHARS - 10));
+            let out =
+                if !through_parser { render(&[line.as_bytes()]) } else { render(&[format!("é{line}").as_bytes()]) };
+            assert!(!out[0].contains("ghp_01234"), "{}", &out[0][out[0].len() - 120..]);
+            assert!(out[0].contains("[redacted:github-token] … ["), "{}", &out[0][out[0].len() - 120..]);
+        }
     }
 
     #[test]

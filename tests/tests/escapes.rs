@@ -70,3 +70,92 @@ fn session_state_never_shows_in_a_command_line_or_environment() {
     c.call("kill", json!({"session": s, "job": r["job"]})).unwrap();
     assert_eq!(run_ok(&mut c, &s, "echo $SECRET_X; canary_fn"), "canary123\ncanary-fn-body\n", "still carried");
 }
+
+/// Secrets a job prints in shapes the screen used to miss; each entry: (what, the text that must never
+/// reach a model-facing answer).
+fn printed_secrets() -> (String, Vec<(&'static str, String)>) {
+    let gh = format!("ghp_{}", "aB3dE5fG7h".repeat(4));
+    let cut = format!("ghp_{}", "Mn3Bv5Cx7Z".repeat(4));
+    let aws = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+    let script = [
+        "echo POSTGRES_PASSWORD=Xk9mQ2vL7pR4zTq".to_owned(),
+        "echo GITHUB_TOKEN=Zq8Wm3Lp0Rt6Yu2Io9Pa".to_owned(),
+        "echo '  DB_PASSWORD: Hn4Vb7Kc1Xs9Df'".to_owned(),
+        format!("echo '    \"SecretAccessKey\": \"{aws}\",'"),
+        format!("echo '{gh}_x'"),
+        format!("printf '%s\\rXXXX\\n' '{gh}'"),
+        format!("printf '%s {cut} after the cut\\n' \"$(printf '%8184s' '' | tr ' ' y)\""),
+        "echo \"cp: cannot open '/etc/passwd': Operation not permitted\"".to_owned(),
+    ]
+    .join("; ");
+    let secrets = vec![
+        ("a prefixed password name", "Xk9mQ2vL7pR4zTq".to_owned()),
+        ("a prefixed token name", "Zq8Wm3Lp0Rt6Yu2Io9Pa".to_owned()),
+        ("a YAML password", "Hn4Vb7Kc1Xs9Df".to_owned()),
+        ("AWS CLI JSON", aws.to_owned()),
+        ("a ghp_ token, also after a \\r rewrote its prefix", "aB3dE5fG7haB3dE5".to_owned()),
+        ("a token cut at 8,192 characters", "ghp_Mn3".to_owned()),
+    ];
+    (script, secrets)
+}
+
+fn assert_hidden(what: &str, answer: &serde_json::Value, secrets: &[(&str, String)]) {
+    let text = answer.to_string();
+    for (shape, s) in secrets {
+        assert!(!text.contains(s.as_str()), "{what} shows {shape} ({s}): {text}");
+    }
+}
+
+#[test]
+fn secrets_never_reach_a_model_facing_answer() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let (script, secrets) = printed_secrets();
+    // A survivor whose command line holds a token (it outlives the job's main process).
+    let survivor = "(exec -a 'deploy --password=Pw7Rt2Yk9Lm4Qz GITHUB_TOKEN=Zq8Wm3Lp0Rt6Yu2Io9Pa' sleep 30) & ";
+    let r = c.call("run", json!({"session": s, "cmd": format!("{survivor}{script}"), "yield_ms": 20_000})).unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let job = r["job"].clone();
+    // The job printed every secret: the raw bytes (the one explicit way to them) hold them all.
+    let raw = c.call("output", json!({"session": s, "job": job, "raw": {"offset": 0, "unredacted": true}})).unwrap();
+    for (shape, secret) in &secrets {
+        assert!(raw["data"].as_str().unwrap().contains(secret.as_str()), "the job printed {shape}: {raw}");
+    }
+    let survivors = r["survivors"].as_array().unwrap();
+    assert!(survivors.iter().any(|p| p["cmdline"].as_str().unwrap().contains("deploy --password=")), "{r}");
+    let mut all = secrets.clone();
+    all.push(("a survivor's command line", "Pw7Rt2Yk9Lm4Qz".to_owned()));
+    assert_hidden("run's result", &r, &all);
+    let view = r["view"].as_str().unwrap();
+    assert!(view.contains("cp: cannot open '/etc/passwd': Operation not permitted"), "no false positive: {view}");
+    assert!(view.contains("XXXX[redacted:github-token]"), "the rewritten line: {view}");
+    for params in [
+        json!({"tail": 20}),
+        json!({"lines": [1, 20]}),
+        json!({"grep": {"pattern": "PASSWORD|Secret|ghp|XXXX|cut"}}),
+        json!({"errors": true}),
+    ] {
+        let mut p = json!({"session": s, "job": job});
+        p.as_object_mut().unwrap().extend(params.as_object().unwrap().clone());
+        let v = c.call("output", p.clone()).unwrap();
+        assert_hidden(&format!("output {params}"), &v, &all);
+    }
+    // No view: never the raw bytes by default.
+    let e = c.call("output", json!({"session": s, "job": job})).unwrap_err();
+    assert_eq!(e.code(), Some(-32602), "{e:?}");
+    let legacy = c.call("output", json!({"session": s, "job": job, "unredacted": true})).unwrap();
+    assert_eq!(legacy["unredacted"], true, "{legacy}");
+    // An announcement's last lines and command, and a job's liveness while it runs.
+    let bg = c.call("run", json!({"session": s, "cmd": format!("sleep 0.5; {script}"), "yield_ms": 0})).unwrap();
+    assert_eq!(bg["state"], "running", "{bg}");
+    assert_hidden("a running job's result", &bg, &all);
+    let announced = eventually(Duration::from_secs(20), || {
+        let j = c.call("jobs", json!({"session": s})).unwrap();
+        assert_hidden("jobs", &j, &all);
+        j["announcements"].as_array().is_some_and(|a| !a.is_empty())
+    });
+    assert!(announced, "the background job was announced");
+    let closed = c.call("session.close", json!({"session": s})).unwrap();
+    assert_hidden("session.close", &closed, &all);
+}
