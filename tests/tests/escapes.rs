@@ -5,6 +5,7 @@
 use heddle_tests::{eventually, job_cgroup, pids_of, run_ok, Heddle};
 use serde_json::json;
 use std::collections::BTreeSet;
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 /// Every process heddle made: the descendants of `heddle up` (supervisor, front, workers, jobs) and every
@@ -158,4 +159,71 @@ fn secrets_never_reach_a_model_facing_answer() {
     assert!(announced, "the background job was announced");
     let closed = c.call("session.close", json!({"session": s})).unwrap();
     assert_hidden("session.close", &closed, &all);
+}
+
+/// `heddle --json ARGS` against `h` as uid/gid 65534 (nobody/nogroup): (succeeded, stdout + stderr).
+fn as_nobody(h: &Heddle, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
+        .arg("--socket")
+        .arg(&h.socket)
+        .arg("--json")
+        .args(args)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+#[test]
+fn another_uids_session_name_reveals_nothing_at_open() {
+    let h = Heddle::start_with(&["--socket-group", "65534"]);
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "mine", "cwd": h.project})).unwrap();
+    let (ok, said) = as_nobody(&h, &["describe"]);
+    assert!(ok, "nobody is in the socket's group and reaches the front: {said}");
+    let (ok, said) = as_nobody(&h, &["call", "session.open", r#"{"name": "theirs", "cwd": "/tmp"}"#]);
+    assert!(ok && said.contains("\"theirs\""), "nobody opens a session of its own: {said}");
+    let (ok, said) = as_nobody(&h, &["call", "session.open", r#"{"name": "mine", "cwd": "/tmp"}"#]);
+    assert!(!ok, "{said}");
+    assert!(said.contains("-32005") && said.contains("not available"), "session_open_failed: {said}");
+    for leak in ["another user", "taken", "owner", "uid"] {
+        assert!(!said.to_lowercase().contains(leak), "the answer says nothing of who holds the name ({leak}): {said}");
+    }
+    let (ok, said) = as_nobody(&h, &["call", "jobs", r#"{"session": "mine"}"#]);
+    assert!(!ok && said.contains("-32001"), "unknown_session: {said}");
+    let mine = c.call("jobs", json!({"session": "mine"})).unwrap();
+    assert!(mine["jobs"].as_array().unwrap().is_empty(), "root's session is untouched: {mine}");
+}
+
+#[test]
+fn the_files_channel_refuses_setuid_setgid_and_sticky_modes() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    for mode in [0o6777, 0o4755, 0o2755, 0o1777, 0o10644] {
+        let files = json!([{"path": "x.sh", "content": "id\n", "mode": mode}]);
+        let e = c.call("run", json!({"session": s, "cmd": "true", "files": files})).unwrap_err();
+        assert_eq!(e.code(), Some(-32602), "mode {mode:o}: {e:?}");
+        let msg = e.to_string();
+        assert!(msg.contains("setuid, setgid or sticky") && msg.contains("at most 0o777"), "{msg}");
+        assert!(!h.project.join("x.sh").exists(), "nothing is written for a refused call");
+    }
+    let files = json!([{"path": "x.sh", "content": "id\n", "mode": 0o755}]);
+    let r = c.call("run", json!({"session": s, "cmd": "stat -c %a x.sh", "files": files, "yield_ms": 20_000})).unwrap();
+    assert_eq!(r["files"][0]["written"], true, "{r}");
+    assert_eq!(heddle_tests::stream_text(&mut c, &s, &r["job"], "stdout"), "755\n");
+}
+
+#[test]
+fn a_peer_outside_the_socket_group_learns_nothing_about_who_may_connect() {
+    let h = Heddle::start_with(&["--socket-group", "0"]);
+    let (ok, said) = as_nobody(&h, &["describe"]);
+    assert!(!ok && said.to_lowercase().contains("permission denied"), "refused at connect: {said}");
+    assert!(!said.contains("gid") && !said.contains(" 0 "), "the refusal names no group: {said}");
+    // Neither the socket's group nor its owner can be read: its directory is closed to that peer.
+    let stat =
+        std::process::Command::new("stat").args(["-c", "%U %G"]).arg(&h.socket).uid(65534).gid(65534).output().unwrap();
+    assert!(!stat.status.success(), "nobody could stat the socket: {stat:?}");
+    assert!(String::from_utf8_lossy(&stat.stderr).contains("Permission denied"), "{stat:?}");
 }
