@@ -39,41 +39,89 @@ const MIN_SECRET: usize = 10;
 struct Line {
     chars: Vec<char>,
     dropped: u64,
-    /// Per cell, the placeholder of a secret the cell held when the line was about to be overwritten
-    /// (empty: none). A `\r` or cursor move followed by shorter text (a progress-style rewrite) leaves the
-    /// rest of a secret on screen without the prefix that made it recognisable: those cells stay marked
-    /// until they are overwritten themselves, and render as the placeholder.
+    /// Per cell, the placeholder of a secret the cell held in an earlier state of the line (empty:
+    /// none). A `\r` or cursor move followed by shorter text (a progress-style rewrite) leaves the rest
+    /// of a secret on screen without the prefix that made it recognisable: those cells stay marked until
+    /// they are overwritten themselves, and render as the placeholder.
     secret: Vec<Option<&'static str>>,
-    /// Written since the last scan for secrets.
+    /// Written since the last snapshot.
     dirty: bool,
+    /// The line as it was when the cursor last moved back over it (valid while `pending`): if a later
+    /// state keeps any of its cells, it is scanned for secrets then ([`Line::resolve`]). A rewrite that
+    /// covers all of it (a progress bar's next frame) costs no scan.
+    snap: Vec<char>,
+    pending: bool,
+    /// The cells written since the snapshot, `lo..hi`: one contiguous range, as every move resolves the
+    /// snapshot (empty when `lo >= hi`).
+    lo: usize,
+    hi: usize,
     /// The first [`OVERFLOW_SCAN`] characters cut off past [`MAX_CHARS`].
     overflow: String,
 }
 
 impl Line {
-    /// Before an overwrite: mark the cells of every secret the line holds now.
-    fn scan(&mut self) {
-        self.dirty = false;
-        if self.chars.len() < MIN_SECRET {
-            return;
-        }
-        let text: String = self.chars.iter().collect();
-        let spans = Redactor::builtin().secret_spans(&text);
-        if !spans.is_empty() {
-            self.secret.resize(self.chars.len(), None);
-            mark(&mut self.secret, &text, &spans);
+    /// The cursor moved onto or back over this line: settle the last snapshot, take a new one if the
+    /// line changed since.
+    fn moved(&mut self) {
+        self.resolve(None);
+        if self.dirty {
+            self.snap.clone_from(&self.chars);
+            self.pending = true;
+            (self.lo, self.hi) = (usize::MAX, 0);
+            self.dirty = false;
         }
     }
 
     /// The cell at `col` gets new text: it no longer holds a secret.
-    fn overwritten(&mut self, col: usize) {
-        if let Some(cell) = self.secret.get_mut(col) {
-            *cell = None;
+    #[inline]
+    fn write(&mut self, col: usize) {
+        if !self.secret.is_empty() {
+            if let Some(cell) = self.secret.get_mut(col) {
+                *cell = None;
+            }
+        }
+        self.lo = self.lo.min(col);
+        self.hi = self.hi.max(col + 1);
+        self.dirty = true;
+    }
+
+    /// Settle the snapshot before the cells `erased` (if any) are cleared: when some of its cells are
+    /// still shown, mark those that belonged to a secret in it.
+    fn resolve(&mut self, erased: Option<(usize, usize)>) {
+        if !std::mem::take(&mut self.pending) {
+            return;
+        }
+        let (lo, hi, len) = (self.lo, self.hi, self.snap.len().min(self.chars.len()));
+        let covered = |i: usize| (lo..hi).contains(&i) || erased.is_some_and(|(a, z)| (a..z).contains(&i));
+        let whole = |a: usize, z: usize| a == 0 && z >= len;
+        if len < MIN_SECRET || whole(lo, hi) || erased.is_some_and(|(a, z)| whole(a, z)) || (0..len).all(covered) {
+            return;
+        }
+        let text: String = self.snap.iter().collect();
+        let spans = Redactor::builtin().secret_spans(&text);
+        if spans.is_empty() {
+            return;
+        }
+        let mut cells = vec![None; self.snap.len()];
+        mark(&mut cells, &text, &spans);
+        self.secret.resize(self.secret.len().max(len), None);
+        for (i, ph) in cells.into_iter().enumerate().take(len) {
+            if ph.is_some() && !covered(i) {
+                self.secret[i] = ph;
+            }
         }
     }
 
     fn text(&self) -> String {
         let mut mask = std::borrow::Cow::Borrowed(&self.secret);
+        if self.pending {
+            let mut settled =
+                Line { snap: self.snap.clone(), pending: true, lo: self.lo, hi: self.hi, ..Line::default() };
+            settled.chars.clone_from(&self.chars);
+            settled.secret.clone_from(&self.secret);
+            settled.resolve(None);
+            mask = std::borrow::Cow::Owned(settled.secret);
+        }
         if self.dropped > 0 && self.chars.len() + self.overflow.len() >= MIN_SECRET {
             // The line was cut: look at the cut-off start too, so a secret straddling the cut is hidden.
             let joined: String = self.chars.iter().copied().chain(self.overflow.chars()).collect();
@@ -152,12 +200,10 @@ impl Term {
     fn put(&mut self, c: char) {
         let line = &mut self.lines[self.row];
         if self.col < line.chars.len() {
-            if line.dirty {
-                line.scan();
-            }
-            line.overwritten(self.col);
+            line.write(self.col);
             line.chars[self.col] = c;
         } else if self.col < MAX_CHARS {
+            line.write(self.col);
             line.chars.resize(self.col, ' ');
             line.chars.push(c);
         } else {
@@ -166,7 +212,6 @@ impl Term {
                 line.overflow.push(c);
             }
         }
-        line.dirty = true;
         self.col += 1;
     }
 
@@ -174,6 +219,7 @@ impl Term {
         self.col = 0;
         if self.row + 1 < self.lines.len() {
             self.row += 1;
+            self.lines[self.row].moved();
             return;
         }
         self.lines.push_back(Line::default());
@@ -189,18 +235,29 @@ impl Term {
     fn up(&mut self, n: usize) {
         self.windowed = true;
         self.row = self.row.saturating_sub(n);
+        self.lines[self.row].moved();
     }
 
     fn down(&mut self, n: usize) {
         self.row = (self.row + n).min(self.lines.len() - 1);
+        self.lines[self.row].moved();
+    }
+
+    /// The cursor moves within its line (`\r`, backspace, `C`, `D`, `G`).
+    fn moved(&mut self) {
+        self.lines[self.row].moved();
     }
 
     fn erase_line(&mut self, mode: u16) {
         let col = self.col;
         let line = &mut self.lines[self.row];
-        if line.dirty && mode < 2 {
-            line.scan(); // a secret erased in part must not show its rest
-        }
+        // A secret erased in part must not show its rest: settle the snapshot with the erased cells.
+        let erased = match mode {
+            0 => (col, usize::MAX),
+            1 => (0, col + 1),
+            _ => (0, usize::MAX),
+        };
+        line.resolve(Some(erased));
         match mode {
             0 => {
                 line.chars.truncate(col);
@@ -234,7 +291,10 @@ impl Term {
         line.dropped += (seg.len() - take) as u64;
         let room = OVERFLOW_SCAN.saturating_sub(line.overflow.len()).min(seg.len() - take);
         line.overflow.extend(seg[take..take + room].iter().map(|&b| char::from(b)));
-        line.dirty = true;
+        if take > 0 {
+            line.write(self.col);
+            line.write(self.col + take - 1);
+        }
         self.col += seg.len();
     }
 
@@ -258,8 +318,14 @@ impl vte::Perform for Term {
     fn execute(&mut self, byte: u8) {
         match byte {
             b'\n' | 0x0b | 0x0c => self.newline(),
-            b'\r' => self.col = 0,
-            0x08 => self.col = self.col.saturating_sub(1),
+            b'\r' => {
+                self.moved();
+                self.col = 0;
+            }
+            0x08 => {
+                self.moved();
+                self.col = self.col.saturating_sub(1);
+            }
             b'\t' => self.put('\t'),
             _ => {}
         }
@@ -292,8 +358,14 @@ impl vte::Perform for Term {
         match action {
             'A' => self.up(n),
             'B' => self.down(n),
-            'C' => self.col += n,
-            'D' => self.col = self.col.saturating_sub(n),
+            'C' => {
+                self.moved();
+                self.col += n;
+            }
+            'D' => {
+                self.moved();
+                self.col = self.col.saturating_sub(n);
+            }
             'E' => {
                 self.down(n);
                 self.col = 0;
@@ -302,7 +374,10 @@ impl vte::Perform for Term {
                 self.up(n);
                 self.col = 0;
             }
-            'G' => self.col = n - 1,
+            'G' => {
+                self.moved();
+                self.col = n - 1;
+            }
             'K' => self.erase_line(first),
             'J' if first == 0 => {
                 self.erase_line(0);
@@ -500,6 +575,10 @@ mod tests {
         assert_eq!(out, ["XXXX[redacted:github-token]"]);
         let out = render(&[format!("key {token}\x1b[40D\x1b[K done\n").as_bytes()]);
         assert!(!out[0].contains("0123456789abcdefghij"), "{out:?}");
+        let out = render(&[format!("{token}\nnext\n\x1b[2AXXXX\n").as_bytes()]);
+        assert_eq!(out[0], "XXXX[redacted:github-token]", "a cursor-up rewrite: {out:?}");
+        let out = render(&[format!("{token}\r").as_bytes(), b"XX", b"\r", b"YYYY YYYY\n"]);
+        assert_eq!(out, ["YYYY YYYY[redacted:github-token]"], "two rewrites, each shorter than the token");
         let out = render(&[b"50% \r100% done\n"]);
         assert_eq!(out, ["100% done"], "plain progress lines are untouched");
     }
