@@ -25,27 +25,28 @@ use std::io::{Read, Seek};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-/// Spawn bash with `argv` (fd 4 = a memfd when `state`, as the worker does), wait, read the memfd.
-fn spawn(argv: &[&[u8]], state: bool, env: &[(String, String)]) -> Vec<u8> {
+/// Spawn bash with `argv` (fd 4 = a memfd holding the restore script when `state`, as the worker does),
+/// wait, read the memfd after the restore.
+fn spawn(argv: &[&[u8]], state: Option<&[u8]>, env: &[(String, String)]) -> Vec<u8> {
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null").expect("/dev/null");
     let stdio = Stdio::null_stdin(null.try_clone().expect("dup").into(), null.into()).expect("stdio");
     let args: Vec<&OsStr> = argv.iter().map(|a| OsStr::from_bytes(a)).collect();
     let mut p = Prepared::new(Path::new(launcher::BASH), &args, env, None, stdio).expect("prepare");
     let mut r = None;
-    if state {
-        let fd = nix::sys::memfd::memfd_create(c"heddle-bench-state", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
-            .expect("memfd");
+    if let Some(restore) = state {
+        let fd = worker::state::state_memfd().expect("memfd");
+        let from = worker::state::write_restore(&fd, restore).expect("write the restore");
         p = p.with_extra_fd(fd.try_clone().expect("dup"), worker::state::STATE_FD).expect("extra fd");
-        r = Some(fd);
+        r = Some((fd, from));
     }
     let child = launcher::spawn(&p).expect("spawn");
     drop(p);
     let st = child.wait().expect("wait");
     assert_eq!(st.code(), Some(0), "bash failed");
     let mut data = Vec::new();
-    if let Some(fd) = r {
+    if let Some((fd, from)) = r {
         let mut f = std::fs::File::from(fd);
-        f.seek(std::io::SeekFrom::Start(0)).expect("seek");
+        f.seek(std::io::SeekFrom::Start(from)).expect("seek");
         f.read_to_end(&mut data).expect("read state");
     }
     data
@@ -56,10 +57,10 @@ fn prestart(restore: &[u8], env: &[(String, String)]) -> (launcher::Child, std::
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null").expect("/dev/null");
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
     let stdio = Stdio { stdin: r, stdout: null.try_clone().expect("dup").into(), stderr: null.into() };
-    let argv = worker::state::spare_argv(restore);
+    let argv = worker::state::spare_argv();
     let args: Vec<&OsStr> = argv.iter().map(|a| OsStr::from_bytes(a)).collect();
-    let fd =
-        nix::sys::memfd::memfd_create(c"heddle-bench-state", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).expect("memfd");
+    let fd = worker::state::state_memfd().expect("memfd");
+    worker::state::write_restore(&fd, restore).expect("write the restore");
     let p = Prepared::new(Path::new(launcher::BASH), &args, env, None, stdio)
         .expect("prepare")
         .with_extra_fd(fd.try_clone().expect("dup"), worker::state::STATE_FD)
@@ -98,7 +99,7 @@ for i in $(seq 1 10); do alias "a$i=ls -la --color=never $i"; done"#;
 pub fn run(iterations: usize) -> Result<()> {
     let env = job_env(&process_env(), &[]);
     let wrap = worker::state::WRAPPER.as_bytes();
-    let captured = spawn(&worker::state::argv(b"", TYPICAL).map(|a| a), true, &env);
+    let captured = spawn(&worker::state::argv(TYPICAL), Some(b""), &env);
     let items = front::state_capture::parse(&captured).map_err(|e| anyhow::anyhow!("{e}"))?;
     let all_script = front::state_record::restore_script(&items);
     let borne = front::state_record::restore(&items);
@@ -117,43 +118,35 @@ pub fn run(iterations: usize) -> Result<()> {
     let restore_then_base64 = [all_script.as_slice(), b"\n", base64_capture].concat();
     // What the front sends for `true` (a builtin that changes nothing): the capture scoped to no variable.
     let scoped = worker::state::scoped_restore(&restore, Some(&[])).into_owned();
-    type Variant<'a> = (&'a str, Vec<&'a [u8]>, bool, &'a [(String, String)]);
+    // The wrapper variants get their restore in the state memfd, as the worker's jobs do.
+    type Variant<'a> = (&'a str, Vec<&'a [u8]>, Option<&'a [u8]>, &'a [(String, String)]);
+    let wrapper = vec![&b"bash"[..], b"--noprofile", b"--norc", b"-c", wrap, b"bash", b"true"];
     let variants: Vec<Variant> = vec![
-        ("bare bash -c true", vec![b"bash", b"--noprofile", b"--norc", b"-c", b"true"], false, &env),
-        (
-            "wrapper, empty state",
-            vec![b"bash", b"--noprofile", b"--norc", b"-c", wrap, b"bash", b"", b"true"],
-            true,
-            &env,
-        ),
-        (
-            "wrapper, typical state",
-            vec![b"bash", b"--noprofile", b"--norc", b"-c", wrap, b"bash", &restore, b"true"],
-            true,
-            &state_env,
-        ),
+        ("bare bash -c true", vec![b"bash", b"--noprofile", b"--norc", b"-c", b"true"], None, &env),
+        ("wrapper, empty state", wrapper.clone(), Some(b""), &env),
+        ("wrapper, typical state", wrapper.clone(), Some(&restore), &state_env),
         (
             "wrapper, typical state, capture scoped (the command changes no variable)",
-            vec![b"bash", b"--noprofile", b"--norc", b"-c", wrap, b"bash", &scoped, b"true"],
-            true,
+            wrapper.clone(),
+            Some(&scoped),
             &state_env,
         ),
         (
             "restore only (typical), no capture",
             vec![b"bash", b"--noprofile", b"--norc", b"-c", &restore],
-            false,
+            None,
             &state_env,
         ),
         (
             "typical restore as a script alone, no capture",
             vec![b"bash", b"--noprofile", b"--norc", b"-c", &all_script],
-            false,
+            None,
             &env,
         ),
         (
             "typical restore + env|base64 capture",
             vec![b"bash", b"--noprofile", b"--norc", b"-c", &restore_then_base64],
-            true,
+            Some(b""),
             &env,
         ),
     ];

@@ -169,7 +169,7 @@ impl Job {
     /// The job's processes still alive after its main process exited.
     pub fn survivors(&self) -> Vec<Survivor> {
         match (&self.survivors, self.cgroup_settled()) {
-            (Some(v), false) => v.iter().map(Survivor::from).collect(),
+            (Some(v), false) => v.iter().map(crate::results::survivor).collect(),
             _ => Vec::new(),
         }
     }
@@ -248,7 +248,7 @@ impl Job {
             cpu_ms: probe.map(|p| p.cpu_usec as f64 / 1000.0),
             procs: probe.map(|p| p.procs),
             busy_pid: probe.map(|p| p.pid),
-            busy_cmdline: probe.map(|p| p.cmdline.clone()),
+            busy_cmdline: probe.map(|p| crate::results::redacted(&p.cmdline)),
             proc_state: probe.map(|p| p.state.clone()),
             wchan: probe.map(|p| p.wchan.clone()),
             activity: probe.map(|p| p.activity.clone()),
@@ -561,7 +561,7 @@ impl Job {
         JobResult {
             session: session.to_owned(),
             job: self.id,
-            cmd: self.cmd.clone(),
+            cmd: crate::results::redacted(&self.cmd),
             state: self.state,
             exit_code: self.exit_code,
             signal: self.signal,
@@ -574,7 +574,7 @@ impl Job {
             survivors: self.survivors(),
             survivors_more: self.survivors_more(),
             settled: self.settled() && self.cgroup_settled(),
-            note: join_notes(notes),
+            note: join_notes(notes).map(|n| crate::results::redacted(&n)),
             announcements: Vec::new(),
             state_note: self.shell.note.clone(),
             state_changes: self.shell.changes.clone(),
@@ -596,7 +596,7 @@ impl Job {
         self.shell.conflict_unannounced = false;
         Announcement {
             job: self.id,
-            cmd: self.cmd.clone(),
+            cmd: crate::results::redacted(&self.cmd),
             state: self.state,
             exit_code: self.exit_code,
             signal: self.signal,
@@ -626,7 +626,7 @@ impl Job {
         let started_ns = self.started.map_or(self.submitted_unix_ns, |s| s.1);
         JobSummary {
             job: self.id,
-            cmd: self.cmd.clone(),
+            cmd: crate::results::redacted(&self.cmd),
             state: self.state,
             exit_code: self.exit_code,
             signal: self.signal,

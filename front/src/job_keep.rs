@@ -83,7 +83,7 @@ pub struct KeptKillResult {
 impl From<KeptInfo> for KeptJob {
     fn from(k: KeptInfo) -> Self {
         KeptJob {
-            procs: k.procs.iter().map(Survivor::from).collect(),
+            procs: k.procs.iter().map(crate::results::survivor).collect(),
             procs_more: k.procs.more(),
             name: k.name,
             owner_uid: k.owner_uid,
@@ -138,7 +138,7 @@ pub(crate) fn call_keep(k: &Kernel, client: &Client, params: Value) -> Result<Ke
         job: p.job,
         name: kept.name,
         cgroup: kept.cgroup,
-        procs: kept.procs.iter().map(Survivor::from).collect(),
+        procs: kept.procs.iter().map(crate::results::survivor).collect(),
         procs_more: kept.procs.more(),
         note: None,
         announcements,
@@ -282,7 +282,7 @@ pub(crate) fn call_kill(k: &Kernel, client: &Client, params: Value) -> Result<Ke
         .map_err(|e| RpcError::internal(format!("kept job '{}' could not be killed: {}", p.name, error_chain(&e))))?;
     Ok(KeptKillResult {
         name: p.name,
-        killed: killed.iter().map(Survivor::from).collect(),
+        killed: killed.iter().map(crate::results::survivor).collect(),
         killed_more: killed.more(),
         verified_empty,
     })

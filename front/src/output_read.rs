@@ -5,8 +5,9 @@
 //!   (default); the text is bounded by `max_output_bytes` (default 40000).
 //! - `raw: {offset?, len?, unredacted: true}` — stored bytes of one stream (`stream` `stdout` default
 //!   or `stderr`), UNREDACTED, so the flag is required; `len` at most 4 MiB (clamped with a note).
-//! - no selector, with `offset`/`len` at the top level: the raw form of the first protocol version,
-//!   kept for compatibility (its result also says `unredacted: true`).
+//! - no selector, with `unredacted: true` (and `offset`/`len` at the top level): the raw form of the
+//!   first protocol version (its result also says `unredacted: true`). Without the flag, no selector is
+//!   `invalid_params`: nothing answers unredacted bytes by default.
 //!
 //! Raw reads flush the job's buffered output first and read the file outside the session's lock.
 //! `encoding` is `utf8` when the bytes are valid UTF-8, else `base64` (standard, padded). `total` is
@@ -68,6 +69,10 @@ struct Params {
     errors: Option<bool>,
     #[serde(default)]
     max_output_bytes: Option<u64>,
+    /// The one way to unredacted bytes (also accepted inside `raw`): `output` with no view and this flag
+    /// reads raw bytes; without it, no view is an error, never raw bytes by default.
+    #[serde(default)]
+    unredacted: bool,
 }
 
 enum Selector {
@@ -82,7 +87,7 @@ fn selector(p: &mut Params) -> Result<Selector, RpcError> {
     let bad = |m: &str| RpcError::invalid_params("output", m.to_owned());
     let mut picked = Vec::new();
     if let Some(r) = p.raw.take() {
-        if !r.unredacted {
+        if !r.unredacted && !p.unredacted {
             return Err(bad("raw bytes are not redacted; pass raw: {offset, len, unredacted: true} to read them, or use lines/tail/grep/errors for redacted views"));
         }
         picked.push(Selector::Raw { offset: r.offset, len: r.len });
@@ -103,8 +108,13 @@ fn selector(p: &mut Params) -> Result<Selector, RpcError> {
         picked.push(Selector::Errors);
     }
     let legacy = p.offset.is_some() || p.len.is_some();
+    let raw_picked = matches!(picked.first(), Some(Selector::Raw { .. }));
     match (picked.len(), legacy) {
-        (0, _) => Ok(Selector::Raw { offset: p.offset.unwrap_or(0), len: p.len }),
+        (0, _) if p.unredacted => Ok(Selector::Raw { offset: p.offset.unwrap_or(0), len: p.len }),
+        (0, _) => Err(bad("no view given: output answers redacted views (lines, tail, grep, errors); raw bytes are not redacted and need unredacted: true (with offset/len, or raw: {offset, len})")),
+        (1, false) if p.unredacted && !raw_picked => {
+            Err(bad("unredacted: true applies to raw bytes only; line views are always redacted"))
+        }
         (1, false) => Ok(picked.remove(0)),
         _ => Err(bad("give one view: lines, tail, grep, errors or raw")),
     }
@@ -285,7 +295,7 @@ mod tests {
         h.open("demo");
         h.run("demo", "echo hello world", 5000);
         h.run("demo", "err oops", 5000);
-        let r = read(&h, json!({"session": "demo", "job": 1, "offset": 6, "len": 5}));
+        let r = read(&h, json!({"session": "demo", "job": 1, "offset": 6, "len": 5, "unredacted": true}));
         assert_eq!(
             (r["data"].as_str(), r["encoding"].as_str(), r["len"].as_u64()),
             (Some("world"), Some("utf8"), Some(5))
@@ -294,12 +304,30 @@ mod tests {
             (r["total"].as_u64(), r["complete"].as_bool(), r["stream"].as_str()),
             (Some(12), Some(true), Some("stdout"))
         );
-        let r = read(&h, json!({"session": "demo", "job": 2, "stream": "stderr"}));
+        let r = read(&h, json!({"session": "demo", "job": 2, "stream": "stderr", "unredacted": true}));
         assert_eq!(r["data"], "oops\n");
-        let r = read(&h, json!({"session": "demo", "job": 1, "offset": 100}));
+        let r = read(&h, json!({"session": "demo", "job": 1, "offset": 100, "unredacted": true}));
         assert_eq!((r["data"].as_str(), r["len"].as_u64()), (Some(""), Some(0)));
         let e = h.call("output", json!({"session": "demo", "job": 1, "stream": "stdin"})).unwrap_err();
         assert_eq!(e.kind, crate::rpc::ErrorKind::InvalidParams);
+    }
+
+    #[test]
+    fn no_view_never_answers_unredacted_bytes_by_default() {
+        let h = Harness::new();
+        h.open("demo");
+        h.run("demo", "echo AKIAIOSFODNN7EXAMPLE", 5000);
+        for params in [json!({"session": "demo", "job": 1}), json!({"session": "demo", "job": 1, "offset": 0})] {
+            let e = h.call("output", params).unwrap_err();
+            assert_eq!(e.kind, crate::rpc::ErrorKind::InvalidParams);
+            assert!(e.message.contains("unredacted: true"), "{}", e.message);
+        }
+        let e = h.call("output", json!({"session": "demo", "job": 1, "tail": 5, "unredacted": true})).unwrap_err();
+        assert!(e.message.contains("raw bytes only"), "{}", e.message);
+        let r = read(&h, json!({"session": "demo", "job": 1, "tail": 5}));
+        assert!(r["text"].as_str().unwrap().contains("[redacted:aws-key]"), "{r}");
+        let r = read(&h, json!({"session": "demo", "job": 1, "raw": {"offset": 0}, "unredacted": true}));
+        assert_eq!((r["data"].as_str(), r["unredacted"].as_bool()), (Some("AKIAIOSFODNN7EXAMPLE\n"), Some(true)));
     }
 
     #[test]
@@ -307,7 +335,7 @@ mod tests {
         let h = Harness::new();
         h.open("demo");
         h.run("demo", "big 300", 5000);
-        let r = read(&h, json!({"session": "demo", "job": 1, "offset": 120, "len": 10}));
+        let r = read(&h, json!({"session": "demo", "job": 1, "offset": 120, "len": 10, "unredacted": true}));
         assert_eq!(r["encoding"], "base64");
         let bytes = base64::engine::general_purpose::STANDARD.decode(r["data"].as_str().unwrap()).unwrap();
         assert_eq!(bytes, (120..130).map(big_byte).collect::<Vec<_>>());
@@ -333,7 +361,7 @@ mod tests {
         assert!(r["omitted"].is_null());
         let mut offset = 0u64;
         while offset < total {
-            let r = read(&h, json!({"session": "demo", "job": 1, "offset": offset}));
+            let r = read(&h, json!({"session": "demo", "job": 1, "offset": offset, "unredacted": true}));
             let data = base64::engine::general_purpose::STANDARD.decode(r["data"].as_str().unwrap()).unwrap();
             assert_eq!(data.len() as u64, (total - offset).min(MAX_READ));
             assert!(

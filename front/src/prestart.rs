@@ -90,7 +90,7 @@ pub(crate) fn without_spares(st: &SessionState, killed: &[ProcInfo]) -> Vec<Surv
         let top = p.cgroup.split('/').next().unwrap_or_default();
         top.starts_with(shm_proto::msg::JOB_CGROUP_PREFIX) && !held.contains(top)
     };
-    killed.iter().filter(|p| !spare(p)).map(Survivor::from).collect()
+    killed.iter().filter(|p| !spare(p)).map(crate::results::survivor).collect()
 }
 
 /// Send the session's hint now, unless its worker already has one for the current record.

@@ -190,6 +190,49 @@ pub struct DescribeResult {
     pub announcements: Option<Vec<Announcement>>,
 }
 
+/// Model-facing text that did not come through the output renderer (a process's command line, a
+/// note, a command): secret-shaped strings redacted, line by line, as in the view.
+pub fn redacted(text: &str) -> String {
+    let r = policies::redaction::Redactor::builtin();
+    let mut st = policies::redaction::BlockState::default();
+    let mut out = String::with_capacity(text.len());
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&r.redact_line(&mut st, line));
+    }
+    out
+}
+
+/// What a process listing from the worker or the supervisor becomes in a result: its command line
+/// redacted ([`redacted`]). The only way such a listing reaches a client.
+pub trait SurvivorSource {
+    fn survivor(&self) -> Survivor;
+}
+
+impl SurvivorSource for shm_proto::control::ProcInfo {
+    fn survivor(&self) -> Survivor {
+        Survivor { pid: self.pid, cmdline: redacted(&self.cmdline), age_ms: None, cpu_ms: None }
+    }
+}
+
+impl SurvivorSource for shm_proto::msg::ProcStat {
+    fn survivor(&self) -> Survivor {
+        Survivor {
+            pid: self.pid,
+            cmdline: redacted(&self.cmdline),
+            age_ms: Some(self.age_ms),
+            cpu_ms: Some(self.cpu_ms),
+        }
+    }
+}
+
+/// [`SurvivorSource::survivor`], for `map`.
+pub fn survivor<T: SurvivorSource>(p: &T) -> Survivor {
+    p.survivor()
+}
+
 /// Join notes into one sentence list, `None` when there are none.
 pub fn join_notes<I: IntoIterator<Item = String>>(notes: I) -> Option<String> {
     let v: Vec<String> = notes.into_iter().filter(|n| !n.is_empty()).collect();

@@ -115,6 +115,12 @@ pub fn file_specs(files: &[FileParam], cwd: &str) -> Result<Vec<FileSpec>, RpcEr
             if f.path.is_empty() || f.path.contains('\0') {
                 return Err(bad("the path is empty or contains NUL".into()));
             }
+            if let Some(mode) = f.mode.filter(|m| *m > 0o777) {
+                return Err(bad(format!(
+                    "mode {mode:#o} sets the setuid, setgid or sticky bit (or is no mode at all); \
+                     the files channel writes permission bits only: give a mode of at most 0o777"
+                )));
+            }
             let path = normalise(&Path::new(cwd).join(&f.path));
             Ok(FileSpec { path: path.into_os_string().into_encoded_bytes(), content, mode: f.mode })
         })

@@ -20,6 +20,7 @@
 //! assert_eq!(s.take_committed(), ["100% done"]);
 //! ```
 
+use policies::redaction::Redactor;
 use std::collections::VecDeque;
 
 /// Lines kept open for cursor-up redraws once a stream has used them.
@@ -29,21 +30,141 @@ pub const HOLD: usize = 8;
 /// Characters kept per line; the rest are counted and shown as a suffix.
 pub const MAX_CHARS: usize = 8192;
 
+/// Characters past [`MAX_CHARS`] kept (not shown) so that a secret straddling the cut is still recognised.
+const OVERFLOW_SCAN: usize = 512;
+/// Lines shorter than this hold no secret the redactor knows (its shortest shapes are longer).
+const MIN_SECRET: usize = 10;
+
 #[derive(Debug, Default)]
 struct Line {
     chars: Vec<char>,
     dropped: u64,
+    /// Per cell, the placeholder of a secret the cell held in an earlier state of the line (empty:
+    /// none). A `\r` or cursor move followed by shorter text (a progress-style rewrite) leaves the rest
+    /// of a secret on screen without the prefix that made it recognisable: those cells stay marked until
+    /// they are overwritten themselves, and render as the placeholder.
+    secret: Vec<Option<&'static str>>,
+    /// Written since the last snapshot.
+    dirty: bool,
+    /// The line as it was when the cursor last moved back over it (valid while `pending`): if a later
+    /// state keeps any of its cells, it is scanned for secrets then ([`Line::resolve`]). A rewrite that
+    /// covers all of it (a progress bar's next frame) costs no scan.
+    snap: Vec<char>,
+    pending: bool,
+    /// The cells written since the snapshot, `lo..hi`: one contiguous range, as every move resolves the
+    /// snapshot (empty when `lo >= hi`).
+    lo: usize,
+    hi: usize,
+    /// The first [`OVERFLOW_SCAN`] characters cut off past [`MAX_CHARS`].
+    overflow: String,
 }
 
 impl Line {
+    /// The cursor moved onto or back over this line: settle the last snapshot, take a new one if the
+    /// line changed since.
+    fn moved(&mut self) {
+        self.resolve(None);
+        if self.dirty {
+            self.snap.clone_from(&self.chars);
+            self.pending = true;
+            (self.lo, self.hi) = (usize::MAX, 0);
+            self.dirty = false;
+        }
+    }
+
+    /// The cell at `col` gets new text: it no longer holds a secret.
+    #[inline]
+    fn write(&mut self, col: usize) {
+        if !self.secret.is_empty() {
+            if let Some(cell) = self.secret.get_mut(col) {
+                *cell = None;
+            }
+        }
+        self.lo = self.lo.min(col);
+        self.hi = self.hi.max(col + 1);
+        self.dirty = true;
+    }
+
+    /// Settle the snapshot before the cells `erased` (if any) are cleared: when some of its cells are
+    /// still shown, mark those that belonged to a secret in it.
+    fn resolve(&mut self, erased: Option<(usize, usize)>) {
+        if !std::mem::take(&mut self.pending) {
+            return;
+        }
+        let (lo, hi, len) = (self.lo, self.hi, self.snap.len().min(self.chars.len()));
+        let covered = |i: usize| (lo..hi).contains(&i) || erased.is_some_and(|(a, z)| (a..z).contains(&i));
+        let whole = |a: usize, z: usize| a == 0 && z >= len;
+        if len < MIN_SECRET || whole(lo, hi) || erased.is_some_and(|(a, z)| whole(a, z)) || (0..len).all(covered) {
+            return;
+        }
+        let text: String = self.snap.iter().collect();
+        let spans = Redactor::builtin().secret_spans(&text);
+        if spans.is_empty() {
+            return;
+        }
+        let mut cells = vec![None; self.snap.len()];
+        mark(&mut cells, &text, &spans);
+        self.secret.resize(self.secret.len().max(len), None);
+        for (i, ph) in cells.into_iter().enumerate().take(len) {
+            if ph.is_some() && !covered(i) {
+                self.secret[i] = ph;
+            }
+        }
+    }
+
     fn text(&self) -> String {
-        let mut s: String = self.chars.iter().collect();
+        let mut mask = std::borrow::Cow::Borrowed(&self.secret);
+        if self.pending {
+            let mut settled =
+                Line { snap: self.snap.clone(), pending: true, lo: self.lo, hi: self.hi, ..Line::default() };
+            settled.chars.clone_from(&self.chars);
+            settled.secret.clone_from(&self.secret);
+            settled.resolve(None);
+            mask = std::borrow::Cow::Owned(settled.secret);
+        }
+        if self.dropped > 0 && self.chars.len() + self.overflow.len() >= MIN_SECRET {
+            // The line was cut: look at the cut-off start too, so a secret straddling the cut is hidden.
+            let joined: String = self.chars.iter().copied().chain(self.overflow.chars()).collect();
+            let spans = Redactor::builtin().secret_spans(&joined);
+            if !spans.is_empty() {
+                let m = mask.to_mut();
+                m.resize(self.chars.len() + self.overflow.chars().count(), None);
+                mark(m, &joined, &spans);
+                m.truncate(self.chars.len());
+            }
+        }
+        let mut s = String::with_capacity(self.chars.len());
+        let mut last: Option<&str> = None;
+        for (i, c) in self.chars.iter().enumerate() {
+            match mask.get(i).copied().flatten() {
+                Some(ph) if last == Some(ph) => {}
+                Some(ph) => {
+                    s.push_str(&format!("[redacted:{ph}]"));
+                    last = Some(ph);
+                }
+                None => {
+                    s.push(*c);
+                    last = None;
+                }
+            }
+        }
         let trimmed = s.trim_end_matches(' ').len();
         s.truncate(trimmed);
         if self.dropped > 0 {
             s.push_str(&format!(" … [{} more characters on this line; see the raw output]", self.dropped));
         }
         s
+    }
+}
+
+/// Mark the cells (characters of `text`) that `spans` (byte ranges of `text`) cover.
+fn mark(cells: &mut [Option<&'static str>], text: &str, spans: &[(std::ops::Range<usize>, &'static str)]) {
+    let starts: Vec<usize> = text.char_indices().map(|(b, _)| b).collect();
+    for (range, ph) in spans {
+        let (a, z) = (starts.partition_point(|&b| b < range.start), starts.partition_point(|&b| b < range.end));
+        for cell in cells.iter_mut().take(z).skip(a) {
+            *cell = Some(ph);
+        }
     }
 }
 
@@ -79,12 +200,17 @@ impl Term {
     fn put(&mut self, c: char) {
         let line = &mut self.lines[self.row];
         if self.col < line.chars.len() {
+            line.write(self.col);
             line.chars[self.col] = c;
         } else if self.col < MAX_CHARS {
+            line.write(self.col);
             line.chars.resize(self.col, ' ');
             line.chars.push(c);
         } else {
             line.dropped += 1;
+            if line.overflow.len() < OVERFLOW_SCAN {
+                line.overflow.push(c);
+            }
         }
         self.col += 1;
     }
@@ -93,6 +219,7 @@ impl Term {
         self.col = 0;
         if self.row + 1 < self.lines.len() {
             self.row += 1;
+            self.lines[self.row].moved();
             return;
         }
         self.lines.push_back(Line::default());
@@ -108,21 +235,40 @@ impl Term {
     fn up(&mut self, n: usize) {
         self.windowed = true;
         self.row = self.row.saturating_sub(n);
+        self.lines[self.row].moved();
     }
 
     fn down(&mut self, n: usize) {
         self.row = (self.row + n).min(self.lines.len() - 1);
+        self.lines[self.row].moved();
+    }
+
+    /// The cursor moves within its line (`\r`, backspace, `C`, `D`, `G`).
+    fn moved(&mut self) {
+        self.lines[self.row].moved();
     }
 
     fn erase_line(&mut self, mode: u16) {
         let col = self.col;
         let line = &mut self.lines[self.row];
+        // A secret erased in part must not show its rest: settle the snapshot with the erased cells.
+        let erased = match mode {
+            0 => (col, usize::MAX),
+            1 => (0, col + 1),
+            _ => (0, usize::MAX),
+        };
+        line.resolve(Some(erased));
         match mode {
             0 => {
                 line.chars.truncate(col);
+                line.secret.truncate(col);
                 line.dropped = 0;
+                line.overflow.clear();
             }
-            1 => line.chars.iter_mut().take(col + 1).for_each(|c| *c = ' '),
+            1 => {
+                line.chars.iter_mut().take(col + 1).for_each(|c| *c = ' ');
+                line.secret.iter_mut().take(col + 1).for_each(|c| *c = None);
+            }
             _ => *line = Line::default(),
         }
     }
@@ -143,6 +289,12 @@ impl Term {
         }
         line.chars.extend(seg[..take].iter().map(|&b| char::from(b)));
         line.dropped += (seg.len() - take) as u64;
+        let room = OVERFLOW_SCAN.saturating_sub(line.overflow.len()).min(seg.len() - take);
+        line.overflow.extend(seg[take..take + room].iter().map(|&b| char::from(b)));
+        if take > 0 {
+            line.write(self.col);
+            line.write(self.col + take - 1);
+        }
         self.col += seg.len();
     }
 
@@ -166,8 +318,14 @@ impl vte::Perform for Term {
     fn execute(&mut self, byte: u8) {
         match byte {
             b'\n' | 0x0b | 0x0c => self.newline(),
-            b'\r' => self.col = 0,
-            0x08 => self.col = self.col.saturating_sub(1),
+            b'\r' => {
+                self.moved();
+                self.col = 0;
+            }
+            0x08 => {
+                self.moved();
+                self.col = self.col.saturating_sub(1);
+            }
             b'\t' => self.put('\t'),
             _ => {}
         }
@@ -200,8 +358,14 @@ impl vte::Perform for Term {
         match action {
             'A' => self.up(n),
             'B' => self.down(n),
-            'C' => self.col += n,
-            'D' => self.col = self.col.saturating_sub(n),
+            'C' => {
+                self.moved();
+                self.col += n;
+            }
+            'D' => {
+                self.moved();
+                self.col = self.col.saturating_sub(n);
+            }
             'E' => {
                 self.down(n);
                 self.col = 0;
@@ -210,7 +374,10 @@ impl vte::Perform for Term {
                 self.up(n);
                 self.col = 0;
             }
-            'G' => self.col = n - 1,
+            'G' => {
+                self.moved();
+                self.col = n - 1;
+            }
             'K' => self.erase_line(first),
             'J' if first == 0 => {
                 self.erase_line(0);
@@ -399,6 +566,33 @@ mod tests {
         s.finish();
         assert_eq!(s.take_committed().len(), HOLD);
         assert!(s.open_lines().is_empty());
+    }
+
+    #[test]
+    fn a_secret_whose_prefix_a_carriage_return_overwrote_stays_redacted() {
+        let token = "ghp_0123456789abcdefghijABCDEFGHIJ0123456789";
+        let out = render(&[format!("{token}\rXXXX\n").as_bytes()]);
+        assert_eq!(out, ["XXXX[redacted:github-token]"]);
+        let out = render(&[format!("key {token}\x1b[40D\x1b[K done\n").as_bytes()]);
+        assert!(!out[0].contains("0123456789abcdefghij"), "{out:?}");
+        let out = render(&[format!("{token}\nnext\n\x1b[2AXXXX\n").as_bytes()]);
+        assert_eq!(out[0], "XXXX[redacted:github-token]", "a cursor-up rewrite: {out:?}");
+        let out = render(&[format!("{token}\r").as_bytes(), b"XX", b"\r", b"YYYY YYYY\n"]);
+        assert_eq!(out, ["YYYY YYYY[redacted:github-token]"], "two rewrites, each shorter than the token");
+        let out = render(&[b"50% \r100% done\n"]);
+        assert_eq!(out, ["100% done"], "plain progress lines are untouched");
+    }
+
+    #[test]
+    fn a_secret_straddling_the_line_cut_is_redacted() {
+        let token = "ghp_0123456789abcdefghijABCDEFGHIJ0123456789";
+        for through_parser in [false, true] {
+            let line = format!("{} {token} tail\n", "x".repeat(MAX_CHARS - 10));
+            let out =
+                if !through_parser { render(&[line.as_bytes()]) } else { render(&[format!("é{line}").as_bytes()]) };
+            assert!(!out[0].contains("ghp_01234"), "{}", &out[0][out[0].len() - 120..]);
+            assert!(out[0].contains("[redacted:github-token] … ["), "{}", &out[0][out[0].len() - 120..]);
+        }
     }
 
     #[test]

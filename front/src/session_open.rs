@@ -171,8 +171,7 @@ fn claim(k: &Kernel, client: &Client, name: Option<&str>) -> Result<Claim, RpcEr
                 return Ok(Claim::New(name.to_owned()));
             }
             Some(Slot::Open(s)) if !s.visible_to(client.uid) && !crate::peer_check::own_session(client, s) => {
-                let msg = format!("the session name '{name}' is taken by another user's session; choose another name");
-                return Err(RpcError::new(ErrorKind::SessionOpenFailed, msg));
+                return Err(name_unavailable(name))
             }
             Some(Slot::Open(s)) => {
                 let st = s.lock();
@@ -194,6 +193,14 @@ fn claim(k: &Kernel, client: &Client, name: Option<&str>) -> Result<Claim, RpcEr
         }
         reg = k.registry_changed.wait_timeout(reg, until - now).unwrap_or_else(|e| e.into_inner()).0;
     }
+}
+
+/// The answer for a name held by a session this client may not see: the same sentence whatever holds
+/// it, naming no owner and nothing of the session (every other method answers `unknown_session` for it).
+/// Session names are one namespace for all uids, so only that the name cannot be opened is said.
+fn name_unavailable(name: &str) -> RpcError {
+    let msg = format!("the session name '{name}' is not available to you; choose another name (or omit it)");
+    RpcError::new(ErrorKind::SessionOpenFailed, msg)
 }
 
 /// What a new session is opened with.
@@ -419,6 +426,7 @@ mod tests {
         let other = Client { uid: 2000, pid: None };
         let e = h.call_as(&other, "session.open", json!({"name": "mine"})).unwrap_err();
         assert_eq!(e.kind, ErrorKind::SessionOpenFailed);
+        assert_eq!(e.message, "the session name 'mine' is not available to you; choose another name (or omit it)");
         let e = h.call_as(&other, "run", json!({"session": "mine", "cmd": "echo x"})).unwrap_err();
         assert_eq!(e.kind, ErrorKind::UnknownSession);
         assert!(h.call_as(&other, "describe", json!({})).unwrap()["sessions"].as_array().unwrap().is_empty());

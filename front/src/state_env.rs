@@ -5,10 +5,16 @@
 //! a script (see docs/architecture.md, "Shell state"). So a job's restore is split:
 //! - an exported variable with no other attribute whose `declare -p` value is a plain `"…"` string
 //!   becomes an environment entry `NAME=value` (bash imports it exported, as it was);
-//! - a function becomes a `BASH_FUNC_NAME%%=() { …` entry (bash imports it as a function), and the
-//!   script then removes the export attribute bash gives imported functions (`export -nf`);
-//! - everything else (other variables, arrays, attributes, aliases, options, cwd, umask, the directory
-//!   stack) stays in the script.
+//! - an exported function (`export -f`, a `fexport:` item) becomes a `BASH_FUNC_NAME%%=() { …` entry
+//!   (bash imports it as an exported function, as it was);
+//! - everything else (other variables, arrays, attributes, functions that are not exported, aliases,
+//!   options, cwd, umask, the directory stack) stays in the script.
+//!
+//! Only what the session exported travels here: a process's initial environment stays readable in
+//! `/proc/<pid>/environ` for its whole life (by its uid and root), so unexported state, which the user
+//! kept from child processes, must not be put there (the script reaches bash through its private state
+//! memfd, see `worker::state`). What is exported is in the environment of every program the job starts
+//! anyway.
 //!
 //! Functions all stay in the script when any of them holds a heredoc (a heredoc body can imitate a
 //! function start and split one function into two items, which only their concatenation restores), or
@@ -21,6 +27,8 @@
 //! let mut items = front::state_capture::Items::new();
 //! items.insert("var:A".into(), b"declare -x A=\"a \\\"b\\\" \\$c\"".to_vec());
 //! items.insert("func:f".into(), b"f () \n{ \n    echo hi\n}\n".to_vec());
+//! items.insert("fexport:f".into(), Vec::new());
+//! items.insert("func:g".into(), b"g () \n{ \n    echo not exported\n}\n".to_vec());
 //! let r = split(&items);
 //! assert_eq!(r.env, [("A".to_owned(), "a \"b\" $c".to_owned()), ("BASH_FUNC_f%%".to_owned(), "() { \n    echo hi\n}\n".to_owned())]);
 //! assert_eq!(r.funcs, ["f"]);
@@ -36,7 +44,7 @@ pub struct EnvBorne {
     pub env: Vec<(String, String)>,
     /// Variables carried in `env` (not in the script).
     pub vars: BTreeSet<String>,
-    /// Functions carried in `env` (the script un-exports them).
+    /// Functions carried in `env` (all of them exported ones).
     pub funcs: Vec<String>,
 }
 
@@ -67,6 +75,9 @@ pub fn split(items: &Items) -> EnvBorne {
         return r;
     }
     for (name, text) in funcs {
+        if !items.contains_key(&format!("fexport:{name}")) {
+            continue; // not exported: the script defines it (see the module docs)
+        }
         let Some(value) = function_value(name, text) else { continue };
         r.env.push((format!("BASH_FUNC_{name}%%"), value));
         r.funcs.push(name.to_owned());
@@ -136,11 +147,18 @@ mod tests {
 
     #[test]
     fn heredocs_or_shadowing_names_keep_functions_in_the_script() {
-        let f = ("func:f", "f () \n{ \n    :\n}\n");
-        assert_eq!(split(&items(&[f])).funcs, ["f"]);
-        assert!(split(&items(&[f, ("func:g", "g () \n{ \n    cat <<E\nx\nE\n}\n")])).funcs.is_empty());
-        assert!(split(&items(&[f, ("func:cd", "cd () \n{ \n    :\n}\n")])).funcs.is_empty());
-        assert!(split(&items(&[("func:x", "x () \n{ \n    [[ a == @(a|b) ]]\n}\n")])).funcs.is_empty());
+        let (f, fx) = (("func:f", "f () \n{ \n    :\n}\n"), ("fexport:f", ""));
+        assert_eq!(split(&items(&[f, fx])).funcs, ["f"]);
+        assert!(split(&items(&[f, fx, ("func:g", "g () \n{ \n    cat <<E\nx\nE\n}\n")])).funcs.is_empty());
+        assert!(split(&items(&[f, fx, ("func:cd", "cd () \n{ \n    :\n}\n")])).funcs.is_empty());
+        let x = [("func:x", "x () \n{ \n    [[ a == @(a|b) ]]\n}\n"), ("fexport:x", "")];
+        assert!(split(&items(&x)).funcs.is_empty());
+    }
+
+    #[test]
+    fn functions_that_are_not_exported_never_travel_in_the_environment() {
+        let it = items(&[("func:f", "f () \n{ \n    echo token-123\n}\n"), ("var:T", "declare -- T=\"s3cret\"")]);
+        assert_eq!(split(&it), EnvBorne::default(), "/proc/PID/environ would show them for the job's life");
     }
 
     proptest! {

@@ -256,11 +256,8 @@ fn script(items: &Items, borne: &crate::state_env::EnvBorne, fresh: bool) -> Vec
             s.push(b'\n');
         }
     }
+    // Functions in `borne` are exported ones (bash imports them exported); the rest are defined here.
     let exported = |f: &str| items.contains_key(&format!("fexport:{f}"));
-    let unexport: Vec<&str> = borne.funcs.iter().map(String::as_str).filter(|f| !exported(f)).collect();
-    if !unexport.is_empty() {
-        s.extend_from_slice(format!("builtin export -nf {}\n", unexport.join(" ")).as_bytes());
-    }
     let mut funcs = items
         .range("func:".to_owned().."func;".to_owned())
         .filter(|(k, _)| !borne.funcs.iter().any(|f| *f == k[5..]))
@@ -435,15 +432,17 @@ mod tests {
         exported.insert("alias:la".into(), b"ls -a".to_vec());
         let s = String::from_utf8(restore_script(&exported)).unwrap();
         assert!(s.contains("}\nbuiltin export -f f\nbuiltin alias -- 'la=ls -a' 'll=ls -l'\n"), "{s}");
-        assert!(!String::from_utf8(restore(&exported).script).unwrap().contains("export -nf"));
-        let r = restore(&it);
+        let r = restore(&exported);
         assert_eq!(r.env, [("BASH_FUNC_f%%".to_owned(), "() { \n    :\n}\n".to_owned())]);
         assert_eq!(
             String::from_utf8(r.script).unwrap(),
-            "builtin cd -- '/x'\nbuiltin umask 0077\nbuiltin export -nf f\n\
-             builtin alias -- 'll=ls -l'\nbuiltin shopt -s extglob\nbuiltin set -o errexit\n",
+            "builtin cd -- '/x'\nbuiltin umask 0077\n\
+             builtin alias -- 'la=ls -a' 'll=ls -l'\nbuiltin shopt -s extglob\nbuiltin set -o errexit\n",
             "a fresh bash starts with xtrace off: the wrapper, not the restore, switches trace options"
         );
+        let r = restore(&it);
+        assert!(r.env.is_empty(), "an unexported function never travels in the environment: {:?}", r.env);
+        assert!(String::from_utf8(r.script).unwrap().contains("f () \n{ \n    :\n}\n"));
     }
 
     #[test]

@@ -208,7 +208,7 @@ fn the_binary_serves_clients_and_exits_0_on_shutdown() {
     assert_eq!(open["result"]["shell"]["path"], "/bin/bash", "{open}");
     let run = c.call("run", json!({"session": "demo", "cmd": "hello from the ring"}));
     assert_eq!(run["result"]["view"], "hello from the ring\n", "the view ends every line with a newline: {run}");
-    let out = c.call("output", json!({"session": "demo", "job": 1}));
+    let out = c.call("output", json!({"session": "demo", "job": 1, "unredacted": true}));
     assert_eq!(out["result"]["data"], "hello from the ring");
     let log = front._dir.path().join("state/sessions/demo/jobs/1.log");
     assert_eq!(std::fs::read(log).unwrap().len(), 16 + "hello from the ring".len());

@@ -16,9 +16,10 @@ mkdir -p sub 'my dir'; pushd sub >/dev/null; popd >/dev/null; i=0"#;
 /// `exit`).
 fn run(dir: &std::path::Path, restore: &[u8], cmd: &str) -> Option<Items> {
     let file = dir.join(".capture");
-    let argv = worker::state::argv(restore, cmd);
+    std::fs::write(&file, restore).unwrap(); // the wrapper reads the restore from fd 4, then captures after it
+    let argv = worker::state::argv(cmd);
     let out = Command::new("bash")
-        .args(["--noprofile", "--norc", "-c", r#"exec 4>"$0"; exec "$@""#])
+        .args(["--noprofile", "--norc", "-c", r#"exec 4<>"$0"; exec "$@""#])
         .arg(&file)
         .arg("/bin/bash")
         .args(argv[1..].iter().map(|a| std::ffi::OsStr::new(std::str::from_utf8(a).unwrap())))
@@ -27,7 +28,7 @@ fn run(dir: &std::path::Path, restore: &[u8], cmd: &str) -> Option<Items> {
         .output()
         .unwrap();
     let _ = out;
-    parse(&std::fs::read(&file).ok()?).ok()
+    parse(std::fs::read(&file).ok()?.get(restore.len()..)?).ok()
 }
 
 /// The keys whose values differ between `a` and `b` (added, removed or changed; an unset tombstone and

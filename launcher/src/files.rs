@@ -42,7 +42,7 @@ pub enum FileError {
     Relative,
     #[error("the path contains a NUL byte")]
     Nul,
-    #[error("mode {0:o} is not a permission mode (at most 0o7777)")]
+    #[error("mode {0:#o} is refused: files are written with permission bits only (at most 0o777), never setuid, setgid or sticky")]
     Mode(u32),
     #[error("writing it failed")]
     Io(#[source] io::Error),
@@ -86,7 +86,7 @@ fn prepare(f: &FileSpec, i: usize) -> Result<FileWrite, FileError> {
         return Err(FileError::Relative);
     }
     let mode = f.mode.unwrap_or(DEFAULT_MODE);
-    if mode > 0o7777 {
+    if mode > 0o777 {
         return Err(FileError::Mode(mode));
     }
     let name = f.path.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default();

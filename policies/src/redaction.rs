@@ -217,8 +217,17 @@ impl Redactor {
             return Cow::Borrowed(line);
         }
         let mut out = line.to_owned();
-        for i in hits.iter().filter(|&i| i < self.rules.len()) {
-            out = self.apply_rule(&self.rules[i], &out);
+        // A replacement can join text into a new match (`token=a[redacted:x]b…`): repeat until nothing
+        // changes (bounded), so redacting a redacted line changes nothing.
+        for _ in 0..4 {
+            let mut next = out.clone();
+            for i in self.set.matches(&out).iter().filter(|&i| i < self.rules.len()) {
+                next = self.apply_rule(&self.rules[i], &next);
+            }
+            if next == out {
+                break;
+            }
+            out = next;
         }
         let first_block = self.blocks.iter().enumerate().find_map(|(i, b)| b.begin.find(&out).map(|m| (i, m.start())));
         if let Some((i, start)) = first_block {
@@ -235,18 +244,46 @@ impl Redactor {
     fn apply_rule(&self, rule: &Rule, line: &str) -> String {
         let mut out = String::with_capacity(line.len());
         let mut last = 0;
-        for caps in rule.regex.captures_iter(line) {
-            let Some(m) = caps.get(rule.secret_group) else { continue };
-            let already = m.as_str().starts_with("[redacted:");
-            if already || (rule.min_entropy > 0.0 && entropy(m.as_str()) < rule.min_entropy) {
+        for m in Self::rule_spans(rule, line) {
+            if m.start < last {
                 continue;
             }
-            out.push_str(&line[last..m.start()]);
+            out.push_str(&line[last..m.start]);
             out.push_str(&tag(&rule.placeholder));
-            last = m.end();
+            last = m.end;
         }
         out.push_str(&line[last..]);
         out
+    }
+
+    /// The byte ranges of `line` that `rule` replaces.
+    fn rule_spans<'l>(rule: &'l Rule, line: &'l str) -> impl Iterator<Item = std::ops::Range<usize>> + 'l {
+        rule.regex.captures_iter(line).filter_map(|caps| {
+            let m = caps.get(rule.secret_group)?;
+            let already = m.as_str().starts_with("[redacted:");
+            let plain = rule.min_entropy > 0.0 && entropy(m.as_str()) < rule.min_entropy;
+            (!already && !plain && !m.is_empty()).then(|| m.range())
+        })
+    }
+
+    /// The secrets in one line, as byte ranges with their placeholder (line rules only; blocks span
+    /// lines), sorted by start. For a renderer that must hide a secret it later partly overwrites (a
+    /// `\r` progress line): what remains of the range is still the secret's.
+    pub fn secret_spans<'r>(&'r self, line: &str) -> Vec<(std::ops::Range<usize>, &'r str)> {
+        let hits = self.set.matches(line);
+        if !hits.matched_any() {
+            return Vec::new();
+        }
+        let mut spans: Vec<(std::ops::Range<usize>, &str)> = hits
+            .iter()
+            .filter(|&i| i < self.rules.len())
+            .flat_map(|i| {
+                let rule = &self.rules[i];
+                Self::rule_spans(rule, line).map(move |r| (r, rule.placeholder.as_str()))
+            })
+            .collect();
+        spans.sort_by_key(|(r, _)| (r.start, r.end));
+        spans
     }
 }
 
@@ -353,6 +390,19 @@ mod tests {
             while !text.is_char_boundary(at) { at -= 1; }
             text.insert_str(at, &junk);
             let _ = Redactor::from_toml(&text);
+        }
+
+        #[test]
+        fn redaction_is_idempotent_on_garbage_and_near_secret_shapes(
+            line in "(ghp_|sk-|AKIA|xoxb-|password=|TOKEN=|_PASSWORD: |\\[redacted:|[=:\"' _]|[A-Za-z0-9]{1,12}|\\PC){0,40}",
+        ) {
+            let r = Redactor::builtin();
+            let once = r.redact_line(&mut BlockState::default(), &line).into_owned();
+            let twice = r.redact_line(&mut BlockState::default(), &once).into_owned();
+            prop_assert_eq!(&once, &twice);
+            for (range, _) in r.secret_spans(&line) {
+                prop_assert!(line.is_char_boundary(range.start) && line.is_char_boundary(range.end));
+            }
         }
 
         #[test]

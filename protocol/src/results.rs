@@ -96,18 +96,6 @@ pub struct Survivor {
     pub cpu_ms: Option<u64>,
 }
 
-impl From<&shm_proto::control::ProcInfo> for Survivor {
-    fn from(p: &shm_proto::control::ProcInfo) -> Self {
-        Survivor { pid: p.pid, cmdline: p.cmdline.clone(), age_ms: None, cpu_ms: None }
-    }
-}
-
-impl From<&shm_proto::msg::ProcStat> for Survivor {
-    fn from(p: &shm_proto::msg::ProcStat) -> Self {
-        Survivor { pid: p.pid, cmdline: p.cmdline.clone(), age_ms: Some(p.age_ms), cpu_ms: Some(p.cpu_ms) }
-    }
-}
-
 /// A job that ended and had not been reported, told once.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]

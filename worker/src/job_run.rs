@@ -35,7 +35,7 @@ pub enum StartError {
         #[source]
         source: io::Error,
     },
-    #[error("cannot create the job's output pipes")]
+    #[error("cannot create the job's output pipes or state memfd")]
     Pipes(#[source] io::Error),
     #[error("cannot open /dev/null for the job's stdin")]
     Stdin(#[source] io::Error),
@@ -140,7 +140,7 @@ impl<C: CgroupOps> Worker<C> {
             }
             Some(restore) => {
                 let restore = crate::state::scoped_restore(restore, spec.capture_only.as_deref());
-                let (p, fd) = self.prepare_stateful(spec, &crate::state::argv(&restore, &spec.cmd), stdio, cgroup)?;
+                let (p, fd) = self.prepare_stateful(spec, &crate::state::argv(&spec.cmd), &restore, stdio, cgroup)?;
                 (p, Some(fd))
             }
         };
@@ -163,21 +163,24 @@ impl<C: CgroupOps> Worker<C> {
     }
 
     /// A state-carrying bash for `spec` running `argv` (the wrapper), with a fresh state memfd at
-    /// [`crate::state::STATE_FD`], confined and placed; returns the worker's copy of the memfd too.
+    /// [`crate::state::STATE_FD`] holding `restore`, confined and placed; returns the worker's copy of
+    /// the memfd and where the capture will start in it (the restore's length).
     pub(crate) fn prepare_stateful(
         &self,
         spec: &RunSpec,
         argv: &[&[u8]],
+        restore: &[u8],
         stdio: Stdio,
         cgroup: Option<OwnedFd>,
-    ) -> Result<(Prepared, OwnedFd), StartError> {
+    ) -> Result<(Prepared, (OwnedFd, u64)), StartError> {
         let env = self.spec_env(spec);
         let cwd = Path::new(OsStr::from_bytes(&spec.cwd));
         let fd = crate::state::state_memfd().map_err(StartError::Pipes)?;
+        let from = crate::state::write_restore(&fd, restore).map_err(StartError::Pipes)?;
         let args: Vec<&OsStr> = argv.iter().map(|a| OsStr::from_bytes(a)).collect();
         let p = Prepared::new(Path::new(launcher::BASH), &args, &env, Some(cwd), stdio)?;
         let p = p.with_extra_fd(fd.try_clone().map_err(StartError::Pipes)?, crate::state::STATE_FD)?;
-        Ok((self.confine(p, cgroup)?, fd))
+        Ok((self.confine(p, cgroup)?, (fd, from)))
     }
 
     /// The session's Landlock ruleset, the jobs' own seccomp filter and the job's cgroup.
@@ -201,7 +204,7 @@ impl<C: CgroupOps> Worker<C> {
         child: launcher::Child,
         out_r: OwnedFd,
         err_r: OwnedFd,
-        state_r: Option<OwnedFd>,
+        state_r: Option<(OwnedFd, u64)>,
     ) -> Result<Job, StartError> {
         let serial = self.next_serial;
         self.next_serial += 1;
@@ -228,7 +231,7 @@ impl<C: CgroupOps> Worker<C> {
             exited_sent: false,
             closed_sent: false,
             kill_requested: false,
-            state: state_r.map(crate::state::StatePipe::memfd),
+            state: state_r.map(|(fd, from)| crate::state::StatePipe::memfd(fd, from)),
             emptied_sent: false,
             kept: false,
             procs_seen: 1,

@@ -4,7 +4,8 @@
 //! now: its id, cwd, environment and state restore, no command. When the loop next has nothing to do
 //! (and no job started in the last [`YOUNG_JOB`] is still running, so a spare never competes with a job
 //! that just began), the worker starts that bash exactly as [`Worker::start_job`] would start the job —
-//! cgroup `job-<id>`, output pipes, environment, Landlock ruleset, state memfd at fd 4 — except that it
+//! cgroup `job-<id>`, output pipes, environment, Landlock ruleset, state memfd at fd 4 holding the
+//! restore script — except that it
 //! runs [`crate::state::SPARE_WRAPPER`] with its stdin a pipe only the worker writes: it restores the
 //! state, then blocks reading its command. No event names it; the front does not know it exists.
 //!
@@ -81,6 +82,8 @@ pub(crate) struct Spare {
     out_r: OwnedFd,
     err_r: OwnedFd,
     state: OwnedFd,
+    /// Where the restore script ends in `state` (the spare's `$PWD` follows it).
+    restore_len: u64,
     /// The write end of the spare's stdin, where its command goes.
     cmd_w: OwnedFd,
     /// Started in its own cgroup (not so with the fakes of unit tests).
@@ -91,7 +94,7 @@ pub(crate) struct Spare {
 /// its state memfd for the capture. The file system may have moved since the spare started: the session's
 /// directory removed (a cold start fails to enter it), or the restored directory removed, recreated or
 /// renamed (a cold start's `cd` goes elsewhere or fails). The spare wrote its logical `$PWD` and a NUL
-/// to its memfd after the restore; it holds only if that path and `/proc/<pid>/cwd` name the same inode
+/// to its memfd after the restore script it read from there; it holds only if that path and `/proc/<pid>/cwd` name the same inode
 /// and the session's directory is still a directory. Then the memfd is emptied and rewound (the shell is
 /// blocked in `read`, not writing), so the capture starts at offset 0 as a cold job's does.
 fn where_cold_would_be(spare: &Spare, session_cwd: &[u8]) -> bool {
@@ -99,7 +102,7 @@ fn where_cold_would_be(spare: &Spare, session_cwd: &[u8]) -> bool {
     use std::os::unix::fs::MetadataExt;
     let id = |m: std::fs::Metadata| (m.dev(), m.ino());
     let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-    let Ok(n) = nix::sys::uio::pread(&spare.state, &mut buf, 0) else { return false };
+    let Ok(n) = nix::sys::uio::pread(&spare.state, &mut buf, spare.restore_len as i64) else { return false };
     let Some(end) = buf[..n].iter().position(|&b| b == 0) else { return false };
     let logical = std::path::Path::new(std::ffi::OsStr::from_bytes(&buf[..end]));
     let session_dir = std::fs::metadata(std::ffi::OsStr::from_bytes(session_cwd)).is_ok_and(|m| m.is_dir());
@@ -158,7 +161,7 @@ impl<C: CgroupOps> Worker<C> {
             Self::end_spare(&mut self.cgroups, &mut self.spares.stale, spare.key.job, &spare.child);
             return None;
         }
-        match self.adopt(spec.job, spare.child, spare.out_r, spare.err_r, Some(spare.state)) {
+        match self.adopt(spec.job, spare.child, spare.out_r, spare.err_r, Some((spare.state, 0))) {
             Ok(job) => Some(job),
             Err(_) => {
                 let _ = self.cgroups.remove(spec.job); // adopt killed and reaped it
@@ -232,7 +235,8 @@ impl<C: CgroupOps> Worker<C> {
         let (cmd_r, cmd_w) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| StartError::Pipes(e.into()))?;
         let stdio = Stdio { stdin: cmd_r, stdout: out_w, stderr: err_w };
-        let (prepared, state) = self.prepare_stateful(spec, &crate::state::spare_argv(&key.restore), stdio, cgroup)?;
+        let (prepared, (state, restore_len)) =
+            self.prepare_stateful(spec, &crate::state::spare_argv(), &key.restore, stdio, cgroup)?;
         let child = launcher::spawn(&prepared)?;
         drop(prepared);
         let pidfd = child.pidfd.as_raw_fd();
@@ -240,7 +244,7 @@ impl<C: CgroupOps> Worker<C> {
             Self::end_spare(&mut self.cgroups, &mut self.spares.stale, spec.job, &child);
             return Err(StartError::Register(e));
         }
-        Ok(Spare { key: key.clone(), child, out_r, err_r, state, cmd_w, placed })
+        Ok(Spare { key: key.clone(), child, out_r, err_r, state, restore_len, cmd_w, placed })
     }
 
     /// The spare's pidfd turned readable: it died waiting (killed from outside the session, the OOM

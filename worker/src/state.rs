@@ -1,12 +1,13 @@
 //! Shell state around a job: the wrapper bash runs, and the private state fd the worker reads.
 //!
-//! A job whose `RunSpec::state` is `Some(restore)` runs
-//! `bash --noprofile --norc -c WRAPPER bash RESTORE CMD` with a memfd at fd [`STATE_FD`]. The wrapper
+//! A job whose `RunSpec::state` is `Some(restore)` runs `bash --noprofile --norc -c WRAPPER bash CMD`
+//! with a memfd at fd [`STATE_FD`] that holds the restore script ([`write_restore`]). The wrapper
 //! ([`WRAPPER`]):
 //!
-//! 1. notes bash's default options (`$SHELLOPTS`, `$BASHOPTS`), takes the restore script and the
-//!    command from `$1`/`$2` (never spliced into the wrapper's text), clears the positional parameters,
-//!    `eval`s the restore script (exported variables and most functions arrive in the environment
+//! 1. notes bash's default options (`$SHELLOPTS`, `$BASHOPTS`), takes the command from `$1` (never
+//!    spliced into the wrapper's text), clears the positional parameters, reads the restore script from
+//!    fd 4 (never from argv: `/proc/<pid>/cmdline` is world-readable, and the restore carries unexported
+//!    variables, functions and aliases), `eval`s it (exported variables and most functions arrive in the environment
 //!    instead: see `front::state_record`; the trace options `-x`/`-v` are only noted, in `$__heddle_t`);
 //! 2. `eval`s the command with `4>&-`, after unsetting its own variables and switching on the noted trace
 //!    options: for the command, fd 4 is closed (bash keeps its saved copy at fd ≥ 10 close-on-exec, so no
@@ -28,8 +29,8 @@
 //!
 //! The capture goes to a memfd, not a pipe: bash writes `declare -p`/`-f` one line per `write`, and a
 //! pipe woke the worker for each (~120 µs per job on 2 cores); a memfd wakes nobody and never blocks
-//! bash. The worker reads it once, at reap, before `Exited`, with `pread` from offset 0: every byte bash
-//! wrote precedes its exit. No process the command starts holds fd 4, so nothing writes to it later.
+//! bash. The worker reads it once, at reap, before `Exited`, with `pread` from the restore's end (where
+//! bash's read of the restore left the shared offset): every byte bash wrote precedes its exit. No process the command starts holds fd 4, so nothing writes to it later.
 //! The persistent shell ([`crate::persistent`]) writes one capture per command and keeps a pipe.
 
 use shm_proto::msg::{Event, JobId};
@@ -122,17 +123,28 @@ macro_rules! wrapper_tail {
     };
 }
 
-/// The wrapper script (`bash -c WRAPPER bash RESTORE CMD`). See the module docs. It is one line, so bash
+/// The wrappers' first read: the restore script, from the state memfd where the worker put it
+/// ([`write_restore`]), up to its end (`read -N` reads a regular file in 4 KiB blocks; its status at end
+/// of file is 1, which nothing checks). The memfd's offset is then the restore's length, where the spare's
+/// `$PWD` or the capture goes (the worker reads from there: [`StatePipe::memfd`]).
+macro_rules! read_restore {
+    () => {
+        " builtin read -r -u 4 -N 2147483647 __heddle_r;"
+    };
+}
+
+/// The wrapper script (`bash -c WRAPPER bash CMD`, the restore in the state memfd). See the module docs. It is one line, so bash
 /// parses all of it before the restore or the command runs: nothing either defines (aliases, `set -v`,
 /// an `eval` of text ending in a backslash, which leaves bash's parser unable to read a reserved word on
 /// its next line) can change how the capture is read, and the command's `$LINENO` is that of `bash -c CMD`.
 pub const WRAPPER: &str = concat!(
-    "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_r=$1 __heddle_c=$2 __heddle_t=; builtin set --;",
+    "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_c=$1 __heddle_t=; builtin set --;",
+    read_restore!(),
     " builtin eval \"$__heddle_r\";",
     wrapper_tail!(""),
 );
 
-/// The wrapper of a pre-started shell (`bash -c SPARE_WRAPPER bash RESTORE`, stdin a pipe only the
+/// The wrapper of a pre-started shell (`bash -c SPARE_WRAPPER bash`, the restore in the state memfd, stdin a pipe only the
 /// worker writes; see [`crate::spare`]). It is [`WRAPPER`] with two differences: after the restore, it
 /// writes its logical working directory and a NUL to the state memfd (the worker checks at the hand-over
 /// that the path still names the directory the shell is in, and truncates the memfd; see
@@ -143,7 +155,8 @@ pub const WRAPPER: &str = concat!(
 /// (a redirection of the `eval`, not `exec </dev/null`: a function named `exec` or `command`, restored
 /// with the state, would have run instead). It is one line too, so `$LINENO` and `$_` match a cold job's.
 pub const SPARE_WRAPPER: &str = concat!(
-    "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_r=$1 __heddle_t=; builtin set --;",
+    "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS __heddle_t=; builtin set --;",
+    read_restore!(),
     " builtin eval \"$__heddle_r\"; { builtin printf '%s\\0' \"$PWD\" >&4;",
     " builtin read -r -N 2147483647 __heddle_c || __heddle_c=${__heddle_c-};",
     " __heddle_s=${__heddle_c%%$'\\n'*} __heddle_c=${__heddle_c#*$'\\n'}; builtin eval \"$__heddle_s\";",
@@ -160,19 +173,21 @@ pub(crate) struct StatePipe {
     pub buf: Vec<u8>,
     /// More than `limit` bytes arrived: the capture is dropped.
     pub overflow: bool,
-    /// `fd` is a memfd: read from offset 0 with `pread` (bash's writes move the shared offset), once.
+    /// `fd` is a memfd: read with `pread` from `from` (bash's writes move the shared offset), once.
     file: bool,
+    /// Where the capture starts in the memfd: after the restore script the worker put before it.
+    from: u64,
 }
 
 impl StatePipe {
     /// The read end of a state pipe (the persistent shell's: one capture per command).
     pub(crate) fn new(fd: OwnedFd) -> StatePipe {
-        StatePipe { fd, buf: Vec::new(), overflow: false, file: false }
+        StatePipe { fd, buf: Vec::new(), overflow: false, file: false, from: 0 }
     }
 
-    /// A state memfd ([`state_memfd`]), read once, at reap.
-    pub(crate) fn memfd(fd: OwnedFd) -> StatePipe {
-        StatePipe { fd, buf: Vec::new(), overflow: false, file: true }
+    /// A state memfd ([`state_memfd`]), read once, at reap, from offset `from` (the restore's length).
+    pub(crate) fn memfd(fd: OwnedFd, from: u64) -> StatePipe {
+        StatePipe { fd, buf: Vec::new(), overflow: false, file: true, from }
     }
 
     /// A pipe that mio watches (a memfd is never registered: epoll refuses regular files).
@@ -208,7 +223,8 @@ impl StatePipe {
 
     /// Everything the memfd holds, or `overflow` when it holds more than `limit` bytes.
     fn read_file(&mut self, limit: usize) {
-        let size = nix::sys::stat::fstat(self.fd.as_fd()).map_or(0, |st| st.st_size.max(0) as usize);
+        let end = nix::sys::stat::fstat(self.fd.as_fd()).map_or(0, |st| st.st_size.max(0) as u64);
+        let size = end.saturating_sub(self.from) as usize;
         if size > limit {
             self.overflow = true;
             self.buf = Vec::new();
@@ -217,7 +233,7 @@ impl StatePipe {
         self.buf.resize(size, 0);
         let mut at = 0;
         while at < size {
-            match nix::sys::uio::pread(self.fd.as_fd(), &mut self.buf[at..], at as i64) {
+            match nix::sys::uio::pread(self.fd.as_fd(), &mut self.buf[at..], (self.from + at as u64) as i64) {
                 Ok(0) => break,
                 Ok(n) => at += n,
                 Err(nix::errno::Errno::EINTR) => {}
@@ -254,11 +270,29 @@ pub(crate) fn state_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((r, w))
 }
 
-/// A close-on-exec memfd for one job's capture: bash's writes to it wake nobody (a pipe wakes the
-/// worker once per line bash writes), and the worker reads it once, at reap.
-pub(crate) fn state_memfd() -> io::Result<OwnedFd> {
+/// A close-on-exec memfd for one job's restore and capture: bash's writes to it wake nobody (a pipe
+/// wakes the worker once per line bash writes), and the worker reads it once, at reap.
+pub fn state_memfd() -> io::Result<OwnedFd> {
     use nix::sys::memfd::{memfd_create, MFdFlags};
     Ok(memfd_create(c"heddle-state", MFdFlags::MFD_CLOEXEC)?)
+}
+
+/// Put the restore script at the start of a fresh state memfd, where the wrapper reads it, leaving the
+/// offset (shared with bash) at 0; returns its length, where the wrapper's own writes begin.
+///
+/// The restore travels here and not in argv: `/proc/<pid>/cmdline` is readable by every user of the
+/// host, and the restore holds unexported variables, functions and aliases (tokens, among others).
+pub fn write_restore(fd: &OwnedFd, restore: &[u8]) -> io::Result<u64> {
+    let mut at = 0;
+    while at < restore.len() {
+        match nix::sys::uio::pwrite(fd, &restore[at..], at as i64) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => at += n,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(at as u64)
 }
 
 /// Put the restore's environment entries on top of the job environment (they replace its entries of the
@@ -298,14 +332,14 @@ pub fn spare_input(cmd: &str, only: Option<&[String]>) -> Vec<u8> {
     [scope_line(only).as_bytes(), b"\n", cmd.as_bytes()].concat()
 }
 
-/// `argv` of a state-carrying job.
-pub fn argv<'a>(restore: &'a [u8], cmd: &'a str) -> [&'a [u8]; 8] {
-    [b"bash", b"--noprofile", b"--norc", b"-c", WRAPPER.as_bytes(), b"bash", restore, cmd.as_bytes()]
+/// `argv` of a state-carrying job (its restore goes into the state memfd: [`write_restore`]).
+pub fn argv(cmd: &str) -> [&[u8]; 7] {
+    [b"bash", b"--noprofile", b"--norc", b"-c", WRAPPER.as_bytes(), b"bash", cmd.as_bytes()]
 }
 
-/// `argv` of a pre-started shell ([`SPARE_WRAPPER`]).
-pub fn spare_argv(restore: &[u8]) -> [&[u8]; 7] {
-    [b"bash", b"--noprofile", b"--norc", b"-c", SPARE_WRAPPER.as_bytes(), b"bash", restore]
+/// `argv` of a pre-started shell ([`SPARE_WRAPPER`]; its restore goes into the state memfd).
+pub fn spare_argv() -> [&'static [u8]; 6] {
+    [b"bash", b"--noprofile", b"--norc", b"-c", SPARE_WRAPPER.as_bytes(), b"bash"]
 }
 
 #[cfg(test)]
@@ -317,22 +351,23 @@ mod tests {
     /// Run the wrapper the way the worker does and return (stdout+stderr, state bytes, exit status).
     fn run(restore: &str, cmd: &str) -> (String, Vec<u8>, launcher::ExitStatus) {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
-        let (sr, sw) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
         let stdio = launcher::Stdio::null_stdin(w.try_clone().unwrap(), w).unwrap();
-        let args: Vec<&std::ffi::OsStr> =
-            argv(restore.as_bytes(), cmd).iter().map(|a| std::ffi::OsStr::from_bytes(a)).collect();
+        let args: Vec<&std::ffi::OsStr> = argv(cmd).iter().map(|a| std::ffi::OsStr::from_bytes(a)).collect();
         let env = launcher::job_env(&launcher::process_env(), &[]);
+        let fd = state_memfd().unwrap();
+        let from = write_restore(&fd, restore.as_bytes()).unwrap();
         let p = launcher::Prepared::new(std::path::Path::new(launcher::BASH), &args, &env, None, stdio)
             .unwrap()
-            .with_extra_fd(sw, STATE_FD)
+            .with_extra_fd(fd.try_clone().unwrap(), STATE_FD)
             .unwrap();
         let child = launcher::spawn(&p).unwrap();
         drop(p);
         let mut out = String::new();
         std::fs::File::from(r).read_to_string(&mut out).unwrap();
-        let mut state = Vec::new();
-        std::fs::File::from(sr).read_to_end(&mut state).unwrap();
-        (out, state, child.wait().unwrap())
+        let status = child.wait().unwrap();
+        let mut state = StatePipe::memfd(fd, from);
+        state.read_available(1 << 20);
+        (out, std::mem::take(&mut state.buf), status)
     }
 
     #[test]
@@ -384,11 +419,11 @@ mod tests {
         let fd = state_memfd().unwrap();
         let big = [b"x".repeat(100_000).as_slice(), END_MARKER].concat();
         nix::unistd::write(&fd, &big).unwrap(); // the writer's offset is the worker's too: pread ignores it
-        let mut p = StatePipe::memfd(fd.try_clone().unwrap());
+        let mut p = StatePipe::memfd(fd.try_clone().unwrap(), 0);
         assert!(!p.pollable());
         p.read_available(1 << 20);
         assert!(matches!(p.verdict(1, 1 << 20), Event::StateCaptured { data, .. } if data == big));
-        let mut small = StatePipe::memfd(fd);
+        let mut small = StatePipe::memfd(fd, 0);
         small.read_available(1000);
         assert!(matches!(small.verdict(1, 1000), Event::StateUnknown { .. }));
     }
