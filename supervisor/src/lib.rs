@@ -25,6 +25,7 @@ pub mod cli;
 pub mod event_loop;
 #[cfg(test)]
 mod fake;
+pub mod http_door;
 pub mod kept;
 pub mod kept_output;
 pub mod limits;

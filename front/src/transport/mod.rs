@@ -5,9 +5,13 @@
 //!   on the control socket after `mcp.attach` (what `heddle mcp` sends) or a bare `initialize`. One MCP
 //!   connection is one heddle session.
 //! - [`mcp_tools`]: the tools, their JSON schemas and the descriptions a model reads.
+//! - [`http`]: the HTTP door (`heddle up --http`): `/rpc`, MCP's streamable HTTP on `/mcp`, and
+//!   `/events` (Server-Sent Events); the only place tokio runs.
 //!
 //! May use: the kernel, `rpc` (framing and errors), `protocol` (the results and their text form). Used
-//! by: `server` (the socket's connection loop), which picks the dialect per connection.
+//! by: `server` (the socket's connection loop), which picks the dialect per connection; `service`,
+//! which starts the HTTP door.
 
+pub mod http;
 pub mod mcp;
 pub mod mcp_tools;
