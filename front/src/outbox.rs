@@ -224,6 +224,21 @@ mod tests {
     }
 
     #[test]
+    fn a_socketless_outbox_is_bounded_like_a_sockets() {
+        let (out, reader) = Outbox::queued(7);
+        let line = vec![b'x'; 1 << 20];
+        for _ in 0..=MAX_QUEUED >> 20 {
+            assert!(!out.over());
+            assert!(out.send(line.clone()));
+        }
+        assert!(out.over(), "a reader that takes nothing falls behind past MAX_QUEUED");
+        let got = reader.next().unwrap();
+        assert!(got.len() >= BATCH && !out.over());
+        reader.close();
+        assert!(!out.send(b"late\n".to_vec()), "a closed reader refuses lines");
+    }
+
+    #[test]
     fn a_gone_peer_closes_the_outbox() {
         let (a, b) = UnixStream::pair().unwrap();
         let (out, writer) = Outbox::new(1, &a).unwrap();

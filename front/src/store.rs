@@ -291,10 +291,9 @@ impl OutputStore {
     /// timestamps; a record straddling an offset is cut at it. At most `max` bytes of data (more is
     /// [`StoreError::TooMuch`]); an offset retention removed is [`StoreError::Removed`]. Flush first.
     pub fn chunks_from(&self, from: [u64; 2], max: u64) -> Result<Vec<StoredChunk>, StoreError> {
-        for s in 0..2 {
-            if from[s] < self.removed[s] {
-                let why = self.removed_why.clone();
-                return Err(StoreError::Removed { removed: self.removed[s], why });
+        for (f, removed) in from.iter().zip(self.removed) {
+            if *f < removed {
+                return Err(StoreError::Removed { removed, why: self.removed_why.clone() });
             }
         }
         let left: u64 = (0..2).map(|s| self.durable_counts[s].saturating_sub(from[s])).sum();
@@ -449,6 +448,26 @@ fn open_for_read(path: &Path) -> Result<File, StoreError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn chunks_come_back_from_offsets_with_their_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = OutputStore::create(dir.path().join("1.log"));
+        s.append(Stream::Stdout, b"hello ", 1);
+        s.append(Stream::Stderr, b"oops", 2);
+        s.append(Stream::Stdout, b"world", 3);
+        s.flush();
+        let got = s.chunks_from([3, 4], 1 << 20).unwrap();
+        assert_eq!(
+            got,
+            [
+                StoredChunk { stream: 0, offset: 3, unix_ns: 1, data: b"lo ".to_vec() },
+                StoredChunk { stream: 0, offset: 6, unix_ns: 3, data: b"world".to_vec() },
+            ]
+        );
+        assert_eq!(s.chunks_from([11, 4], 1 << 20).unwrap(), []);
+        assert!(matches!(s.chunks_from([0, 0], 5), Err(StoreError::TooMuch { left: 15, max: 5 })));
+    }
 
     fn reference(chunks: &[(Stream, Vec<u8>)], s: Stream) -> Vec<u8> {
         chunks.iter().filter(|(cs, _)| *cs == s).flat_map(|(_, d)| d.iter().copied()).collect()

@@ -97,7 +97,7 @@ impl HttpConn {
         self.w.write_all(head.as_bytes())
     }
 
-    /// Start an event stream: the response head, then [`Events::next`] per event.
+    /// Start an event stream: the response head, then [`Events::next_event`] per event.
     pub fn events(mut self, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Events> {
         self.send_head("GET", path, headers, 0)?;
         let (status, headers) = read_head(&mut self.r)?;
@@ -180,7 +180,7 @@ pub struct Events {
 
 impl Events {
     /// The next event; `None` when the stream ended.
-    pub fn next(&mut self) -> std::io::Result<Option<Event>> {
+    pub fn next_event(&mut self) -> std::io::Result<Option<Event>> {
         loop {
             if let Some(at) = self.buf.windows(2).position(|w| w == b"\n\n") {
                 let raw: Vec<u8> = self.buf.drain(..at + 2).collect();

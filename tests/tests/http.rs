@@ -67,7 +67,7 @@ fn read_events(
     mut stop: impl FnMut(&[heddle_tests::http::Event]) -> bool,
 ) -> Vec<heddle_tests::http::Event> {
     let mut got = Vec::new();
-    while let Some(e) = ev.next().unwrap() {
+    while let Some(e) = ev.next_event().unwrap() {
         got.push(e);
         if stop(&got) {
             break;
@@ -111,7 +111,7 @@ fn an_event_stream_resumed_with_last_event_id_loses_and_repeats_no_chunk() {
     let b = read_events(&mut second, |got| got.last().is_some_and(|e| e.event == "job.settled"));
     assert!(b.iter().any(|e| e.event == "job.end"), "the end is told: {b:?}");
     assert_eq!(b.last().map(|e| e.event.as_str()), Some("job.settled"));
-    assert!(second.next().unwrap().is_none(), "the stream ends once the job settled");
+    assert!(second.next_event().unwrap().is_none(), "the stream ends once the job settled");
     let all = stdout_of(&a) + &stdout_of(&b);
     let want: String = (1..=60).map(|i| format!("line{i}\n")).collect();
     assert_eq!(all, want, "every line exactly once across the reconnect");
