@@ -316,3 +316,33 @@ fn an_agent_session_through_the_python_sdks_streamable_http_client() {
     // The SDK's DELETE at exit ended the MCP session, not the heddle session.
     assert!(eventually(Duration::from_secs(5), || h.client().call("jobs", json!({"session": session})).is_ok()));
 }
+
+#[test]
+fn a_restarted_front_takes_the_door_over_and_a_stream_resumes_across_it() {
+    let (h, addr) = door();
+    let mut c = HttpConn::connect(addr).unwrap();
+    let s = rpc(&mut c, "session.open", json!({"cwd": h.project}))["result"]["session"].clone();
+    let cmd = "for i in $(seq 1 40); do echo line$i; sleep 0.05; done";
+    let job = rpc(&mut c, "run", json!({"session": s, "cmd": cmd, "yield_ms": 0}))["result"]["job"].as_u64().unwrap();
+    let path = format!("/events?session={}&job={job}", s.as_str().unwrap());
+    let mut first = HttpConn::connect(addr).unwrap().events(&path, &[]).unwrap();
+    let a = read_events(&mut first, |got| stdout_of(got).lines().count() >= 5);
+    let last_id = a.iter().rev().find_map(|e| e.id.clone()).unwrap();
+    let front = |c: &mut HttpConn| rpc(c, "describe", json!({}))["result"]["front"]["pid"].as_u64();
+    let old = front(&mut c).expect("the front's pid");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(old as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    // The supervisor kept the socket: the new front answers on the same address.
+    assert!(
+        eventually(Duration::from_secs(30), || HttpConn::connect(addr)
+            .ok()
+            .and_then(|mut c| c.post("/rpc", &[], &json!({"jsonrpc": "2.0", "id": 1, "method": "describe"})).ok())
+            .and_then(|r| r.json()["result"]["front"]["pid"].as_u64())
+            .is_some_and(|p| p != old)),
+        "a new front serves the door"
+    );
+    let mut second = HttpConn::connect(addr).unwrap().events(&path, &[("Last-Event-ID", &last_id)]).unwrap();
+    assert_eq!(second.status, 200, "{}", String::from_utf8_lossy(&second.body));
+    let b = read_events(&mut second, |got| got.last().is_some_and(|e| e.event == "job.settled"));
+    let want: String = (1..=40).map(|i| format!("line{i}\n")).collect();
+    assert_eq!(stdout_of(&a) + &stdout_of(&b), want, "every line once across the front's restart");
+}
