@@ -257,6 +257,15 @@ fn mcp_streamable_http_sessions_by_header() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/json"));
     let id = r.header("mcp-session-id").expect("a session id at initialize").to_owned();
+    // An attach that fails (a policy that does not exist) is the initialize's error, and no session.
+    let bad = c.post("/mcp?policy=no-such-policy", &[], &init).unwrap();
+    assert!(bad.header("mcp-session-id").is_none(), "{}", bad.text());
+    assert_eq!(
+        (bad.json()["id"].clone(), bad.json()["error"]["message"].is_string()),
+        (json!(1), true),
+        "{}",
+        bad.text()
+    );
     assert_eq!(r.json()["result"]["serverInfo"]["name"], "heddle");
     let r = mcp(&mut c, Some(&id), json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     assert_eq!(r.status, 202);

@@ -436,7 +436,18 @@ async fn post_mcp(door: &Door, client: Client, req: Request<Incoming>) -> Respon
                             Some((Some(conn), answer))
                         }
                         Some((Some(_), _)) => None,
-                        Some((None, (reply, _))) => Some((None, (reply, None))),
+                        // Not attached: the attach error, answered to the body's request.
+                        Some((None, (reply, _))) => {
+                            let id = rpc::parse_request(&body)
+                                .ok()
+                                .and_then(|r| r.id)
+                                .and_then(|i| serde_json::from_str::<serde_json::Value>(i.get()).ok());
+                            let reply = reply
+                                .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r).ok())
+                                .map(|v| serde_json::json!({"jsonrpc": "2.0", "id": id, "error": v["error"]}))
+                                .and_then(|v| serde_json::to_vec(&v).ok());
+                            Some((None, (reply, None)))
+                        }
                         None => None,
                     }
                 }
