@@ -137,12 +137,26 @@ impl OutboxReader {
     /// once the outbox is closed and empty. A reader that stops calling this leaves the lines queued,
     /// and the pump cuts its subscriptions off past [`MAX_QUEUED`] as it does a socket's.
     pub fn next(&self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(b) = self.next_within(std::time::Duration::from_secs(3600)) {
+                return b;
+            }
+        }
+    }
+
+    /// [`OutboxReader::next`], waiting at most `wait`: `None` when nothing came meanwhile.
+    pub fn next_within(&self, wait: std::time::Duration) -> Option<Option<Vec<u8>>> {
         let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let until = std::time::Instant::now() + wait;
         while st.queue.is_empty() && !st.closed {
-            st = self.shared.ready.wait(st).unwrap_or_else(|e| e.into_inner());
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            st = self.shared.ready.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
         }
         if st.queue.is_empty() {
-            return None;
+            return Some(None);
         }
         let mut batch = Vec::new();
         while batch.len() < BATCH {
@@ -150,7 +164,7 @@ impl OutboxReader {
             st.queued -= line.len();
             batch.extend_from_slice(&line);
         }
-        Some(batch)
+        Some(Some(batch))
     }
 
     /// The reader is gone: later sends are refused (and the subscriptions dropped by the pump).

@@ -46,6 +46,8 @@ use tokens::Tokens;
 pub const MAX_BODY: usize = 16 * 1024 * 1024;
 /// MCP HTTP sessions one uid may hold at once.
 pub const MAX_MCP_SESSIONS_PER_UID: usize = 256;
+/// How long an event stream may be quiet before a keepalive comment is sent.
+pub const KEEPALIVE: Duration = Duration::from_secs(15);
 /// Event-stream connections get ids from here up, apart from the socket server's.
 const EVENTS_CONN_BASE: u64 = 1 << 62;
 
@@ -193,13 +195,62 @@ fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
 }
 
 async fn handle(door: &Door, socket_uid: Option<u32>, req: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let client = match admit(door, socket_uid, &parts.headers) {
+        Ok(c) => c,
+        Err(r) => return unread(body, r).await,
+    };
+    let (method, path) = (parts.method.clone(), parts.uri.path().to_owned());
+    door.in_flight.fetch_add(1, Ordering::SeqCst);
+    let r = match (method, path.as_str()) {
+        (Method::POST, "/rpc") => post_rpc(door, client, Request::from_parts(parts, body)).await,
+        (Method::POST, "/mcp") => post_mcp(door, client, Request::from_parts(parts, body)).await,
+        (method, path) => {
+            let r = match (method, path) {
+                (Method::DELETE, "/mcp") => delete_mcp(door, client, &parts).await,
+                (Method::GET, "/mcp") => {
+                    let mut r = refuse(
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        "heddle offers no server-to-client stream on /mcp; POST requests (each answered with JSON) and DELETE to end the session",
+                    );
+                    r.headers_mut().insert(ALLOW, HeaderValue::from_static("POST, DELETE"));
+                    r
+                }
+                (Method::GET, "/events") => events(door, client, &parts).await,
+                (_, "/rpc" | "/mcp" | "/events") => refuse(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "wrong method: POST /rpc, POST or DELETE /mcp, GET /events",
+                ),
+                _ => refuse(
+                    StatusCode::NOT_FOUND,
+                    "heddle's HTTP door serves POST /rpc (JSON-RPC), /mcp (MCP streamable HTTP) and GET /events?session=S&job=J (Server-Sent Events)",
+                ),
+            };
+            unread(body, r).await
+        }
+    };
+    door.in_flight.fetch_sub(1, Ordering::SeqCst);
+    r
+}
+
+/// Answer `r` to a request whose body was not needed: the body is read and dropped first (at most
+/// 1 MiB), so the connection stays usable for the client's next request; a larger one closes it.
+async fn unread(body: Incoming, mut r: Response<Body>) -> Response<Body> {
+    if Limited::new(body, 1 << 20).collect().await.is_err() {
+        r.headers_mut().insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
+}
+
+/// The client a request acts as, or its refusal (a foreign `Origin`, no owner, no valid token).
+fn admit(door: &Door, socket_uid: Option<u32>, headers: &hyper::HeaderMap) -> Result<Client, Response<Body>> {
     if door.loopback {
-        if let Some(origin) = req.headers().get(ORIGIN) {
+        if let Some(origin) = headers.get(ORIGIN) {
             if !loopback_origin(origin.as_bytes()) {
-                return refuse(
+                return Err(refuse(
                     StatusCode::FORBIDDEN,
                     "this heddle listens on loopback and refuses requests from web pages of other origins (Origin must be a localhost address)",
-                );
+                ));
             }
         }
     }
@@ -207,15 +258,14 @@ async fn handle(door: &Door, socket_uid: Option<u32>, req: Request<Incoming>) ->
         Auth::SocketOwner => match socket_uid {
             Some(u) => u,
             None => {
-                return refuse(
+                return Err(refuse(
                     StatusCode::UNAUTHORIZED,
                     "heddle could not find which local user owns this connection's socket (it must be on this host, in this network namespace); connect from a local process",
-                )
+                ))
             }
         },
         Auth::Tokens(tokens) => {
-            let token = req
-                .headers()
+            let token = headers
                 .get(AUTHORIZATION)
                 .and_then(|h| h.to_str().ok())
                 .and_then(|h| h.strip_prefix("Bearer "))
@@ -232,39 +282,12 @@ async fn handle(door: &Door, socket_uid: Option<u32>, req: Request<Incoming>) ->
                         },
                     );
                     r.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"heddle\""));
-                    return r;
+                    return Err(r);
                 }
             }
         }
     };
-    let client = Client { uid, pid: None };
-    let path = req.uri().path().to_owned();
-    let method = req.method().clone();
-    door.in_flight.fetch_add(1, Ordering::SeqCst);
-    let r = match (method, path.as_str()) {
-        (Method::POST, "/rpc") => post_rpc(door, client, req).await,
-        (Method::POST, "/mcp") => post_mcp(door, client, req).await,
-        (Method::DELETE, "/mcp") => delete_mcp(door, client, &req).await,
-        (Method::GET, "/mcp") => {
-            let mut r = refuse(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "heddle offers no server-to-client stream on /mcp; POST requests (each answered with JSON) and DELETE to end the session",
-            );
-            r.headers_mut().insert(ALLOW, HeaderValue::from_static("POST, DELETE"));
-            r
-        }
-        (Method::GET, "/events") => events(door, client, &req).await,
-        (_, "/rpc" | "/mcp" | "/events") => refuse(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "wrong method: POST /rpc, POST or DELETE /mcp, GET /events",
-        ),
-        _ => refuse(
-            StatusCode::NOT_FOUND,
-            "heddle's HTTP door serves POST /rpc (JSON-RPC), /mcp (MCP streamable HTTP) and GET /events?session=S&job=J (Server-Sent Events)",
-        ),
-    };
-    door.in_flight.fetch_sub(1, Ordering::SeqCst);
-    r
+    Ok(Client { uid, pid: None })
 }
 
 /// True for an `Origin` naming a loopback host (`http://localhost:3000`, `http://127.0.0.1`,
@@ -494,8 +517,8 @@ async fn post_mcp(door: &Door, client: Client, req: Request<Incoming>) -> Respon
     }
 }
 
-async fn delete_mcp(door: &Door, client: Client, req: &Request<Incoming>) -> Response<Body> {
-    let Some(id) = req.headers().get(SESSION_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()) else {
+async fn delete_mcp(door: &Door, client: Client, req: &hyper::http::request::Parts) -> Response<Body> {
+    let Some(id) = req.headers.get(SESSION_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()) else {
         return refuse(StatusCode::BAD_REQUEST, "DELETE /mcp needs the Mcp-Session-Id header of the session to end");
     };
     let entry = {
@@ -517,11 +540,11 @@ async fn delete_mcp(door: &Door, client: Client, req: &Request<Incoming>) -> Res
 }
 
 /// `GET /events?session=S&job=J`, resumed from `Last-Event-ID` (or `?last_event_id=`).
-async fn events(door: &Door, client: Client, req: &Request<Incoming>) -> Response<Body> {
+async fn events(door: &Door, client: Client, req: &hyper::http::request::Parts) -> Response<Body> {
     let mut session = None;
     let mut job = None;
-    let mut last = req.headers().get("last-event-id").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    for (k, v) in form_pairs(req.uri().query().unwrap_or("")) {
+    let mut last = req.headers.get("last-event-id").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    for (k, v) in form_pairs(req.uri.query().unwrap_or("")) {
         match k.as_str() {
             "session" => session = Some(v),
             "job" => job = Some(v),
@@ -654,7 +677,19 @@ fn pass_events(
     kernel: &Kernel,
     conn: u64,
 ) {
-    'outer: while let Some(batch) = reader.next() {
+    loop {
+        let batch = match reader.next_within(KEEPALIVE) {
+            Some(Some(b)) => b,
+            Some(None) => break,
+            // Quiet: a comment line keeps proxies from timing the stream out, and finds a client that
+            // went away (its write fails, the body is dropped, the next send here fails).
+            None => {
+                if tx.blocking_send(Bytes::from_static(b": keepalive\n\n")).is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
         let mut out = Vec::new();
         let mut end = false;
         for line in batch.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
@@ -689,7 +724,7 @@ fn pass_events(
             }
         }
         if !out.is_empty() && tx.blocking_send(Bytes::from(out)).is_err() {
-            break 'outer;
+            break;
         }
         if end {
             break;
