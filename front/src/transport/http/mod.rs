@@ -198,7 +198,7 @@ async fn handle(door: &Door, socket_uid: Option<u32>, req: Request<Incoming>) ->
     let (parts, body) = req.into_parts();
     let client = match admit(door, socket_uid, &parts.headers) {
         Ok(c) => c,
-        Err(r) => return unread(body, r).await,
+        Err(r) => return unread(body, *r).await,
     };
     let (method, path) = (parts.method.clone(), parts.uri.path().to_owned());
     door.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -243,14 +243,14 @@ async fn unread(body: Incoming, mut r: Response<Body>) -> Response<Body> {
 }
 
 /// The client a request acts as, or its refusal (a foreign `Origin`, no owner, no valid token).
-fn admit(door: &Door, socket_uid: Option<u32>, headers: &hyper::HeaderMap) -> Result<Client, Response<Body>> {
+fn admit(door: &Door, socket_uid: Option<u32>, headers: &hyper::HeaderMap) -> Result<Client, Box<Response<Body>>> {
     if door.loopback {
         if let Some(origin) = headers.get(ORIGIN) {
             if !loopback_origin(origin.as_bytes()) {
-                return Err(refuse(
+                return Err(Box::new(refuse(
                     StatusCode::FORBIDDEN,
                     "this heddle listens on loopback and refuses requests from web pages of other origins (Origin must be a localhost address)",
-                ));
+                )));
             }
         }
     }
@@ -258,10 +258,10 @@ fn admit(door: &Door, socket_uid: Option<u32>, headers: &hyper::HeaderMap) -> Re
         Auth::SocketOwner => match socket_uid {
             Some(u) => u,
             None => {
-                return Err(refuse(
+                return Err(Box::new(refuse(
                     StatusCode::UNAUTHORIZED,
                     "heddle could not find which local user owns this connection's socket (it must be on this host, in this network namespace); connect from a local process",
-                ))
+                )))
             }
         },
         Auth::Tokens(tokens) => {
@@ -282,7 +282,7 @@ fn admit(door: &Door, socket_uid: Option<u32>, headers: &hyper::HeaderMap) -> Re
                         },
                     );
                     r.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"heddle\""));
-                    return Err(r);
+                    return Err(Box::new(r));
                 }
             }
         }
