@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 
 mod cgroup_bench;
 mod db_bench;
+mod doors;
 mod long;
 mod spare;
 mod state;
@@ -87,6 +88,14 @@ enum Bench {
         #[arg(long, default_value_t = 500)]
         iterations: usize,
     },
+    /// `run("true")` at an agent's pace through each door (MCP via `heddle mcp`, HTTP `/rpc` and `/mcp`)
+    /// vs the raw control socket.
+    Doors {
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
+        #[arg(long, default_value_t = 20)]
+        pause_ms: u64,
+    },
     /// Model-view rendering per MiB of build output vs copy + line split.
     View {
         #[arg(long, default_value_t = 64)]
@@ -109,6 +118,7 @@ fn main() -> Result<()> {
         Bench::Latency { lines, idle_spinners } => output::latency(lines, idle_spinners),
         Bench::View { mib, rounds } => output::view(mib, rounds),
         Bench::Db { iterations } => db_bench::run(iterations),
+        Bench::Doors { iterations, pause_ms } => doors::run(iterations, pause_ms),
     }
 }
 

@@ -42,6 +42,14 @@ pub struct UpArgs {
     /// Process limit of a session [default: the session's policy profile's].
     #[arg(long, value_name = "N")]
     pub pids_max: Option<u64>,
+    /// Serve the HTTP door on this TCP address (`POST /rpc`, MCP on `/mcp`, `GET /events`); a loopback
+    /// address maps each request to the uid owning the client's socket [default: no door].
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+    /// Bearer tokens of the HTTP door (one file per user, mode 0600, owned by that user); required for
+    /// a non-loopback ADDR, and given, every request needs one.
+    #[arg(long, value_name = "DIR", requires = "http")]
+    pub http_token_dir: Option<PathBuf>,
 }
 
 impl UpArgs {
@@ -70,6 +78,12 @@ impl UpArgs {
         }
         if let Some(p) = self.pids_max {
             v.extend(["--pids-max".into(), p.to_string().into()]);
+        }
+        if let Some(a) = &self.http {
+            v.extend(["--http".into(), a.into()]);
+        }
+        if let Some(d) = &self.http_token_dir {
+            v.extend(["--http-token-dir".into(), d.clone().into_os_string()]);
         }
         v
     }

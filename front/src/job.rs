@@ -20,7 +20,7 @@ use crate::rendered::RenderedOutput;
 use crate::results::{
     join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted, Survivor, Usage,
 };
-use crate::store::{OutputStore, ReadPlan};
+use crate::store::{OutputStore, ReadPlan, StoreError};
 use crate::view::{self, stream_index, Omission};
 use shm_proto::msg::{JobId, Stream};
 use shm_proto::msg::{JobLiveness, JobUsage, ProcStat};
@@ -459,6 +459,12 @@ impl Job {
     pub fn plan_read(&mut self, stream: Stream, offset: u64) -> (ReadPlan, u64) {
         self.store.flush();
         (self.store.plan(stream, offset), self.store.stored(stream))
+    }
+
+    /// The stored chunks from stream offsets `from` on (flushes first); see [`OutputStore::chunks_from`].
+    pub fn chunks_from(&mut self, from: [u64; 2], max: u64) -> Result<Vec<crate::store::StoredChunk>, StoreError> {
+        self.store.flush();
+        self.store.chunks_from(from, max)
     }
 
     /// The worker wrote (or refused) the job's files.

@@ -1,5 +1,5 @@
-//! `heddle-front`: started by the supervisor with fd 3 = control socket (SOCK_SEQPACKET) and fd 4 = the
-//! listening client socket. Glue only: parse flags, adopt the fds, serve (see the `front` library).
+//! `heddle-front`: started by the supervisor with fd 3 = control socket (SOCK_SEQPACKET), fd 4 = the
+//! listening client socket and, with an HTTP door, fd 5 = its listening TCP socket (fd 6 = its tokens). Glue only: parse flags, adopt the fds, serve (see the `front` library).
 #![forbid(unsafe_code)]
 
 use anyhow::Context;
@@ -18,6 +18,13 @@ struct Args {
     /// Inherited listening Unix stream socket for clients.
     #[arg(long, default_value_t = 4)]
     listen_fd: i32,
+    /// Inherited listening TCP socket of the HTTP door (`heddle up --http`); none: no door.
+    #[arg(long)]
+    http_fd: Option<i32>,
+    /// Inherited memfd listing the HTTP door's bearer tokens (`UID TOKEN` lines); given: every HTTP
+    /// request needs one, even on loopback.
+    #[arg(long)]
+    http_tokens_fd: Option<i32>,
     /// Directory for session output (owned by the front's uid).
     #[arg(long)]
     state_dir: PathBuf,
@@ -68,7 +75,23 @@ fn run(args: Args) -> anyhow::Result<i32> {
         max_age: std::time::Duration::from_secs(args.retain_age_secs),
     });
     front::prestart::set(args.spares);
+    let http = match args.http_fd {
+        None => None,
+        Some(fd) => {
+            let sock = adopt(fd).context("taking the HTTP door's socket")?;
+            check_socket(&sock, SockType::Stream, true, "listening TCP")?;
+            let auth = match args.http_tokens_fd {
+                None => front::transport::http::Auth::SocketOwner,
+                Some(fd) => {
+                    let f = std::fs::File::from(adopt(fd).context("taking the HTTP door's tokens")?);
+                    let text = std::io::read_to_string(f).context("reading the HTTP door's tokens")?;
+                    front::transport::http::Auth::Tokens(front::transport::http::tokens::Tokens::parse(&text))
+                }
+            };
+            Some((std::net::TcpListener::from(sock), auth))
+        }
+    };
     let cfg =
         front::kernel::KernelConfig { state_dir: args.state_dir, socket: args.socket, cgroup_root: args.cgroup_root };
-    Ok(front::service::serve(cfg, control, listen.into())?)
+    Ok(front::service::serve_with(cfg, control, listen.into(), http)?)
 }

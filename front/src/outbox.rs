@@ -46,8 +46,9 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     ready: Condvar,
-    /// A duplicate of the connection's socket, for the direct non-blocking sends.
-    sock: OwnedFd,
+    /// A duplicate of the connection's socket, for the direct non-blocking sends; `None` for an outbox
+    /// read by an [`OutboxReader`] (every line queues).
+    sock: Option<OwnedFd>,
 }
 
 /// The write side of one connection (cheap to clone: subscriptions keep one each).
@@ -65,9 +66,16 @@ pub struct OutboxWriter {
 impl Outbox {
     /// An outbox for connection `conn` writing to `stream`, and the writer to run on its own thread.
     pub fn new(conn: u64, stream: &UnixStream) -> std::io::Result<(Outbox, OutboxWriter)> {
-        let sock = OwnedFd::from(stream.try_clone()?);
+        let sock = Some(OwnedFd::from(stream.try_clone()?));
         let shared = Arc::new(Shared { state: Mutex::default(), ready: Condvar::new(), sock });
         Ok((Outbox { conn, shared: shared.clone() }, OutboxWriter { shared }))
+    }
+
+    /// An outbox for connection `conn` with no socket: its lines are taken by the [`OutboxReader`]
+    /// (an HTTP door's event stream). Lines wait in the same queue, bounded the same way.
+    pub fn queued(conn: u64) -> (Outbox, OutboxReader) {
+        let shared = Arc::new(Shared { state: Mutex::default(), ready: Condvar::new(), sock: None });
+        (Outbox { conn, shared: shared.clone() }, OutboxReader { shared })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -82,10 +90,10 @@ impl Outbox {
             return false;
         }
         let mut at = 0;
-        if st.queue.is_empty() && !st.busy {
+        if let (true, false, Some(sock)) = (st.queue.is_empty(), st.busy, &self.shared.sock) {
             let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
             while at < line.len() {
-                match send(self.shared.sock.as_raw_fd(), &line[at..], flags) {
+                match send(sock.as_raw_fd(), &line[at..], flags) {
                     Ok(n) => at += n,
                     Err(Errno::EINTR) => {}
                     Err(Errno::EAGAIN) => break,
@@ -116,6 +124,55 @@ impl Outbox {
     pub fn close(&self) {
         self.lock().closed = true;
         self.shared.ready.notify_one();
+    }
+}
+
+/// The taking side of a socketless outbox ([`Outbox::queued`]).
+pub struct OutboxReader {
+    shared: Arc<Shared>,
+}
+
+impl OutboxReader {
+    /// The lines waiting (joined, at most about [`BATCH`] bytes), blocking until there are some; `None`
+    /// once the outbox is closed and empty. A reader that stops calling this leaves the lines queued,
+    /// and the pump cuts its subscriptions off past [`MAX_QUEUED`] as it does a socket's.
+    pub fn next(&self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(b) = self.next_within(std::time::Duration::from_secs(3600)) {
+                return b;
+            }
+        }
+    }
+
+    /// [`OutboxReader::next`], waiting at most `wait`: `None` when nothing came meanwhile.
+    pub fn next_within(&self, wait: std::time::Duration) -> Option<Option<Vec<u8>>> {
+        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let until = std::time::Instant::now() + wait;
+        while st.queue.is_empty() && !st.closed {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            st = self.shared.ready.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        if st.queue.is_empty() {
+            return Some(None);
+        }
+        let mut batch = Vec::new();
+        while batch.len() < BATCH {
+            let Some(line) = st.queue.pop_front() else { break };
+            st.queued -= line.len();
+            batch.extend_from_slice(&line);
+        }
+        Some(Some(batch))
+    }
+
+    /// The reader is gone: later sends are refused (and the subscriptions dropped by the pump).
+    pub fn close(&self) {
+        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.closed = true;
+        st.queue.clear();
+        st.queued = 0;
     }
 }
 
@@ -178,6 +235,21 @@ mod tests {
         }
         t.join().unwrap();
         assert!(!out.send(b"late\n".to_vec()), "a closed outbox refuses lines");
+    }
+
+    #[test]
+    fn a_socketless_outbox_is_bounded_like_a_sockets() {
+        let (out, reader) = Outbox::queued(7);
+        let line = vec![b'x'; 1 << 20];
+        for _ in 0..=MAX_QUEUED >> 20 {
+            assert!(!out.over());
+            assert!(out.send(line.clone()));
+        }
+        assert!(out.over(), "a reader that takes nothing falls behind past MAX_QUEUED");
+        let got = reader.next().unwrap();
+        assert!(got.len() >= BATCH && !out.over());
+        reader.close();
+        assert!(!out.send(b"late\n".to_vec()), "a closed reader refuses lines");
     }
 
     #[test]

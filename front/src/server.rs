@@ -260,7 +260,7 @@ pub fn answer_line(kernel: &Kernel, client: &Client, line: &[u8]) -> Option<Vec<
 
 /// [`Kernel::after_answer`], where a panic is caught as the answer's own is: it ends neither the
 /// connection nor its count of requests in flight (which shutdown waits on).
-fn after_answer(kernel: &Kernel, s: &Arc<Session>) {
+pub(crate) fn after_answer(kernel: &Kernel, s: &Arc<Session>) {
     if catch_unwind(AssertUnwindSafe(|| kernel.after_answer(s))).is_err() {
         eprintln!("heddle-front: recording session '{}' after a call failed unexpectedly", s.name());
     }

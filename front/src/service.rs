@@ -2,7 +2,7 @@
 //! server and signal handling together, then runs the control loop until shutdown.
 //!
 //! Threads: `supervisor-link` (reads fd 3), `pump` (all event rings), `accept` (fd 4) and one
-//! `conn-N` per client, `signals` (SIGTERM/SIGINT), and the caller's thread running the control loop,
+//! `conn-N` per client, `http` (the HTTP door on fd 5, with its blocking pool and `sse-N` streams), `signals` (SIGTERM/SIGINT), and the caller's thread running the control loop,
 //! which applies notices in order: `WorkerDied` marks the session lost; `Shutdown` or a signal stops
 //! accepting, refuses new work, wakes every waiting call so it answers at once, waits (≤ 3 s) for
 //! in-flight answers, flushes all output and returns exit status 0. The control socket closing (the
@@ -20,6 +20,7 @@
 use crate::kernel::{Kernel, KernelConfig};
 use crate::server::Server;
 use crate::supervisor_link::{ControlLink, Notice};
+use crate::transport::http::{Auth, HttpDoor};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
 use std::time::Duration;
@@ -43,6 +44,16 @@ pub enum ServeError {
 
 /// Serve until shutdown; returns the process exit status.
 pub fn serve(cfg: KernelConfig, control: OwnedFd, listener: UnixListener) -> Result<i32, ServeError> {
+    serve_with(cfg, control, listener, None)
+}
+
+/// [`serve`], with the HTTP door on `http` (its listening socket and how it maps requests to uids).
+pub fn serve_with(
+    cfg: KernelConfig,
+    control: OwnedFd,
+    listener: UnixListener,
+    http: Option<(std::net::TcpListener, Auth)>,
+) -> Result<i32, ServeError> {
     let (tx, notices) = crossbeam_channel::unbounded();
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
         .map_err(ServeError::Signals)?;
@@ -59,6 +70,10 @@ pub fn serve(cfg: KernelConfig, control: OwnedFd, listener: UnixListener) -> Res
     let kernel = Kernel::new(cfg, link).map_err(ServeError::Kernel)?;
     let mut early = take_over(&kernel, &notices);
     let server = Server::start(listener, kernel.clone()).map_err(ServeError::Server)?;
+    let mut door = match http {
+        Some((l, auth)) => Some(HttpDoor::start(l, kernel.clone(), auth).map_err(ServeError::Server)?),
+        None => None,
+    };
     let asked = tx.clone();
     kernel.shutdown.set(Box::new(move |grace| {
         let _ = asked.send(Notice::Asked(grace));
@@ -93,6 +108,9 @@ pub fn serve(cfg: KernelConfig, control: OwnedFd, listener: UnixListener) -> Res
         }
     };
     server.stop_accepting();
+    if let Some(d) = door.as_mut() {
+        d.stop();
+    }
     kernel.begin_shutdown();
     if !server.wait_idle(DRAIN_TIMEOUT) {
         eprintln!("heddle-front: some requests were still being answered after {DRAIN_TIMEOUT:?}");

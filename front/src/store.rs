@@ -50,6 +50,8 @@ pub enum StoreError {
     Corrupt(u64),
     #[error("bytes 0–{removed} of this stream were removed by retention ({why}); the oldest byte still stored is at offset {removed}")]
     Removed { removed: u64, why: String },
+    #[error("{left} bytes are stored past the asked offsets, more than the {max} one replay sends; read them with `output` and subscribe from the end")]
+    TooMuch { left: u64, max: u64 },
 }
 
 /// A sparse index entry: the record at `file_off` starts at `stream_off` of its stream.
@@ -273,6 +275,64 @@ impl ReadPlan {
     }
 }
 
+/// One stored record, as [`OutputStore::chunks_from`] reads it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredChunk {
+    /// 0 stdout, 1 stderr.
+    pub stream: u8,
+    /// The stream offset of `data`'s first byte.
+    pub offset: u64,
+    pub unix_ns: u64,
+    pub data: Vec<u8>,
+}
+
+impl OutputStore {
+    /// The flushed records from stream offsets `from` (stdout, stderr) on, in arrival order, with their
+    /// timestamps; a record straddling an offset is cut at it. At most `max` bytes of data (more is
+    /// [`StoreError::TooMuch`]); an offset retention removed is [`StoreError::Removed`]. Flush first.
+    pub fn chunks_from(&self, from: [u64; 2], max: u64) -> Result<Vec<StoredChunk>, StoreError> {
+        for (f, removed) in from.iter().zip(self.removed) {
+            if *f < removed {
+                return Err(StoreError::Removed { removed, why: self.removed_why.clone() });
+            }
+        }
+        let left: u64 = (0..2).map(|s| self.durable_counts[s].saturating_sub(from[s])).sum();
+        if left > max {
+            return Err(StoreError::TooMuch { left, max });
+        }
+        let mut out = Vec::new();
+        if left == 0 {
+            return Ok(out);
+        }
+        let file = open_for_read(&self.path)?;
+        let mut r = BufReader::with_capacity(256 * 1024, file);
+        r.seek(SeekFrom::Start(self.removed_file)).map_err(StoreError::Io)?;
+        let (mut file_off, mut at) = (self.removed_file, self.removed);
+        while file_off < self.durable {
+            let mut h = [0u8; RECORD_HEADER];
+            r.read_exact(&mut h).map_err(StoreError::Io)?;
+            let len = u64::from(u32::from_le_bytes([h[4], h[5], h[6], h[7]]));
+            if !(1..=2).contains(&h[0]) || file_off + RECORD_HEADER as u64 + len > self.durable {
+                return Err(StoreError::Corrupt(file_off));
+            }
+            let s = usize::from(h[0] - 1);
+            let unix_ns = u64::from_le_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]);
+            file_off += RECORD_HEADER as u64 + len;
+            let skip = from[s].saturating_sub(at[s]).min(len);
+            at[s] += len;
+            if skip == len {
+                r.seek_relative(len as i64).map_err(StoreError::Io)?;
+                continue;
+            }
+            r.seek_relative(skip as i64).map_err(StoreError::Io)?;
+            let mut data = vec![0u8; (len - skip) as usize];
+            r.read_exact(&mut data).map_err(StoreError::Io)?;
+            out.push(StoredChunk { stream: s as u8, offset: at[s] - len + skip, unix_ns, data });
+        }
+        Ok(out)
+    }
+}
+
 impl OutputStore {
     /// Bytes of the file not removed by retention (buffered ones included).
     pub fn kept_len(&self) -> u64 {
@@ -388,6 +448,26 @@ fn open_for_read(path: &Path) -> Result<File, StoreError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn chunks_come_back_from_offsets_with_their_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = OutputStore::create(dir.path().join("1.log"));
+        s.append(Stream::Stdout, b"hello ", 1);
+        s.append(Stream::Stderr, b"oops", 2);
+        s.append(Stream::Stdout, b"world", 3);
+        s.flush();
+        let got = s.chunks_from([3, 4], 1 << 20).unwrap();
+        assert_eq!(
+            got,
+            [
+                StoredChunk { stream: 0, offset: 3, unix_ns: 1, data: b"lo ".to_vec() },
+                StoredChunk { stream: 0, offset: 6, unix_ns: 3, data: b"world".to_vec() },
+            ]
+        );
+        assert_eq!(s.chunks_from([11, 4], 1 << 20).unwrap(), []);
+        assert!(matches!(s.chunks_from([0, 0], 5), Err(StoreError::TooMuch { left: 15, max: 5 })));
+    }
 
     fn reference(chunks: &[(Stream, Vec<u8>)], s: Stream) -> Vec<u8> {
         chunks.iter().filter(|(cs, _)| *cs == s).flat_map(|(_, d)| d.iter().copied()).collect()

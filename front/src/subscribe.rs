@@ -114,6 +114,7 @@ pub struct Chunk<'a> {
 }
 
 /// A job's end (or settling) as the pump saw it.
+#[derive(Clone, Copy)]
 pub struct End<'a> {
     pub job: JobId,
     pub settled: bool,
@@ -202,7 +203,23 @@ struct SubParams {
     job: Option<JobId>,
     #[serde(default)]
     raw: bool,
+    /// Resume a job's stream: replay its stored chunks from these offsets first.
+    #[serde(default)]
+    from: Option<From>,
 }
+
+/// Stream offsets to replay from.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+struct From {
+    #[serde(default)]
+    stdout: u64,
+    #[serde(default)]
+    stderr: u64,
+}
+
+/// Most stored bytes one `subscribe {from}` replays (more: read with `output`, subscribe from the end).
+pub const MAX_REPLAY: u64 = 16 * 1024 * 1024;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -227,10 +244,56 @@ pub(crate) fn subscribe(
             return Err(crate::kernel::unknown_job(&p.session, job));
         }
     }
+    // Under the session's lock the pump neither stores nor publishes: the replay ends exactly where
+    // the live notifications begin.
+    let replay = match (p.from, p.job.and_then(|j| st.jobs.get_mut(&j))) {
+        (None, _) => None,
+        (Some(_), None) => {
+            let msg = "subscribe {from} resumes one job's stream: give `job` too";
+            return Err(RpcError::new(rpc::ErrorKind::InvalidParams, msg));
+        }
+        (Some(f), Some(j)) => {
+            let chunks = j.chunks_from([f.stdout, f.stderr], MAX_REPLAY).map_err(|e| {
+                RpcError::new(rpc::ErrorKind::InvalidParams, format!("cannot resume job {}: {e}", j.id()))
+            })?;
+            let r = j.summary(std::time::Instant::now());
+            let end = End {
+                job: j.id(),
+                settled: j.settled(),
+                state: r.state,
+                exit_code: r.exit_code,
+                signal: r.signal,
+                fresh: &[],
+            };
+            Some((chunks, j.state().ended().then_some(end)))
+        }
+    };
     let sub = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let result = serde_json::json!({"subscription": sub, "session": p.session, "job": p.job, "raw": p.raw});
     out.send(rpc::encode_result(Some(id), &result));
-    st.subscribers.push(Subscriber { id: sub, job: p.job, raw: p.raw, seq: 0, outbox: out.clone() });
+    let mut one = vec![Subscriber { id: sub, job: p.job, raw: p.raw, seq: 0, outbox: out.clone() }];
+    if let Some((chunks, end)) = replay {
+        for c in &chunks {
+            let chunk = Chunk {
+                job: p.job.unwrap_or_default(),
+                stream: c.stream,
+                offset: c.offset,
+                data: &c.data,
+                at_unix_ns: c.unix_ns,
+                fresh: &[],
+            };
+            publish_chunk(&mut one, &p.session, &chunk);
+        }
+        if let Some(end) = end {
+            // A job that ended before this subscription: its end, and its settling if output is complete.
+            let settled = end.settled;
+            publish_end(&mut one, &p.session, &End { settled: false, ..end });
+            if settled {
+                publish_end(&mut one, &p.session, &End { settled: true, ..end });
+            }
+        }
+    }
+    st.subscribers.append(&mut one);
     Ok(())
 }
 

@@ -48,6 +48,14 @@ pub struct Args {
     /// repeatable [default: none, sessions write only their profile's roots].
     #[arg(long, value_name = "DIR")]
     pub allow_writable: Vec<PathBuf>,
+    /// Serve the HTTP door on this TCP address (`127.0.0.1:8080`; port 0 picks a free one, written to
+    /// `<state-dir>/http-address`) [default: no door].
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+    /// Bearer tokens of the HTTP door: one file per user, mode 0600, owned by the user the token acts
+    /// as. Required unless ADDR is loopback; given, every request needs a token.
+    #[arg(long, value_name = "DIR", requires = "http")]
+    pub http_token_dir: Option<PathBuf>,
 }
 
 #[cfg(test)]

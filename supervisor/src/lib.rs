@@ -27,6 +27,7 @@ pub mod event_loop;
 pub mod exclusive;
 #[cfg(test)]
 mod fake;
+pub mod http_door;
 pub mod kept;
 pub mod kept_output;
 pub mod limits;

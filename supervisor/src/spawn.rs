@@ -404,12 +404,15 @@ pub struct FrontSpec<'a> {
     pub socket: &'a Path,
     /// heddle's cgroup root: the front refuses clients whose process runs in a job cgroup below it.
     pub cgroup_root: &'a Path,
+    /// The HTTP door's listening TCP socket (its fd 5) and its tokens' memfd (fd 6), if any.
+    pub http: Option<BorrowedFd<'a>>,
+    pub http_tokens: Option<BorrowedFd<'a>>,
 }
 
 /// Start the front: `heddle-front --control-fd 3 --listen-fd 4 --state-dir DIR --socket PATH
 /// --cgroup-root ROOT`.
 pub fn spawn_front(spec: &FrontSpec<'_>) -> Result<Spawned, SpawnError> {
-    let args: Vec<OsString> = vec![
+    let mut args: Vec<OsString> = vec![
         "--control-fd".into(),
         "3".into(),
         "--listen-fd".into(),
@@ -421,6 +424,15 @@ pub fn spawn_front(spec: &FrontSpec<'_>) -> Result<Spawned, SpawnError> {
         "--cgroup-root".into(),
         spec.cgroup_root.into(),
     ];
+    let mut fds = vec![(spec.control, 3), (spec.listener, 4)];
+    if let Some(h) = spec.http {
+        args.extend(["--http-fd".into(), "5".into()]);
+        fds.push((h, 5));
+    }
+    if let Some(t) = spec.http_tokens {
+        args.extend(["--http-tokens-fd".into(), "6".into()]);
+        fds.push((t, 6));
+    }
     let setup = ChildSetup {
         exe: spec.exe,
         arg0: "heddle-front",
@@ -429,7 +441,7 @@ pub fn spawn_front(spec: &FrontSpec<'_>) -> Result<Spawned, SpawnError> {
         uid: spec.user.uid,
         gid: spec.user.gid,
         cgroup_procs: None,
-        fds: vec![(spec.control, 3), (spec.listener, 4)],
+        fds,
         v1_procs: Vec::new(),
     };
     start(&setup, "heddle-front")

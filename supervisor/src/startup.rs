@@ -55,6 +55,8 @@ pub enum StartError {
     Socket(PathBuf, #[source] io::Error),
     #[error("another heddle is already listening on {0}; stop it first or choose another --socket")]
     SocketInUse(PathBuf),
+    #[error("cannot serve the HTTP door on {0}")]
+    Http(String, #[source] io::Error),
     #[error("cannot create the control socket pair")]
     ControlPair(#[source] nix::Error),
     #[error("cannot start the front")]
@@ -78,6 +80,7 @@ struct Plan {
     defaults: shm_proto::control::SessionLimits,
     allow_writable: Vec<PathBuf>,
     socket_gid: u32,
+    http: Option<(String, Option<PathBuf>)>,
 }
 
 /// Do everything up to a running front; the returned loop serves until SIGINT/SIGTERM.
@@ -159,7 +162,12 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
         None => 0,
     };
     let allow_writable = args.allow_writable.clone();
+    let http = match (&args.http, &args.http_token_dir) {
+        (Some(a), dir) => Some((a.clone(), dir.as_deref().map(absolute).transpose()?)),
+        (None, _) => None,
+    };
     Ok(Plan {
+        http,
         mode,
         root,
         front_user,
@@ -184,6 +192,24 @@ fn start_created(
     let root = plan.root.clone();
     let fail = |e: StartError| (root.clone(), e);
     prepare_state_dir(&plan.state_dir, &plan.front_user).map_err(fail)?;
+    let http = match &plan.http {
+        Some((addr, dir)) => {
+            let door =
+                crate::http_door::bind(addr, dir.as_deref()).map_err(|e| fail(StartError::Http(addr.clone(), e)))?;
+            record_http_address(&plan.state_dir, door.addr);
+            log(&format!(
+                "serving the HTTP door on {} ({})",
+                door.addr,
+                if door.token_dir.is_some() {
+                    "bearer tokens"
+                } else {
+                    "requests act as the uid owning the client socket"
+                }
+            ));
+            Some(door)
+        }
+        None => None,
+    };
     let (listener, socket) = bind_socket(&plan.socket, plan.socket_gid).map_err(fail)?;
     let launcher = FrontLauncher {
         exe: plan.front_exe,
@@ -191,6 +217,7 @@ fn start_created(
         state_dir: plan.state_dir.clone(),
         socket: plan.socket.clone(),
         cgroup_root: root.clone(),
+        http,
     };
     let front = launcher.spawn(&listener);
     let (front, control) = match front {
@@ -256,6 +283,8 @@ pub struct FrontLauncher {
     pub socket: PathBuf,
     /// heddle's cgroup root, which the front is told so it can refuse its own jobs as clients.
     pub cgroup_root: PathBuf,
+    /// The HTTP door's socket (kept here: every front started takes it over) and token directory.
+    pub http: Option<crate::http_door::HttpDoor>,
 }
 
 impl FrontLauncher {
@@ -263,6 +292,18 @@ impl FrontLauncher {
     pub fn spawn(&self, listener: &UnixListener) -> Result<(spawn::Spawned, OwnedFd), StartError> {
         let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
             .map_err(StartError::ControlPair)?;
+        // Tokens are read afresh at each start: a restarted front sees the files as they are now.
+        let tokens = match self.http.as_ref().and_then(|h| h.token_dir.as_deref().map(|d| (h.addr, d))) {
+            Some((addr, dir)) => {
+                let http_err = |e| StartError::Http(addr.to_string(), e);
+                let (text, skipped) = crate::http_door::read_tokens(dir).map_err(http_err)?;
+                for why in skipped {
+                    log(&why);
+                }
+                Some(crate::http_door::tokens_memfd(&text).map_err(http_err)?)
+            }
+            None => None,
+        };
         let spec = FrontSpec {
             exe: self.exe.as_fd(),
             user: &self.user,
@@ -271,9 +312,28 @@ impl FrontLauncher {
             state_dir: &self.state_dir,
             socket: &self.socket,
             cgroup_root: &self.cgroup_root,
+            http: self.http.as_ref().map(|h| h.listener.as_fd()),
+            http_tokens: tokens.as_ref().map(AsFd::as_fd),
         };
         let front = spawn::spawn_front(&spec).map_err(StartError::Front)?;
         Ok((front, ours))
+    }
+}
+
+/// Write the door's bound address to `<state_dir>/http-address` (root's, 0644) for clients and tests
+/// (a port 0 bind picks one). A failure is logged: the door serves anyway.
+fn record_http_address(state_dir: &Path, addr: std::net::SocketAddr) {
+    let path = state_dir.join("http-address");
+    let wrote = (|| {
+        let tmp = state_dir.join(".http-address.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let mut f =
+            OpenOptions::new().write(true).create_new(true).mode(0o644).custom_flags(libc::O_NOFOLLOW).open(&tmp)?;
+        std::io::Write::write_all(&mut f, format!("{addr}\n").as_bytes())?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if let Err(e) = wrote {
+        log(&format!("cannot record the HTTP door's address in {}: {e}", path.display()));
     }
 }
 

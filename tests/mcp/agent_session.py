@@ -1,6 +1,8 @@
 """An agent session through heddle's MCP door, driven by the official Python MCP SDK.
 
-Run by tests/tests/mcp.rs as: python agent_session.py HEDDLE_BIN PROJECT_DIR [--http URL]
+Run by tests/tests/mcp.rs as: python agent_session.py HEDDLE_BIN PROJECT_DIR (over `heddle mcp`, stdio),
+and by tests/tests/http.rs as: python agent_session.py - PROJECT_DIR --http URL (the SDK's streamable
+HTTP client against the HTTP door; URL carries `?cwd=PROJECT_DIR`).
 Every step asserts what an agent would rely on; the last line printed is a JSON summary the Rust test
 checks again. Exit status 0 only when every step held.
 """
@@ -31,7 +33,7 @@ def text_of(result):
     return "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
 
 
-async def session_steps(session, project):
+async def session_steps(session, project, progress=True):
     summary = {}
     init = await session.initialize()
     summary["server"] = attr(init, "server_info", "serverInfo").name
@@ -78,8 +80,11 @@ async def session_steps(session, project):
     )
     assert text_of(r).startswith("exit 0"), text_of(r)
     steps = [m for m in seen if m and "step" in m]
-    assert len(steps) >= 2, seen
-    assert len(seen) <= 8, seen
+    if progress:
+        assert len(steps) >= 2, seen
+        assert len(seen) <= 8, seen
+    else:
+        assert seen == [], seen
     summary["progress"] = steps
 
     # A large output: the marker names the view that shows the omitted middle.
@@ -123,12 +128,27 @@ async def session_steps(session, project):
     return summary
 
 
+async def over_http(url, project):
+    try:
+        from mcp.client.streamable_http import streamable_http_client as client
+    except ImportError:  # SDK 1.x
+        from mcp.client.streamable_http import streamablehttp_client as client
+    async with client(url) as streams:
+        read, write = streams[0], streams[1]
+        async with ClientSession(read, write) as session:
+            # POST /mcp answers with one JSON response: no stream to carry progress notifications.
+            return await session_steps(session, project, progress=False)
+
+
 async def main():
     heddle, project = sys.argv[1], sys.argv[2]
-    params = StdioServerParameters(command=heddle, args=["mcp", "--cwd", project], env=dict(os.environ))
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
-            summary = await session_steps(session, project)
+    if sys.argv[3:5] and sys.argv[3] == "--http":
+        summary = await over_http(sys.argv[4], project)
+    else:
+        params = StdioServerParameters(command=heddle, args=["mcp", "--cwd", project], env=dict(os.environ))
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                summary = await session_steps(session, project)
     print(json.dumps(summary))
 
 

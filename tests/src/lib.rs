@@ -15,6 +15,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod http;
+
 pub use cli::client::{CallError, Client};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;

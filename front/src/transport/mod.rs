@@ -6,10 +6,14 @@
 //!   connection is one heddle session.
 //! - [`mcp_tools`]: the tools, their JSON schemas and the descriptions a model reads.
 //! - [`mcp_progress`]: progress notifications while a tool call waits on a job.
+//! - [`http`]: the HTTP door (`heddle up --http`): `/rpc`, MCP's streamable HTTP on `/mcp`, and
+//!   `/events` (Server-Sent Events); the only place tokio runs.
 //!
 //! May use: the kernel, `rpc` (framing and errors), `protocol` (the results and their text form). Used
-//! by: `server` (the socket's connection loop), which picks the dialect per connection.
+//! by: `server` (the socket's connection loop), which picks the dialect per connection; `service`,
+//! which starts the HTTP door.
 
+pub mod http;
 pub mod mcp;
 pub mod mcp_progress;
 pub mod mcp_tools;
