@@ -55,19 +55,13 @@ pub fn sniff(head: &[u8], ended: bool) -> Sniff {
     Sniff::Text
 }
 
-/// `4.2 MiB`-style size.
+/// `4.2 MiB`-style size (`protocol::text::bytes`, with "bytes" spelled out below 1 KiB).
 pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
     if n < 1024 {
-        return format!("{n} bytes");
+        format!("{n} bytes")
+    } else {
+        protocol::text::bytes(n)
     }
-    let mut v = n as f64 / 1024.0;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", UNITS[u])
 }
 
 #[cfg(test)]

@@ -226,7 +226,7 @@ pub fn duration(ms: f64) -> String {
 
 /// `512 B`, `3.4 KiB`, `12.0 MiB`.
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
     if n < 1024 {
         return format!("{n} B");
     }
