@@ -105,6 +105,14 @@ impl<C: CgroupOps> Worker<C> {
     fn spawn_shell(&mut self, spec: &RunSpec) -> Result<Shell, StartError> {
         let cgroup = match self.cgroups.create(SHELL_CGROUP) {
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                // The last shell's cgroup: killed a moment ago (`kill` of its command), its processes
+                // may not be reaped yet, and a populated cgroup cannot be removed. Kill it again and wait,
+                // bounded, for the kernel to empty it.
+                let _ = self.cgroups.kill(SHELL_CGROUP);
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                while self.cgroups.populated(SHELL_CGROUP).unwrap_or(false) && std::time::Instant::now() < until {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
                 let _ = self.cgroups.remove(SHELL_CGROUP);
                 self.cgroups.create(SHELL_CGROUP)
             }
