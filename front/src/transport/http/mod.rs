@@ -148,6 +148,8 @@ async fn accept_loop(listener: tokio::net::TcpListener, door: Arc<Door>) {
                 continue;
             }
         };
+        // Request and answer are small writes: never hold one back waiting for an ACK.
+        let _ = stream.set_nodelay(true);
         let door = door.clone();
         tokio::spawn(async move {
             let ours = stream.local_addr().ok();
@@ -416,16 +418,20 @@ async fn post_mcp(door: &Door, client: Client, req: Request<Incoming>) -> Respon
                     "there is no MCP session with this Mcp-Session-Id (it was deleted, or the server restarted); send initialize again",
                 );
             };
+            let k = kernel.clone();
             let answered = blocking(move || {
                 let mut conn = entry.conn.lock().unwrap_or_else(|e| e.into_inner());
-                let (reply, named) = conn.answer(&kernel, &client, &body, None);
-                drop(conn);
+                let (reply, named) = conn.answer(&k, &client, &body, None);
+                (reply, named)
+            })
+            .await
+            .map(|(reply, named)| {
                 if let Some(s) = named {
-                    after_answer(&kernel, &s);
+                    // The database rows after the reply, as on the socket: no client waits on them.
+                    tokio::task::spawn_blocking(move || after_answer(&kernel, &s));
                 }
                 reply
-            })
-            .await;
+            });
             match answered {
                 Ok(Some(mut r)) => {
                     if r.last() == Some(&b'\n') {
