@@ -60,11 +60,31 @@ enum Cmd {
     },
     /// List the session's jobs as a table (`--json` for the JSON).
     Jobs,
-    /// Print a job's raw stored output.
+    /// Print a job's stored output through a view (redacted, like the model's): `--lines A:B`,
+    /// `--tail N`, `--grep RE`, `--errors`; `--raw` prints the bytes as written, unredacted. Without
+    /// one, the last 200 lines.
     Output {
         job: u64,
-        #[arg(long, default_value = "stdout")]
-        stream: String,
+        /// Which stream: stdout, stderr or both (raw bytes: stdout or stderr).
+        #[arg(long)]
+        stream: Option<String>,
+        /// Lines A to B (1-based, inclusive), as an omission marker names them: `--lines 120:480`.
+        #[arg(long, value_name = "A:B")]
+        lines: Option<String>,
+        /// The last N lines.
+        #[arg(long, value_name = "N")]
+        tail: Option<u64>,
+        /// Lines matching a regular expression, with `--context` lines around each.
+        #[arg(long, value_name = "RE")]
+        grep: Option<String>,
+        #[arg(long, default_value_t = 2)]
+        context: u32,
+        /// Error-shaped lines with context.
+        #[arg(long)]
+        errors: bool,
+        /// The raw bytes as the job wrote them, unredacted.
+        #[arg(long)]
+        raw: bool,
     },
     /// Describe the server and the session.
     Describe,
@@ -196,7 +216,39 @@ fn real_main(cli: Cli) -> Result<i32> {
             }
             (r, false)
         }
-        Cmd::Output { job, stream } => return print_output(&mut client, &session, job, &stream),
+        Cmd::Output { job, stream, lines, tail, grep, context, errors, raw } => {
+            let view = match (lines, tail, grep, errors, raw) {
+                (Some(l), None, None, false, false) => {
+                    let (a, b) = l.split_once([':', '-', ',']).context("--lines takes A:B, e.g. --lines 120:480")?;
+                    let (a, b): (u64, u64) = (
+                        a.trim().parse().context("--lines A:B: A is a line number")?,
+                        b.trim().parse().context("--lines A:B: B is a line number")?,
+                    );
+                    json!({"lines": [a, b]})
+                }
+                (None, Some(n), None, false, false) => json!({"tail": n}),
+                (None, None, Some(re), false, false) => json!({"grep": {"pattern": re, "context": context}}),
+                (None, None, None, true, false) => json!({"errors": true}),
+                (None, None, None, false, true) => {
+                    return print_output(&mut client, &session, job, stream.as_deref().unwrap_or("stdout"))
+                }
+                (None, None, None, false, false) => json!({"tail": 200}),
+                _ => anyhow::bail!("give one view: --lines A:B, --tail N, --grep RE, --errors or --raw"),
+            };
+            let mut params = view;
+            params["session"] = session.clone();
+            params["job"] = json!(job);
+            if let Some(st) = stream {
+                params["stream"] = json!(st);
+            }
+            let r = client.call("output", params)?;
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print_view(&r);
+            }
+            return Ok(0);
+        }
         Cmd::Describe => (client.call("describe", json!({"session": session}))?, false),
         Cmd::Close => (client.call("session.close", json!({"session": session}))?, false),
         Cmd::Call { method, params } => {
@@ -279,6 +331,25 @@ fn kept_table(r: &Value) -> String {
         ));
     }
     out
+}
+
+/// A line view as text: its numbered lines, then where it continues and its note.
+fn print_view(r: &Value) {
+    let mut out = r["text"].as_str().unwrap_or_default().to_owned();
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    if let Some(next) = r.get("next").filter(|n| !n.is_null()) {
+        out.push_str(&format!("[more: output {next} continues this view]\n"));
+    }
+    if let Some(n) = r["note"].as_str() {
+        out.push_str(n);
+        out.push('\n');
+    }
+    let announced: Vec<protocol::results::Announcement> =
+        serde_json::from_value(r["announcements"].clone()).unwrap_or_default();
+    out.push_str(&protocol::text::announcements(&announced));
+    print!("{out}");
 }
 
 fn print_output(client: &mut Client, session: &Value, job: u64, stream: &str) -> Result<i32> {

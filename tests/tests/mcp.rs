@@ -225,3 +225,36 @@ fn the_typescript_sdk_example_runs_against_heddle_mcp() {
         "the example's session closed with its bridge"
     );
 }
+
+#[test]
+fn the_cli_follows_the_views_a_marker_names() {
+    let h = Heddle::start();
+    let cli = |args: &[&str]| {
+        let out = Command::new(bin_dir().join("heddle"))
+            .args(["--session", "viewer"])
+            .args(args)
+            .env("HEDDLE_SOCKET", &h.socket)
+            .output()
+            .unwrap();
+        assert!(out.status.success() || args[0] == "run", "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let ran = cli(&[
+        "run",
+        "--cwd",
+        h.project.to_str().unwrap(),
+        "--",
+        "seq 1 50000; echo 'token=ghp_0123456789abcdefghijklmnopqrstuvwxyzAB' >&2; echo 'error: boom' >&2",
+    ]);
+    assert!(ran.contains("omitted (lines"), "a marker: {}", &ran[..ran.len().min(400)]);
+    let lines = cli(&["output", "1", "--lines", "25000:25002"]);
+    assert!(lines.contains("25000") && lines.contains("25002") && !lines.contains("24999"), "{lines}");
+    let tail = cli(&["output", "1", "--tail", "1", "--stream", "stderr"]);
+    assert!(tail.contains("error: boom") && !tail.contains("25000"), "{tail}");
+    let grep = cli(&["output", "1", "--grep", "token", "--context", "0"]);
+    assert!(grep.contains("[redacted") && !grep.contains("ghp_0123"), "views are redacted: {grep}");
+    let errors = cli(&["output", "1", "--errors"]);
+    assert!(errors.contains("error: boom"), "{errors}");
+    let raw = cli(&["output", "1", "--raw", "--stream", "stderr"]);
+    assert!(raw.contains("ghp_0123"), "--raw is the bytes as written: {raw}");
+}
