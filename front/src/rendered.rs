@@ -35,12 +35,13 @@ const ERRORS_KEEP: usize = 1000;
 /// Longest error line text kept.
 const ERROR_TEXT: usize = 300;
 
-/// Lines that look like errors (case-insensitive words).
+/// Lines that look like errors: the words (any case), an exception's CamelCase name (`KeyError`,
+/// `AssertionError`, `NullPointerException`, `ComparisonFailure`), pytest's `E   ` detail lines and npm's `ERR!`.
 pub fn error_shaped() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     R.get_or_init(|| {
         Regex::new(
-            r"(?i)\b(?:error|errors|fatal|panic|panicked|exception|traceback|failed|failure|segmentation fault|core dumped|aborted|abort)\b",
+            r"(?i)\b(?:error|errors|fatal|panic|panicked|exception|traceback|failed|failure|segmentation fault|core dumped|aborted|abort)\b|(?-i:\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Failure)\b)|(?-i:^E {3}|\bERR!)",
         )
         .expect("static regex")
     })
@@ -517,6 +518,37 @@ mod tests {
         r.push(0, &data[2..]);
         r.finish();
         assert_eq!(r.display_lines(), ["<binary: 4.9 KiB, gzip data>"]);
+    }
+
+    #[test]
+    fn decisive_lines_of_each_language_are_error_shaped() {
+        let decisive = [
+            "KeyError: 'user_id'",
+            "AssertionError",
+            "TypeError: unsupported operand type(s) for +: 'int' and 'str'",
+            "java.lang.NullPointerException: Cannot invoke \"String.length()\"",
+            "junit.framework.ComparisonFailure: expected:<1> but was:<2>",
+            "E       assert 1 == 2",
+            "error[E0425]: cannot find value `x` in this scope",
+            "thread 'main' panicked at src/main.rs:2:5:",
+            "panic: runtime error: index out of range [3] with length 3",
+            "FAILED tests/test_x.py::test_y - assert 1 == 2",
+            "npm ERR! code ERESOLVE",
+            "make: *** [Makefile:3: all] Error 2",
+            "Segmentation fault (core dumped)",
+        ];
+        for l in decisive {
+            assert!(error_shaped().is_match(l), "{l}");
+        }
+        for l in [
+            "Compiling serde v1.0",
+            "test result: ok. 3 passed",
+            "ErrorHandler registered",
+            "Everything fine",
+            "E = mc^2",
+        ] {
+            assert!(!error_shaped().is_match(l), "{l}");
+        }
     }
 
     #[test]

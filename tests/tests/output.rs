@@ -294,3 +294,17 @@ fn a_build_log_over_the_budget_shows_its_last_lines() {
     assert_eq!(after[0], format!("line {:08} of some build output", last + 1), "the tail joins the marker's range");
     assert_eq!(first - 1 + (last - first + 1) + after.len() as u64, 3000, "every line is shown or omitted");
 }
+
+#[test]
+fn an_exception_in_the_middle_of_a_long_log_is_listed_under_the_marker() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let cmd = "seq 1 20000; python3 -c \"d = {}\nd['user_id']\" 2>&1; seq 1 20000";
+    let r = run(&mut c, &s, cmd);
+    let view = r["view"].as_str().unwrap();
+    assert!(r["omitted"]["errors"].as_u64().unwrap() >= 2, "{}", r["omitted"]);
+    assert!(view.contains("KeyError: 'user_id'"), "the exception line is listed, not only its Traceback: {view}");
+    let errors = c.call("output", json!({"session": s, "job": r["job"], "errors": true})).unwrap();
+    assert!(errors["text"].as_str().unwrap().contains("KeyError: 'user_id'"), "{errors}");
+}
