@@ -74,8 +74,11 @@ pub fn notes(r: &JobResult) -> Vec<String> {
     if let Some(n) = &r.state_note {
         v.push(n.clone());
     }
-    if !r.state_changes.is_empty() {
-        v.push(format!("shell state: {}", r.state_changes.join(", ")));
+    // The session's first record ("state recorded (17 items)") tells a model nothing it can use.
+    let changes: Vec<&str> =
+        r.state_changes.iter().map(String::as_str).filter(|c| !c.starts_with("state recorded (")).collect();
+    if !changes.is_empty() {
+        v.push(format!("shell state: {}", changes.join(", ")));
     }
     for c in &r.state_conflicts {
         v.push(format!("conflict: {c}"));
@@ -352,7 +355,7 @@ mod tests {
     fn notes_come_one_per_line_in_a_fixed_order() {
         let mut r = exited(0, "ok\n");
         r.state_note = Some("state unknown after this call; carrying the previous state".into());
-        r.state_changes = vec!["cwd → /tmp".into(), "+export FOO".into()];
+        r.state_changes = vec!["state recorded (17 items)".into(), "cwd → /tmp".into(), "+export FOO".into()];
         r.survivors = vec![Survivor { pid: 44, cmdline: "/bin/sleep 100".into(), ..Default::default() }];
         r.refusals = vec!["/etc/x was not written: outside the writable roots".into()];
         r.files = vec![FileResult { path: "a".into(), written: false, error: Some("exists".into()) }];
