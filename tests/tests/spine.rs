@@ -305,6 +305,10 @@ fn heddle_run_starts_a_server_when_none_answers() {
         assert!(eventually(Duration::from_secs(15), || !alive(pid)), "background supervisor stops on SIGTERM");
     }
     heddle_tests::remove_cgroup_tree(&root);
+    // The home the server made for its job uid (homes outlive servers by design).
+    let _ = std::fs::remove_dir_all(
+        std::env::temp_dir().join(format!("heddle-homes-heddle-autostart-{}", std::process::id())),
+    );
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().nth(1), Some("first"), "{stderr}");
     assert!(stderr.contains("starting one in the background"), "{stderr}");
