@@ -182,20 +182,16 @@ impl Drop for Heddle {
     }
 }
 
+/// `heddle up --socket S --state-dir D --cgroup-root R`, without the caller's `HEDDLE_SOCKET`.
+fn up_command(bins: &Path, socket: &Path, state: &Path, cgroup: &Path) -> Command {
+    let mut c = Command::new(bins.join("heddle"));
+    c.arg("up").arg("--socket").arg(socket).arg("--state-dir").arg(state).arg("--cgroup-root").arg(cgroup);
+    c.env_remove("HEDDLE_SOCKET");
+    c
+}
+
 fn spawn_up(bins: &Path, socket: &Path, state: &Path, cgroup: &Path, extra: &[&str], env: &[(&str, &str)]) -> Child {
-    Command::new(bins.join("heddle"))
-        .arg("up")
-        .arg("--socket")
-        .arg(socket)
-        .arg("--state-dir")
-        .arg(state)
-        .arg("--cgroup-root")
-        .arg(cgroup)
-        .args(extra)
-        .envs(env.iter().copied())
-        .env_remove("HEDDLE_SOCKET")
-        .spawn()
-        .expect("spawn heddle up")
+    up_command(bins, socket, state, cgroup).args(extra).envs(env.iter().copied()).spawn().expect("spawn heddle up")
 }
 
 /// How a `heddle up` that was expected to refuse ended: its exit status and its stderr.
@@ -209,15 +205,7 @@ pub struct Refused {
 /// refuse to start does. One that is still running then (it started instead of refusing) is stopped with
 /// SIGTERM, waited for, and reported by a panic naming what it printed.
 pub fn up_expecting_refusal(socket: &Path, state: &Path, cgroup: &Path) -> Refused {
-    let mut child = Command::new(bin_dir().join("heddle"))
-        .arg("up")
-        .arg("--socket")
-        .arg(socket)
-        .arg("--state-dir")
-        .arg(state)
-        .arg("--cgroup-root")
-        .arg(cgroup)
-        .env_remove("HEDDLE_SOCKET")
+    let mut child = up_command(&bin_dir(), socket, state, cgroup)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn heddle up");
