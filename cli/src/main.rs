@@ -41,6 +41,12 @@ enum Cmd {
         /// Working directory of the session when it is opened by this call (default: the current one).
         #[arg(long)]
         cwd: Option<PathBuf>,
+        /// Pass one guard that refuses this command (its name, from the refusal), with `--reason`; audited.
+        #[arg(long = "override", value_name = "RULE", requires = "reason")]
+        override_rule: Option<String>,
+        /// Why the guard is overridden (recorded in the audit log).
+        #[arg(long, value_name = "TEXT", requires = "override_rule")]
+        reason: Option<String>,
         /// The command (several words are joined with spaces).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
@@ -193,8 +199,12 @@ fn real_main(cli: Cli) -> Result<i32> {
     let (result, is_job) = match cli.cmd {
         Cmd::Up(_) | Cmd::Kept { .. } | Cmd::Mcp { .. } => unreachable!("handled above"),
         Cmd::Keep { job, name } => (client.call("keep", json!({"session": session, "job": job, "name": name}))?, false),
-        Cmd::Run { yield_ms, cmd, .. } => {
-            (client.call("run", json!({"session": session, "cmd": cmd.join(" "), "yield_ms": yield_ms}))?, true)
+        Cmd::Run { yield_ms, cmd, override_rule, reason, .. } => {
+            let mut params = json!({"session": session, "cmd": cmd.join(" "), "yield_ms": yield_ms});
+            if let (Some(rule), Some(reason)) = (override_rule, reason) {
+                params["override"] = json!({"rule": rule, "reason": reason});
+            }
+            (client.call("run", params)?, true)
         }
         Cmd::Wait { job, yield_ms } => {
             (client.call("wait", json!({"session": session, "job": job, "yield_ms": yield_ms}))?, true)

@@ -136,3 +136,26 @@ fn a_refused_call_still_writes_its_files() {
     let text = heddle_tests::text_form(&r);
     assert!(text.starts_with("refused by a guard, not run · "), "{text}");
 }
+
+#[test]
+fn the_cli_shows_a_refusal_and_passes_an_override() {
+    let h = Heddle::start();
+    let heddle = |extra: &[&str]| {
+        std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
+            .args(["--session", "person", "run", "--cwd", h.project.to_str().unwrap()])
+            .args(extra)
+            .args(["--", "chmod -R 777 . 2>/dev/null; echo done"])
+            .env("HEDDLE_SOCKET", &h.socket)
+            .output()
+            .unwrap()
+    };
+    let refused = heddle(&[]);
+    let text = String::from_utf8_lossy(&refused.stdout);
+    assert_eq!(refused.status.code(), Some(1), "{text}");
+    assert!(text.starts_with("refused by a guard, not run · ") && text.contains("guard chmod-777-root:"), "{text}");
+    assert!(!text.contains("done\n"), "{text}");
+    let passed = heddle(&["--override", "chmod-777-root", "--reason", "scratch project"]);
+    let text = String::from_utf8_lossy(&passed.stdout);
+    assert_eq!(passed.status.code(), Some(0), "{text}");
+    assert!(text.contains("done\n") && text.contains("guard chmod-777-root overridden"), "{text}");
+}
