@@ -54,11 +54,12 @@ fn main() {
     // Started as `/proc/self/fd/N` (the supervisor execs the binary it opened), the kernel would name
     // this process `N` in ps and top.
     let _ = nix::sys::prctl::set_name(c"heddle-front");
+    shm_proto::log::init("heddle-front");
     let args = Args::parse();
     match run(args) {
         Ok(status) => std::process::exit(status),
         Err(e) => {
-            eprintln!("heddle-front: {e:#}");
+            tracing::error!("{e:#}");
             std::process::exit(2);
         }
     }

@@ -25,6 +25,7 @@
 
 pub mod control;
 pub mod frame;
+pub mod log;
 pub mod msg;
 pub mod procs;
 #[cfg(not(loom))]

@@ -14,13 +14,14 @@
 //! ```
 
 use crate::cgroup::CgroupOps;
-use crate::sessions::{chain, log, Outgoing, Sessions};
+use crate::sessions::{Outgoing, Sessions};
 use crate::signals::SignalPipe;
 use crate::spawn::{reap_within, ProcessOps, Spawned};
 use crate::sys;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use shm_proto::control::{self, ControlError, FromSupervisor, ToSupervisor};
+use shm_proto::error_chain;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -71,7 +72,7 @@ impl SocketFile {
         match std::fs::symlink_metadata(&self.path) {
             Ok(m) if file_identity(&m) == self.identity => {
                 if let Err(e) = std::fs::remove_file(&self.path) {
-                    log(&format!("could not remove {}: {e}", self.path.display()));
+                    tracing::warn!("could not remove {}: {e}", self.path.display());
                 }
             }
             _ => {}
@@ -164,7 +165,7 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
             let fds = match s.fds.duplicate() {
                 Ok(fds) => fds,
                 Err(e) => {
-                    log(&format!("cannot hand session {id:?} to the front (duplicating its fds failed: {e})"));
+                    tracing::warn!("cannot hand session {id:?} to the front (duplicating its fds failed: {e})");
                     continue;
                 }
             };
@@ -185,27 +186,27 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
     fn respawn(&mut self) {
         self.respawn_at = None;
         let Some(launcher) = self.launcher.as_ref() else { return };
-        let started = launcher.spawn(&self.listener).map_err(|e| chain(&e)).and_then(|(front, control)| {
-            set_nonblocking(control.as_fd()).map_err(|e| chain(&e))?;
+        let started = launcher.spawn(&self.listener).map_err(|e| error_chain(&e)).and_then(|(front, control)| {
+            set_nonblocking(control.as_fd()).map_err(|e| error_chain(&e))?;
             register(&self.poll, control.as_fd(), CONTROL, Interest::READABLE | Interest::WRITABLE)
-                .map_err(|e| chain(&e))?;
-            register(&self.poll, front.pidfd.as_fd(), FRONT, Interest::READABLE).map_err(|e| chain(&e))?;
+                .map_err(|e| error_chain(&e))?;
+            register(&self.poll, front.pidfd.as_fd(), FRONT, Interest::READABLE).map_err(|e| error_chain(&e))?;
             Ok((front, control))
         });
         match started {
             Ok((front, control)) => {
-                log(&format!(
+                tracing::info!(
                     "started a new front (pid {}); handing it {} sessions",
                     front.pid,
                     self.sessions.ids().len()
-                ));
+                );
                 self.front = Some(front);
                 self.control = Some(control);
                 self.front_since = Instant::now();
                 self.hand_over();
             }
             Err(e) => {
-                log(&format!("starting a new front failed: {e}"));
+                tracing::warn!("starting a new front failed: {e}");
                 self.schedule_respawn();
             }
         }
@@ -218,7 +219,7 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
         if self.front_since.elapsed() >= BACKOFF_RESET {
             self.backoff = FIRST_BACKOFF;
         }
-        log(&format!("starting a new front in {:?}", self.backoff));
+        tracing::info!("starting a new front in {:?}", self.backoff);
         self.respawn_at = Some(Instant::now() + self.backoff);
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }
@@ -278,14 +279,14 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
                 Ok((msg, _fds)) => self.dispatch(msg),
                 Err(ControlError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(ControlError::Closed) => {
-                    log("the front closed its control socket");
+                    tracing::info!("the front closed its control socket");
                     self.drop_control();
                 }
                 Err(ControlError::Io(e)) => {
-                    log(&format!("reading the control socket failed: {e}; closing it"));
+                    tracing::warn!("reading the control socket failed: {e}; closing it");
                     self.drop_control();
                 }
-                Err(e) => log(&format!("ignored a malformed control packet: {}", chain(&e))),
+                Err(e) => tracing::warn!("ignored a malformed control packet: {}", error_chain(&e)),
             }
         }
     }
@@ -314,10 +315,10 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
             Ok(()) => {
                 self.workers.insert(token, id);
             }
-            Err(e) => log(&format!(
+            Err(e) => tracing::warn!(
                 "cannot watch the worker of session {id:?}; its death will be noticed at close only: {}",
-                chain(&e)
-            )),
+                error_chain(&e)
+            ),
         }
     }
 
@@ -339,7 +340,7 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
         let _ = self.poll.registry().deregister(&mut SourceFd(&front.pidfd.as_raw_fd()));
         let status = sys::wait_pidfd(front.pidfd.as_fd(), true);
         if let Ok(Some(sys::Exit::Code(shm_proto::control::FRONT_EXIT_SHUTDOWN))) = status {
-            log(&format!("the front (pid {}) exited after a client's shutdown request; shutting down", front.pid));
+            tracing::info!("the front (pid {}) exited after a client's shutdown request; shutting down", front.pid);
             self.drop_control();
             return true;
         }
@@ -349,7 +350,7 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
             Err(e) => format!("a status that could not be read ({e})"),
         };
         let n = self.sessions.ids().len();
-        log(&format!("the front (pid {}) exited with {how}; {n} sessions stay alive", front.pid));
+        tracing::warn!("the front (pid {}) exited with {how}; {n} sessions stay alive", front.pid);
         self.drop_control();
         self.schedule_respawn();
         false
@@ -360,7 +361,7 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
             let _ = self.poll.registry().deregister(&mut SourceFd(&fd.as_raw_fd()));
         }
         if !self.outbox.is_empty() {
-            log(&format!("dropped {} messages for the front", self.outbox.len()));
+            tracing::warn!("dropped {} messages for the front", self.outbox.len());
             self.outbox.clear();
         }
     }
@@ -376,11 +377,11 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
                 Ok(()) => {}
                 Err(ControlError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(ControlError::Io(e)) => {
-                    log(&format!("sending to the front failed: {e}; closing the control socket"));
+                    tracing::warn!("sending to the front failed: {e}; closing the control socket");
                     self.drop_control();
                     return;
                 }
-                Err(e) => log(&format!("dropped a message the front could not be sent: {}", chain(&e))),
+                Err(e) => tracing::warn!("dropped a message the front could not be sent: {}", error_chain(&e)),
             }
             self.outbox.pop_front();
         }
@@ -405,7 +406,7 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
     /// SIGINT/SIGTERM: tell the front, give it [`FRONT_GRACE`] to exit (then SIGKILL it through its
     /// pidfd), close every session, remove the cgroup root if we created it, remove the socket.
     fn shutdown(&mut self) {
-        log("shutting down");
+        tracing::info!("shutting down");
         self.outbox.push_back(Outgoing::plain(FromSupervisor::Shutdown));
         self.flush_within(Duration::from_secs(1));
         if let Some(front) = self.front.take() {
@@ -413,11 +414,11 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
         }
         self.drop_control();
         for (id, t) in self.sessions.close_all() {
-            log(&format!(
+            tracing::info!(
                 "closed session {id:?}: {} processes killed, verified empty: {}",
                 t.killed.total(),
                 t.verified_empty
-            ));
+            );
         }
         if let Some(v1) = self.sessions.v1_root() {
             v1.remove_created();
@@ -428,7 +429,7 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
         if self.root_created {
             let root = self.sessions.root();
             if let Err(e) = std::fs::remove_dir(root) {
-                log(&format!("could not remove the cgroup root {}: {e}", root.display()));
+                tracing::warn!("could not remove the cgroup root {}: {e}", root.display());
             }
         }
         self.socket.remove();
@@ -439,17 +440,17 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
 fn stop_front(front: &Spawned) {
     let pidfd = front.pidfd.as_fd();
     match reap_within(pidfd, FRONT_GRACE) {
-        Ok(Some(exit)) => log(&format!("the front exited with {exit}")),
+        Ok(Some(exit)) => tracing::info!("the front exited with {exit}"),
         Ok(None) => {
-            log("the front did not exit in time; killing it");
+            tracing::warn!("the front did not exit in time; killing it");
             if let Err(e) = sys::pidfd_send_signal(pidfd, libc::SIGKILL) {
-                log(&format!("killing the front failed: {e}"));
+                tracing::warn!("killing the front failed: {e}");
             }
             if let Err(e) = reap_within(pidfd, FRONT_GRACE) {
-                log(&format!("reaping the front failed: {e}"));
+                tracing::warn!("reaping the front failed: {e}");
             }
         }
-        Err(e) => log(&format!("waiting for the front failed: {e}")),
+        Err(e) => tracing::warn!("waiting for the front failed: {e}"),
     }
 }
 

@@ -104,7 +104,7 @@ fn take_with(
         let Some(&fd) = ends.get(&inode) else { continue };
         match crate::sys::pidfd_getfd(worker_pidfd, fd) {
             Ok(dup) => fds.push(dup),
-            Err(e) => crate::sessions::log(&format!("kept job {name:?}: cannot take its output pipe: {e}")),
+            Err(e) => tracing::warn!("kept job {name:?}: cannot take its output pipe: {e}"),
         }
     }
     (!fds.is_empty()).then(|| Rescue { name: name.to_owned(), fds })
@@ -241,7 +241,7 @@ pub fn drainer_main() -> i32 {
         Ok(false) => return 0,
         Ok(true) => {}
         Err(e) => {
-            eprintln!("heddle-kept-drain: cannot detach: {e}");
+            tracing::error!("cannot detach: {e}");
             return 1;
         }
     }
@@ -250,7 +250,7 @@ pub fn drainer_main() -> i32 {
     match drain(log, pipes) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("heddle-kept-drain: {e}");
+            tracing::error!("{e}");
             1
         }
     }

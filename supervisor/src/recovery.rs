@@ -14,7 +14,8 @@
 
 use crate::cgroup::{CgroupOps, RealCgroups};
 use crate::limits::V1Root;
-use crate::sessions::{chain, log};
+use shm_proto::error_chain;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
@@ -33,12 +34,12 @@ pub fn recover(root: &Path, v1: Option<&V1Root>) -> BTreeSet<String> {
         let ended = cg.kill(&dir).and_then(|()| cg.wait_empty(&dir, Duration::from_secs(5)));
         let removed = matches!(ended, Ok(true)) && cg.remove_tree(&dir).is_ok();
         match ended {
-            Err(e) => log(&format!("could not end the leftover {}: {}", dir.display(), chain(&e))),
-            Ok(_) => log(&format!(
+            Err(e) => tracing::warn!("could not end the leftover {}: {}", dir.display(), error_chain(&e)),
+            Ok(_) => tracing::info!(
                 "ended the leftover {} of an earlier run: {} processes killed, removed: {removed}",
                 dir.display(),
                 procs.len()
-            )),
+            ),
         }
     }
     if let Some(v1) = v1 {
@@ -47,7 +48,7 @@ pub fn recover(root: &Path, v1: Option<&V1Root>) -> BTreeSet<String> {
     let kept: BTreeSet<String> =
         crate::kept::list(root, &BTreeSet::new()).unwrap_or_default().into_iter().map(|k| k.name).collect();
     if !kept.is_empty() {
-        log(&format!("adopted {} kept jobs of an earlier run: {:?}", kept.len(), kept));
+        tracing::info!("adopted {} kept jobs of an earlier run: {:?}", kept.len(), kept);
     }
     kept
 }

@@ -18,10 +18,11 @@
 
 use crate::cgroup::CgroupOps;
 use crate::session::{self, Session};
-use crate::sessions::{chain, log, Outgoing, Sessions};
+use crate::sessions::{Outgoing, Sessions};
 use crate::spawn::ProcessOps;
 use crate::sys::Exit;
 use shm_proto::control::{FromSupervisor, ProcInfo};
+use shm_proto::error_chain;
 use shm_proto::procs::ProcList;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -55,7 +56,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         let t = self.teardown(s);
         let (code, signal) = t.exit.map(Exit::split).unwrap_or((None, None));
         let how = t.exit.map_or_else(|| "an unknown status".to_owned(), |e| e.to_string());
-        log(&format!("worker of session {id:?} died with {how}; {} job processes killed", t.killed.total()));
+        tracing::warn!("worker of session {id:?} died with {how}; {} job processes killed", t.killed.total());
         Some(Outgoing::plain(FromSupervisor::WorkerDied { session: id.to_owned(), code, signal, killed: t.killed }))
     }
 
@@ -71,7 +72,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         let dir = &s.cgroup;
         let wdir = session::worker_dir(dir);
         let warn = |what: &str, e: &dyn std::error::Error| {
-            log(&format!("session {:?}: {what} failed: {}", s.id, chain(e)));
+            tracing::warn!("session {:?}: {what} failed: {}", s.id, error_chain(e));
         };
         // Frozen first, so no fork slips between the listing and the kill.
         if let Err(e) = self.cg.freeze(dir) {
@@ -79,7 +80,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         }
         let held = std::mem::take(&mut s.held_pipes);
         for line in self.procs.rescue_kept_output(&self.root, s.worker.pid, s.worker.pidfd.as_fd(), held) {
-            log(&format!("session {:?}: {line}", s.id));
+            tracing::info!("session {:?}: {line}", s.id);
         }
         let killed = ProcList::new(self.cg.procs(dir, &wdir).unwrap_or_else(|e| {
             warn("listing the cgroup", &e);
@@ -104,7 +105,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             crate::limits::remove_dirs(&s.v1);
         }
         if !removed {
-            log(&format!("session {:?}: {} is left behind, not verified empty", s.id, dir.display()));
+            tracing::warn!("session {:?}: {} is left behind, not verified empty", s.id, dir.display());
         }
         if let Err(e) = self.procs.remove_tmp(&s.tmp) {
             warn(&format!("removing the temp dir {}", s.tmp.display()), &e);

@@ -15,7 +15,7 @@
 
 use crate::cgroup::{CgroupError, CgroupOps};
 use crate::session::{self, InvalidId, Session, SessionFds, Worker, WorkerPolicy};
-use crate::sessions::{log, Sessions};
+use crate::sessions::Sessions;
 use crate::spawn::{ProcessOps, SpawnError, WorkerSpec};
 use crate::users::UserInfo;
 use shm_proto::control::SessionLimits;
@@ -93,11 +93,11 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             Ok(s) => Ok(self.live.entry(id.to_owned()).or_insert(s)),
             Err(e) => {
                 if let Err(rm) = self.cg.remove_tree(&dir) {
-                    log(&format!(
+                    tracing::warn!(
                         "could not remove {} after a failed open: {}",
                         dir.display(),
-                        crate::sessions::chain(&rm)
-                    ));
+                        shm_proto::error_chain(&rm)
+                    );
                 }
                 Err(e)
             }
@@ -109,7 +109,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     fn ensure_root(&mut self) -> Result<(), OpenError> {
         let Some(claims) = self.claims.as_mut() else { return Ok(()) };
         if claims.root.ensure()? {
-            log(&format!("the cgroup root {} was removed while this server ran; made it again", self.root.display()));
+            tracing::info!("the cgroup root {} was removed while this server ran; made it again", self.root.display());
             if self.v2_limits {
                 crate::limits::enable_v2(&self.root)?;
             }

@@ -170,7 +170,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             }
             ToSupervisor::ListKept { req } => match crate::kept::list(&self.root, &self.adopted) {
                 Ok(kept) => Outgoing::plain(FromSupervisor::KeptList { req, kept, more: 0 }),
-                Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: chain(&e) }),
+                Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: error_chain(&e) }),
             },
             ToSupervisor::KillKept { req, name } => match crate::kept::kill(&self.root, &name) {
                 Ok((killed, verified_empty)) => {
@@ -182,7 +182,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                         verified_empty,
                     })
                 }
-                Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: chain(&e) }),
+                Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: error_chain(&e) }),
             },
             ToSupervisor::SessionUsage { req, session } => match self.live.get(&session) {
                 Some(s) => {
@@ -229,14 +229,14 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         let parents: Vec<PathBuf> = self.v1.as_ref().map(|v| v.dirs.clone()).unwrap_or_default();
         match crate::kept::keep(&self.root, (job, &job_dir), name, owner_uid, &parents) {
             Ok(kept) => {
-                log(&format!("kept job {job} of session {session:?} as {name:?} ({} processes)", kept.procs.len()));
+                tracing::info!("kept job {job} of session {session:?} as {name:?} ({} processes)", kept.procs.len());
                 let held = self.procs.hold_kept_pipes(&self.root, name, s.worker.pid, s.worker.pidfd.as_fd());
                 if let (Some(r), Some(s)) = (held, self.live.get_mut(session)) {
                     s.held_pipes.push(r);
                 }
                 Outgoing::plain(FromSupervisor::JobKept { req, kept })
             }
-            Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: chain(&e) }),
+            Err(e) => Outgoing::plain(FromSupervisor::Error { req, error: error_chain(&e) }),
         }
     }
 
@@ -270,8 +270,8 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                         self.teardown(s);
                     }
                 }
-                let error = format!("the supervisor could not open session {session:?}: {}", chain(&e));
-                log(&error);
+                let error = format!("the supervisor could not open session {session:?}: {}", error_chain(&e));
+                tracing::warn!("{error}");
                 Outgoing::plain(FromSupervisor::SessionFailed { req, session, error })
             }
         }
@@ -293,22 +293,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     }
 }
 
-/// An error and its causes, joined by `": "`: one line that says what happened.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
-}
-
-/// One line on stderr, prefixed with the program's name.
-pub fn log(line: &str) {
-    eprintln!("heddle-supervisor: {line}");
-}
+pub use shm_proto::error_chain;
 
 #[cfg(test)]
 mod tests {
@@ -338,6 +323,6 @@ mod tests {
     fn chain_joins_causes() {
         let inner = std::io::Error::other("disk on fire");
         let e = crate::cgroup::CgroupError::Io { op: "write", path: "/x".into(), source: inner };
-        assert_eq!(chain(&e), "cannot write /x: disk on fire");
+        assert_eq!(error_chain(&e), "cannot write /x: disk on fire");
     }
 }

@@ -17,7 +17,7 @@
 use crate::cgroup::{self, CgroupError, CgroupMode, RealCgroups};
 use crate::cli::Args;
 use crate::event_loop::{file_identity, EventLoop, LoopError, Parts, SocketFile};
-use crate::sessions::{log, Sessions};
+use crate::sessions::Sessions;
 use crate::signals::SignalPipe;
 use crate::spawn::{self, FrontSpec, RealProcesses, SpawnError};
 use crate::users::{UserError, UserInfo};
@@ -117,15 +117,15 @@ fn claim(plan: &Plan) -> Result<crate::exclusive::Claims, (PathBuf, StartError)>
 fn enable_v2_limits(root: &Path) -> bool {
     match crate::limits::enable_v2(root) {
         Ok(on) if on.is_empty() => {
-            log(&format!("session limits are off: {} offers neither memory nor pids", root.display()));
+            tracing::info!("session limits are off: {} offers neither memory nor pids", root.display());
             false
         }
         Ok(on) => {
-            log(&format!("session limits use cgroup v2 controllers {on:?} under {}", root.display()));
+            tracing::info!("session limits use cgroup v2 controllers {on:?} under {}", root.display());
             true
         }
         Err(e) => {
-            log(&format!("session limits are off: {}", crate::sessions::chain(&e)));
+            tracing::info!("session limits are off: {}", shm_proto::error_chain(&e));
             false
         }
     }
@@ -197,7 +197,7 @@ fn start_created(
             let door =
                 crate::http_door::bind(addr, dir.as_deref()).map_err(|e| fail(StartError::Http(addr.clone(), e)))?;
             record_http_address(&plan.state_dir, door.addr);
-            log(&format!(
+            tracing::info!(
                 "serving the HTTP door on {} ({})",
                 door.addr,
                 if door.token_dir.is_some() {
@@ -205,7 +205,7 @@ fn start_created(
                 } else {
                     "requests act as the uid owning the client socket"
                 }
-            ));
+            );
             Some(door)
         }
         None => None,
@@ -227,19 +227,19 @@ fn start_created(
             return Err(fail(e));
         }
     };
-    log(&format!(
+    tracing::info!(
         "serving {} (cgroup root {}, mode {}, front pid {})",
         plan.socket.display(),
         plan.root.display(),
         plan.mode.as_str(),
         front.pid
-    ));
+    );
     let mut v1 = match plan.mode {
         CgroupMode::Hybrid => crate::limits::V1Root::for_root(&plan.root),
         CgroupMode::V2 => None,
     };
     if let Some(Err(e)) = v1.as_mut().map(crate::limits::V1Root::ensure) {
-        log(&format!("session limits are off: {}", crate::sessions::chain(&e)));
+        tracing::info!("session limits are off: {}", shm_proto::error_chain(&e));
         v1 = None;
     }
     let v2_limits = plan.mode == CgroupMode::V2 && enable_v2_limits(&plan.root);
@@ -247,13 +247,13 @@ fn start_created(
     // After recovery ended the leftover sessions, nothing writes to their temp dirs any more.
     let tmp_root = crate::spawn::tmp_root(&plan.root);
     match crate::spawn::remove_stale_tmp(&tmp_root) {
-        Ok(true) => log(&format!("removed the session temp dirs of an earlier run under {}", tmp_root.display())),
+        Ok(true) => tracing::info!("removed the session temp dirs of an earlier run under {}", tmp_root.display()),
         Ok(false) => {}
-        Err(e) => log(&format!("could not remove the stale session temp dirs {}: {e}", tmp_root.display())),
+        Err(e) => tracing::warn!("could not remove the stale session temp dirs {}: {e}", tmp_root.display()),
     }
     let self_exe = std::env::current_exe().and_then(std::fs::File::open).map(OwnedFd::from);
     if let Err(e) = &self_exe {
-        log(&format!("cannot open this executable; kept jobs' output will end with their session: {e}"));
+        tracing::warn!("cannot open this executable; kept jobs' output will end with their session: {e}");
     }
     let procs = RealProcesses {
         worker_exe: plan.worker_exe,
@@ -298,7 +298,7 @@ impl FrontLauncher {
                 let http_err = |e| StartError::Http(addr.to_string(), e);
                 let (text, skipped) = crate::http_door::read_tokens(dir).map_err(http_err)?;
                 for why in skipped {
-                    log(&why);
+                    tracing::warn!("{why}");
                 }
                 Some(crate::http_door::tokens_memfd(&text).map_err(http_err)?)
             }
@@ -333,7 +333,7 @@ fn record_http_address(state_dir: &Path, addr: std::net::SocketAddr) {
         std::fs::rename(&tmp, &path)
     })();
     if let Err(e) = wrote {
-        log(&format!("cannot record the HTTP door's address in {}: {e}", path.display()));
+        tracing::warn!("cannot record the HTTP door's address in {}: {e}", path.display());
     }
 }
 

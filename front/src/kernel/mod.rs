@@ -140,8 +140,8 @@ impl Kernel {
         let receipts = crate::kernel::receipts::Receipts::load(&db).map_err(std::io::Error::other)?;
         match db.lose_orphans() {
             Ok(0) => {}
-            Ok(n) => eprintln!("heddle-front: {n} jobs of an earlier front's sessions were running; marked lost"),
-            Err(e) => eprintln!("heddle-front: marking an earlier front's jobs lost failed: {e}"),
+            Ok(n) => tracing::warn!("{n} jobs of an earlier front's sessions were running; marked lost"),
+            Err(e) => tracing::warn!("marking an earlier front's jobs lost failed: {e}"),
         }
         let pump = Pump::start(link.clone())?;
         let kernel = Arc::new(Kernel {
@@ -327,7 +327,7 @@ impl Kernel {
             _ => None,
         };
         let Some(s) = found else {
-            eprintln!("heddle-front: worker of unknown session '{session}' died");
+            tracing::warn!("worker of unknown session '{session}' died");
             return;
         };
         let how = match (code, signal) {
@@ -336,7 +336,7 @@ impl Kernel {
             (None, None) => "no status".to_owned(),
         };
         let note = format!("the session's worker died ({how})");
-        eprintln!("heddle-front: session '{session}': {note}");
+        tracing::info!("session '{session}': {note}");
         let listed = crate::sessions::prestart::without_spares(&s.lock(), killed);
         s.mark_worker_died(note, listed, killed.more());
         self.pump.remove(s.spec().serial);

@@ -41,7 +41,7 @@ fn write_settings(k: &Kernel, s: &Session) {
         db_key: Some((k.db.boot().to_owned(), spec.serial)),
     };
     if let Err(e) = journal::write_meta(&spec.dir, &meta) {
-        eprintln!("heddle-front: session '{}': cannot write its settings ({e}); it cannot be recovered", s.name());
+        tracing::warn!("session '{}': cannot write its settings ({e}); it cannot be recovered", s.name());
     }
 }
 
@@ -89,7 +89,7 @@ pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
     let n = st.jobs.len();
     drop(st);
     take_over_rows(k, s, meta.db_key);
-    eprintln!("heddle-front: session '{}' re-opened with its {n} earlier jobs", s.name());
+    tracing::info!("session '{}' re-opened with its {n} earlier jobs", s.name());
 }
 
 /// Apply what the journal says, in order.
@@ -139,7 +139,7 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     take_over_rows(k, &s, meta.db_key);
     write_settings(k, &s);
     let n = s.lock().jobs.len();
-    eprintln!("heddle-front: took over session '{}' ({n} jobs, ring head {published})", a.session);
+    tracing::info!("took over session '{}' ({n} jobs, ring head {published})", a.session);
     k.registry().slots.insert(a.session, Slot::Open(s.clone()));
     k.registry_changed.notify_all();
     k.pump.add(s.clone(), end);

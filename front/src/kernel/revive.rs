@@ -75,7 +75,7 @@ pub(crate) fn revive_if_worker_died(k: &Kernel, s: &Arc<Session>) -> Result<(), 
             worker_pid(s)
         ),
     });
-    eprintln!("heddle-front: session '{}': {note}; a new worker took over", s.name());
+    tracing::info!("session '{}': {note}; a new worker took over", s.name());
     Ok(())
 }
 

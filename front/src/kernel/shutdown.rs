@@ -81,7 +81,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Shutdow
         detail: format!("grace_ms {grace_ms}"),
     });
     if !k.shutdown.fire(Duration::from_millis(grace_ms)) {
-        eprintln!("heddle-front: shutdown asked, but no service loop is listening");
+        tracing::warn!("shutdown asked, but no service loop is listening");
     }
     Ok(ShutdownResult { shutting_down: true, grace_ms, sessions })
 }
@@ -94,7 +94,7 @@ pub fn close_all(k: &Kernel) {
         match crate::kernel::session_close::close(k, &root, s.name()) {
             Ok(r) => {
                 let v = serde_json::to_value(&r).unwrap_or_default();
-                eprintln!("heddle-front: shutdown closed session '{}': {}", s.name(), v);
+                tracing::info!("shutdown closed session '{}': {}", s.name(), v);
                 k.db.write(crate::storage::db::Write::Audit {
                     uid: 0,
                     op: "shutdown session.close".into(),
@@ -103,7 +103,7 @@ pub fn close_all(k: &Kernel) {
                     detail: v.to_string(),
                 });
             }
-            Err(e) => eprintln!("heddle-front: shutdown could not close session '{}': {e}", s.name()),
+            Err(e) => tracing::warn!("shutdown could not close session '{}': {e}", s.name()),
         }
         k.record_session(&s);
     }

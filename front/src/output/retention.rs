@@ -110,7 +110,7 @@ pub fn save_removed(log: &Path, r: &Removed) {
     let path = removed_path(log);
     let written = serde_json::to_vec(r).map_err(std::io::Error::other).and_then(|b| std::fs::write(&path, b));
     if let Err(e) = written {
-        eprintln!("heddle-front: writing {} failed: {e}", path.display());
+        tracing::warn!("writing {} failed: {e}", path.display());
     }
 }
 

@@ -99,11 +99,11 @@ pub fn serve_with(
             }
             Ok(Notice::Shutdown) => break 0,
             Ok(Notice::Signal(sig)) => {
-                eprintln!("heddle-front: signal {sig}: shutting down");
+                tracing::info!("signal {sig}: shutting down");
                 break 0;
             }
             Ok(Notice::SupervisorGone(why)) => {
-                eprintln!("heddle-front: {why}; exiting");
+                tracing::info!("{why}; exiting");
                 break 1;
             }
             Err(_) => break 1,
@@ -115,7 +115,7 @@ pub fn serve_with(
     }
     kernel.begin_shutdown();
     if !server.wait_idle(DRAIN_TIMEOUT) {
-        eprintln!("heddle-front: some requests were still being answered after {DRAIN_TIMEOUT:?}");
+        tracing::warn!("some requests were still being answered after {DRAIN_TIMEOUT:?}");
     }
     kernel.finish();
     for s in kernel.open_sessions() {
@@ -138,7 +138,7 @@ fn take_over(kernel: &Kernel, notices: &crossbeam_channel::Receiver<Notice>) -> 
             Ok(Notice::Adopt(a)) => adopt_logged(kernel, *a),
             Ok(Notice::AdoptDone(n)) => {
                 if n > 0 {
-                    eprintln!("heddle-front: took over {n} live sessions");
+                    tracing::info!("took over {n} live sessions");
                 }
                 return early;
             }
@@ -150,9 +150,7 @@ fn take_over(kernel: &Kernel, notices: &crossbeam_channel::Receiver<Notice>) -> 
                 }
             }
             Err(_) => {
-                eprintln!(
-                    "heddle-front: the supervisor handed over no sessions within {ADOPT_TIMEOUT:?}; serving anyway"
-                );
+                tracing::info!("the supervisor handed over no sessions within {ADOPT_TIMEOUT:?}; serving anyway");
                 return early;
             }
         }
@@ -162,7 +160,7 @@ fn take_over(kernel: &Kernel, notices: &crossbeam_channel::Receiver<Notice>) -> 
 fn adopt_logged(kernel: &Kernel, a: crate::kernel::recovery::Adopted) {
     let name = a.session.clone();
     if let Err(e) = crate::kernel::recovery::adopt(kernel, a) {
-        eprintln!("heddle-front: cannot take over session '{name}': {e}; closing it");
+        tracing::warn!("cannot take over session '{name}': {e}; closing it");
         let _ = kernel.link.close_session(&name);
     }
 }

@@ -72,7 +72,7 @@ impl Journal {
         match OpenOptions::new().create(true).append(true).mode(0o600).open(&path) {
             Ok(f) => Journal { file: Some(f), buf: Vec::new() },
             Err(e) => {
-                eprintln!("heddle-front: cannot open {}: {e}; this session cannot be recovered", path.display());
+                tracing::warn!("cannot open {}: {e}; this session cannot be recovered", path.display());
                 Journal::default()
             }
         }
@@ -86,7 +86,7 @@ impl Journal {
         let body = match postcard::to_extend(entry, std::mem::take(&mut self.buf)) {
             Ok(b) => b,
             Err(e) => {
-                eprintln!("heddle-front: a journal entry could not be encoded: {e}");
+                tracing::warn!("a journal entry could not be encoded: {e}");
                 return;
             }
         };
@@ -94,7 +94,7 @@ impl Journal {
         let len = (self.buf.len() - 4) as u32;
         self.buf[..4].copy_from_slice(&len.to_le_bytes());
         if let Err(e) = file.write_all(&self.buf) {
-            eprintln!("heddle-front: writing the session journal failed: {e}; this session cannot be recovered");
+            tracing::warn!("writing the session journal failed: {e}; this session cannot be recovered");
             self.file = None;
         }
     }

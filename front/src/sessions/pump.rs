@@ -174,11 +174,11 @@ impl PumpThread {
         let link = self.link.clone();
         let spawned = std::thread::Builder::new().name("close-corrupt".into()).spawn(move || {
             if let Err(e) = link.close_session(session.name()) {
-                eprintln!("heddle-front: closing corrupt session '{}' failed: {e}", session.name());
+                tracing::warn!("closing corrupt session '{}' failed: {e}", session.name());
             }
         });
         if let Err(e) = spawned {
-            eprintln!("heddle-front: could not start a thread to close a corrupt session: {e}");
+            tracing::warn!("could not start a thread to close a corrupt session: {e}");
         }
     }
 
@@ -187,7 +187,7 @@ impl PumpThread {
         let Some(i) = self.entries.iter().position(|e| e.session.spec().serial == serial) else { return };
         let gone = self.entries.swap_remove(i);
         let note = "the session's event doorbell failed, so its worker can no longer be heard".to_owned();
-        eprintln!("heddle-front: session '{}': {note}", gone.session.name());
+        tracing::info!("session '{}': {note}", gone.session.name());
         gone.session.mark_lost(note, Vec::new());
         self.close_in_background(gone.session);
     }
@@ -212,7 +212,7 @@ impl PumpThread {
         fds.extend(self.entries.iter().map(|e| PollFd::new(e.end.evt_data.as_fd(), PollFlags::POLLIN)));
         if let Err(e) = poll(&mut fds, PollTimeout::NONE) {
             if e != nix::errno::Errno::EINTR {
-                eprintln!("heddle-front: pump poll failed: {e}");
+                tracing::warn!("pump poll failed: {e}");
                 std::thread::sleep(Duration::from_millis(10));
             }
         }

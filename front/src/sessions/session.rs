@@ -185,7 +185,7 @@ impl SessionState {
             Some(id) => match self.jobs.get_mut(&id) {
                 Some(j) => Some(j),
                 None => {
-                    eprintln!("heddle-front: ignoring an event for unknown job {id}");
+                    tracing::warn!("ignoring an event for unknown job {id}");
                     return false;
                 }
             },
@@ -627,7 +627,7 @@ impl Session {
                 Ok(Some(ev)) => events.push(ev),
                 Ok(None) => break,
                 Err(PopError::Frame(e)) => {
-                    eprintln!("heddle-front: session '{}': skipping a bad event frame: {e}", self.name())
+                    tracing::warn!("session '{}': skipping a bad event frame: {e}", self.name())
                 }
                 Err(PopError::Corrupt(why)) => {
                     corrupt = Some(why);
@@ -658,7 +658,7 @@ impl Session {
         }
         if let Some(why) = corrupt {
             let note = format!("the session's event ring is corrupt ({why}), so its worker can no longer be heard");
-            eprintln!("heddle-front: session '{}': {note}", self.name());
+            tracing::info!("session '{}': {note}", self.name());
             st.mark_lost(note, Vec::new(), now);
             self.lost.store(true, Ordering::SeqCst);
             wake = true;

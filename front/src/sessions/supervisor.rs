@@ -212,7 +212,7 @@ impl ControlLink {
                         let a = Adopted { session, worker_pid, worker_uid, cgroup, fds };
                         let _ = notices.send(Notice::Adopt(Box::new(a)));
                     }
-                    Err(e) => eprintln!("heddle-front: cannot take over session '{session}': {e}"),
+                    Err(e) => tracing::warn!("cannot take over session '{session}': {e}"),
                 }
                 return;
             }
@@ -254,11 +254,11 @@ impl ControlLink {
                 let _ = tx.send((msg, fds));
             }
             (None, FromSupervisor::SessionOpened { session, .. }) => {
-                eprintln!("heddle-front: session '{session}' opened after its request gave up; closing it");
+                tracing::warn!("session '{session}' opened after its request gave up; closing it");
                 let req = self.next_req.fetch_add(1, Ordering::Relaxed);
                 let _ = control::send(self.sock.as_fd(), &ToSupervisor::CloseSession { req, session }, &[]);
             }
-            (None, msg) => eprintln!("heddle-front: dropping an answer nobody waits for: {msg:?}"),
+            (None, msg) => tracing::warn!("dropping an answer nobody waits for: {msg:?}"),
         }
     }
 

@@ -322,7 +322,7 @@ fn writer_loop(mut conn: Connection, rx: Receiver<Msg>, boot: String) {
             tx.commit()
         })();
         if let Err(e) = result {
-            eprintln!("heddle-front: writing the database failed: {e}; the batch is dropped");
+            tracing::warn!("writing the database failed: {e}; the batch is dropped");
         }
         for s in syncs {
             let _ = s.send(());

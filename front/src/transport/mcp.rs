@@ -109,7 +109,7 @@ impl McpConnection {
     pub fn finish(&self, kernel: &Kernel, client: &Client) {
         if let (true, Some(s)) = (self.close_on_exit, &self.session) {
             if let Err(e) = kernel.call(client, "session.close", json!({"session": s})) {
-                eprintln!("heddle-front: closing MCP session '{s}' at disconnect failed: {e}");
+                tracing::warn!("closing MCP session '{s}' at disconnect failed: {e}");
             }
         }
     }

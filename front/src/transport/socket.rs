@@ -80,7 +80,7 @@ fn accept_loop(listener: UnixListener, kernel: Arc<Kernel>, stop: Arc<EventFd>, 
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => {
-                eprintln!("heddle-front: polling the listening socket failed: {e}");
+                tracing::warn!("polling the listening socket failed: {e}");
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -96,14 +96,14 @@ fn accept_loop(listener: UnixListener, kernel: Arc<Kernel>, stop: Arc<EventFd>, 
                         .name(format!("conn-{n}"))
                         .spawn(move || serve_connection(stream, &k, &f, n));
                     if let Err(e) = spawned {
-                        eprintln!("heddle-front: could not start a connection thread: {e}");
+                        tracing::warn!("could not start a connection thread: {e}");
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    eprintln!("heddle-front: accept failed: {e}");
+                    tracing::warn!("accept failed: {e}");
                     std::thread::sleep(Duration::from_millis(100));
                     break;
                 }
@@ -160,7 +160,7 @@ fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize
     let client = match getsockopt(&stream, PeerCredentials) {
         Ok(c) => kernel.client_of(&stream, c),
         Err(e) => {
-            eprintln!("heddle-front: dropping a connection without peer credentials: {e}");
+            tracing::warn!("dropping a connection without peer credentials: {e}");
             return;
         }
     };
@@ -171,7 +171,7 @@ fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize
     {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("heddle-front: could not start a connection writer: {e}");
+            tracing::warn!("could not start a connection writer: {e}");
             return;
         }
     };
@@ -210,7 +210,7 @@ fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize
     kernel.drop_subscriptions(conn, None);
     if let Some(m) = &mcp {
         if catch_unwind(AssertUnwindSafe(|| m.finish(kernel, &client))).is_err() {
-            eprintln!("heddle-front: closing an MCP connection's session failed unexpectedly");
+            tracing::warn!("closing an MCP connection's session failed unexpectedly");
         }
     }
     outbox.close();
@@ -263,7 +263,7 @@ pub fn answer_line(kernel: &Kernel, client: &Client, line: &[u8]) -> Option<Vec<
 /// connection nor its count of requests in flight (which shutdown waits on).
 pub(crate) fn after_answer(kernel: &Kernel, s: &Arc<Session>) {
     if catch_unwind(AssertUnwindSafe(|| kernel.after_answer(s))).is_err() {
-        eprintln!("heddle-front: recording session '{}' after a call failed unexpectedly", s.name());
+        tracing::warn!("recording session '{}' after a call failed unexpectedly", s.name());
     }
 }
 

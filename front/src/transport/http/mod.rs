@@ -106,7 +106,7 @@ impl HttpDoor {
                 let listener = match tokio::net::TcpListener::from_std(listener) {
                     Ok(l) => l,
                     Err(e) => {
-                        eprintln!("heddle-front: the HTTP door cannot use its socket: {e}");
+                        tracing::warn!("the HTTP door cannot use its socket: {e}");
                         return;
                     }
                 };
@@ -143,7 +143,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, door: Arc<Door>) {
             Ok(a) => a,
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
-                eprintln!("heddle-front: the HTTP door's accept failed: {e}");
+                tracing::warn!("the HTTP door's accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -171,7 +171,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, door: Arc<Door>) {
                 .await;
             if let Err(e) = served {
                 if !e.is_incomplete_message() && !e.is_canceled() {
-                    eprintln!("heddle-front: an HTTP connection from {peer} ended: {e}");
+                    tracing::warn!("an HTTP connection from {peer} ended: {e}");
                 }
             }
         });
