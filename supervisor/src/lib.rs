@@ -23,6 +23,7 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod delegated;
 pub mod event_loop;
 pub mod exclusive;
 #[cfg(test)]
