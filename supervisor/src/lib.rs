@@ -40,6 +40,7 @@ pub mod sessions;
 pub mod signals;
 pub mod spawn;
 pub mod startup;
+pub mod state_format;
 pub mod sys;
 pub mod users;
 

@@ -64,6 +64,8 @@ pub enum StartError {
     #[error("cannot set up the main loop")]
     Loop(#[from] LoopError),
     #[error(transparent)]
+    StateFormat(#[from] crate::state_format::FormatError),
+    #[error(transparent)]
     Claim(#[from] crate::exclusive::ClaimError),
 }
 
@@ -158,7 +160,7 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
                 CgroupMode::V2 => "/sys/fs/cgroup",
                 CgroupMode::Hybrid => "/sys/fs/cgroup/unified",
             };
-            Some(crate::delegated::unit_dir(Path::new(mount), &own)?)
+            Some(crate::delegated::unit_dir(Path::new(mount), &own, crate::delegated::in_private_cgroup_ns())?)
         }
         false => None,
     };
@@ -224,6 +226,16 @@ fn start_created(
     let root = plan.root.clone();
     let fail = |e: StartError| (root.clone(), e);
     prepare_state_dir(&plan.state_dir, &plan.front_user).map_err(fail)?;
+    // Before the front opens anything in it: migrate an older format, refuse a newer one.
+    match crate::state_format::prepare(&plan.state_dir) {
+        Ok(Some(from)) => log(&format!(
+            "migrated the state directory {} from format {from} to {}",
+            plan.state_dir.display(),
+            crate::state_format::CURRENT
+        )),
+        Ok(None) => {}
+        Err(e) => return Err(fail(e.into())),
+    }
     let http = match &plan.http {
         Some((addr, dir)) => {
             let door =
