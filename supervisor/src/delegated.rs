@@ -15,8 +15,12 @@
 //! already started in the leaf, finds itself in `…/supervisor`: the delegated cgroup is the leaf's parent
 //! and nothing needs moving.
 //!
+//! In a container with a cgroup namespace of its own (the default on cgroup v2 runtimes), `/proc/self/
+//! cgroup` says `/`: the namespace's root is the container's cgroup, and that is the delegated one.
+//!
 //! Invariant: only the delegated cgroup (this process's own, or the leaf's parent) and its `supervisor`
-//! child are written; a process in the root cgroup refuses, since the whole machine is not delegated.
+//! child are written; a process in the host's root cgroup refuses, since the whole machine is not
+//! delegated.
 //!
 //! ```
 //! use supervisor::delegated::delegated_cgroup;
@@ -51,11 +55,22 @@ pub fn delegated_cgroup(own: &str) -> Option<String> {
 }
 
 /// The delegated cgroup's directory under the v2 mount `mount`, or an error saying why there is none.
-pub fn unit_dir(mount: &Path, own: &str) -> Result<PathBuf, CgroupError> {
+/// `private_ns`: this process has a cgroup namespace of its own (a container's), whose root — `/` seen
+/// from inside — is the container's cgroup, which the runtime gave it whole (deploy/kubernetes).
+pub fn unit_dir(mount: &Path, own: &str, private_ns: bool) -> Result<PathBuf, CgroupError> {
     match delegated_cgroup(own) {
         Some(rel) => Ok(mount.join(rel)),
+        None if private_ns && matches!(own.trim_matches('/'), "" | LEAF) => Ok(mount.to_owned()),
         None => Err(CgroupError::NotDelegated(own.to_owned())),
     }
+}
+
+/// The inode of the initial cgroup namespace (the kernel's `CGROUP_NS_INIT_INO`).
+const INIT_CGROUP_NS: &str = "cgroup:[4026531835]";
+
+/// True when this process is in a cgroup namespace other than the host's (`/proc/self/ns/cgroup`).
+pub fn in_private_cgroup_ns() -> bool {
+    std::fs::read_link("/proc/self/ns/cgroup").is_ok_and(|l| l.as_os_str() != INIT_CGROUP_NS)
 }
 
 /// Move every process of `unit` into `unit/supervisor` (made if missing), then enable in `unit`'s
@@ -134,9 +149,19 @@ mod tests {
 
     #[test]
     fn the_root_cgroup_is_refused_with_a_sentence() {
-        let e = unit_dir(Path::new("/sys/fs/cgroup"), "/").unwrap_err();
+        let e = unit_dir(Path::new("/sys/fs/cgroup"), "/", false).unwrap_err();
         assert!(e.to_string().contains("Delegate=yes"), "{e}");
-        assert_eq!(unit_dir(Path::new("/m"), "/x/y").unwrap(), Path::new("/m/x/y"));
+        assert_eq!(unit_dir(Path::new("/m"), "/x/y", false).unwrap(), Path::new("/m/x/y"));
+        assert_eq!(unit_dir(Path::new("/m"), "/x/y/supervisor", true).unwrap(), Path::new("/m/x/y"));
+    }
+
+    #[test]
+    fn a_containers_own_cgroup_namespace_root_is_delegated() {
+        // Inside a pod with a private cgroup namespace, /proc/self/cgroup says `0::/`.
+        assert_eq!(unit_dir(Path::new("/sys/fs/cgroup"), "/", true).unwrap(), Path::new("/sys/fs/cgroup"));
+        assert_eq!(unit_dir(Path::new("/sys/fs/cgroup"), "/supervisor", true).unwrap(), Path::new("/sys/fs/cgroup"));
+        // This test runs in the host's namespace.
+        assert!(!in_private_cgroup_ns());
     }
 
     #[test]
