@@ -2,7 +2,7 @@
 //! the supervisor reads it before the front opens anything: an older format is migrated step by step
 //! ([`MIGRATIONS`]) and the marker rewritten; a newer one (a downgrade) or a marker heddle did not write
 //! refuses the start with a sentence, changing nothing. The database's schema has its own migrations,
-//! run by the front (`front/src/db.rs`); whatever changes the database schema, `session.json`, the
+//! run by the front (`front/src/storage/db.rs`); whatever changes the database schema, `session.json`, the
 //! journals, the job logs or the kept-output logs in a way an older heddle cannot read bumps
 //! [`CURRENT`], so that older heddle refuses here instead of starting a front that fails.
 //!
