@@ -19,7 +19,7 @@ contents=$(dpkg-deb -c "$deb")
 echo "$contents"
 missing=0
 for f in usr/bin/heddle usr/bin/heddle-supervisor usr/bin/heddle-front usr/bin/heddle-worker \
-    usr/bin/heddle-launch lib/systemd/system/heddle.service usr/lib/sysusers.d/heddle.conf \
+    usr/bin/heddle-launch usr/lib/systemd/system/heddle.service usr/lib/sysusers.d/heddle.conf \
     usr/share/heddle/policies/workspace.toml usr/share/heddle/policies/readonly.toml \
     usr/share/heddle/policies/redaction.toml usr/share/doc/heddle/README.md usr/share/doc/heddle/deploy.md; do
     if ! grep -q " \./$f\$" <<<"$contents"; then
@@ -36,7 +36,7 @@ if command -v systemd-analyze >/dev/null; then
     root=$(mktemp -d)
     dpkg-deb -x "$deb" "$root"
     # verify checks ExecStart's program: point it at the packaged binary.
-    sed "s|/usr/bin/heddle |$root/usr/bin/heddle |" "$root/lib/systemd/system/heddle.service" >"$ctl/heddle.service"
+    sed "s|/usr/bin/heddle |$root/usr/bin/heddle |" "$root/usr/lib/systemd/system/heddle.service" >"$ctl/heddle.service"
     out=$(systemd-analyze verify "$ctl/heddle.service" 2>&1) || true
     rm -rf "$root"
     if [ -n "$out" ]; then echo "systemd-analyze verify: $out" >&2; missing=1; fi
