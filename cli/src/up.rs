@@ -23,6 +23,10 @@ pub struct UpArgs {
     /// cgroup directory heddle owns (default: `heddle` under the cgroup v2 mount).
     #[arg(long, env = "HEDDLE_CGROUP_ROOT")]
     pub cgroup_root: Option<PathBuf>,
+    /// This process's cgroup is delegated to heddle (a systemd unit with `Delegate=yes`): the supervisor
+    /// moves every process in it into `<cgroup>/supervisor` and puts sessions under `<cgroup>/heddle`.
+    #[arg(long)]
+    pub delegated: bool,
     /// User the front runs as (name or uid).
     #[arg(long)]
     pub front_user: Option<String>,
@@ -60,6 +64,9 @@ impl UpArgs {
         v.extend(["--socket".into(), socket.into_os_string(), "--state-dir".into(), state.into_os_string()]);
         if let Some(c) = &self.cgroup_root {
             v.extend(["--cgroup-root".into(), c.clone().into_os_string()]);
+        }
+        if self.delegated {
+            v.push("--delegated".into());
         }
         if let Some(u) = &self.front_user {
             v.extend(["--front-user".into(), u.into()]);

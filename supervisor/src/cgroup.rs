@@ -50,6 +50,8 @@ pub enum CgroupError {
     OwnCgroup(#[source] io::Error),
     #[error("{0} is not on a cgroup v2 file system")]
     NotCgroup2(PathBuf),
+    #[error("--delegated needs a cgroup of its own, as a systemd unit with Delegate=yes gets, but this process is in {0:?}, which is not delegated to heddle; start it from such a unit (deploy/systemd/heddle.service) or drop --delegated")]
+    NotDelegated(String),
     #[error("cgroup {0} already exists")]
     Exists(PathBuf),
     #[error("cannot {op} {path}")]

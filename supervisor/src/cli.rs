@@ -22,9 +22,14 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub state_dir: PathBuf,
     /// The cgroup under which sessions are created [default: pure v2: <own cgroup>/heddle; hybrid:
-    /// /sys/fs/cgroup/unified/heddle].
+    /// /sys/fs/cgroup/unified/heddle; --delegated: <delegated cgroup>/heddle].
     #[arg(long, value_name = "DIR")]
     pub cgroup_root: Option<PathBuf>,
+    /// This process's cgroup is delegated to heddle (a systemd unit with `Delegate=yes`): move every
+    /// process in it into its `supervisor` leaf, enable memory/pids for its children, and default the
+    /// cgroup root to `<that cgroup>/heddle` (docs/deploy.md).
+    #[arg(long)]
+    pub delegated: bool,
     /// The front's user [default: `heddle` if it exists, else `nobody`].
     #[arg(long, value_name = "NAME|UID")]
     pub front_user: Option<String>,

@@ -23,6 +23,7 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod delegated;
 pub mod event_loop;
 pub mod exclusive;
 #[cfg(test)]
@@ -39,6 +40,7 @@ pub mod sessions;
 pub mod signals;
 pub mod spawn;
 pub mod startup;
+pub mod state_format;
 pub mod sys;
 pub mod users;
 

@@ -64,6 +64,8 @@ pub enum StartError {
     #[error("cannot set up the main loop")]
     Loop(#[from] LoopError),
     #[error(transparent)]
+    StateFormat(#[from] crate::state_format::FormatError),
+    #[error(transparent)]
     Claim(#[from] crate::exclusive::ClaimError),
 }
 
@@ -81,6 +83,8 @@ struct Plan {
     allow_writable: Vec<PathBuf>,
     socket_gid: u32,
     http: Option<(String, Option<PathBuf>)>,
+    /// `--delegated`: the delegated cgroup whose processes move into its `supervisor` leaf.
+    delegated: Option<PathBuf>,
 }
 
 /// Do everything up to a running front; the returned loop serves until SIGINT/SIGTERM.
@@ -91,6 +95,9 @@ pub fn start(args: &Args) -> Result<EventLoop<RealCgroups, RealProcesses>, Start
     crate::sys::cloexec_inherited_fds().map_err(StartError::Fds)?;
     let signals = SignalPipe::register().map_err(StartError::Signals)?;
     let plan = plan(args)?;
+    if let Some(unit) = &plan.delegated {
+        take_leaf(unit)?;
+    }
     let root_created = create_root(&plan.root)?;
     let started = claim(&plan).and_then(|claims| start_created(plan, signals, root_created, claims));
     if let Err((root, _)) = &started {
@@ -147,6 +154,20 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
     let worker_exe = open_binary(&bin_dir.join("heddle-worker"))?;
     let own = cgroup::own_v2_path()?;
     let (mode, default_root) = cgroup::detect_mode(Path::exists, &own)?;
+    let delegated = match args.delegated {
+        true => {
+            let mount = match mode {
+                CgroupMode::V2 => "/sys/fs/cgroup",
+                CgroupMode::Hybrid => "/sys/fs/cgroup/unified",
+            };
+            Some(crate::delegated::unit_dir(Path::new(mount), &own, crate::delegated::in_private_cgroup_ns())?)
+        }
+        false => None,
+    };
+    let default_root = match &delegated {
+        Some(unit) => unit.join(crate::delegated::ROOT_NAME),
+        None => default_root,
+    };
     let root = absolute(args.cgroup_root.as_deref().unwrap_or(&default_root))?;
     let parent = root.parent().ok_or_else(|| CgroupError::NotCgroup2(root.clone()))?;
     cgroup::check_cgroup2(parent)?;
@@ -179,7 +200,20 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
         defaults,
         socket_gid,
         allow_writable,
+        delegated,
     })
+}
+
+/// `--delegated`: move this cgroup's processes into its leaf and hand memory/pids down (logged).
+fn take_leaf(unit: &Path) -> Result<(), StartError> {
+    let (leaf, on) = crate::delegated::take_leaf(unit)?;
+    log(&format!(
+        "delegated cgroup {}: its processes are in {}; controllers enabled for its children: {}",
+        unit.display(),
+        leaf.display(),
+        if on.is_empty() { "none offered".to_owned() } else { on.join(" ") }
+    ));
+    Ok(())
 }
 
 /// The part of startup after the cgroup root exists; on error returns the root for the caller to undo.
@@ -192,6 +226,16 @@ fn start_created(
     let root = plan.root.clone();
     let fail = |e: StartError| (root.clone(), e);
     prepare_state_dir(&plan.state_dir, &plan.front_user).map_err(fail)?;
+    // Before the front opens anything in it: migrate an older format, refuse a newer one.
+    match crate::state_format::prepare(&plan.state_dir) {
+        Ok(Some(from)) => log(&format!(
+            "migrated the state directory {} from format {from} to {}",
+            plan.state_dir.display(),
+            crate::state_format::CURRENT
+        )),
+        Ok(None) => {}
+        Err(e) => return Err(fail(e.into())),
+    }
     let http = match &plan.http {
         Some((addr, dir)) => {
             let door =

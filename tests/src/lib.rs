@@ -86,6 +86,12 @@ impl Heddle {
     /// Start the stack with extra `heddle up` flags and extra variables in its environment (what an
     /// operator's shell would have exported: tokens, keys).
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Heddle {
+        Self::start_prepared(extra, env, |_| {})
+    }
+
+    /// Start the stack after `prepare` filled its state directory (which does not exist yet): a state
+    /// directory an earlier build wrote, say.
+    pub fn start_prepared(extra: &[&str], env: &[(&str, &str)], prepare: impl FnOnce(&Path)) -> Heddle {
         require_root();
         let bins = bin_dir();
         let dir = tempfile::Builder::new().prefix("heddle-e2e-").tempdir_in("/tmp").expect("temp dir");
@@ -97,6 +103,7 @@ impl Heddle {
         let cgroup_root = cgroup2_mount().join(format!("heddle-e2e-{}-{n}", std::process::id()));
         let socket = dir.path().join("run/heddle.sock");
         let state_dir = dir.path().join("state");
+        prepare(&state_dir);
         let up = spawn_up(&bins, &socket, &state_dir, &cgroup_root, extra, env);
         let mut h = Heddle { dir, socket, state_dir, cgroup_root, project, up: Some(up) };
         h.wait_for_socket();
