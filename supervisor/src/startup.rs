@@ -73,6 +73,7 @@ struct Plan {
     root: PathBuf,
     front_user: UserInfo,
     worker_user: UserInfo,
+    cgroup_owner: UserInfo,
     front_exe: OwnedFd,
     worker_exe: OwnedFd,
     state_dir: PathBuf,
@@ -139,6 +140,11 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
     }
     .map_err(|e| StartError::User("front", e))?;
     let worker_user = UserInfo::resolve(&args.worker_user).map_err(|e| StartError::User("worker", e))?;
+    let cgroup_owner = UserInfo::cgroup_owner().map_err(|e| StartError::User("cgroup owner", e))?;
+    if [front_user.uid, worker_user.uid].contains(&cgroup_owner.uid) {
+        let taken = UserError::Taken(cgroup_owner.uid.to_string(), "--front-user or --worker-user".to_owned());
+        return Err(StartError::User("cgroup owner", taken));
+    }
     let bin_dir = match &args.bin_dir {
         Some(d) => d.clone(),
         None => exe_dir().map_err(StartError::BinDir)?,
@@ -172,6 +178,7 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
         root,
         front_user,
         worker_user,
+        cgroup_owner,
         front_exe,
         worker_exe,
         state_dir,
@@ -263,6 +270,7 @@ fn start_created(
         log_owner: (plan.front_user.uid, plan.front_user.gid),
     };
     let sessions = Sessions::new(RealCgroups, procs, plan.root, plan.mode, plan.worker_user)
+        .with_cgroup_owner(plan.cgroup_owner)
         .with_limits(v1, plan.defaults)
         .with_adopted(adopted)
         .with_allow_writable(plan.allow_writable)
