@@ -823,6 +823,24 @@ mod tests {
     }
 
     #[test]
+    fn strays_are_what_lies_outside_every_job_but_the_worker_itself() {
+        // Plain directories and files stand in for the cgroups and their member lists.
+        let tmp = tempfile::tempdir().unwrap();
+        let tmp = tmp.path();
+        let me = std::process::id();
+        std::fs::create_dir(tmp.join("worker")).unwrap();
+        std::fs::write(tmp.join("worker/cgroup.procs"), format!("{me}\n")).unwrap();
+        let mut cg = SessionCgroup::open(tmp).unwrap();
+        assert_eq!(cg.strays(), [], "the worker alone in its leaf, nothing in the session's own cgroup");
+        cg.create(1).unwrap();
+        std::fs::write(tmp.join("slot-1/cgroup.procs"), "77\n").unwrap();
+        assert_eq!(cg.strays(), [], "a job's own processes are not strays");
+        std::fs::write(tmp.join("worker/cgroup.procs"), format!("{me}\n41\n")).unwrap();
+        std::fs::write(tmp.join("cgroup.procs"), "42\n").unwrap();
+        assert_eq!(cg.strays(), [(42, String::new()), (41, "worker".to_owned())]);
+    }
+
+    #[test]
     fn recording_cgroups_share_their_record() {
         let fake = RecordingCgroups::default();
         let mut other = fake.clone();
