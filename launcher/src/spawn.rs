@@ -13,6 +13,13 @@
 //! [`cgroup_spawn_path`] tells which path this process uses for jobs with a cgroup; each [`Child`] also
 //! carries the path it was created by.
 //!
+//! **Two uids.** A launching process whose real uid differs from its effective uid (heddle's worker: real
+//! uid the cgroup owner, effective uid the job's; docs/cgroups.md, "Who may place a process") places its
+//! children as the real uid — [`as_cgroup_owner`] sets the thread's file-system uid to it around the clone
+//! and the fallback `cgroup.procs` open — and every child's first step makes its real and saved uid the
+//! effective one. So a job never holds the uid that may write a `cgroup.procs` of the tree. A process
+//! whose two uids are equal (the `heddle-launch` binary, tests, benches) changes nothing.
+//!
 //! A failure in the child (cgroup placement, stdio, `chdir`, `execve`) comes back through a close-on-exec
 //! status pipe: the parent reads 0 bytes when `execve` succeeded, else the stage and errno, reaps the child
 //! and returns a [`LaunchError`] naming the stage and the path, e.g. "cannot enter working directory /x"
@@ -61,6 +68,8 @@ pub enum LaunchError {
     Seccomp(#[source] io::Error),
     #[error("the job's seccomp filter has {0} instructions, more than the kernel takes")]
     SeccompTooLong(usize),
+    #[error("cannot give the job process the launching process's effective uid alone")]
+    Uid(#[source] io::Error),
 }
 
 /// How a child was created and placed.
@@ -173,8 +182,30 @@ fn first_path(p: &Prepared) -> SpawnPath {
     }
 }
 
+/// Run `f` with this thread's file-system uid set to the process's real uid when that differs from the
+/// effective uid (the worker: the real uid owns the session's cgroups), and back afterwards; otherwise
+/// just run `f`. Only the calling thread is affected.
+pub fn as_cgroup_owner<T>(f: impl FnOnce() -> T) -> T {
+    let (real, effective) = sys::uids();
+    if real == effective {
+        return f();
+    }
+    sys::set_fsuid(real);
+    let out = f();
+    sys::set_fsuid(effective);
+    out
+}
+
 /// Spawn the prepared job. Returns once the child has `execve`d (or failed to).
 pub fn spawn(p: &Prepared) -> Result<Child, LaunchError> {
+    if p.cgroup.is_some() {
+        as_cgroup_owner(|| spawn_as_is(p))
+    } else {
+        spawn_as_is(p)
+    }
+}
+
+fn spawn_as_is(p: &Prepared) -> Result<Child, LaunchError> {
     let (status_r, status_w) = status_pipe().map_err(LaunchError::StatusPipe)?;
     let max_fd = sys::max_fd();
     let seccomp = match &p.seccomp {
@@ -326,6 +357,7 @@ fn describe_failure(p: &Prepared, f: ChildFailure) -> LaunchError {
         Some(Stage::NoNewPrivs) => LaunchError::NoNewPrivs(source),
         Some(Stage::Landlock) => LaunchError::Landlock(source),
         Some(Stage::Seccomp) => LaunchError::Seccomp(source),
+        Some(Stage::Uid) => LaunchError::Uid(source),
         None => LaunchError::BadStatus(sys::STATUS_LEN),
     }
 }

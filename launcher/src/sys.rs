@@ -67,13 +67,24 @@ pub(crate) enum Stage {
     Landlock = 6,
     /// `seccomp(SECCOMP_SET_MODE_FILTER)` of the job's own filter.
     Seccomp = 7,
+    /// `setresuid` to the effective uid (dropping the real uid that holds the cgroups).
+    Uid = 8,
 }
 
 impl Stage {
     pub(crate) fn from_u32(v: u32) -> Option<Stage> {
-        [Stage::Cgroup, Stage::Stdio, Stage::Chdir, Stage::Exec, Stage::NoNewPrivs, Stage::Landlock, Stage::Seccomp]
-            .into_iter()
-            .find(|s| *s as u32 == v)
+        [
+            Stage::Cgroup,
+            Stage::Stdio,
+            Stage::Chdir,
+            Stage::Exec,
+            Stage::NoNewPrivs,
+            Stage::Landlock,
+            Stage::Seccomp,
+            Stage::Uid,
+        ]
+        .into_iter()
+        .find(|s| *s as u32 == v)
     }
 }
 
@@ -265,6 +276,13 @@ fn raw_legacy_clone(_pidfd: &mut c_int) -> libc::c_long {
 /// it. Never returns: it either `execve`s or `_exit`s.
 pub(crate) unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
     let status = plan.status.as_raw_fd();
+    // 0. Identity: a launching process whose real uid differs from its effective uid holds its cgroups
+    //    by the real uid (heddle's worker); the child keeps only the effective one, before anything else.
+    // SAFETY: raw setresuid/getuid/geteuid system calls of this child only.
+    if !unsafe { drop_real_uid() } {
+        // SAFETY: `status` is the open status pipe; see `fail`.
+        unsafe { fail(status, Stage::Uid) }
+    }
     // 1. Cgroup placement, fallback path only (CLONE_INTO_CGROUP placed us already otherwise).
     if let Some(procs) = plan.procs {
         // SAFETY: `procs` is an open fd for `cgroup.procs`; the buffer is a static byte.
@@ -387,6 +405,34 @@ pub(crate) unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
     unsafe { libc::execve(plan.program.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr()) };
     // SAFETY: as above.
     unsafe { fail(status, Stage::Exec) }
+}
+
+/// Make the real, saved (and file-system) uid equal to the effective uid when the real one differs;
+/// true on success or when there was nothing to do. A raw system call, not the C library's `setresuid`,
+/// which would try to signal the parent's other threads (the vfork-style child shares their memory).
+///
+/// # Safety
+/// Child-only (see [`child_exec`]): it changes the calling thread's credentials.
+unsafe fn drop_real_uid() -> bool {
+    // SAFETY: integer-only system calls on this thread's credentials.
+    unsafe {
+        let (real, effective) = (libc::syscall(libc::SYS_getuid), libc::syscall(libc::SYS_geteuid));
+        real == effective || libc::syscall(libc::SYS_setresuid, effective, effective, effective) == 0
+    }
+}
+
+/// The real and the effective uid of this process.
+pub(crate) fn uids() -> (u32, u32) {
+    // SAFETY: getuid and geteuid cannot fail and take no arguments.
+    unsafe { (libc::getuid(), libc::geteuid()) }
+}
+
+/// Set this thread's file-system uid (the one the kernel checks for file access, cgroup placement
+/// included). The change is per thread. The kernel takes only the thread's real, effective or saved uid
+/// and reports no error otherwise: a refused change shows as the `EACCES` of the operation after it.
+pub(crate) fn set_fsuid(uid: u32) {
+    // SAFETY: an integer argument; setfsuid changes only the calling thread's fsuid.
+    unsafe { libc::setfsuid(uid) };
 }
 
 /// Report `stage` and the current errno on the status pipe, then `_exit(127)`.
@@ -587,7 +633,11 @@ pub(crate) fn write_files_confined(ruleset: Option<BorrowedFd<'_>>, files: &[Fil
 unsafe fn files_child(ruleset: Option<BorrowedFd<'_>>, files: &[FileWrite], report: c_int) -> ! {
     let errno = || nix::errno::Errno::last_raw();
     let mut restrict_errno = 0;
-    if let Some(rs) = ruleset {
+    // SAFETY: this fork child's own credentials; the files are the effective uid's, as the job's are.
+    if !unsafe { drop_real_uid() } {
+        restrict_errno = errno();
+    }
+    if let Some(rs) = ruleset.filter(|_| restrict_errno == 0) {
         // SAFETY: integer-only prctl and a syscall on an open ruleset fd.
         let ok = unsafe {
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0

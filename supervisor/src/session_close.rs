@@ -17,7 +17,7 @@
 //! ```
 
 use crate::cgroup::CgroupOps;
-use crate::session::{self, Session};
+use crate::session::Session;
 use crate::sessions::{Outgoing, Sessions};
 use crate::spawn::ProcessOps;
 use crate::sys::Exit;
@@ -25,6 +25,7 @@ use shm_proto::control::{FromSupervisor, ProcInfo};
 use shm_proto::error_chain;
 use shm_proto::procs::ProcList;
 use std::os::fd::AsFd;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The longest a teardown waits for the worker to be reaped and the subtree to empty.
@@ -70,7 +71,6 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     pub(crate) fn teardown(&self, mut s: Session) -> Teardown {
         let deadline = Instant::now() + TEARDOWN_TIMEOUT;
         let dir = &s.cgroup;
-        let wdir = session::worker_dir(dir);
         let warn = |what: &str, e: &dyn std::error::Error| {
             tracing::warn!("session {:?}: {what} failed: {}", s.id, error_chain(e));
         };
@@ -82,10 +82,14 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         for line in self.procs.rescue_kept_output(&self.root, s.worker.pid, s.worker.pidfd.as_fd(), held) {
             tracing::info!("session {:?}: {line}", s.id);
         }
-        let killed = ProcList::new(self.cg.procs(dir, &wdir).unwrap_or_else(|e| {
+        // Everything but the worker itself, wherever it is in the subtree (its own leaf included: nothing
+        // else of heddle's lives there, so anything found there is listed and killed like a job's).
+        let mut found = self.cg.procs(dir, Path::new("")).unwrap_or_else(|e| {
             warn("listing the cgroup", &e);
             Vec::new()
-        }));
+        });
+        found.retain(|p| p.pid != s.worker.pid);
+        let killed = ProcList::new(found);
         if let Err(e) = self.cg.kill(dir) {
             warn("cgroup.kill", &e);
         }
@@ -146,7 +150,7 @@ mod tests {
             calls.take(),
             vec![
                 Call::Freeze(dir.clone()),
-                Call::Procs(dir.clone(), dir.join("worker")),
+                Call::Procs(dir.clone(), PathBuf::new()),
                 Call::Kill(dir.clone()),
                 Call::Reap,
                 Call::WaitEmpty(dir.clone()),

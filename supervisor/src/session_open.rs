@@ -36,6 +36,8 @@ pub enum OpenError {
     User(u32, #[source] nix::Error),
     #[error("the client is uid {0}, and workers never run as root")]
     RootWorker(u32),
+    #[error("uid {0} owns heddle's cgroups, and no session's jobs run as it; open the session as another user")]
+    OwnerWorker(u32),
     #[error("setting up the session's cgroup failed")]
     Cgroup(#[from] CgroupError),
     #[error("creating the shared-memory region failed")]
@@ -136,6 +138,9 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         if user.uid == 0 {
             return Err(OpenError::RootWorker(user.uid));
         }
+        if user.uid == self.cgroup_owner.uid {
+            return Err(OpenError::OwnerWorker(user.uid));
+        }
         let wdir = session::worker_dir(dir);
         self.cg.create(&wdir)?;
         self.delegate(dir, &wdir, user)?;
@@ -163,8 +168,17 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             }
         };
         let user = &user;
-        let spec =
-            WorkerSpec { session: id, cgroup: dir, user, fds: fds.ordered(), v1: &v1, policy, tmp: &tmp, own_home };
+        let spec = WorkerSpec {
+            session: id,
+            cgroup: dir,
+            user,
+            cgroup_owner: self.cgroup_owner.uid,
+            fds: fds.ordered(),
+            v1: &v1,
+            policy,
+            tmp: &tmp,
+            own_home,
+        };
         let spawned = match self.procs.spawn_worker(&spec) {
             Ok(s) => s,
             Err(e) => {
@@ -177,8 +191,12 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         Ok(Session { id: id.to_owned(), cgroup: dir.to_owned(), worker, fds, v1, limits, tmp, held_pipes: Vec::new() })
     }
 
-    /// Delegate the session subtree to the worker's uid, as the cgroup v2 delegation model requires.
+    /// Delegate the session subtree to the cgroup owner, the worker's real uid — never to the uid its
+    /// jobs run as (`user`): a job that could write a `cgroup.procs` of the subtree could start processes
+    /// outside its own cgroup (docs/cgroups.md, "Who may place a process").
     fn delegate(&self, dir: &Path, wdir: &Path, user: &UserInfo) -> Result<(), CgroupError> {
+        debug_assert_ne!(user.uid, self.cgroup_owner.uid);
+        let owner = &self.cgroup_owner;
         let paths = [
             dir.to_owned(),
             dir.join("cgroup.procs"),
@@ -187,7 +205,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             wdir.to_owned(),
             wdir.join("cgroup.procs"),
         ];
-        paths.iter().try_for_each(|p| self.cg.chown(p, user.uid, user.gid))
+        paths.iter().try_for_each(|p| self.cg.chown(p, owner.uid, owner.gid))
     }
 }
 
@@ -219,7 +237,7 @@ mod tests {
         assert_eq!(cgroup, "/cg/heddle/session-demo");
         assert_eq!(out.fds.len(), 5);
         let s = "/cg/heddle/session-demo";
-        let chown = |f: &str| Call::Chown(p(f), 65534, 65534);
+        let chown = |f: &str| Call::Chown(p(f), 65532, 65532);
         assert_eq!(
             calls.take(),
             vec![

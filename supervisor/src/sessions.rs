@@ -52,6 +52,8 @@ pub struct Sessions<C: CgroupOps, P: ProcessOps> {
     pub(crate) mode: CgroupMode,
     /// `--worker-user`: the worker's user when the client is root.
     pub(crate) default_worker: UserInfo,
+    /// The owner of the session subtrees and the workers' real uid; never a job's uid.
+    pub(crate) cgroup_owner: UserInfo,
     pub(crate) live: BTreeMap<String, Session>,
     /// The v1 memory/pids parents on hybrid hosts (`None`: no v1 limits, as in tests).
     pub(crate) v1: Option<crate::limits::V1Root>,
@@ -75,6 +77,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             root,
             mode,
             default_worker,
+            cgroup_owner: UserInfo::fallback_cgroup_owner(),
             live: BTreeMap::new(),
             v1: None,
             defaults: SessionLimits::default(),
@@ -83,6 +86,12 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             v2_limits: false,
             claims: None,
         }
+    }
+
+    /// The user that owns the session subtrees and is the workers' real uid ([`UserInfo::cgroup_owner`]).
+    pub fn with_cgroup_owner(mut self, owner: UserInfo) -> Self {
+        self.cgroup_owner = owner;
+        self
     }
 
     /// Put session limits on the v2 session cgroups (pure v2 hosts whose root has the controllers on).

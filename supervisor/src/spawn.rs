@@ -49,7 +49,10 @@ pub struct WorkerSpec<'a> {
     pub session: &'a str,
     /// The session cgroup (`--cgroup`); the worker itself goes into its `worker` child.
     pub cgroup: &'a Path,
+    /// The jobs' user: the worker's effective uid (and gid, groups).
     pub user: &'a UserInfo,
+    /// The cgroup owner: the worker's real uid, which it places its jobs as and they never hold.
+    pub cgroup_owner: u32,
     /// Region memfd and the four eventfds, in `SESSION_FDS` order: the worker's fds 3…7.
     pub fds: [BorrowedFd<'a>; 5],
     /// The session's v1 cgroup directories (hybrid hosts): the worker joins them before exec.
@@ -165,6 +168,7 @@ impl ProcessOps for RealProcesses {
             args: worker_args(spec),
             env: worker_env(spec.user, std::env::vars_os()),
             uid: spec.user.uid,
+            real_uid: Some(spec.cgroup_owner),
             gid: spec.user.gid,
             cgroup_procs: Some(procs.as_fd()),
             fds: spec.fds.iter().zip(3..).map(|(fd, n)| (*fd, n)).collect(),
@@ -290,6 +294,7 @@ impl RealProcesses {
             args: vec![crate::kept_output::DRAIN_ARG.into()],
             env: Vec::new(),
             uid: crate::users::NOBODY,
+            real_uid: None,
             gid: crate::users::NOGROUP,
             cgroup_procs: Some(procs.as_fd()),
             fds,
@@ -441,6 +446,7 @@ pub fn spawn_front(spec: &FrontSpec<'_>) -> Result<Spawned, SpawnError> {
         args,
         env: front_env(std::env::vars_os()),
         uid: spec.user.uid,
+        real_uid: None,
         gid: spec.user.gid,
         cgroup_procs: None,
         fds,

@@ -75,6 +75,7 @@ struct Plan {
     root: PathBuf,
     front_user: UserInfo,
     worker_user: UserInfo,
+    cgroup_owner: UserInfo,
     front_exe: OwnedFd,
     worker_exe: OwnedFd,
     state_dir: PathBuf,
@@ -146,6 +147,11 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
     }
     .map_err(|e| StartError::User("front", e))?;
     let worker_user = UserInfo::resolve(&args.worker_user).map_err(|e| StartError::User("worker", e))?;
+    let cgroup_owner = UserInfo::cgroup_owner().map_err(|e| StartError::User("cgroup owner", e))?;
+    if [front_user.uid, worker_user.uid].contains(&cgroup_owner.uid) {
+        let taken = UserError::Taken(cgroup_owner.uid.to_string(), "--front-user or --worker-user".to_owned());
+        return Err(StartError::User("cgroup owner", taken));
+    }
     let bin_dir = match &args.bin_dir {
         Some(d) => d.clone(),
         None => exe_dir().map_err(StartError::BinDir)?,
@@ -193,6 +199,7 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
         root,
         front_user,
         worker_user,
+        cgroup_owner,
         front_exe,
         worker_exe,
         state_dir,
@@ -207,12 +214,12 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
 /// `--delegated`: move this cgroup's processes into its leaf and hand memory/pids down (logged).
 fn take_leaf(unit: &Path) -> Result<(), StartError> {
     let (leaf, on) = crate::delegated::take_leaf(unit)?;
-    log(&format!(
+    tracing::info!(
         "delegated cgroup {}: its processes are in {}; controllers enabled for its children: {}",
         unit.display(),
         leaf.display(),
         if on.is_empty() { "none offered".to_owned() } else { on.join(" ") }
-    ));
+    );
     Ok(())
 }
 
@@ -228,11 +235,11 @@ fn start_created(
     prepare_state_dir(&plan.state_dir, &plan.front_user).map_err(fail)?;
     // Before the front opens anything in it: migrate an older format, refuse a newer one.
     match crate::state_format::prepare(&plan.state_dir) {
-        Ok(Some(from)) => log(&format!(
+        Ok(Some(from)) => tracing::info!(
             "migrated the state directory {} from format {from} to {}",
             plan.state_dir.display(),
             crate::state_format::CURRENT
-        )),
+        ),
         Ok(None) => {}
         Err(e) => return Err(fail(e.into())),
     }
@@ -307,6 +314,7 @@ fn start_created(
         log_owner: (plan.front_user.uid, plan.front_user.gid),
     };
     let sessions = Sessions::new(RealCgroups, procs, plan.root, plan.mode, plan.worker_user)
+        .with_cgroup_owner(plan.cgroup_owner)
         .with_limits(v1, plan.defaults)
         .with_adopted(adopted)
         .with_allow_writable(plan.allow_writable)

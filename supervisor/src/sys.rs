@@ -51,6 +51,9 @@ pub struct ChildSetup<'a> {
     pub env: Vec<(OsString, OsString)>,
     /// The uid and gid to drop to; the supplementary groups become exactly `[gid]`.
     pub uid: u32,
+    /// A real uid other than `uid` (the worker's: the cgroup owner), kept across exec; the effective and
+    /// saved uid are `uid`.
+    pub real_uid: Option<u32>,
     pub gid: u32,
     /// An fd open for writing on the target cgroup's `cgroup.procs`: the child writes `0` there (moving
     /// itself) while still root, before dropping privileges.
@@ -171,6 +174,7 @@ pub fn spawn_child(setup: &ChildSetup<'_>) -> io::Result<Child> {
     }
     let plan = ChildPlan {
         uid: setup.uid,
+        real_uid: setup.real_uid,
         gid: setup.gid,
         cgroup_procs: setup.cgroup_procs.map(|fd| fd.as_raw_fd()),
         fds: copies.iter().map(|(fd, t)| (fd.as_raw_fd(), *t)).collect(),
@@ -213,6 +217,7 @@ fn reserve_low_fds() {
 /// The raw numbers [`spawn_child`] hands to the forked child.
 struct ChildPlan {
     uid: u32,
+    real_uid: Option<u32>,
     gid: u32,
     cgroup_procs: Option<RawFd>,
     fds: Vec<(RawFd, RawFd)>,
@@ -249,8 +254,13 @@ impl ChildPlan {
         check(unsafe { libc::setgroups(1, groups.as_ptr()) })?;
         // SAFETY: plain integer arguments.
         check(unsafe { libc::setgid(self.gid) })?;
-        // SAFETY: plain integer arguments; as root, setuid sets the real, effective and saved uid.
-        check(unsafe { libc::setuid(self.uid) })?;
+        match self.real_uid {
+            // SAFETY: plain integer arguments; as root, setresuid sets exactly these three uids (and
+            // clears every capability, since none of them is 0).
+            Some(real) => check(unsafe { libc::setresuid(real, self.uid, self.uid) })?,
+            // SAFETY: plain integer arguments; as root, setuid sets the real, effective and saved uid.
+            None => check(unsafe { libc::setuid(self.uid) })?,
+        }
         // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only.
         check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
         for &(src, target) in &self.fds {

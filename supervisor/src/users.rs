@@ -48,6 +48,9 @@ pub enum UserError {
 /// The front's uid (and gid) when no `heddle` user exists: one no passwd entry names, used by nothing else.
 pub const FRONT_FALLBACK_UID: u32 = 65533;
 
+/// The cgroup owner's uid (and gid) when no `heddle-cgroups` user exists: one no passwd entry names.
+pub const CGROUP_OWNER_FALLBACK_UID: u32 = 65532;
+
 /// Resolve `--socket-group`: a group name, or a numeric gid (which need not have a group entry).
 pub fn resolve_group(spec: &str) -> Result<u32, UserError> {
     if let Ok(gid) = spec.parse::<u32>() {
@@ -109,6 +112,35 @@ impl UserInfo {
     }
 }
 
+impl UserInfo {
+    /// The owner of every session's delegated cgroups: the workers' real uid, never a job's
+    /// (docs/cgroups.md, "Who may place a process"). `heddle-cgroups` if that user exists, else uid and gid
+    /// [`CGROUP_OWNER_FALLBACK_UID`]; a passwd entry of another name on that uid is refused.
+    pub fn cgroup_owner() -> Result<UserInfo, UserError> {
+        match UserInfo::resolve("heddle-cgroups") {
+            Err(UserError::Unknown(_)) => {
+                let spec = CGROUP_OWNER_FALLBACK_UID.to_string();
+                match User::from_uid(Uid::from_raw(CGROUP_OWNER_FALLBACK_UID)) {
+                    Ok(None) => Ok(UserInfo::fallback_cgroup_owner()),
+                    Ok(Some(u)) => Err(UserError::Taken(spec, u.name)),
+                    Err(e) => Err(UserError::Lookup(spec, e)),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// [`UserInfo::cgroup_owner`]'s fallback, without looking anything up.
+    pub fn fallback_cgroup_owner() -> UserInfo {
+        UserInfo {
+            uid: CGROUP_OWNER_FALLBACK_UID,
+            gid: CGROUP_OWNER_FALLBACK_UID,
+            name: "heddle-cgroups".to_owned(),
+            home: PathBuf::from("/"),
+        }
+    }
+}
+
 fn from_entry(u: &User) -> UserInfo {
     UserInfo { uid: u.uid.as_raw(), gid: u.gid.as_raw(), name: u.name.clone(), home: u.dir.clone() }
 }
@@ -141,6 +173,14 @@ mod tests {
             Ok(f) => assert_ne!(f.uid, nobody.uid),
             Err(e) => assert!(matches!(e, UserError::Taken(..)), "{e}"),
         }
+    }
+
+    #[test]
+    fn the_cgroup_owner_is_no_job_or_front_uid() {
+        let owner = UserInfo::cgroup_owner().unwrap();
+        assert_ne!(owner.uid, 0);
+        assert_ne!(owner.uid, NOBODY, "root-opened sessions' jobs run as nobody");
+        assert_ne!(owner.uid, FRONT_FALLBACK_UID);
     }
 
     #[test]

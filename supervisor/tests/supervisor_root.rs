@@ -232,6 +232,7 @@ fn session_lifecycle_drops_privileges_places_and_kills() {
     assert!(opened.starts_with("SessionOpened"), "{opened}\n{}", fx.log());
     let dir = fx.root.join("session-demo");
     assert_eq!(field(&opened, "uid"), "65534", "{opened}");
+    assert_eq!(field(&opened, "ruid"), "65532", "the worker's real uid is the cgroup owner: {opened}");
     assert_eq!(field(&opened, "groups"), "65534", "{opened}");
     assert_eq!(field(&opened, "nnp"), "1", "{opened}");
     assert_eq!(field(&opened, "cwd"), "/", "{opened}");
@@ -249,7 +250,7 @@ fn session_lifecycle_drops_privileges_places_and_kills() {
     assert_eq!(field(&opened, "args"), args, "{opened}");
     assert_eq!(field(&opened, "jobs"), "2", "{opened}");
     let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.join("cgroup.procs")).unwrap());
-    assert_eq!(owner, 65534);
+    assert_eq!(owner, 65532, "the cgroup owner's, never the jobs' uid");
 
     let again = c.ask("open demo 0");
     assert!(again.starts_with("SessionFailed") && again.contains("already open"), "{again}");
@@ -310,9 +311,14 @@ fn front_death_keeps_sessions_until_sigterm() {
 // The stand-in front.
 
 fn status_field(key: &str) -> String {
+    status_nth(key, 1)
+}
+
+/// The `n`th word of `/proc/self/status`'s `key:` line (`Uid:` real 1, effective 2).
+fn status_nth(key: &str, n: usize) -> String {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = status.lines().find(|l| l.starts_with(&format!("{key}:"))).unwrap_or("");
-    line.split_whitespace().nth(1).unwrap_or("").to_owned()
+    line.split_whitespace().nth(n).unwrap_or("").to_owned()
 }
 
 fn common_facts() -> String {
@@ -321,7 +327,8 @@ fn common_facts() -> String {
     let cwd = std::env::current_dir().unwrap();
     let own_session = nix::unistd::getsid(None).unwrap() == nix::unistd::getpid();
     format!(
-        "uid={} groups={groups} nnp={} cwd={} own_session={own_session}",
+        "uid={} ruid={} groups={groups} nnp={} cwd={} own_session={own_session}",
+        status_nth("Uid", 2),
         status_field("Uid"),
         status_field("NoNewPrivs"),
         cwd.display()
@@ -492,15 +499,20 @@ fn fake_worker() {
 #[expect(clippy::zombie_processes, reason = "the job runs until the supervisor's cgroup.kill")]
 fn start_jobs(cgroup: &Path) -> usize {
     let job = cgroup.join("job-1");
+    // As the real worker does: cgroups are made as the real uid (the owner), processes run as the other.
+    // SAFETY: integer-only calls on this thread's file-system uid.
+    unsafe { libc::setfsuid(libc::getuid()) };
     std::fs::create_dir(&job).unwrap();
-    let script = format!("echo $$ > {}/cgroup.procs && (setsid sleep 1000 &) && exec sleep 1000", job.display());
-    Command::new("/bin/sh")
-        .args(["-c", &script])
-        .stdin(Stdio::null())
+    // Placed by this stand-in (the owner's fsuid), then told to go on: the job's own uid may not move it.
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", "read go && (setsid sleep 1000 &) && exec sleep 1000"])
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    std::fs::write(job.join("cgroup.procs"), child.id().to_string()).unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"go\n").unwrap();
     // Wait until exactly the two sleeps are there (the subshell that starts `setsid` comes and goes).
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {

@@ -95,6 +95,12 @@ pub trait CgroupOps {
     fn oom_kills(&mut self, _job: JobId) -> Option<u64> {
         None
     }
+    /// Processes in the session's cgroups that belong to no job: in the session's own cgroup, in the
+    /// worker's (other than the worker itself), in emptied cgroups waiting for a later job. Nothing of
+    /// heddle's is ever there, so `kill` names each as left (pid and where, relative to the session).
+    fn strays(&mut self) -> Vec<(u32, String)> {
+        Vec::new()
+    }
     /// The processes in the job's cgroup, with age and CPU time: the first
     /// [`shm_proto::procs::MAX_LISTED`] read, the rest only counted (a fork bomb's thousands are not
     /// read one by one).
@@ -221,7 +227,7 @@ impl Slot {
 
     /// Name the cgroup's job in [`JOB_XATTR`] (what `keep` checks).
     fn label(&self, job: JobId) -> io::Result<()> {
-        sys::fsetxattr(self.dir.as_fd(), JOB_XATTR, job.to_string().as_bytes())
+        launcher::as_cgroup_owner(|| sys::fsetxattr(self.dir.as_fd(), JOB_XATTR, job.to_string().as_bytes()))
     }
 }
 
@@ -274,7 +280,7 @@ impl SessionCgroup {
     }
 
     fn write_file(&self, job: JobId, file: &str, value: &[u8]) -> io::Result<()> {
-        self.open_file(job, file, OFlag::O_WRONLY)?.write_all(value)
+        launcher::as_cgroup_owner(|| self.open_file(job, file, OFlag::O_WRONLY))?.write_all(value)
     }
 
     /// Read a whole (small) cgroup file: open, `read` until end of file, close. Unlike
@@ -331,7 +337,8 @@ impl SessionCgroup {
     }
 
     fn unlink(&self, name: &str) -> io::Result<()> {
-        nix::unistd::unlinkat(self.dir.as_fd(), name, nix::unistd::UnlinkatFlags::RemoveDir)?;
+        let rmdir = || nix::unistd::unlinkat(self.dir.as_fd(), name, nix::unistd::UnlinkatFlags::RemoveDir);
+        launcher::as_cgroup_owner(rmdir)?;
         Ok(())
     }
 
@@ -395,7 +402,8 @@ impl CgroupOps for SessionCgroup {
         }
         let name = loop {
             let name = if shell { job_name(job) } else { format!("{JOB_CGROUP_PREFIX}{}", self.next_slot) };
-            match nix::sys::stat::mkdirat(self.dir.as_fd(), name.as_str(), Mode::from_bits_truncate(0o755)) {
+            let mkdir = || nix::sys::stat::mkdirat(self.dir.as_fd(), name.as_str(), Mode::from_bits_truncate(0o755));
+            match launcher::as_cgroup_owner(mkdir) {
                 Ok(()) if shell => break name,
                 Ok(()) => {
                     self.next_slot += 1;
@@ -551,6 +559,17 @@ impl CgroupOps for SessionCgroup {
         self.members(job)
     }
 
+    fn strays(&mut self) -> Vec<(u32, String)> {
+        let me = std::process::id();
+        let mut out: Vec<(u32, String)> =
+            procs_at(self.dir.as_fd(), "").into_iter().map(|p| (p, String::new())).collect();
+        out.extend(procs_at(self.dir.as_fd(), "worker").into_iter().filter(|p| *p != me).map(|p| (p, "worker".into())));
+        for slot in self.free.iter().chain(&self.dying) {
+            out.extend(procs_at(slot.dir.as_fd(), "").into_iter().map(|p| (p, slot.name.clone())));
+        }
+        out
+    }
+
     fn cpu_usec(&mut self, job: JobId) -> io::Result<u64> {
         match self.slots.get_mut(&job) {
             Some(slot) => Ok(slot.usage()?.saturating_sub(slot.cpu_base)),
@@ -572,6 +591,17 @@ impl CgroupOps for SessionCgroup {
         let text = self.read_file(job, "memory.events").ok()?;
         text.lines().find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
     }
+}
+
+/// The pids in `cgroup.procs` below `dir` (`rel`: `""` for `dir` itself); none when it cannot be read.
+fn procs_at(dir: BorrowedFd<'_>, rel: &str) -> Vec<u32> {
+    let file = if rel.is_empty() { "cgroup.procs".to_owned() } else { format!("{rel}/cgroup.procs") };
+    let Ok(fd) = openat(dir, file.as_str(), OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()) else {
+        return Vec::new();
+    };
+    let mut text = String::new();
+    let _ = std::fs::File::from(fd).read_to_string(&mut text);
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
 /// `usage_usec` from the text of a `cpu.stat` file.
@@ -790,6 +820,24 @@ mod tests {
         std::fs::write(hybrid.join("slot-1/memory.events"), "oom_kill 1\n").unwrap();
         assert_eq!(v2cg.oom_kills(1), Some(1));
         assert_eq!(hycg.oom_kills(1), None);
+    }
+
+    #[test]
+    fn strays_are_what_lies_outside_every_job_but_the_worker_itself() {
+        // Plain directories and files stand in for the cgroups and their member lists.
+        let tmp = tempfile::tempdir().unwrap();
+        let tmp = tmp.path();
+        let me = std::process::id();
+        std::fs::create_dir(tmp.join("worker")).unwrap();
+        std::fs::write(tmp.join("worker/cgroup.procs"), format!("{me}\n")).unwrap();
+        let mut cg = SessionCgroup::open(tmp).unwrap();
+        assert_eq!(cg.strays(), [], "the worker alone in its leaf, nothing in the session's own cgroup");
+        cg.create(1).unwrap();
+        std::fs::write(tmp.join("slot-1/cgroup.procs"), "77\n").unwrap();
+        assert_eq!(cg.strays(), [], "a job's own processes are not strays");
+        std::fs::write(tmp.join("worker/cgroup.procs"), format!("{me}\n41\n")).unwrap();
+        std::fs::write(tmp.join("cgroup.procs"), "42\n").unwrap();
+        assert_eq!(cg.strays(), [(42, String::new()), (41, "worker".to_owned())]);
     }
 
     #[test]

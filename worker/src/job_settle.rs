@@ -139,12 +139,46 @@ impl<C: CgroupOps> Worker<C> {
     ) -> Result<(), WorkerError> {
         let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
         j.emptied_sent = true;
+        let killed = j.kill_requested;
         let usage = JobUsage { cpu_usec, procs_seen: j.procs_seen.max(1), memory_peak };
         if let Err(e) = removed {
             self.out.emit(&job_warning(job, "the job's empty cgroup could not be removed", &e))?;
         }
+        if killed {
+            self.report_strays(job)?;
+        }
         self.out.emit(&Event::Emptied { job, at_unix_ns: unix_ns(), usage })?;
         self.finish_if_done(job)
+    }
+
+    /// After a kill emptied the job's cgroup: if anything is left in the session's cgroups outside every
+    /// job (the session's own cgroup, the worker's, an emptied pooled one), say exactly what, so the
+    /// kill's clean end is never claimed over processes still running next to it.
+    fn report_strays(&mut self, job: JobId) -> Result<(), WorkerError> {
+        let strays = self.cgroups.strays();
+        if strays.is_empty() {
+            return Ok(());
+        }
+        const LISTED: usize = 16;
+        let mut listed: Vec<String> = strays
+            .iter()
+            .take(LISTED)
+            .map(|(pid, at)| {
+                let at = if at.is_empty() { "the session's own cgroup".to_owned() } else { format!("cgroup {at}") };
+                format!("pid {pid} ({}) in {at}", procinfo::cmdline_cut(*pid))
+            })
+            .collect();
+        if strays.len() > LISTED {
+            listed.push(format!("{} more", strays.len() - LISTED));
+        }
+        let text = format!(
+            "the job's cgroup is empty, but {} process(es) are left in this session's cgroups outside every job, \
+             which heddle never placed there: {}; session.close kills them",
+            strays.len(),
+            listed.join(", ")
+        );
+        self.out.emit(&crate::emit::warning(Some(job), text))?;
+        Ok(())
     }
 
     /// Drop the job once nothing more will be said about it.

@@ -97,7 +97,7 @@ impl Settings {
         });
         let hello = Event::Hello {
             pid: std::process::id(),
-            uid: nix::unistd::getuid().as_raw(),
+            uid: nix::unistd::geteuid().as_raw(),
             bash: launcher::BASH.to_owned(),
             bash_version,
             cgroup: cgroup.to_string_lossy().into_owned(),
