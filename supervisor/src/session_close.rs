@@ -66,7 +66,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     }
 
     /// Kill, verify and remove one session's subtree; reap its worker.
-    pub(crate) fn teardown(&self, mut s: Session) -> Teardown {
+    pub(crate) fn teardown(&mut self, mut s: Session) -> Teardown {
         let deadline = Instant::now() + TEARDOWN_TIMEOUT;
         let dir = &s.cgroup;
         let wdir = session::worker_dir(dir);
@@ -108,6 +108,12 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         }
         if let Err(e) = self.procs.remove_tmp(&s.tmp) {
             warn(&format!("removing the temp dir {}", s.tmp.display()), &e);
+        }
+        // A uid is handed out again only once nothing of this session can still run as it.
+        if removed {
+            self.free_uid(&crate::session_uids::Holder::Session(s.id.clone()));
+        } else if self.uids.as_ref().is_some_and(|p| p.contains(s.worker.uid)) {
+            log(&format!("session {:?}: its uid {} stays held until a restart", s.id, s.worker.uid));
         }
         Teardown { killed, verified_empty: removed, exit }
     }
