@@ -139,8 +139,12 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         if client_uid == 0 {
             let Some(pool) = self.uids.as_mut() else { return Ok(self.default_worker.clone()) };
             let subordinate = &self.subordinate;
+            let revived = pool.uid_of(&Holder::Session(id.to_owned())).is_some();
             let uid = pool.allocate(id, |u| crate::session_uids::named_elsewhere(u, subordinate))?;
             // Whatever an earlier holder of the uid left in its home is not this session's.
+            if revived {
+                return Ok(crate::session_uids::session_user(uid));
+            }
             if let Err(e) = self.procs.remove_home(uid) {
                 self.free_uid(&Holder::Session(id.to_owned()));
                 return Err(OpenError::Tmp(e));

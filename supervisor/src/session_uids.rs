@@ -1,7 +1,7 @@
 //! A uid of its own for every root-opened session, like systemd's dynamic users: taken from a configured
 //! range (`--session-uids FIRST-LAST`), skipping every uid or gid the user and group databases name and
 //! every range in `/etc/subuid` and `/etc/subgid`; its gid is the same number. A session holds its uid
-//! from open to close; a job kept out of it (`keep`) holds it on until `kept.kill`. A uid no one holds
+//! from open to close, across its worker's death and revival (opened again under the same id); a job kept out of it (`keep`) holds it on until `kept.kill`. A uid no one holds
 //! is free, and the caller removes what heddle made for it (its home).
 //!
 //! The holders are recorded in `<state-dir>/session-uids` (root's, 0600, replaced by rename), so a
@@ -101,8 +101,12 @@ impl UidPool {
     }
 
     /// The lowest free uid of the range that `taken` (the user and group databases, subordinate ranges)
-    /// does not name, now held by session `id`.
+    /// does not name, now held by session `id`; or the uid `id` still holds (its worker died and the
+    /// front opens it again: its files stay its own).
     pub fn allocate(&mut self, id: &str, taken: impl Fn(u32) -> bool) -> Result<u32, UidError> {
+        if let Some(uid) = self.uid_of(&Holder::Session(id.to_owned())) {
+            return Ok(uid);
+        }
         let uid = self
             .range
             .clone()
@@ -320,6 +324,7 @@ mod tests {
         assert!(e.contains("100-103") && e.contains("--session-uids"), "{e}");
         assert_eq!(p.release(&Holder::Session("b".into())), Some(100));
         assert_eq!(p.allocate("e", |_| false).unwrap(), 100, "a freed uid is given again");
+        assert_eq!(p.allocate("a", |_| false).unwrap(), 101, "a session opened again keeps its uid");
     }
 
     #[test]

@@ -297,7 +297,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                 if let OpenError::Dup(_) = e {
                     // Opened, but its fds could not be duplicated for the front: undo it whole.
                     if let Some(s) = self.live.remove(&session) {
-                        self.teardown(s);
+                        self.end(s);
                     }
                 }
                 let error = format!("the supervisor could not open session {session:?}: {}", chain(&e));
@@ -315,10 +315,15 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                 killed: t.killed,
                 verified_empty: t.verified_empty,
             }),
-            None => Outgoing::plain(FromSupervisor::Error {
-                req,
-                error: format!("there is no open session {session:?}; nothing was closed"),
-            }),
+            None => {
+                // A session whose worker died (torn down then) and that the front closes without
+                // opening it again: its uid is no longer needed.
+                self.free_uid(&crate::session_uids::Holder::Session(session.clone()));
+                Outgoing::plain(FromSupervisor::Error {
+                    req,
+                    error: format!("there is no open session {session:?}; nothing was closed"),
+                })
+            }
         }
     }
 }

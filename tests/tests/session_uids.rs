@@ -113,3 +113,24 @@ fn a_kept_job_holds_its_uid_across_a_supervisor_restart_which_frees_the_others()
     assert!(eventually(Duration::from_secs(5), || !std::fs::read_to_string(&record).unwrap().contains("held")));
     assert_eq!(open(&h, &mut c, "after"), ua, "freed by kept.kill, given again");
 }
+
+#[test]
+fn a_session_whose_worker_died_keeps_its_uid_and_home_when_revived() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let ua = open(&h, &mut c, "phoenix");
+    let s = json!("phoenix");
+    run_ok(&mut c, &s, "echo cache > ~/.probe; echo mine > own.txt; chmod 600 own.txt");
+    let d = c.call("describe", json!({"session": "phoenix"})).unwrap();
+    let pid = d["sessions"][0]["worker"]["pid"].as_u64().unwrap() as i32;
+    // The session's worker, a process of this test's stack, by its pid.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
+    let revived = eventually(Duration::from_secs(10), || {
+        c.call("run", json!({"session": "phoenix", "cmd": "true", "yield_ms": 5000})).is_ok_and(|r| r["exit_code"] == 0)
+    });
+    assert!(revived, "the next run revives the session");
+    let out = run_ok(&mut c, &s, "id -u; cat ~/.probe; cat own.txt && echo more >> own.txt && echo wrote");
+    assert_eq!(out, format!("{ua}\ncache\nmine\nwrote\n"), "same uid: its home and its files are still its own");
+    c.call("session.close", json!({"session": "phoenix"})).unwrap();
+    assert!(!homes(&h).join(ua.to_string()).exists(), "freed at close");
+}
