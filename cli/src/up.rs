@@ -30,9 +30,13 @@ pub struct UpArgs {
     /// User the front runs as (name or uid).
     #[arg(long)]
     pub front_user: Option<String>,
-    /// User workers of root-opened sessions run as (name or uid).
-    #[arg(long)]
+    /// One user for every root-opened session's worker and jobs (name or uid) [default: each such
+    /// session gets a uid of its own from --session-uids].
+    #[arg(long, conflicts_with = "session_uids")]
     pub worker_user: Option<String>,
+    /// The range root-opened sessions' own uids come from [default: 1879048192-1879113727].
+    #[arg(long, value_name = "FIRST-LAST")]
+    pub session_uids: Option<String>,
     /// Group allowed to connect to the socket (name or gid) [default: gid 0, only root].
     #[arg(long, value_name = "NAME|GID")]
     pub socket_group: Option<String>,
@@ -73,6 +77,9 @@ impl UpArgs {
         }
         if let Some(u) = &self.worker_user {
             v.extend(["--worker-user".into(), u.into()]);
+        }
+        if let Some(r) = &self.session_uids {
+            v.extend(["--session-uids".into(), r.into()]);
         }
         if let Some(g) = &self.socket_group {
             v.extend(["--socket-group".into(), g.into()]);

@@ -16,6 +16,13 @@
 //! Rust's std take as "this kernel has no clone3" and fall back to `clone` — filtered by flag above. The
 //! launcher's child stacks it just before `execve` ([`crate::Prepared::with_seccomp`]).
 //!
+//! Setuid and setgid bits ([`policies::SeccompPolicy::deny_setid`]): the session filter refuses
+//! (`EPERM`) `chmod`, `fchmod`, `fchmodat`, `fchmodat2`, `creat`, `mknod`, `mknodat` whose mode has
+//! `S_ISUID` or `S_ISGID`, and `open`/`openat` that create a file (`O_CREAT`, `O_TMPFILE`) with either;
+//! jobs get `ENOSYS` from `openat2`. Extended-attribute writes ([`policies::SeccompPolicy::deny_xattr`])
+//! answer `EOPNOTSUPP` in jobs (the job filter): the attribute's name is in memory, so `security.*`
+//! cannot be told from `user.*`, and "not supported" is what copying and unpacking tools skip quietly.
+//!
 //! Installing a filter costs ~325 µs (the kernel pre-evaluates it), so heddle installs it once, in the
 //! worker at startup, and every job inherits it at no cost; `heddle-launch --policy` installs it in
 //! itself before it spawns ([`install`]).
@@ -90,6 +97,14 @@ pub fn build_filter(policy: &Policy) -> Result<BpfProgram, SeccompError> {
         let clone = CLONE_NAMESPACE_FLAGS.iter().map(|&(_, f)| flag(f)).collect::<Result<Vec<_>, _>>()?;
         rules.insert(libc::SYS_clone, clone);
     }
+    if policy.seccomp.deny_setid {
+        for (nr, rules_of) in setid_rules()? {
+            // A syscall the profile denies outright stays denied outright (an empty rule list).
+            if let std::collections::btree_map::Entry::Vacant(e) = rules.entry(nr) {
+                e.insert(rules_of);
+            }
+        }
+    }
     if !policy.network {
         for nr in [libc::SYS_socket, libc::SYS_socketpair] {
             let unix = libc::AF_UNIX as u64;
@@ -110,29 +125,114 @@ pub fn build_filter(policy: &Policy) -> Result<BpfProgram, SeccompError> {
     Ok(prog)
 }
 
+/// `fchmodat2(2)` (Linux 6.6), which the `libc` crate may not name yet.
+pub const SYS_FCHMODAT2: i64 = 452;
+/// `setxattrat(2)` and `removexattrat(2)` (Linux 6.13).
+pub const SYS_SETXATTRAT: i64 = 463;
+pub const SYS_REMOVEXATTRAT: i64 = 466;
+/// `open(2)`'s `__O_TMPFILE` bit (`O_TMPFILE` is it with `O_DIRECTORY`): an unnamed file with a mode.
+const O_TMPFILE_BIT: u64 = 0o2000_0000;
+/// The extended-attribute writes refused in jobs.
+pub const XATTR_WRITES: [i64; 8] = [
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    SYS_SETXATTRAT,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    SYS_REMOVEXATTRAT,
+];
+
+/// `EPERM` rules for setting a setuid or setgid bit: `(syscall, rules)`, a rule matching when the mode
+/// argument has `S_ISUID` or `S_ISGID` (and, for the open family, the flags create a file).
+fn setid_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>, SeccompError> {
+    let compile = SeccompError::Compile;
+    let bit = |arg: u8, b: u64| {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(b), b).map_err(compile)
+    };
+    let setid = [libc::S_ISUID as u64, libc::S_ISGID as u64];
+    // chmod-like: (syscall, mode argument).
+    let plain = [
+        (libc::SYS_chmod, 1),
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        (SYS_FCHMODAT2, 2),
+        (libc::SYS_creat, 1),
+        (libc::SYS_mknod, 1),
+        (libc::SYS_mknodat, 2),
+    ];
+    let mut out = Vec::new();
+    for (nr, mode) in plain {
+        let rules = setid.iter().map(|&b| SeccompRule::new(vec![bit(mode, b)?]).map_err(compile));
+        out.push((nr, rules.collect::<Result<Vec<_>, _>>()?));
+    }
+    // open-like: (syscall, flags argument, mode argument); the mode counts only when a file is made.
+    for (nr, flags, mode) in [(libc::SYS_open, 1, 2), (libc::SYS_openat, 2, 3)] {
+        let mut rules = Vec::new();
+        for create in [libc::O_CREAT as u64, O_TMPFILE_BIT] {
+            for &b in &setid {
+                rules.push(SeccompRule::new(vec![bit(flags, create)?, bit(mode, b)?]).map_err(compile)?);
+            }
+        }
+        out.push((nr, rules));
+    }
+    Ok(out)
+}
+
 /// The jobs' own filter, stacked on the session's in the launcher's child just before `execve`:
-/// `clone3` answers `ENOSYS` (see the module doc). `None` when the policy allows new namespaces.
+/// `clone3` answers `ENOSYS` (see the module doc); with [`policies::SeccompPolicy::deny_setid`],
+/// `openat2` answers `ENOSYS` too (its mode sits in memory; the C library and runtimes fall back to
+/// `openat`, filtered by mode); with [`policies::SeccompPolicy::deny_xattr`], every extended-attribute
+/// write answers `EOPNOTSUPP` (the worker itself labels job cgroups, so this cannot be the session
+/// filter). `None` when nothing is switched on.
 ///
-/// It is a handful of instructions, so installing it per job costs little (the session filter, ~50
+/// It is a short list of comparisons, so installing it per job costs little (the session filter, ~50
 /// rules, is what makes an install expensive), and the kernel's per-syscall action cache skips it for
-/// every syscall but `clone3`.
+/// every syscall it does not name.
 pub fn build_job_filter(policy: &Policy) -> Result<Option<BpfProgram>, SeccompError> {
     if !cfg!(target_arch = "x86_64") {
         return Err(SeccompError::Arch);
     }
-    if !policy.seccomp.deny_new_namespaces {
+    let sc = &policy.seccomp;
+    let mut answers: Vec<(i64, i32)> = Vec::new();
+    if sc.deny_new_namespaces {
+        answers.push((libc::SYS_clone3, libc::ENOSYS));
+    }
+    if sc.deny_setid {
+        answers.push((libc::SYS_openat2, libc::ENOSYS));
+    }
+    if sc.deny_xattr {
+        answers.extend(XATTR_WRITES.iter().map(|&nr| (nr, libc::EOPNOTSUPP)));
+    }
+    if answers.is_empty() {
         return Ok(None);
     }
-    let compile = SeccompError::Compile;
-    let rules: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3, Vec::new())].into();
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        seccompiler::TargetArch::x86_64,
-    )
-    .map_err(compile)?;
-    Ok(Some(filter.try_into().map_err(compile)?))
+    Ok(Some(errno_list(&answers)))
+}
+
+/// `if arch == x86_64 { for (nr, errno) in answers { if syscall == nr { return errno } } } allow`. A
+/// foreign architecture is allowed here: the session filter below this one kills it.
+fn errno_list(answers: &[(i64, i32)]) -> BpfProgram {
+    const LD_ABS_W: u16 = 0x20;
+    const JEQ_K: u16 = 0x05 | 0x10;
+    const RET_K: u16 = 0x06;
+    const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    let ins = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    let mut prog = vec![
+        ins(LD_ABS_W, 0, 0, 4),
+        ins(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+        ins(RET_K, 0, 0, SECCOMP_RET_ALLOW),
+        ins(LD_ABS_W, 0, 0, 0),
+    ];
+    for &(nr, errno) in answers {
+        prog.push(ins(JEQ_K, 0, 1, nr as u32));
+        prog.push(ins(RET_K, 0, 0, SECCOMP_RET_ERRNO | errno as u32));
+    }
+    prog.push(ins(RET_K, 0, 0, SECCOMP_RET_ALLOW));
+    prog
 }
 
 /// `if arch == x86_64 && nr >= X32_SYSCALL_BIT { return EPERM }`, falling through to the next program.
@@ -179,14 +279,31 @@ mod tests {
         let p = Policy::builtin("workspace").unwrap();
         assert!(p.seccomp.deny_new_namespaces);
         let job = build_job_filter(&p).unwrap().expect("a job filter");
-        assert!(job.len() < 16, "{} instructions", job.len());
+        assert!(job.len() < 32, "{} instructions", job.len());
         assert!(job.iter().any(|i| i.k == libc::SYS_clone3 as u32));
         assert!(job.iter().any(|i| i.k == 0x0005_0000 | libc::ENOSYS as u32));
         let mut open = p.clone();
         open.seccomp.deny.retain(|r| r.name != "unshare");
         open.seccomp.deny_new_namespaces = false;
+        assert!(!build_job_filter(&open).unwrap().unwrap().iter().any(|i| i.k == libc::SYS_clone3 as u32));
+        open.seccomp.deny_setid = false;
+        open.seccomp.deny_xattr = false;
         assert!(build_job_filter(&open).unwrap().is_none());
         assert!(build_filter(&open).unwrap().len() < build_filter(&p).unwrap().len());
+    }
+
+    #[test]
+    fn setid_and_xattr_switches_add_rules_where_they_belong() {
+        let p = Policy::builtin("workspace").unwrap();
+        assert!(p.seccomp.deny_setid && p.seccomp.deny_xattr);
+        let job = build_job_filter(&p).unwrap().unwrap();
+        for nr in XATTR_WRITES {
+            assert!(job.iter().any(|i| i.k == nr as u32), "job filter names {nr}");
+        }
+        assert!(job.iter().any(|i| i.k == 0x0005_0000 | libc::EOPNOTSUPP as u32));
+        let mut off = p.clone();
+        off.seccomp.deny_setid = false;
+        assert!(build_filter(&off).unwrap().len() < build_filter(&p).unwrap().len());
     }
 
     #[test]

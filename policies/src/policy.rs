@@ -164,7 +164,24 @@ pub struct SeccompPolicy {
     /// seccomp cannot read), which the C library takes as "use `clone`". Without it, denying `unshare`
     /// alone would leave `clone(CLONE_NEWUSER)` open.
     pub deny_new_namespaces: bool,
+    /// Refuse (`EPERM`) setting the setuid or setgid bit: `chmod`, `fchmod`, `fchmodat`, `fchmodat2`,
+    /// and creating a file with either bit (`open`/`openat`/`creat` with `O_CREAT` or `O_TMPFILE`,
+    /// `mknod`/`mknodat`); jobs get `ENOSYS` from `openat2`, whose mode sits in memory.
+    pub deny_setid: bool,
+    pub setid_reason: String,
+    /// Refuse extended-attribute writes in jobs (`setxattr`, `removexattr` and their `l`, `f`, `at`
+    /// forms) with `EOPNOTSUPP`, what tools take as "this file system has none": the attribute's name
+    /// sits in memory, where seccomp cannot read it, so `security.*`/`trusted.*`/ACLs cannot be told
+    /// from `user.*`.
+    pub deny_xattr: bool,
+    pub xattr_reason: String,
 }
+
+/// `[seccomp.setid]`'s reason when a profile leaves the switch out (it is then on).
+pub const SETID_DEFAULT_REASON: &str =
+    "a setuid or setgid file a job makes runs as its owner for anyone who executes it, outside the sandbox";
+/// `[seccomp.xattr]`'s reason when a profile leaves the switch out (it is then on).
+pub const XATTR_DEFAULT_REASON: &str = "extended attributes (ACLs, security.*, trusted.*) change who may do what with a file, and seccomp cannot tell their names apart";
 
 /// One denied syscall.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -90,6 +90,12 @@ pub(crate) struct RawSeccomp {
     pub ptrace: Spanned<RawSwitch>,
     pub tiocsti: Spanned<RawSwitch>,
     pub x32: Spanned<RawSwitch>,
+    /// Absent: denied, with the built-in reason.
+    #[serde(default)]
+    pub setid: Option<Spanned<RawSwitch>>,
+    /// Absent: denied, with the built-in reason.
+    #[serde(default)]
+    pub xattr: Option<Spanned<RawSwitch>>,
 }
 
 /// One `[[seccomp.deny]]` group.

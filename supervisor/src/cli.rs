@@ -4,7 +4,7 @@
 //! use clap::Parser;
 //! use supervisor::cli::Args;
 //! let a = Args::parse_from(["heddle-supervisor", "--socket", "/run/h.sock", "--state-dir", "/var/lib/h"]);
-//! assert_eq!(a.worker_user, "nobody");
+//! assert!(a.worker_user.is_none(), "root-opened sessions get uids of their own");
 //! assert!(a.cgroup_root.is_none());
 //! ```
 
@@ -33,9 +33,14 @@ pub struct Args {
     /// The front's user [default: `heddle` if it exists, else `nobody`].
     #[arg(long, value_name = "NAME|UID")]
     pub front_user: Option<String>,
-    /// The workers' user for sessions opened by root clients (others get the client's uid).
-    #[arg(long, value_name = "NAME|UID", default_value = "nobody")]
-    pub worker_user: String,
+    /// One user for the workers and jobs of every session a root client opens, instead of a uid of
+    /// each session's own (others always get the client's uid) [default: per-session uids].
+    #[arg(long, value_name = "NAME|UID", conflicts_with = "session_uids")]
+    pub worker_user: Option<String>,
+    /// The uids given to sessions that root clients open, one per session (its gid the same number),
+    /// skipping any the user or group database or /etc/subuid names [default: 1879048192-1879113727].
+    #[arg(long, value_name = "FIRST-LAST")]
+    pub session_uids: Option<String>,
     /// The directory holding heddle-front and heddle-worker [default: this executable's directory].
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
@@ -96,7 +101,9 @@ mod tests {
         .unwrap();
         assert_eq!(a.socket_group.as_deref(), Some("heddle-clients"));
         assert_eq!(a.front_user.as_deref(), Some("1000"));
-        assert_eq!(a.worker_user, "agent");
+        assert_eq!(a.worker_user.as_deref(), Some("agent"));
+        let both = ["heddle-supervisor", "--socket", "/s", "--state-dir", "/d", "--worker-user", "x"];
+        assert!(Args::try_parse_from(both.iter().chain(&["--session-uids", "5-9"])).is_err());
         assert_eq!(a.bin_dir, Some(PathBuf::from("/opt/heddle/bin")));
     }
 }

@@ -36,6 +36,7 @@ pub mod recovery;
 pub mod session;
 pub mod session_close;
 pub mod session_open;
+pub mod session_uids;
 pub mod sessions;
 pub mod signals;
 pub mod spawn;

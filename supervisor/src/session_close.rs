@@ -47,7 +47,20 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     /// Close a live session on the front's request; `None` if there is no such session.
     pub fn close(&mut self, id: &str) -> Option<Teardown> {
         let s = self.live.remove(id)?;
-        Some(self.teardown(s))
+        Some(self.end(s))
+    }
+
+    /// Tear a session down for good: its uid is freed once nothing of it can still run as it. (A worker's
+    /// death tears down without this: the front may open the session again, under the same uid.)
+    pub(crate) fn end(&mut self, s: Session) -> Teardown {
+        let (id, uid) = (s.id.clone(), s.worker.uid);
+        let t = self.teardown(s);
+        if t.verified_empty {
+            self.free_uid(&crate::session_uids::Holder::Session(id));
+        } else if self.uids.as_ref().is_some_and(|p| p.contains(uid)) {
+            tracing::info!("session {id:?}: its uid {uid} stays held until a restart");
+        }
+        t
     }
 
     /// The worker of `id` died (its pidfd turned readable): reap it, end its subtree, and tell the
@@ -64,7 +77,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     /// Close every live session (at shutdown).
     pub fn close_all(&mut self) -> Vec<(String, Teardown)> {
         let all = std::mem::take(&mut self.live);
-        all.into_iter().map(|(id, s)| (id, self.teardown(s))).collect()
+        all.into_iter().map(|(id, s)| (id, self.end(s))).collect()
     }
 
     /// Kill, verify and remove one session's subtree; reap its worker.

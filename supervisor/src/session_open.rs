@@ -15,6 +15,7 @@
 
 use crate::cgroup::{CgroupError, CgroupOps};
 use crate::session::{self, InvalidId, Session, SessionFds, Worker, WorkerPolicy};
+use crate::session_uids::Holder;
 use crate::sessions::Sessions;
 use crate::spawn::{ProcessOps, SpawnError, WorkerSpec};
 use crate::users::UserInfo;
@@ -54,6 +55,8 @@ pub enum OpenError {
     Root(#[from] crate::exclusive::ClaimError),
     #[error("policy name {0:?} is not [a-z0-9_-]{{1,64}}")]
     PolicyName(String),
+    #[error(transparent)]
+    Uid(#[from] crate::session_uids::UidError),
 }
 
 /// Only plain names reach the worker's command line (the worker validates the profile itself).
@@ -87,23 +90,32 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         if self.live.contains_key(id) {
             return Err(OpenError::Duplicate(id.to_owned()));
         }
-        let user = self.worker_user(client_uid)?;
-        self.ensure_root()?;
-        let dir = session::session_dir(&self.root, id);
-        self.cg.create(&dir)?;
-        match self.populate(id, &dir, &user, policy, limits) {
+        let user = self.worker_user(id, client_uid)?;
+        match self.open_as(id, &user, policy, limits) {
             Ok(s) => Ok(self.live.entry(id.to_owned()).or_insert(s)),
             Err(e) => {
-                if let Err(rm) = self.cg.remove_tree(&dir) {
-                    tracing::warn!(
-                        "could not remove {} after a failed open: {}",
-                        dir.display(),
-                        shm_proto::error_chain(&rm)
-                    );
-                }
+                self.free_uid(&Holder::Session(id.to_owned()));
                 Err(e)
             }
         }
+    }
+
+    /// Create the session directory and everything in it for `user`; on error, remove it again.
+    fn open_as(
+        &mut self,
+        id: &str,
+        user: &UserInfo,
+        policy: &WorkerPolicy,
+        limits: SessionLimits,
+    ) -> Result<Session, OpenError> {
+        self.ensure_root()?;
+        let dir = session::session_dir(&self.root, id);
+        self.cg.create(&dir)?;
+        self.populate(id, &dir, user, policy, limits).inspect_err(|_| {
+            if let Err(rm) = self.cg.remove_tree(&dir) {
+                tracing::warn!("could not remove {} after a failed open: {}", dir.display(), shm_proto::error_chain(&rm));
+            }
+        })
     }
 
     /// The cgroup root is still the one this server holds; one removed under it is made again (with
@@ -119,9 +131,23 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         Ok(())
     }
 
-    fn worker_user(&self, client_uid: u32) -> Result<UserInfo, OpenError> {
+    /// The user session `id`'s worker and jobs run as: the client's own uid, or for a root client a uid
+    /// of the session's own (`session_uids`), or `--worker-user` when the server was started with one.
+    fn worker_user(&mut self, id: &str, client_uid: u32) -> Result<UserInfo, OpenError> {
         if client_uid == 0 {
-            return Ok(self.default_worker.clone());
+            let Some(pool) = self.uids.as_mut() else { return Ok(self.default_worker.clone()) };
+            let subordinate = &self.subordinate;
+            let revived = pool.uid_of(&Holder::Session(id.to_owned())).is_some();
+            let uid = pool.allocate(id, |u| crate::session_uids::named_elsewhere(u, subordinate))?;
+            // Whatever an earlier holder of the uid left in its home is not this session's.
+            if revived {
+                return Ok(crate::session_uids::session_user(uid));
+            }
+            if let Err(e) = self.procs.remove_home(uid) {
+                self.free_uid(&Holder::Session(id.to_owned()));
+                return Err(OpenError::Tmp(e));
+            }
+            return Ok(crate::session_uids::session_user(uid));
         }
         UserInfo::from_uid(client_uid).map_err(|e| OpenError::User(client_uid, e))
     }

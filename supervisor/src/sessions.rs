@@ -67,6 +67,10 @@ pub struct Sessions<C: CgroupOps, P: ProcessOps> {
     pub(crate) v2_limits: bool,
     /// The hold of the cgroup root and state directory (`None` in tests over fake cgroups).
     pub(crate) claims: Option<crate::exclusive::Claims>,
+    /// Root-opened sessions' own uids (`None`: they all run as `default_worker`).
+    pub(crate) uids: Option<crate::session_uids::UidPool>,
+    /// `/etc/subuid` and `/etc/subgid` ranges, never handed to a session.
+    pub(crate) subordinate: Vec<std::ops::RangeInclusive<u32>>,
 }
 
 impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
@@ -85,6 +89,23 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             allow_writable: Vec::new(),
             v2_limits: false,
             claims: None,
+            uids: None,
+            subordinate: Vec::new(),
+        }
+    }
+
+    /// Give every root-opened session a uid of its own from `pool` (not `default_worker`).
+    pub fn with_session_uids(mut self, pool: crate::session_uids::UidPool) -> Self {
+        self.subordinate = crate::session_uids::subordinate_ranges();
+        self.uids = Some(pool);
+        self
+    }
+
+    /// `holder` lets go of its session uid; a uid no one holds any more has its home removed.
+    pub(crate) fn free_uid(&mut self, holder: &crate::session_uids::Holder) {
+        let Some(uid) = self.uids.as_mut().and_then(|p| p.release(holder)) else { return };
+        if let Err(e) = self.procs.remove_home(uid) {
+            tracing::warn!("could not remove the home of the freed uid {uid}: {e}");
         }
     }
 
@@ -184,6 +205,9 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             ToSupervisor::KillKept { req, name } => match crate::kept::kill(&self.root, &name) {
                 Ok((killed, verified_empty)) => {
                     self.adopted.remove(&name);
+                    if verified_empty {
+                        self.free_uid(&crate::session_uids::Holder::Kept(name.clone()));
+                    }
                     Outgoing::plain(FromSupervisor::KeptKilled {
                         req,
                         name,
@@ -240,6 +264,12 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             Ok(kept) => {
                 tracing::info!("kept job {job} of session {session:?} as {name:?} ({} processes)", kept.procs.len());
                 let held = self.procs.hold_kept_pipes(&self.root, name, s.worker.pid, s.worker.pidfd.as_fd());
+                if let Some(pool) = self.uids.as_mut() {
+                    use crate::session_uids::Holder;
+                    if let Some(uid) = pool.uid_of(&Holder::Session(session.to_owned())) {
+                        pool.hold(uid, Holder::Kept(name.to_owned()));
+                    }
+                }
                 if let (Some(r), Some(s)) = (held, self.live.get_mut(session)) {
                     s.held_pipes.push(r);
                 }
@@ -276,7 +306,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                 if let OpenError::Dup(_) = e {
                     // Opened, but its fds could not be duplicated for the front: undo it whole.
                     if let Some(s) = self.live.remove(&session) {
-                        self.teardown(s);
+                        self.end(s);
                     }
                 }
                 let error = format!("the supervisor could not open session {session:?}: {}", error_chain(&e));
@@ -294,10 +324,15 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                 killed: t.killed,
                 verified_empty: t.verified_empty,
             }),
-            None => Outgoing::plain(FromSupervisor::Error {
-                req,
-                error: format!("there is no open session {session:?}; nothing was closed"),
-            }),
+            None => {
+                // A session whose worker died (torn down then) and that the front closes without
+                // opening it again: its uid is no longer needed.
+                self.free_uid(&crate::session_uids::Holder::Session(session.clone()));
+                Outgoing::plain(FromSupervisor::Error {
+                    req,
+                    error: format!("there is no open session {session:?}; nothing was closed"),
+                })
+            }
         }
     }
 }

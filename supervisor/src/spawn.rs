@@ -81,6 +81,10 @@ pub trait ProcessOps {
     fn home_for(&self, user: &UserInfo) -> io::Result<(UserInfo, bool)> {
         Ok((user.clone(), false))
     }
+    /// Remove the home heddle made for `uid` (a session uid being freed or handed out again), if any.
+    fn remove_home(&self, _uid: u32) -> io::Result<()> {
+        Ok(())
+    }
     /// Right after a job was kept: hold duplicates of the read ends of its output pipes (see
     /// `kept_output`), so they outlive the worker.
     fn hold_kept_pipes(
@@ -228,6 +232,16 @@ impl ProcessOps for RealProcesses {
             return Err(io::Error::other(format!("{} is not a directory owned by uid {}", home.display(), user.uid)));
         }
         Ok((UserInfo { home, ..user.clone() }, true))
+    }
+
+    fn remove_home(&self, uid: u32) -> io::Result<()> {
+        let home = homes_root(&self.tmp_root).join(uid.to_string());
+        match std::fs::symlink_metadata(&home) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&home),
+            Ok(_) => std::fs::remove_file(&home),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     fn hold_kept_pipes(

@@ -67,6 +67,8 @@ pub enum StartError {
     StateFormat(#[from] crate::state_format::FormatError),
     #[error(transparent)]
     Claim(#[from] crate::exclusive::ClaimError),
+    #[error(transparent)]
+    SessionUids(#[from] crate::session_uids::UidError),
 }
 
 /// The resolved, checked configuration (nothing changed yet).
@@ -76,6 +78,8 @@ struct Plan {
     front_user: UserInfo,
     worker_user: UserInfo,
     cgroup_owner: UserInfo,
+    /// Root-opened sessions' uid range (`None`: they all run as `worker_user`).
+    session_uids: Option<std::ops::RangeInclusive<u32>>,
     front_exe: OwnedFd,
     worker_exe: OwnedFd,
     state_dir: PathBuf,
@@ -146,10 +150,18 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
         None => UserInfo::default_front(),
     }
     .map_err(|e| StartError::User("front", e))?;
-    let worker_user = UserInfo::resolve(&args.worker_user).map_err(|e| StartError::User("worker", e))?;
+    let worker_user = UserInfo::resolve(args.worker_user.as_deref().unwrap_or("nobody"))
+        .map_err(|e| StartError::User("worker", e))?;
+    let session_uids = match (&args.worker_user, &args.session_uids) {
+        (Some(_), _) => None,
+        (None, Some(r)) => Some(crate::session_uids::parse_range(r)?),
+        (None, None) => Some(crate::session_uids::DEFAULT_RANGE),
+    };
     let cgroup_owner = UserInfo::cgroup_owner().map_err(|e| StartError::User("cgroup owner", e))?;
-    if [front_user.uid, worker_user.uid].contains(&cgroup_owner.uid) {
-        let taken = UserError::Taken(cgroup_owner.uid.to_string(), "--front-user or --worker-user".to_owned());
+    if [front_user.uid, worker_user.uid].contains(&cgroup_owner.uid)
+        || session_uids.as_ref().is_some_and(|r| r.contains(&cgroup_owner.uid))
+    {
+        let taken = UserError::Taken(cgroup_owner.uid.to_string(), "--front-user, --worker-user or --session-uids".to_owned());
         return Err(StartError::User("cgroup owner", taken));
     }
     let bin_dir = match &args.bin_dir {
@@ -200,6 +212,7 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
         front_user,
         worker_user,
         cgroup_owner,
+        session_uids,
         front_exe,
         worker_exe,
         state_dir,
@@ -313,13 +326,25 @@ fn start_created(
         kept_logs: plan.state_dir.join("kept"),
         log_owner: (plan.front_user.uid, plan.front_user.gid),
     };
-    let sessions = Sessions::new(RealCgroups, procs, plan.root, plan.mode, plan.worker_user)
+    let homes = crate::spawn::homes_root(&procs.tmp_root);
+    let pool = plan.session_uids.map(|range| {
+        let kept_root = crate::kept::kept_root(&plan.root);
+        let kept = adopted.iter().map(|n| (n.clone(), crate::session_uids::kept_uid(&kept_root.join(n)))).collect();
+        let mut pool = crate::session_uids::UidPool::new(range, Some(plan.state_dir.join(crate::session_uids::RECORD)));
+        pool.restore(&kept);
+        crate::session_uids::remove_free_homes(&homes, &pool);
+        pool
+    });
+    let mut sessions = Sessions::new(RealCgroups, procs, plan.root, plan.mode, plan.worker_user)
         .with_cgroup_owner(plan.cgroup_owner)
         .with_limits(v1, plan.defaults)
         .with_adopted(adopted)
         .with_allow_writable(plan.allow_writable)
         .with_v2_limits(v2_limits)
         .with_claims(claims);
+    if let Some(pool) = pool {
+        sessions = sessions.with_session_uids(pool);
+    }
     let parts = Parts { sessions, front, control, listener, signals, socket, root_created, launcher: Some(launcher) };
     // A front is running by now; if the loop cannot start, the front gets EOF on its control
     // socket when this process exits.

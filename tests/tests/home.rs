@@ -1,6 +1,6 @@
-//! Jobs get a real, writable HOME: a uid without a home of its own (root-opened sessions run jobs as an
-//! unprivileged uid whose passwd home is `/nonexistent`) gets one heddle makes, kept across that uid's
-//! sessions, so `git config --global`, npm's and pip's caches and cargo's registry work.
+//! Jobs get a real, writable HOME: a uid without a home of its own (root-opened sessions run jobs as a
+//! uid of their own, with no passwd entry) gets one heddle makes, kept across the session's jobs, so
+//! `git config --global`, npm's and pip's caches and cargo's registry work; it goes with the session's uid.
 
 use heddle_tests::Heddle;
 use serde_json::{json, Value};
@@ -30,10 +30,14 @@ fn jobs_without_a_home_get_a_writable_one_that_persists() {
     let sb = &d["sessions"][0]["sandbox"];
     assert_eq!((sb["home"].as_str(), sb["home_made"].as_bool()), (Some(&*home), Some(true)), "{sb}");
     assert!(sb["writable"].as_array().unwrap().iter().any(|w| w["path"] == home), "HOME is a writable root: {sb}");
-    // Another session of the same uid finds what the first left (tool caches persist).
-    let s2 = h.open_session(&mut c);
-    let r = run(&mut c, &s2, "cat ~/.probe; git config --global user.name");
+    // The session's next job finds what the first left (tool caches persist across its jobs).
+    let r = run(&mut c, &s, "cat ~/.probe; git config --global user.name");
     assert_eq!(r["view"], "kept\nheddle-test\n", "{r}");
+    // Another session has a uid and a home of its own: nothing of the first's.
+    let s2 = h.open_session(&mut c);
+    let r = run(&mut c, &s2, "echo \"$HOME\"; cat ~/.probe 2>&1 || echo none");
+    let view = r["view"].as_str().unwrap();
+    assert!(!view.starts_with(&format!("{home}\n")) && view.ends_with("none\n"), "{view}");
     // Only the uid itself can enter it.
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let meta = std::fs::metadata(&home).unwrap();

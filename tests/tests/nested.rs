@@ -2,8 +2,8 @@
 //! group of a session's uid, that session's jobs can connect to the socket. The front refuses a
 //! connection made from inside heddle's job cgroups (`job_peer_refused`), unless the session allows
 //! nested use, and then only for its own session; a process of the same uid outside heddle still
-//! works. Through the real stack, as root (CI): root opens the sessions, their jobs run as nobody, and
-//! the socket's group is nobody's (65534).
+//! works. Through the real stack, as root (CI): root opens the sessions, their jobs run as nobody
+//! (`--worker-user nobody`, not a uid of each session's own), and the socket's group is nobody's (65534).
 
 use heddle_tests::{run_ok, Client, Heddle};
 use serde_json::{json, Value};
@@ -58,7 +58,8 @@ fn from_outside_as_nobody(h: &Heddle, calls: &[Value]) -> Vec<String> {
 }
 
 fn start() -> (Heddle, Client) {
-    let h = Heddle::start_with(&["--socket-group", "65534"]);
+    // One uid (nobody) for every root-opened session, so their jobs are in the socket's group.
+    let h = Heddle::start_with(&["--socket-group", "65534", "--worker-user", "nobody"]);
     let c = h.client();
     (h, c)
 }

@@ -197,6 +197,13 @@ fn fill(info: &mut SandboxInfo, sb: &Sandbox) {
         info.seccomp_denied.push("clone(CLONE_NEW*)".into());
         info.seccomp_denied.push("clone3 (ENOSYS in jobs)".into());
     }
+    if sc.deny_setid {
+        info.seccomp_denied.push("setuid/setgid modes (chmod, open O_CREAT, mknod)".into());
+        info.seccomp_denied.push("openat2 (ENOSYS in jobs)".into());
+    }
+    if sc.deny_xattr {
+        info.seccomp_denied.push("xattr writes (EOPNOTSUPP in jobs)".into());
+    }
     if !sb.policy.policy.network {
         info.seccomp_denied.push("socket(non-AF_UNIX)".into());
     }

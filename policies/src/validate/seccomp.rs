@@ -52,6 +52,12 @@ pub(super) fn seccomp(src: &Src<'_>, raw: &Spanned<RawSeccomp>) -> Result<Seccom
         }
     }
     let deny_new_namespaces = deny.iter().any(|r| r.name == "unshare");
+    let optional = |raw: &Option<Spanned<RawSwitch>>, key: &str, default: &str| match raw {
+        Some(raw) => switch(src, raw, key),
+        None => Ok((true, default.to_owned())),
+    };
+    let (deny_setid, setid_reason) = optional(&r.setid, "seccomp.setid", crate::policy::SETID_DEFAULT_REASON)?;
+    let (deny_xattr, xattr_reason) = optional(&r.xattr, "seccomp.xattr", crate::policy::XATTR_DEFAULT_REASON)?;
     Ok(SeccompPolicy {
         deny,
         deny_ptrace,
@@ -61,6 +67,10 @@ pub(super) fn seccomp(src: &Src<'_>, raw: &Spanned<RawSeccomp>) -> Result<Seccom
         x32_guard,
         x32_reason,
         deny_new_namespaces,
+        deny_setid,
+        setid_reason,
+        deny_xattr,
+        xattr_reason,
     })
 }
 
