@@ -106,6 +106,8 @@ pub(crate) fn answer_when(
     if live.is_some() {
         result.liveness = j.liveness(now, live.as_ref());
     }
+    result.terminal = st.terminals.view(job, true);
+    crate::terminal::methods::waiting_for_input(&mut result.liveness, result.terminal.as_ref());
     if let (Some(info), Some(code)) = (&st.sandbox, result.exit_code) {
         if code != 0 {
             result.refusals = crate::sandbox::explain_refusals(&result.view, &s.spec().cwd, info);

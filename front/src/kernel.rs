@@ -35,7 +35,7 @@ pub const MAX_YIELD_MS: u64 = 600_000;
 /// How long a command may wait for room in a full command ring.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Every method, for the "unknown method" message.
-pub const METHODS: [&str; 16] = [
+pub const METHODS: [&str; 18] = [
     "session.open",
     "session.close",
     "run",
@@ -52,6 +52,8 @@ pub const METHODS: [&str; 16] = [
     "shutdown",
     "subscribe",
     "unsubscribe",
+    "write",
+    "resize",
 ];
 
 /// Where the kernel keeps things and what it tells `describe`.
@@ -208,7 +210,12 @@ impl Kernel {
             "wait" => encode(crate::job_wait::call(self, client, params)),
             "kill" => encode(crate::job_kill::call(self, client, params)),
             "jobs" => encode(crate::jobs_list::call(self, client, params)),
+            "output" if crate::terminal::methods::is_terminal_view(&params) => {
+                encode(crate::terminal::methods::call_view(self, client, params))
+            }
             "output" => encode(crate::output_read::call(self, client, params)),
+            "write" => encode(crate::terminal::methods::call_write(self, client, params)),
+            "resize" => encode(crate::terminal::methods::call_resize(self, client, params)),
             "describe" => encode(crate::describe::call(self, client, params)),
             "keep" => encode(crate::job_keep::call_keep(self, client, params)),
             "kept" => encode(crate::job_keep::call_kept(self, client, params)),

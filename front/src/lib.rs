@@ -72,6 +72,7 @@ pub mod state_scope;
 pub mod store;
 pub mod subscribe;
 pub mod supervisor_link;
+pub mod terminal;
 pub mod transport;
 pub mod view;
 

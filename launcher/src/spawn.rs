@@ -59,6 +59,8 @@ pub enum LaunchError {
     Landlock(#[source] io::Error),
     #[error("cannot install the job's own seccomp filter")]
     Seccomp(#[source] io::Error),
+    #[error("cannot make the job's terminal its controlling terminal (setsid, TIOCSCTTY)")]
+    Tty(#[source] io::Error),
     #[error("the job's seccomp filter has {0} instructions, more than the kernel takes")]
     SeccompTooLong(usize),
 }
@@ -295,6 +297,7 @@ fn plan<'a>(
         no_new_privs: p.no_new_privs,
         landlock: p.landlock.as_ref().map(|f| f.as_fd()),
         seccomp,
+        controlling_tty: p.controlling_tty,
     }
 }
 
@@ -352,6 +355,7 @@ fn describe_failure(p: &Prepared, f: ChildFailure) -> LaunchError {
         Some(Stage::NoNewPrivs) => LaunchError::NoNewPrivs(source),
         Some(Stage::Landlock) => LaunchError::Landlock(source),
         Some(Stage::Seccomp) => LaunchError::Seccomp(source),
+        Some(Stage::Tty) => LaunchError::Tty(source),
         None => LaunchError::BadStatus(sys::STATUS_LEN),
     }
 }

@@ -65,13 +65,24 @@ pub(crate) enum Stage {
     Landlock = 6,
     /// `seccomp(SECCOMP_SET_MODE_FILTER)` of the job's own filter.
     Seccomp = 7,
+    /// `setsid` and `ioctl(0, TIOCSCTTY)`: making stdin (a terminal) the controlling terminal.
+    Tty = 8,
 }
 
 impl Stage {
     pub(crate) fn from_u32(v: u32) -> Option<Stage> {
-        [Stage::Cgroup, Stage::Stdio, Stage::Chdir, Stage::Exec, Stage::NoNewPrivs, Stage::Landlock, Stage::Seccomp]
-            .into_iter()
-            .find(|s| *s as u32 == v)
+        [
+            Stage::Cgroup,
+            Stage::Stdio,
+            Stage::Chdir,
+            Stage::Exec,
+            Stage::NoNewPrivs,
+            Stage::Landlock,
+            Stage::Seccomp,
+            Stage::Tty,
+        ]
+        .into_iter()
+        .find(|s| *s as u32 == v)
     }
 }
 
@@ -101,6 +112,8 @@ pub(crate) struct ChildPlan<'a> {
     pub landlock: Option<BorrowedFd<'a>>,
     /// A seccomp program to stack just before exec (no_new_privs is set first).
     pub seccomp: Option<SeccompProg<'a>>,
+    /// Become a session leader and make stdin (a terminal) the controlling terminal.
+    pub controlling_tty: bool,
 }
 
 /// A seccomp program as `seccomp(SECCOMP_SET_MODE_FILTER)` takes it, borrowing its instructions.
@@ -277,6 +290,14 @@ pub(crate) unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
         if unsafe { libc::dup2(src.as_raw_fd(), dst) } < 0 {
             // SAFETY: as above.
             unsafe { fail(status, Stage::Stdio) }
+        }
+    }
+    // 2b. A terminal job: a new session whose controlling terminal is its stdin.
+    if plan.controlling_tty {
+        // SAFETY: setsid and an integer ioctl on fd 0, which step 2 just filled.
+        if unsafe { libc::setsid() } < 0 || unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0 as c_int) } < 0 {
+            // SAFETY: as above.
+            unsafe { fail(status, Stage::Tty) }
         }
     }
     // 3. Move the status pipe to fd 3 (still close-on-exec), then close everything above it.
