@@ -166,6 +166,12 @@ pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<(u
     Ok((msg.bytes, fds, truncated))
 }
 
+/// Now as nanoseconds since the Unix epoch (0 before it); the one clock every heddle process stamps
+/// records and chunks with.
+pub fn unix_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -110,10 +110,7 @@ impl Job {
     }
 }
 
-/// Nanoseconds since the Unix epoch, now.
-pub(crate) fn unix_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
+pub(crate) use shm_proto::sys::unix_ns;
 
 impl<C: CgroupOps> Worker<C> {
     /// Queue a pipe for reading (edge-triggered readiness: it stays queued until it reads `EAGAIN`).

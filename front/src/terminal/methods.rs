@@ -9,7 +9,7 @@
 use super::keys;
 use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel};
 use crate::rpc::{self, RpcError};
-use crate::session::Session;
+use crate::sessions::session::Session;
 use protocol::results::{JobState, TerminalScreen, WriteResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -263,7 +263,7 @@ fn finish(
     let settled = settle(k, s, job, seq0, sent, until, quiet);
     let waited_ms = sent.elapsed().as_millis() as u64;
     let running = s.lock().jobs.get(&job).is_some_and(|j| j.state() == JobState::Running);
-    let probe = if running { crate::job_probe::probe(k, s, job) } else { None };
+    let probe = if running { crate::kernel::job_probe::probe(k, s, job) } else { None };
     let now = Instant::now();
     let mut st = s.lock();
     let Some(j) = st.jobs.get(&job) else { return Err(unknown_job(s.name(), job)) };
@@ -292,7 +292,7 @@ fn finish(
 /// Wait until output stopped for `quiet` after the write (with `quiet` 0: until the first output), the
 /// job ended, or `until`; true when it settled.
 fn settle(k: &Kernel, s: &Session, job: JobId, seq0: u64, sent: Instant, until: Instant, quiet: Duration) -> bool {
-    let look = |st: &crate::session::SessionState| {
+    let look = |st: &crate::sessions::session::SessionState| {
         let ended = st.jobs.get(&job).is_none_or(|j| j.state().ended());
         let f = st.terminals.by_job.get(&job);
         (ended, f.map_or(seq0, |f| f.seq), f.and_then(|f| f.last_output))

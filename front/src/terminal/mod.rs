@@ -95,7 +95,7 @@ impl Terminal {
         let (row, _) = screen.cursor_position();
         let (_, cols) = screen.size();
         let line = screen.rows(0, cols).nth(usize::from(row)).unwrap_or_default();
-        crate::results::redacted(line.trim_end())
+        crate::rpc::results::redacted(line.trim_end())
     }
 
     /// The newest `n` lines of the scrollback, oldest first.
@@ -123,7 +123,7 @@ impl Terminal {
         let total = self.scrollback_len();
         let all = self.scrollback_tail(total);
         let lines =
-            all.into_iter().skip(from.saturating_sub(1)).take(max).map(|l| crate::results::redacted(&l)).collect();
+            all.into_iter().skip(from.saturating_sub(1)).take(max).map(|l| crate::rpc::results::redacted(&l)).collect();
         (lines, total)
     }
 
@@ -133,7 +133,7 @@ impl Terminal {
         let (scrolled, scrolled_more) = if look {
             let since = std::mem::take(&mut self.since_look);
             let n = usize::try_from(since).unwrap_or(usize::MAX).min(MAX_SCROLLED_LINES);
-            let lines: Vec<String> = self.scrollback_tail(n).iter().map(|l| crate::results::redacted(l)).collect();
+            let lines: Vec<String> = self.scrollback_tail(n).iter().map(|l| crate::rpc::results::redacted(l)).collect();
             let more = since - lines.len() as u64;
             (lines, more)
         } else {
@@ -142,7 +142,8 @@ impl Terminal {
         let screen = self.parser.screen();
         let (rows, cols) = screen.size();
         let (crow, ccol) = screen.cursor_position();
-        let mut lines: Vec<String> = screen.rows(0, cols).map(|l| crate::results::redacted(l.trim_end())).collect();
+        let mut lines: Vec<String> =
+            screen.rows(0, cols).map(|l| crate::rpc::results::redacted(l.trim_end())).collect();
         while lines.last().is_some_and(String::is_empty) && lines.len() > usize::from(crow) + 1 {
             lines.pop();
         }
