@@ -56,6 +56,8 @@ fn python_repl_answers_on_the_screen_and_ctrl_d_ends_it() {
     let s = h.open_session(&mut c);
     let job = run_tty(&mut c, &s, "python3 -q");
     screen_until(&mut c, &s, &job, "the >>> prompt", |t| t["cursor_line"] == ">>>");
+    let r = c.call("wait", json!({"session": s, "job": job, "yield_ms": 100})).unwrap();
+    assert_eq!(r["liveness"]["activity"], "waiting for input: \">>>\"", "readline polls its terminal: {r}");
     let r = write(&mut c, &s, &job, json!({"text": "1+1", "keys": ["Enter"]}));
     let t = &r["terminal"];
     assert!(has_line(t, "2"), "1+1 → 2 on the screen: {t}");

@@ -129,6 +129,17 @@ pub fn fsetxattr(fd: BorrowedFd<'_>, name: &std::ffi::CStr, value: &[u8]) -> io:
     Ok(())
 }
 
+/// Set a terminal's window size (`TIOCSWINSZ` on the PTY master; the kernel signals `SIGWINCH` to the
+/// terminal's foreground process group when it changes).
+pub fn set_winsize(fd: BorrowedFd<'_>, rows: u16, cols: u16) -> io::Result<()> {
+    let ws = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCSWINSZ reads one `struct winsize` through the pointer, which refers to a live local.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &ws as *const libc::winsize) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,15 +162,4 @@ mod tests {
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
         assert_eq!(pidfd_signal(fd.as_fd(), libc::SIGTERM).unwrap_err().raw_os_error(), Some(libc::ESRCH));
     }
-}
-
-/// Set a terminal's window size (`TIOCSWINSZ` on the PTY master; the kernel signals `SIGWINCH` to the
-/// terminal's foreground process group when it changes).
-pub fn set_winsize(fd: BorrowedFd<'_>, rows: u16, cols: u16) -> io::Result<()> {
-    let ws = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
-    // SAFETY: TIOCSWINSZ reads one `struct winsize` through the pointer, which refers to a live local.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &ws as *const libc::winsize) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }

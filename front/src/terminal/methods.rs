@@ -33,11 +33,11 @@ pub struct TtySize {
 
 /// Check a terminal size.
 pub fn check_size(method: &str, rows: u16, cols: u16) -> Result<(), RpcError> {
-    if rows == 0 || cols == 0 || rows > super::MAX_ROWS || cols > super::MAX_COLS {
+    if rows == 0 || cols < 2 || rows > super::MAX_ROWS || cols > super::MAX_COLS {
         return Err(RpcError::invalid_params(
             method,
             format!(
-                "a terminal of {rows} rows × {cols} columns is not possible; give 1..={} rows and 1..={} columns \
+                "a terminal of {rows} rows × {cols} columns is not possible; give 1..={} rows and 2..={} columns \
                  (24 × 80 is the classic size)",
                 super::MAX_ROWS,
                 super::MAX_COLS
@@ -146,7 +146,7 @@ fn feedable(s: &Session, job: JobId, method: &str) -> Result<bool, RpcError> {
             method,
             format!("job {job}'s stdin was closed by an earlier write with eof: true; nothing more can be written"),
         )),
-        Some(f) => Ok(f.term.is_some()),
+        Some(f) => Ok(f.term.is_some() || f.broken),
     }
 }
 
