@@ -31,6 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use shm_proto::error_chain;
+
 /// How long the supervisor may take to open a session (cgroup setup and a worker spawn).
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long it may take to close one (kill, wait for the subtree to empty, remove it).
@@ -392,18 +394,6 @@ impl ControlLink {
             (other, _) => Err(LinkError::Protocol(format!("unexpected answer to OpenSession: {other:?}"))),
         }
     }
-}
-
-/// An error and its sources, as one line.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// A session the supervisor handed over.
