@@ -59,7 +59,7 @@ pub fn list() -> Value {
                             "required": ["path"], "additionalProperties": false}},
                     "keep": {"type": "string", "description": "Keep the job under this name: its processes outlive the session (a dev server, a watcher)."},
                     "tty": {"type": "object", "description": "Run on a terminal of this size (an interactive program: a REPL, a passphrase prompt, vi, less); drive it with the write tool and read its screen.",
-                        "properties": {"rows": {"type": "integer", "minimum": 1, "maximum": 500}, "cols": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                        "properties": {"rows": {"type": "integer", "minimum": 1, "maximum": 500}, "cols": {"type": "integer", "minimum": 2, "maximum": 1000}},
                         "required": ["rows", "cols"], "additionalProperties": false},
                     "stdin": {"type": "string", "enum": ["null", "pipe"], "description": "\"pipe\": give the job a stdin the write tool feeds (default: /dev/null)."},
                     "idempotency_key": {"type": "string", "description": "A retry with the same key returns the first call's receipt and never runs the command twice."},
@@ -141,7 +141,7 @@ pub fn list() -> Value {
             "title": "Resize a job's terminal",
             "description": "Change a tty job's terminal size (the program gets SIGWINCH and redraws); returns the new screen.",
             "inputSchema": {"type": "object", "properties": {"job": job,
-                "rows": {"type": "integer", "minimum": 1, "maximum": 500}, "cols": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "rows": {"type": "integer", "minimum": 1, "maximum": 500}, "cols": {"type": "integer", "minimum": 2, "maximum": 1000},
                 "session": session},
                 "required": ["job", "rows", "cols"], "additionalProperties": false}
         },
