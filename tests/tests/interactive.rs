@@ -258,3 +258,16 @@ fn jobs_may_open_their_own_terminals_but_not_push_input() {
         .unwrap();
     assert_eq!(r["view"], "refused 1\n", "TIOCSTI stays EPERM: {r}");
 }
+
+#[test]
+fn a_pipe_job_that_wanted_a_terminal_is_pointed_to_tty_mode() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = c.call("run", json!({"session": s, "cmd": "python3 -c 'input(\"Name? \")'"})).unwrap();
+    assert_eq!(r["exit_code"], 1, "{r}");
+    let note = r["note"].as_str().unwrap_or_default();
+    assert!(note.contains("tty: {rows, cols}"), "an EOF on stdin points to tty mode: {r}");
+    let r = c.call("run", json!({"session": s, "cmd": "exit 3"})).unwrap();
+    assert!(r["note"].is_null(), "a plain failure gets no such note: {r}");
+}

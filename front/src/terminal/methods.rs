@@ -433,3 +433,35 @@ pub(crate) fn call_view(k: &Kernel, client: &Client, params: Value) -> Result<Te
     r.announcements = st.take_announcements(now);
     Ok(r)
 }
+
+/// What a program says when it wanted a terminal or input and found `/dev/null` (lower case).
+const WANTED_INPUT: [&str; 9] = [
+    "not a tty",
+    "not a terminal",
+    "inappropriate ioctl for device",
+    "no tty present",
+    "eoferror",
+    "unexpected end of input",
+    "eof on stdin",
+    "input is not from a terminal",
+    "must be run from a terminal",
+];
+
+/// A pipe job that ended non-zero complaining about no terminal or EOF on stdin: say that `tty` mode
+/// (or a stdin pipe) would have let it be answered.
+pub fn point_to_tty(r: &mut protocol::results::JobResult) {
+    if r.state == JobState::Running || r.exit_code == Some(0) {
+        return;
+    }
+    let tail: String = r.view.lines().rev().take(20).collect::<Vec<_>>().join("\n").to_lowercase();
+    if let Some(hit) = WANTED_INPUT.iter().find(|w| tail.contains(*w)) {
+        let note = format!(
+            "the command seems to have wanted a terminal or input (its output says \"{hit}\"), and its stdin is \
+             /dev/null; run it with tty: {{rows, cols}} and answer it with write (or stdin: \"pipe\")"
+        );
+        r.note = Some(match r.note.take() {
+            Some(n) => format!("{n}; {note}"),
+            None => note,
+        });
+    }
+}
