@@ -17,6 +17,7 @@ mod doors;
 mod long;
 mod spare;
 mod state;
+mod tty;
 
 #[derive(Parser)]
 #[command(about = "heddle benchmarks (ratios against a same-run baseline)")]
@@ -96,6 +97,14 @@ enum Bench {
         #[arg(long, default_value_t = 20)]
         pause_ms: u64,
     },
+    /// Keystroke echo latency on a PTY job (`write` → screen) vs a raw PTY round trip with `cat`; the
+    /// headless terminal's cost per MiB of `ls --color -R /usr` vs a copy.
+    Tty {
+        #[arg(long, default_value_t = 1000)]
+        iterations: usize,
+        #[arg(long, default_value_t = 32)]
+        mib: usize,
+    },
     /// Model-view rendering per MiB of build output vs copy + line split.
     View {
         #[arg(long, default_value_t = 64)]
@@ -119,6 +128,7 @@ fn main() -> Result<()> {
         Bench::View { mib, rounds } => output::view(mib, rounds),
         Bench::Db { iterations } => db_bench::run(iterations),
         Bench::Doors { iterations, pause_ms } => doors::run(iterations, pause_ms),
+        Bench::Tty { iterations, mib } => tty::run(iterations, mib),
     }
 }
 

@@ -43,6 +43,7 @@ pub mod rpc;
 pub mod sessions;
 pub mod shell;
 pub mod storage;
+pub mod terminal;
 pub mod transport;
 
 #[cfg(test)]

@@ -28,7 +28,10 @@ use std::path::{Path, PathBuf};
 pub const WANTED_ABI: i32 = 6;
 
 /// Device files every job may write (redirections to `/dev/null` are everywhere in scripts).
-pub const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+/// `/dev/ptmx` and the devpts directory beneath it make pseudo-terminals usable: the worker opens a
+/// terminal job's PTY, and jobs may open their own (`script`, `os.openpty()`); `TIOCSTI` stays refused by
+/// seccomp.
+pub const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts"];
 
 /// How much of the ruleset the running kernel enforces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -80,6 +80,8 @@ pub struct Prepared {
     pub(crate) seccomp: Option<Vec<seccompiler::sock_filter>>,
     /// Clone fork-style even where the vfork-style clone works ([`Prepared::force_fork`]).
     pub(crate) force_fork: bool,
+    /// Start a new session with stdin as its controlling terminal ([`Prepared::with_controlling_tty`]).
+    pub(crate) controlling_tty: bool,
 }
 
 impl Prepared {
@@ -126,6 +128,7 @@ impl Prepared {
             landlock: None,
             seccomp: None,
             force_fork: false,
+            controlling_tty: false,
         })
     }
 
@@ -175,6 +178,13 @@ impl Prepared {
     /// anywhere.
     pub fn force_fork(mut self) -> Prepared {
         self.force_fork = true;
+        self
+    }
+
+    /// Make the child a session leader whose controlling terminal is its stdin (which must then be the
+    /// slave side of a pseudo-terminal): `setsid` and `ioctl(0, TIOCSCTTY)` right after the stdio step.
+    pub fn with_controlling_tty(mut self) -> Prepared {
+        self.controlling_tty = true;
         self
     }
 

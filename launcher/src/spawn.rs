@@ -66,6 +66,8 @@ pub enum LaunchError {
     Landlock(#[source] io::Error),
     #[error("cannot install the job's own seccomp filter")]
     Seccomp(#[source] io::Error),
+    #[error("cannot make the job's terminal its controlling terminal (setsid, TIOCSCTTY)")]
+    Tty(#[source] io::Error),
     #[error("the job's seccomp filter has {0} instructions, more than the kernel takes")]
     SeccompTooLong(usize),
     #[error("cannot give the job process the launching process's effective uid alone")]
@@ -300,6 +302,7 @@ fn plan<'a>(
         no_new_privs: p.no_new_privs,
         landlock: p.landlock.as_ref().map(|f| f.as_fd()),
         seccomp,
+        controlling_tty: p.controlling_tty,
     }
 }
 
@@ -358,6 +361,7 @@ fn describe_failure(p: &Prepared, f: ChildFailure) -> LaunchError {
         Some(Stage::Landlock) => LaunchError::Landlock(source),
         Some(Stage::Seccomp) => LaunchError::Seccomp(source),
         Some(Stage::Uid) => LaunchError::Uid(source),
+        Some(Stage::Tty) => LaunchError::Tty(source),
         None => LaunchError::BadStatus(sys::STATUS_LEN),
     }
 }

@@ -69,6 +69,8 @@ pub(crate) enum Stage {
     Seccomp = 7,
     /// `setresuid` to the effective uid (dropping the real uid that holds the cgroups).
     Uid = 8,
+    /// `setsid` and `ioctl(0, TIOCSCTTY)`: making stdin (a terminal) the controlling terminal.
+    Tty = 9,
 }
 
 impl Stage {
@@ -82,6 +84,7 @@ impl Stage {
             Stage::Landlock,
             Stage::Seccomp,
             Stage::Uid,
+            Stage::Tty,
         ]
         .into_iter()
         .find(|s| *s as u32 == v)
@@ -114,6 +117,8 @@ pub(crate) struct ChildPlan<'a> {
     pub landlock: Option<BorrowedFd<'a>>,
     /// A seccomp program to stack just before exec (no_new_privs is set first).
     pub seccomp: Option<SeccompProg<'a>>,
+    /// Become a session leader and make stdin (a terminal) the controlling terminal.
+    pub controlling_tty: bool,
 }
 
 /// A seccomp program as `seccomp(SECCOMP_SET_MODE_FILTER)` takes it, borrowing its instructions.
@@ -297,6 +302,14 @@ pub(crate) unsafe fn child_exec(plan: &ChildPlan<'_>) -> ! {
         if unsafe { libc::dup2(src.as_raw_fd(), dst) } < 0 {
             // SAFETY: as above.
             unsafe { fail(status, Stage::Stdio) }
+        }
+    }
+    // 2b. A terminal job: a new session whose controlling terminal is its stdin.
+    if plan.controlling_tty {
+        // SAFETY: setsid and an integer ioctl on fd 0, which step 2 just filled.
+        if unsafe { libc::setsid() } < 0 || unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0 as c_int) } < 0 {
+            // SAFETY: as above.
+            unsafe { fail(status, Stage::Tty) }
         }
     }
     // 3. Move the status pipe to fd 3 (still close-on-exec), then close everything above it.

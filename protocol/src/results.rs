@@ -160,6 +160,58 @@ pub struct JobResult {
     /// returned (`conflict: cwd changed again by job 7 …`); also announced once in the session's next
     /// response.
     pub state_conflicts: Vec<String>,
+    /// A terminal job's (`run {tty}`) screen and what scrolled off it since the caller last looked;
+    /// `null` for a pipe job.
+    pub terminal: Option<TerminalScreen>,
+}
+
+/// The headless terminal of a PTY job, as a model reads it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TerminalScreen {
+    pub rows: u16,
+    pub cols: u16,
+    /// The screen, one line per row, trailing blanks trimmed (secrets redacted).
+    pub text: String,
+    /// The cursor: `[row, col]`, from 0.
+    pub cursor: [u16; 2],
+    /// True while a full-screen program (vi, less, top) shows the alternate screen.
+    pub alternate_screen: bool,
+    /// The line the cursor is on (a prompt waiting for an answer), trailing blanks trimmed.
+    pub cursor_line: String,
+    /// Lines that scrolled off the top since the caller last looked (oldest first, redacted).
+    pub scrolled: Vec<String>,
+    /// Lines that scrolled by but are not in `scrolled` (the budget, or beyond the kept scrollback).
+    pub scrolled_more: u64,
+    /// The window title a program set (`OSC 0/2`), if any.
+    pub title: Option<String>,
+}
+
+/// `write {session, job, text?, keys?, eof?}` and `resize`: what was typed and the screen after it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WriteResult {
+    pub session: String,
+    pub job: u64,
+    /// The job's state when the call returned.
+    pub state: JobState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Bytes handed to the job's stdin by this call (queued in order; none are dropped).
+    pub bytes: u64,
+    /// Control characters and escape sequences found in `text` (passed through as typed), named.
+    pub control_in_text: Vec<String>,
+    /// How long the call waited for the screen to settle.
+    pub waited_ms: u64,
+    /// True when output stopped for the quiet time (false: `yield_ms` ran out first, or the job ended).
+    pub settled: bool,
+    /// The screen after the write (terminal jobs; `null` for a pipe job).
+    pub terminal: Option<TerminalScreen>,
+    /// For a pipe job: its output lines that arrived since the write (rendered, redacted).
+    pub new_output: Option<String>,
+    pub liveness: Option<Liveness>,
+    pub note: Option<String>,
+    pub announcements: Vec<Announcement>,
 }
 
 /// A job's place in the session's state history.

@@ -30,12 +30,66 @@ pub fn job_result(r: &JobResult) -> String {
     let mut out = String::with_capacity(r.view.len() + 256);
     out.push_str(&outcome(r));
     out.push('\n');
-    out.push_str(&r.view);
-    if !r.view.is_empty() && !r.view.ends_with('\n') {
-        out.push('\n');
+    match (&r.terminal, r.state) {
+        // A running terminal job: its screen says more than the stream (a full-screen program redraws).
+        (Some(t), JobState::Running) => out.push_str(&terminal(t)),
+        _ => {
+            out.push_str(&r.view);
+            if !r.view.is_empty() && !r.view.ends_with('\n') {
+                out.push('\n');
+            }
+        }
     }
     for note in notes(r) {
         out.push_str(&note);
+        out.push('\n');
+    }
+    out.push_str(&announcements(&r.announcements));
+    out
+}
+
+/// A terminal's model view: what scrolled by since the last look, then the screen between rules, with
+/// the cursor and whether a full-screen program holds the alternate screen.
+pub fn terminal(t: &crate::results::TerminalScreen) -> String {
+    let mut out = String::new();
+    if t.scrolled_more > 0 {
+        out.push_str(&format!("[… {} earlier lines scrolled by; output shows them]\n", t.scrolled_more));
+    }
+    for l in &t.scrolled {
+        out.push_str(l);
+        out.push('\n');
+    }
+    let alt = if t.alternate_screen { ", alternate screen" } else { "" };
+    out.push_str(&format!("── screen {}×{}, cursor {},{}{alt} ──\n", t.rows, t.cols, t.cursor[0], t.cursor[1]));
+    out.push_str(&t.text);
+    if !t.text.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str("──\n");
+    out
+}
+
+/// A `write` or `resize` result: how the job is, then its screen (or, for a pipe job, a pointer to its
+/// output), liveness and notes.
+pub fn write_result(r: &crate::results::WriteResult) -> String {
+    let state = match r.state {
+        JobState::Running => "running".to_owned(),
+        s => ending(s, r.exit_code, r.signal),
+    };
+    let settled = if r.settled { "settled" } else { "still changing" };
+    let mut out =
+        format!("job {} {state} · {} bytes typed · screen {settled} after {} ms\n", r.job, r.bytes, r.waited_ms);
+    match &r.terminal {
+        Some(t) => out.push_str(&terminal(t)),
+        None => {
+            out.push_str(&format!("(a stdin pipe: read what it wrote with wait or output {{\"job\":{}}})\n", r.job))
+        }
+    }
+    if let Some(a) = r.liveness.as_ref().and_then(|l| l.activity.as_ref()) {
+        out.push_str(&format!("liveness: {a}\n"));
+    }
+    if let Some(n) = &r.note {
+        out.push_str(n);
         out.push('\n');
     }
     out.push_str(&announcements(&r.announcements));

@@ -32,7 +32,16 @@ pub enum StdinMode {
     /// `/dev/null`: a prompt fails at once instead of hanging.
     #[default]
     Null,
+    /// A pipe the front feeds with [`Command::Input`]; closed by an `Input` with `eof`.
+    Pipe,
+    /// A pseudo-terminal of `rows` × `cols` the worker opens: the job is a session leader with it as its
+    /// controlling terminal on stdin, stdout and stderr (one merged stream, reported as `Stdout`), and
+    /// [`Command::Input`] types into it.
+    Tty { rows: u16, cols: u16 },
 }
+
+/// The largest `data` of one [`Command::Input`] (larger writes are split by the front, in order).
+pub const MAX_INPUT_CHUNK: usize = 32 * 1024;
 
 /// Everything the worker needs to launch one job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,6 +170,17 @@ pub enum Command {
     /// a `Run` that differs starts cold and the pre-started shell is discarded unseen. A later
     /// `Prestart` replaces an earlier one.
     Prestart(RunSpec),
+    /// Bytes for the job's stdin (a `Tty` or `Pipe` job), queued in order and written as the job reads
+    /// them (never dropped); `eof`: after them, close a pipe's write end or type the terminal's EOF
+    /// character (Ctrl-D). A job without such a stdin, or one that ended, gets a `Warning`.
+    Input {
+        job: JobId,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        eof: bool,
+    },
+    /// The terminal's window changed (`TIOCSWINSZ`; the kernel sends `SIGWINCH` to its foreground).
+    Resize { job: JobId, rows: u16, cols: u16 },
 }
 
 /// A process found alive in a job's cgroup.

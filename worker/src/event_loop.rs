@@ -249,6 +249,7 @@ impl<C: CgroupOps> Worker<C> {
                     Source::Pidfd => self.reap(job)?,
                     Source::State => self.read_state(job),
                     Source::Done => self.shell_status(job)?,
+                    Source::Stdin => self.feed(job)?,
                 }
             }
         }
@@ -286,6 +287,8 @@ impl<C: CgroupOps> Worker<C> {
                 }
                 Command::Probe { job, probe } => self.probe(job, probe)?,
                 Command::Forget { job } => self.forget(job)?,
+                Command::Input { job, data, eof } => self.input(job, data, eof)?,
+                Command::Resize { job, rows, cols } => self.resize(job, rows, cols)?,
             }
         }
         if n > 0 && self.cmd.producer_wake_needed() {

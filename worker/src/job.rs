@@ -26,10 +26,12 @@ pub(crate) enum Source {
     State = 3,
     /// The control socket of the persistent shell (the command's status line).
     Done = 4,
+    /// The job's stdin, fed by `Command::Input` (watched for writability while input is queued).
+    Stdin = 5,
 }
 
 /// Poll sources per job (the token stride).
-pub(crate) const SOURCES: usize = 5;
+pub(crate) const SOURCES: usize = 6;
 
 impl Source {
     pub(crate) fn from_index(i: usize) -> Source {
@@ -38,7 +40,8 @@ impl Source {
             1 => Source::Stderr,
             2 => Source::Pidfd,
             3 => Source::State,
-            _ => Source::Done,
+            4 => Source::Done,
+            _ => Source::Stdin,
         }
     }
 
@@ -97,6 +100,8 @@ pub(crate) struct Job {
     pub in_shell: bool,
     /// When the job started (a pre-started shell waits for young jobs: see [`crate::spare`]).
     pub started: std::time::Instant,
+    /// Its stdin when the front feeds it (a terminal job, or `StdinMode::Pipe`).
+    pub input: Option<crate::input::Input>,
 }
 
 impl Job {
@@ -202,6 +207,7 @@ impl<C: CgroupOps> Worker<C> {
             j.closed_sent = true;
             let (serial, in_shell) = (j.serial, j.in_shell);
             self.out.emit(&Event::StreamsClosed { job })?;
+            self.close_input(job);
             self.serials.remove(&serial);
             if in_shell {
                 // The persistent shell died (its pipes closed): its cgroup was killed and is removed here.

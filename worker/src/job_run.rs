@@ -16,7 +16,7 @@ use launcher::{LaunchError, PrepareError, Prepared, Stdio};
 use mio::unix::SourceFd;
 use mio::Interest;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
-use shm_proto::msg::{Event, FileOutcome, JobId, RunSpec};
+use shm_proto::msg::{Event, FileOutcome, JobId, RunSpec, StdinMode};
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -39,6 +39,8 @@ pub enum StartError {
     Pipes(#[source] io::Error),
     #[error("cannot open /dev/null for the job's stdin")]
     Stdin(#[source] io::Error),
+    #[error("cannot open a pseudo-terminal for the job (/dev/ptmx)")]
+    Tty(#[source] io::Error),
     #[error(transparent)]
     Prepare(#[from] PrepareError),
     #[error(transparent)]
@@ -55,6 +57,63 @@ pub(crate) fn kill_unreaped<C: CgroupOps>(cgroups: &mut C, job: JobId, child: &l
     let _ = cgroups.kill(job);
     let _ = crate::sys::pidfd_send_signal(child.pidfd.as_fd(), libc::SIGKILL);
     let _ = child.wait();
+}
+
+/// `TERM` of a terminal job (instead of the profile's `dumb`).
+pub const TERM: &str = "xterm-256color";
+
+/// A job's three standard fds and the worker's ends of them.
+struct JobStdio {
+    stdio: Stdio,
+    /// What the worker reads as the job's stdout: a pipe, or the PTY master (one merged stream).
+    out_r: OwnedFd,
+    /// stderr's read end; for a terminal job a pipe nobody writes (at end of file at once).
+    err_r: OwnedFd,
+    input: Option<crate::input::Input>,
+}
+
+fn set_flags(fd: &OwnedFd, cloexec: bool, nonblock: bool) -> io::Result<()> {
+    use nix::fcntl::FdFlag;
+    if cloexec {
+        fcntl(fd.as_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    }
+    if nonblock {
+        let flags = OFlag::from_bits_truncate(fcntl(fd.as_fd(), FcntlArg::F_GETFL)?);
+        fcntl(fd.as_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    }
+    Ok(())
+}
+
+/// stdin `/dev/null` and two output pipes; a stdin pipe the worker feeds; or a new pseudo-terminal of
+/// the asked size on all three (the master, non-blocking, read as stdout and written as input).
+fn job_stdio(mode: StdinMode) -> Result<JobStdio, StartError> {
+    match mode {
+        StdinMode::Null | StdinMode::Pipe => {
+            let (out_r, out_w) = output_pipe().map_err(StartError::Pipes)?;
+            let (err_r, err_w) = output_pipe().map_err(StartError::Pipes)?;
+            if mode == StdinMode::Null {
+                let stdio = Stdio::null_stdin(out_w, err_w).map_err(StartError::Stdin)?;
+                return Ok(JobStdio { stdio, out_r, err_r, input: None });
+            }
+            let (in_r, in_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| StartError::Pipes(e.into()))?;
+            set_flags(&in_w, false, true).map_err(StartError::Pipes)?;
+            let stdio = Stdio { stdin: in_r, stdout: out_w, stderr: err_w };
+            Ok(JobStdio { stdio, out_r, err_r, input: Some(crate::input::Input::new(in_w, false)) })
+        }
+        StdinMode::Tty { rows, cols } => {
+            let ws = nix::pty::Winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+            let pty = nix::pty::openpty(Some(&ws), None).map_err(|e| StartError::Tty(e.into()))?;
+            let (master, slave) = (pty.master, pty.slave);
+            set_flags(&master, true, true).map_err(StartError::Tty)?;
+            set_flags(&slave, true, false).map_err(StartError::Tty)?;
+            let dup = |fd: &OwnedFd| fd.try_clone().map_err(StartError::Tty);
+            let stdio = Stdio { stdin: dup(&slave)?, stdout: dup(&slave)?, stderr: slave };
+            let (err_r, err_w) = output_pipe().map_err(StartError::Pipes)?;
+            drop(err_w);
+            let out_r = dup(&master)?;
+            Ok(JobStdio { stdio, out_r, err_r, input: Some(crate::input::Input::new(master, true)) })
+        }
+    }
 }
 
 /// A close-on-exec pipe whose read end is non-blocking: `(read, write)`.
@@ -127,11 +186,9 @@ impl<C: CgroupOps> Worker<C> {
         Ok(())
     }
 
-    /// Pipes, environment, spawn, registration.
+    /// Pipes (or a terminal), environment, spawn, registration.
     fn launch(&mut self, spec: &RunSpec, cgroup: Option<OwnedFd>) -> Result<Job, StartError> {
-        let (out_r, out_w) = output_pipe().map_err(StartError::Pipes)?;
-        let (err_r, err_w) = output_pipe().map_err(StartError::Pipes)?;
-        let stdio = Stdio::null_stdin(out_w, err_w).map_err(StartError::Stdin)?;
+        let JobStdio { stdio, out_r, err_r, input } = job_stdio(spec.stdin)?;
         let (prepared, state_r) = match &spec.state {
             None => {
                 let env = self.spec_env(spec);
@@ -144,9 +201,15 @@ impl<C: CgroupOps> Worker<C> {
                 (p, Some(fd))
             }
         };
+        let prepared = match spec.stdin {
+            StdinMode::Tty { .. } => prepared.with_controlling_tty(),
+            _ => prepared,
+        };
         let child = launcher::spawn(&prepared)?;
         drop(prepared); // the parent's copies of the write ends: EOF must depend on the job alone
-        self.adopt(spec.job, child, out_r, err_r, state_r)
+        let mut job = self.adopt(spec.job, child, out_r, err_r, state_r)?;
+        job.input = input;
+        Ok(job)
     }
 
     /// The environment of a fresh bash for `spec`: the profile's rules (or the built-in allowlist), the
@@ -158,6 +221,10 @@ impl<C: CgroupOps> Worker<C> {
         };
         if spec.state.is_some() {
             crate::state::add_state_env(&mut env, &spec.state_env);
+        }
+        if matches!(spec.stdin, StdinMode::Tty { .. }) {
+            env.retain(|(k, _)| k != "TERM");
+            env.push(("TERM".to_owned(), TERM.to_owned()));
         }
         env
     }
@@ -240,6 +307,7 @@ impl<C: CgroupOps> Worker<C> {
             shell: None,
             in_shell: false,
             started: std::time::Instant::now(),
+            input: None,
         })
     }
 }

@@ -22,7 +22,7 @@ use crate::Worker;
 use mio::unix::SourceFd;
 use mio::{Interest, Token};
 use shm_proto::msg::{Event, JobId, JobLiveness, JobUsage};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 /// The poll token of the cgroup-events watch (job tokens count up from 2 and never reach it).
 pub(crate) const WATCH_TOKEN: Token = Token(usize::MAX);
@@ -227,16 +227,28 @@ impl<C: CgroupOps> Worker<C> {
         if pids.is_empty() && j.child.is_some() {
             pids.push(main);
         }
-        let pid = pick(&pids, main)?;
+        // A terminal job: the terminal's foreground process group is what the user would be looking at.
+        let fg = j.input.as_ref().filter(|i| i.tty).and_then(|i| nix::unistd::tcgetpgrp(i.fd.as_fd()).ok());
+        let in_fg: Vec<u32> = match fg {
+            Some(g) => {
+                pids.iter().copied().filter(|&p| procinfo::stat(p).is_some_and(|s| s.pgrp == g.as_raw())).collect()
+            }
+            None => Vec::new(),
+        };
+        let pid = pick(if in_fg.is_empty() { &pids } else { &in_fg }, main)?;
         let st = procinfo::stat(pid)?;
         let (wchan, syscall) = (procinfo::wchan(pid), procinfo::syscall(pid));
+        let tty_poll = !in_fg.is_empty() && matches!(syscall, Some(7 | 23 | 270 | 271)) && procinfo::stdin_is_tty(pid);
         Some(JobLiveness {
             cpu_usec: self.cgroups.cpu_usec(job).unwrap_or(0),
             procs: pids.len() as u32,
             pid,
             cmdline: procinfo::cmdline_cut(pid),
             state: st.state.to_string(),
-            activity: procinfo::activity(st.state, &wchan, syscall, procinfo::stdin_is_tty(pid)),
+            activity: match tty_poll {
+                true => "blocked reading stdin/tty (polling its terminal)".to_owned(),
+                false => procinfo::activity(st.state, &wchan, syscall, procinfo::stdin_is_tty(pid)),
+            },
             wchan,
         })
     }
@@ -249,7 +261,11 @@ fn pick(pids: &[u32], main: u32) -> Option<u32> {
     if let Some((p, _)) = stats.iter().find(|(_, s)| s.state == 'R') {
         return Some(*p);
     }
-    let waiting = |p: u32| matches!(procinfo::syscall(p), Some(61 | 247)) || procinfo::wchan(p).contains("wait");
+    // `wait_woken` (a tty or socket read) is no wait for a child.
+    let waiting = |p: u32| {
+        let w = procinfo::wchan(p);
+        matches!(procinfo::syscall(p), Some(61 | 247)) || w.contains("do_wait") || w.contains("wait4")
+    };
     stats
         .iter()
         .filter(|(p, _)| !waiting(*p))

@@ -33,6 +33,7 @@
 pub mod cgroup;
 pub mod emit;
 pub mod event_loop;
+pub mod input;
 pub mod job;
 pub mod job_kill;
 pub mod job_run;

@@ -50,6 +50,8 @@ impl<C: CgroupOps> Worker<C> {
                 pipe.until_exit = 0;
             }
             Err(Errno::EINTR) => self.ready.push_front((job, stream)),
+            // A PTY master reads EIO once every slave fd is closed: the terminal's end of file.
+            Err(Errno::EIO) => self.close_pipe(job, stream),
             Err(e) => {
                 self.out.emit(&job_warning(job, "reading the job's output failed; the stream is closed", &e))?;
                 self.close_pipe(job, stream);

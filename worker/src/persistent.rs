@@ -87,6 +87,7 @@ impl Job {
     /// Build the job of one command from the idle shell's parts.
     pub(crate) fn in_shell(serial: usize, shell: Shell) -> Job {
         Job {
+            input: None,
             serial,
             pid: shell.child.pid,
             child: Some(shell.child),

@@ -21,6 +21,8 @@ pub use shm_proto::procs::{cmdline, cmdline_cut};
 pub struct Stat {
     pub state: char,
     pub ppid: u32,
+    /// Process group (field 5).
+    pub pgrp: i32,
     /// utime + stime, in clock ticks.
     pub ticks: u64,
     /// Start time after boot, in clock ticks.
@@ -37,6 +39,7 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
     Some(Stat {
         state,
         ppid: u32::try_from(num(1)?).ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
         ticks: num(11)?.checked_add(num(12)?)?,
         start_ticks: num(19)?,
     })
@@ -150,7 +153,7 @@ mod tests {
     #[test]
     fn a_comm_with_parens_and_spaces_is_skipped_whole() {
         let st = parse_stat("7 (a) b (c) R 3 7 7 0 -1 0 0 0 0 0 10 20 0 0 20 0 1 0 99 0 0").unwrap();
-        assert_eq!(st, Stat { state: 'R', ppid: 3, ticks: 30, start_ticks: 99 });
+        assert_eq!(st, Stat { state: 'R', ppid: 3, pgrp: 7, ticks: 30, start_ticks: 99 });
     }
 
     #[test]

@@ -229,6 +229,7 @@ fn shell_fd(j: &Job, source: Source) -> Option<i32> {
         Source::Pidfd => j.child.as_ref().map(|c| &c.pidfd),
         Source::State => j.state.as_ref().map(|s| &s.fd),
         Source::Done => j.shell.as_ref().map(|l| &l.ctl),
+        Source::Stdin => j.input.as_ref().map(|i| &i.fd),
     };
     fd.map(|f| f.as_raw_fd())
 }

@@ -132,6 +132,11 @@ impl Job {
         self.id
     }
 
+    /// `(exit_code, signal)` once known.
+    pub fn exit(&self) -> (Option<i32>, Option<i32>) {
+        (self.exit_code, self.signal)
+    }
+
     pub fn state(&self) -> JobState {
         self.state
     }
@@ -594,6 +599,7 @@ impl Job {
             refusals: Vec::new(),
             warnings: self.warnings.clone(),
             state_conflicts: self.shell.conflicts.clone(),
+            terminal: None,
         }
     }
 

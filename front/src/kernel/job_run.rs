@@ -23,7 +23,7 @@ pub(crate) use crate::sessions::sandbox::merge_env;
 use crate::sessions::session::{SendError, Session};
 use serde::Deserialize;
 use serde_json::Value;
-use shm_proto::msg::{Command, JobId, RunSpec, StdinMode};
+use shm_proto::msg::{Command, JobId, RunSpec};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -48,6 +48,12 @@ struct Params {
     max_output_tokens: Option<u64>,
     #[serde(default)]
     max_output_bytes: Option<u64>,
+    /// A terminal job: `{rows, cols}` (see `terminal`).
+    #[serde(default)]
+    tty: Option<crate::terminal::methods::TtySize>,
+    /// `"null"` (default) or `"pipe"` (fed by `write`).
+    #[serde(default)]
+    stdin: Option<String>,
     /// Let this call pass one guard's deny rule, with a stated reason (audited).
     #[serde(default, rename = "override")]
     overrides: Option<Override>,
@@ -90,12 +96,14 @@ pub(crate) fn call_admitting(
     crate::kernel::revive::revive_if_worker_died(k, &s)?;
     let s = k.live_session(client, &p.session)?;
     let files = crate::sessions::sandbox::file_specs(&p.files, &s.spec().cwd)?;
+    let stdin = crate::terminal::methods::stdin_mode(p.tty, p.stdin.as_deref(), s.spec().persistent)?;
     if let Some(o) = &p.overrides {
         if o.reason.trim().is_empty() || o.rule.trim().is_empty() {
             return Err(RpcError::invalid_params("run", "override needs the guard's `rule` and a `reason`"));
         }
     }
     let (job, restore, mut capture_only) = admit_job(&s, &p.cmd)?;
+    crate::terminal::methods::register(&s, job, stdin);
     on_admit(s.spec().serial, job);
     preflight(&s, job, &p.cmd);
     let refusal = crate::kernel::guard_apply::apply(
@@ -127,7 +135,7 @@ pub(crate) fn call_admitting(
         cmd,
         cwd: s.spec().cwd.as_bytes().to_vec(),
         env: merge_env(&s.spec().env, extra_env),
-        stdin: StdinMode::Null,
+        stdin,
         state: Some(restore.script),
         files,
         persistent: s.spec().persistent,

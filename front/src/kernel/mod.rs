@@ -60,7 +60,7 @@ pub const MAX_YIELD_MS: u64 = 600_000;
 /// How long a command may wait for room in a full command ring.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Every method, for the "unknown method" message.
-pub const METHODS: [&str; 16] = [
+pub const METHODS: [&str; 18] = [
     "session.open",
     "session.close",
     "run",
@@ -77,6 +77,8 @@ pub const METHODS: [&str; 16] = [
     "shutdown",
     "subscribe",
     "unsubscribe",
+    "write",
+    "resize",
 ];
 
 /// Where the kernel keeps things and what it tells `describe`.
@@ -233,7 +235,12 @@ impl Kernel {
             "wait" => encode(crate::kernel::job_wait::call(self, client, params)),
             "kill" => encode(crate::kernel::job_kill::call(self, client, params)),
             "jobs" => encode(crate::kernel::jobs_list::call(self, client, params)),
+            "output" if crate::terminal::methods::is_terminal_view(&params) => {
+                encode(crate::terminal::methods::call_view(self, client, params))
+            }
             "output" => encode(crate::kernel::output_read::call(self, client, params)),
+            "write" => encode(crate::terminal::methods::call_write(self, client, params)),
+            "resize" => encode(crate::terminal::methods::call_resize(self, client, params)),
             "describe" => encode(crate::kernel::describe::call(self, client, params)),
             "keep" => encode(crate::kernel::job_keep::call_keep(self, client, params)),
             "kept" => encode(crate::kernel::job_keep::call_kept(self, client, params)),

@@ -30,7 +30,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// Methods that change something and so carry receipts.
-pub const MUTATIONS: [&str; 6] = ["session.open", "session.close", "run", "kill", "keep", "kept.kill"];
+pub const MUTATIONS: [&str; 8] =
+    ["session.open", "session.close", "run", "kill", "keep", "kept.kill", "write", "resize"];
 /// Longest idempotency key accepted.
 pub const MAX_KEY: usize = 256;
 

@@ -133,6 +133,8 @@ pub struct SessionState {
     /// Every job below this id has ended and been reported on, and has no conflict left to announce:
     /// announcements need not look at it again (a conflict noted on it lowers the mark).
     quiet_below: JobId,
+    /// Jobs whose stdin the front feeds: terminals (with their screens) and stdin pipes.
+    pub terminals: crate::terminal::Terminals,
 }
 
 impl SessionState {
@@ -214,7 +216,7 @@ impl SessionState {
                     };
                     subscribe::publish_chunk(&mut self.subscribers, &self.name, &c);
                 }
-                return false;
+                return self.terminals.output(j.id(), &data, now);
             }
             (Event::Started { pid, at_unix_ns, prestarted, cgroup, .. }, Some(j)) => {
                 j.on_started(pid, at_unix_ns, prestarted, cgroup, now)

@@ -58,6 +58,10 @@ pub fn list() -> Value {
                             "mode": {"type": "integer", "description": "Permission bits, e.g. 493 (0755)."}},
                             "required": ["path"], "additionalProperties": false}},
                     "keep": {"type": "string", "description": "Keep the job under this name: its processes outlive the session (a dev server, a watcher)."},
+                    "tty": {"type": "object", "description": "Run on a terminal of this size (an interactive program: a REPL, a passphrase prompt, vi, less); drive it with the write tool and read its screen.",
+                        "properties": {"rows": {"type": "integer", "minimum": 1, "maximum": 500}, "cols": {"type": "integer", "minimum": 2, "maximum": 1000}},
+                        "required": ["rows", "cols"], "additionalProperties": false},
+                    "stdin": {"type": "string", "enum": ["null", "pipe"], "description": "\"pipe\": give the job a stdin the write tool feeds (default: /dev/null)."},
                     "idempotency_key": {"type": "string", "description": "A retry with the same key returns the first call's receipt and never runs the command twice."},
                     "max_output_tokens": budget,
                     "override": {"type": "object", "description": "Pass one guard that refused this command, with your reason (audited): use only when the refusal's note shows the command is what you mean.",
@@ -118,6 +122,30 @@ pub fn list() -> Value {
                 "required": ["job", "name"], "additionalProperties": false}
         },
         {
+            "name": "write",
+            "title": "Type into a job",
+            "description": "Type into a job started with tty (or stdin \"pipe\"): text as typed, then named keys (Enter, Tab, Escape, Backspace, Up/Down/Left/Right, Home/End, PageUp/PageDown, F1-F12, C-a..C-z, M-x); eof true sends Ctrl-D (or closes the pipe). Returns once the screen settles, with the screen and the cursor.",
+            "inputSchema": {"type": "object", "properties": {"job": job,
+                "text": {"type": "string"},
+                "keys": {"type": "array", "items": {"type": "string"}},
+                "eof": {"type": "boolean"},
+                "yield_ms": yield_ms,
+                "quiet_ms": {"type": "integer", "minimum": 0, "description": "Output-free time after which the screen counts as settled (default 100)."},
+                "idempotency_key": {"type": "string", "description": "A retry with the same key is answered from the first call and types nothing twice."},
+                "session": session},
+                "required": ["job"], "additionalProperties": false},
+            "annotations": {"destructiveHint": true}
+        },
+        {
+            "name": "resize",
+            "title": "Resize a job's terminal",
+            "description": "Change a tty job's terminal size (the program gets SIGWINCH and redraws); returns the new screen.",
+            "inputSchema": {"type": "object", "properties": {"job": job,
+                "rows": {"type": "integer", "minimum": 1, "maximum": 500}, "cols": {"type": "integer", "minimum": 2, "maximum": 1000},
+                "session": session},
+                "required": ["job", "rows", "cols"], "additionalProperties": false}
+        },
+        {
             "name": "describe",
             "title": "Describe the shell",
             "description": "What this shell is: heddle's version, bash and its version, PATH, the sandbox (writable roots, network, Landlock and seccomp), cgroup limits, live jobs with liveness, and what changed in the session since it began.",
@@ -166,6 +194,8 @@ pub fn params(tool: &str, args: Value, session: &str) -> Result<(&'static str, V
         }
         "jobs" => "jobs",
         "keep" => "keep",
+        "write" => "write",
+        "resize" => "resize",
         "describe" => "describe",
         _ => {
             let names: Vec<String> = list()["tools"]
@@ -193,6 +223,10 @@ pub fn text(method: &str, result: &Value) -> String {
     match method {
         "run" | "wait" | "kill" => match serde_json::from_value::<JobResult>(result.clone()) {
             Ok(r) => protocol::text::job_result(&r),
+            Err(_) => pretty(result),
+        },
+        "write" | "resize" => match serde_json::from_value::<protocol::results::WriteResult>(result.clone()) {
+            Ok(r) => protocol::text::write_result(&r),
             Err(_) => pretty(result),
         },
         "jobs" => match serde_json::from_value::<JobsResult>(result.clone()) {

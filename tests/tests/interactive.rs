@@ -1,0 +1,273 @@
+//! Interactive jobs (issue 24) end to end through the socket: real programs on a PTY the worker opens
+//! (`run {tty}`), driven with `write` (text and named keys) and read through the headless screen.
+
+use heddle_tests::{eventually, job_cgroup, pids_of, populated, Client, Heddle};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+fn run_tty(c: &mut Client, s: &Value, cmd: &str) -> Value {
+    let r = c
+        .call("run", json!({"session": s, "cmd": cmd, "tty": {"rows": 24, "cols": 80}, "yield_ms": 200}))
+        .expect("run tty");
+    assert_eq!(r["state"], "running", "{cmd}: {r}");
+    r["job"].clone()
+}
+
+/// The screen's text now (the `screen` view).
+fn screen(c: &mut Client, s: &Value, job: &Value) -> Value {
+    c.call("output", json!({"session": s, "job": job, "screen": true})).expect("screen view")["terminal"].clone()
+}
+
+/// Wait (≤ 10 s) until the screen satisfies `ok`; the screen.
+fn screen_until(c: &mut Client, s: &Value, job: &Value, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let t = screen(c, s, job);
+        if ok(&t) {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "the screen never showed {what}: {t}");
+        std::thread::sleep(Duration::from_millis(30));
+    }
+}
+
+fn has_line(t: &Value, line: &str) -> bool {
+    t["text"].as_str().unwrap_or_default().lines().any(|l| l.trim_end() == line)
+}
+
+fn write(c: &mut Client, s: &Value, job: &Value, params: Value) -> Value {
+    let mut p = json!({"session": s, "job": job, "yield_ms": 5000});
+    for (k, v) in params.as_object().unwrap() {
+        p[k] = v.clone();
+    }
+    c.call("write", p).expect("write")
+}
+
+fn wait_end(c: &mut Client, s: &Value, job: &Value) -> Value {
+    let r = c.call("wait", json!({"session": s, "job": job, "yield_ms": 10_000})).expect("wait");
+    assert_ne!(r["state"], "running", "the job did not end: {r}");
+    r
+}
+
+#[test]
+fn python_repl_answers_on_the_screen_and_ctrl_d_ends_it() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let job = run_tty(&mut c, &s, "python3 -q");
+    screen_until(&mut c, &s, &job, "the >>> prompt", |t| t["cursor_line"] == ">>>");
+    let r = c.call("wait", json!({"session": s, "job": job, "yield_ms": 100})).unwrap();
+    assert_eq!(r["liveness"]["activity"], "waiting for input: \">>>\"", "readline polls its terminal: {r}");
+    let r = write(&mut c, &s, &job, json!({"text": "1+1", "keys": ["Enter"]}));
+    let t = &r["terminal"];
+    assert!(has_line(t, "2"), "1+1 → 2 on the screen: {t}");
+    assert_eq!(t["alternate_screen"], false);
+    assert_eq!(r["receipt"]["op"], "write");
+    write(&mut c, &s, &job, json!({"text": "def twice(x):\n    return 2 * x\n\n"}));
+    let r = write(&mut c, &s, &job, json!({"text": "twice(21)", "keys": ["Enter"]}));
+    assert!(has_line(&r["terminal"], "42"), "a multi-line def works: {}", r["terminal"]);
+    write(&mut c, &s, &job, json!({"keys": ["C-d"]}));
+    let end = wait_end(&mut c, &s, &job);
+    assert_eq!((end["state"].as_str(), end["exit_code"].as_i64()), (Some("exited"), Some(0)), "{end}");
+    assert!(end["view"].as_str().unwrap().contains(">>> 1+1"), "the raw stream is kept and rendered: {end}");
+}
+
+#[test]
+fn a_read_prompt_is_told_as_waiting_for_input_and_answered() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let job = run_tty(&mut c, &s, "read -p 'Name? ' n; echo \"hi $n\"");
+    screen_until(&mut c, &s, &job, "the prompt", |t| t["cursor_line"] == "Name?");
+    let r = c.call("wait", json!({"session": s, "job": job, "yield_ms": 100})).unwrap();
+    assert_eq!(r["liveness"]["activity"], "waiting for input: \"Name?\"", "{r}");
+    assert_eq!(r["terminal"]["cursor"], json!([0, 6]));
+    let tty = c.call("run", json!({"session": s, "cmd": "echo $TERM", "tty": {"rows": 5, "cols": 40}})).unwrap();
+    assert!(tty["view"].as_str().unwrap().starts_with("xterm-256color"), "{tty}");
+    write(&mut c, &s, &job, json!({"text": "Ada", "keys": ["Enter"]}));
+    let end = wait_end(&mut c, &s, &job);
+    assert_eq!(end["exit_code"], 0);
+    assert!(end["view"].as_str().unwrap().contains("hi Ada"), "{end}");
+}
+
+#[test]
+fn ssh_keygen_takes_both_passphrase_prompts() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let job = run_tty(&mut c, &s, "ssh-keygen -q -t ed25519 -C test -f KEY");
+    screen_until(&mut c, &s, &job, "the first passphrase prompt", |t| {
+        t["cursor_line"].as_str().unwrap_or_default().starts_with("Enter passphrase")
+    });
+    let r = c.call("wait", json!({"session": s, "job": job, "yield_ms": 100})).unwrap();
+    let activity = r["liveness"]["activity"].as_str().unwrap_or_default().to_owned();
+    assert!(activity.starts_with("waiting for input: \"Enter passphrase"), "{r}");
+    let r = write(&mut c, &s, &job, json!({"text": "correct horse", "keys": ["Enter"]}));
+    assert!(r["terminal"]["cursor_line"].as_str().unwrap().starts_with("Enter same passphrase"), "{r}");
+    write(&mut c, &s, &job, json!({"text": "correct horse", "keys": ["Enter"]}));
+    assert_eq!(wait_end(&mut c, &s, &job)["exit_code"], 0);
+    let check =
+        c.call("run", json!({"session": s, "cmd": "ssh-keygen -y -P 'correct horse' -f KEY | cut -d' ' -f1"})).unwrap();
+    assert_eq!(check["view"], "ssh-ed25519\n", "the key opens with the passphrase typed: {check}");
+}
+
+#[test]
+fn vi_edits_a_file_on_disk() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let file = h.project.join("notes.txt");
+    std::fs::write(&file, "hello\n").unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let job = run_tty(&mut c, &s, "vi -i NONE notes.txt");
+    let t = screen_until(&mut c, &s, &job, "vi's screen", |t| t["alternate_screen"] == true && has_line(t, "hello"));
+    assert_eq!(t["cursor"], json!([0, 0]));
+    write(&mut c, &s, &job, json!({"text": "iedited ", "keys": ["Escape"]}));
+    write(&mut c, &s, &job, json!({"text": ":wq", "keys": ["Enter"]}));
+    assert_eq!(wait_end(&mut c, &s, &job)["exit_code"], 0);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "edited hello\n");
+}
+
+#[test]
+fn less_pages_with_space_and_quits_with_q() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    c.call("run", json!({"session": s, "cmd": "seq 1 1000 > long.txt"})).unwrap();
+    let job = run_tty(&mut c, &s, "less long.txt");
+    let t = screen_until(&mut c, &s, &job, "the first page", |t| has_line(t, "1") && has_line(t, "23"));
+    assert_eq!(t["alternate_screen"], true);
+    let r = write(&mut c, &s, &job, json!({"keys": ["Space"]}));
+    let text = r["terminal"]["text"].as_str().unwrap();
+    assert_eq!(text.lines().next(), Some("24"), "one page on (23 lines): {text}");
+    assert!(has_line(&r["terminal"], "46"), "{text}");
+    write(&mut c, &s, &job, json!({"text": "q"}));
+    let end = wait_end(&mut c, &s, &job);
+    assert_eq!(end["exit_code"], 0, "{end}");
+}
+
+#[test]
+fn ctrl_c_ends_sleep_by_sigint_and_empties_its_cgroup() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let job = run_tty(&mut c, &s, "sleep 100");
+    let dir = job_cgroup(&mut c, &s, &job);
+    assert!(!pids_of(&dir).is_empty(), "sleep runs in the job's cgroup");
+    let r = write(&mut c, &s, &job, json!({"keys": ["C-c"]}));
+    assert!(r["terminal"]["text"].as_str().unwrap().contains("^C"), "the terminal echoes ^C: {r}");
+    let end = wait_end(&mut c, &s, &job);
+    assert_eq!((end["signal"].as_i64(), end["exit_code"].as_i64()), (Some(2), None), "ended by SIGINT: {end}");
+    assert!(eventually(Duration::from_secs(5), || !populated(&dir)), "nothing left in {}", dir.display());
+}
+
+#[test]
+fn a_retried_write_types_once() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let job = run_tty(&mut c, &s, "cat");
+    let first = write(&mut c, &s, &job, json!({"text": "once", "keys": ["Enter"], "idempotency_key": "w-1"}));
+    let again = write(&mut c, &s, &job, json!({"text": "once", "keys": ["Enter"], "idempotency_key": "w-1"}));
+    assert_eq!(first["receipt"]["replayed"], false);
+    assert_eq!(again["receipt"]["replayed"], true);
+    assert_eq!(again["receipt"]["id"], first["receipt"]["id"]);
+    write(&mut c, &s, &job, json!({"text": "then", "keys": ["Enter"]}));
+    let t = screen(&mut c, &s, &job);
+    let lines: Vec<&str> = t["text"].as_str().unwrap().lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines, ["once", "once", "then", "then"], "typed once (echo + cat's copy): {t}");
+    let e = c.call("write", json!({"session": s, "job": job, "text": "other", "idempotency_key": "w-1"})).unwrap_err();
+    assert!(e.to_string().contains("already used"), "{e}");
+    write(&mut c, &s, &job, json!({"keys": ["C-d"]}));
+    assert_eq!(wait_end(&mut c, &s, &job)["exit_code"], 0);
+}
+
+#[test]
+fn a_stdin_pipe_is_fed_by_write_and_closed_by_eof() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = c.call("run", json!({"session": s, "cmd": "tr a-z A-Z", "stdin": "pipe", "yield_ms": 100})).unwrap();
+    let job = r["job"].clone();
+    let big = "x".repeat(300_000);
+    write(&mut c, &s, &job, json!({"text": format!("hello\n{big}\n"), "eof": true, "quiet_ms": 0}));
+    let end = wait_end(&mut c, &s, &job);
+    assert_eq!(end["exit_code"], 0);
+    assert_eq!(end["stdout_bytes"], 6 + 300_001, "a write larger than the pipe buffer is queued, not dropped");
+    assert!(end["view"].as_str().unwrap().starts_with("HELLO\n"), "{end}");
+}
+
+#[test]
+fn bad_input_gets_clear_errors_and_the_session_goes_on() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let plain = c.call("run", json!({"session": s, "cmd": "sleep 30", "yield_ms": 0})).unwrap()["job"].clone();
+    let e = c.call("write", json!({"session": s, "job": plain, "text": "x"})).unwrap_err();
+    assert!(e.to_string().contains("stdin is /dev/null and cannot be written"), "{e}");
+    assert!(e.to_string().contains("tty"), "{e}");
+    let job = run_tty(&mut c, &s, "cat");
+    let e = c.call("write", json!({"session": s, "job": job, "keys": ["Enterr"]})).unwrap_err();
+    assert!(e.to_string().contains("unknown key name \"Enterr\""), "{e}");
+    for (rows, cols) in [(0, 0), (5000, 80), (24, 100_000)] {
+        let e = c.call("resize", json!({"session": s, "job": job, "rows": rows, "cols": cols})).unwrap_err();
+        assert_eq!(e.code(), Some(-32602), "{rows}x{cols}: {e}");
+    }
+    let e = c.call("run", json!({"session": s, "cmd": "true", "tty": {"rows": 0, "cols": 80}})).unwrap_err();
+    assert!(e.to_string().contains("0 rows × 80 columns is not possible"), "{e}");
+    let r = write(&mut c, &s, &job, json!({"text": "a\u{3}"}));
+    assert_eq!(r["control_in_text"], json!(["C-c (0x03)"]), "{r}");
+    assert!(r["note"].as_str().unwrap().contains("control characters"), "{r}");
+    let end = wait_end(&mut c, &s, &job);
+    assert_eq!(end["signal"], 2, "the C-c typed in text reached the terminal as typed");
+    let e = c.call("write", json!({"session": s, "job": job, "text": "x"})).unwrap_err();
+    assert!(e.to_string().contains("has ended"), "{e}");
+    let r = c.call("resize", json!({"session": s, "job": job, "rows": 30, "cols": 100}));
+    assert!(r.unwrap_err().to_string().contains("has ended"));
+    assert_eq!(c.call("run", json!({"session": s, "cmd": "echo still here"})).unwrap()["view"], "still here\n");
+}
+
+#[test]
+fn resize_reaches_the_program() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let job = run_tty(&mut c, &s, "trap 'stty size' WINCH; while :; do sleep 0.05; done");
+    let r = c.call("resize", json!({"session": s, "job": job, "rows": 30, "cols": 100, "yield_ms": 5000})).unwrap();
+    assert!(has_line(&r["terminal"], "30 100"), "{r}");
+    assert_eq!((r["terminal"]["rows"].as_u64(), r["terminal"]["cols"].as_u64()), (Some(30), Some(100)));
+    c.call("kill", json!({"session": s, "job": job})).unwrap();
+}
+
+#[test]
+fn jobs_may_open_their_own_terminals_but_not_push_input() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = c
+        .call("run", json!({"session": s, "cmd": "python3 -c 'import os; m, s = os.openpty(); print(os.ttyname(s))'"}))
+        .unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert!(r["view"].as_str().unwrap().starts_with("/dev/pts/"), "{r}");
+    let r = c.call("run", json!({"session": s, "cmd": "script -qc 'echo in-script' /dev/null"})).unwrap();
+    assert!(r["view"].as_str().unwrap().contains("in-script"), "{r}");
+    let sti =
+        "import os, fcntl, termios\nm, s = os.openpty()\ntry:\n    fcntl.ioctl(s, termios.TIOCSTI, b'x')\n    print('pushed')\nexcept OSError as e:\n    print('refused', e.errno)\n";
+    let r = c
+        .call("run", json!({"session": s, "cmd": "python3 sti.py", "files": [{"path": "sti.py", "content": sti}]}))
+        .unwrap();
+    assert_eq!(r["view"], "refused 1\n", "TIOCSTI stays EPERM: {r}");
+}
+
+#[test]
+fn a_pipe_job_that_wanted_a_terminal_is_pointed_to_tty_mode() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = c.call("run", json!({"session": s, "cmd": "python3 -c 'input(\"Name? \")'"})).unwrap();
+    assert_eq!(r["exit_code"], 1, "{r}");
+    let note = r["note"].as_str().unwrap_or_default();
+    assert!(note.contains("tty: {rows, cols}"), "an EOF on stdin points to tty mode: {r}");
+    let r = c.call("run", json!({"session": s, "cmd": "exit 3"})).unwrap();
+    assert!(r["note"].is_null(), "a plain failure gets no such note: {r}");
+}
