@@ -26,6 +26,7 @@
 
 pub mod bash_parse;
 pub mod binary;
+pub mod checks;
 pub mod db;
 pub mod describe;
 pub mod describe_session;

@@ -1,0 +1,116 @@
+//! The results of checks (docs/protocol.md, "check"): a test or gate command run as a job, with where it
+//! came from (its routing) and what a parser read from the runner's output.
+//!
+//! Counts are the runner's own: a parser that found nothing leaves `counts` null and says so in
+//! `note`, never a guess.
+//!
+//! ```
+//! let c: protocol::checks::CheckReport = serde_json::from_str(
+//!     r#"{"name":"unit","command":"cargo test","parser":"libtest","parsed":{"counts":{"passed":3,"failed":1}}}"#).unwrap();
+//! assert_eq!(c.parsed.unwrap().counts.unwrap().failed, 1);
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// Test counts as the runner reported them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckCounts {
+    pub passed: u64,
+    pub failed: u64,
+    /// Ignored, skipped, pending or todo tests.
+    pub skipped: u64,
+    /// Tests or files that could not run (pytest's errors, a Go package that failed to build, a jest
+    /// suite that failed to load).
+    pub errors: u64,
+}
+
+/// One failing (or erroring) test.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckFailure {
+    /// The test's name as the runner prints it (`tests::adds`, `tests/test_x.py::test_a`).
+    pub name: String,
+    /// `failed` or `error`.
+    pub kind: String,
+    /// The first lines of its failure: assertion, panic message, file:line (at most 8, each cut at 240
+    /// characters).
+    pub lines: Vec<String>,
+}
+
+/// What a parser read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckParsed {
+    /// Where the counts came from: `libtest json`, `libtest text`, `nextest text`, `pytest text`,
+    /// `go test -json`, `jest json`, `vitest text`, …
+    pub source: String,
+    /// `null` when the parser found no counts.
+    pub counts: Option<CheckCounts>,
+    /// The failing tests, in the runner's order (at most 50; the rest counted in `failures_more`).
+    pub failures: Vec<CheckFailure>,
+    pub failures_more: u64,
+    /// The runner's final summary line, as it printed it.
+    pub summary_line: Option<String>,
+    /// True when the runner never printed its final summary (killed, crashed): the counts are those of
+    /// the tests whose end it reported.
+    pub incomplete: bool,
+}
+
+/// The check part of a job result: the routing and what was parsed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckReport {
+    pub name: String,
+    /// The exact command the job ran.
+    pub command: String,
+    /// The parser chosen (`libtest`, `nextest`, `pytest`, `go`, `jest`, `vitest`, `none`).
+    pub parser: String,
+    /// Where the check came from: `.heddle/checks.toml line 3`, or what detection saw (`Cargo.toml
+    /// with [workspace]; cargo-nextest installed`).
+    pub origin: String,
+    /// `null` while the job runs, and when the parser found nothing (`note` says so).
+    pub parsed: Option<CheckParsed>,
+    pub note: Option<String>,
+}
+
+/// One check as `checks` lists it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckEntry {
+    pub name: String,
+    pub command: String,
+    pub cwd: Option<String>,
+    pub parser: String,
+    pub origin: String,
+    pub timeout_ms: Option<u64>,
+    /// The last runs, newest first (at most 5).
+    pub last_runs: Vec<CheckRun>,
+}
+
+/// A past run of a check, from the database.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckRun {
+    pub job: u64,
+    pub at_ms: u64,
+    pub state: String,
+    pub exit_code: Option<i32>,
+    pub duration_ms: f64,
+    pub counts: Option<CheckCounts>,
+}
+
+/// The result of `checks {session}`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ChecksList {
+    pub session: String,
+    /// `.heddle/checks.toml` when it was read, else `null`.
+    pub file: Option<String>,
+    pub checks: Vec<CheckEntry>,
+    /// Problems of the checks file, each with file, line and key; the detected checks still work.
+    pub errors: Vec<String>,
+    /// Why nothing was detected, or what detection looked at.
+    pub note: Option<String>,
+    pub announcements: Vec<crate::results::Announcement>,
+}
