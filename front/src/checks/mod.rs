@@ -6,6 +6,7 @@
 //! methods. It uses the jobs, sessions and storage of the kernel as `run` does; nothing else depends on
 //! it but the method table.
 
+pub mod config;
 pub mod gotest;
 pub mod jest;
 pub mod libtest;
