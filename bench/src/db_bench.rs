@@ -13,8 +13,8 @@
 //!   host-crash durability for the journal.
 
 use anyhow::Result;
-use front::db::{Db, JobRow, ReceiptRow, Write};
-use front::journal::{Entry, Journal};
+use front::sessions::journal::{Entry, Journal};
+use front::storage::db::{Db, JobRow, ReceiptRow, Write};
 use heddle_bench::{report, time_us, Summary};
 use serde_json::json;
 use shm_proto::msg::Event;

@@ -198,12 +198,12 @@ pub fn view(mib: usize, rounds: usize) -> Result<()> {
         std::hint::black_box((&copy, lines));
         base.push(t.elapsed().as_secs_f64() * 1e6 / mib as f64);
         let t = Instant::now();
-        let mut out = front::rendered::RenderedOutput::new(dir.path().join(format!("{r}.lines")));
+        let mut out = front::output::rendered::RenderedOutput::new(dir.path().join(format!("{r}.lines")));
         for chunk in data.chunks(64 * 1024) {
             out.push(0, chunk);
         }
         out.finish();
-        let v = front::view::render(&out, front::view::DEFAULT_BUDGET, "bench", 1);
+        let v = front::output::view::render(&out, front::output::view::DEFAULT_BUDGET, "bench", 1);
         std::hint::black_box(v);
         render.push(t.elapsed().as_secs_f64() * 1e6 / mib as f64);
     }

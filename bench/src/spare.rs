@@ -7,7 +7,7 @@
 //! variables, 5 functions, 10 aliases). All variants, and the baseline, a bare posix_spawn of
 //! `bash --noprofile --norc -c true` + wait, are interleaved in one loop, each after the same pause.
 //! Each session runs `true` (which the front reads as changing nothing: its capture is scoped, see
-//! `front::state_scope`) and `eval true` (which it cannot read: the full capture).
+//! `front::shell::scope`) and `eval true` (which it cannot read: the full capture).
 //! Reported: each variant against the bare spawn, and what carrying the typical state adds to a call
 //! (typical − empty, as a share of the bare spawn) with and without spares, for both captures.
 
@@ -62,7 +62,7 @@ pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
     let hot = Heddle::start();
     let cold = Heddle::start_with_env(&[], &[("HEDDLE_SPARES", "0")]);
     let typical = typical_state();
-    // `true` changes nothing and the front reads it so: its capture is scoped (front::state_scope);
+    // `true` changes nothing and the front reads it so: its capture is scoped (front::shell::scope);
     // `eval true` changes nothing either, but the front cannot tell: its capture is full.
     let mut variants = [
         Variant::new("spares, empty state", "true", &hot, "true"),

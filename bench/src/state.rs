@@ -14,7 +14,7 @@
 //!   whole stack by `heddle-bench spare`): bash spawned ahead with the
 //!   typical state restored, waiting on a pipe for its command; timed from writing the command to its
 //!   exit (capture included), the next spare started untimed.
-//! - then, without a spawn: the front's parse + apply of the typical capture (`front::job_state`'s work at
+//! - then, without a spawn: the front's parse + apply of the typical capture (`front::jobs::shell_part`'s work at
 //!   every job's end), unchanged and with one variable changed.
 
 use anyhow::Result;
@@ -70,7 +70,7 @@ fn prestart(restore: &[u8], env: &[(String, String)]) -> (launcher::Child, std::
 }
 
 /// Hand `true` to a spare and wait for it: the time from the command's write to the shell's exit.
-/// `scoped`: with the capture scoped as the front scopes `true` (no variable; see `front::state_scope`).
+/// `scoped`: with the capture scoped as the front scopes `true` (no variable; see `front::shell::scope`).
 fn handover(spare: (launcher::Child, std::fs::File, std::fs::File), scoped: bool) -> f64 {
     use std::io::Write;
     let (child, mut stdin, state) = spare;
@@ -100,9 +100,9 @@ pub fn run(iterations: usize) -> Result<()> {
     let env = job_env(&process_env(), &[]);
     let wrap = worker::state::WRAPPER.as_bytes();
     let captured = spawn(&worker::state::argv(TYPICAL), Some(b""), &env);
-    let items = front::state_capture::parse(&captured).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let all_script = front::state_record::restore_script(&items);
-    let borne = front::state_record::restore(&items);
+    let items = front::shell::capture::parse(&captured).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let all_script = front::shell::record::restore_script(&items);
+    let borne = front::shell::record::restore(&items);
     let restore = borne.script;
     let mut state_env = env.clone();
     worker::state::add_state_env(&mut state_env, &borne.env);
@@ -204,9 +204,9 @@ pub fn run(iterations: usize) -> Result<()> {
     Ok(())
 }
 
-/// The front's reading of a command before it starts (`front::state_scope::scope`), for commands an
+/// The front's reading of a command before it starts (`front::shell::scope::scope`), for commands an
 /// agent runs, against the typical record.
-fn scope_cost(items: &front::state_capture::Items, iterations: usize, bare_p50: f64) {
+fn scope_cost(items: &front::shell::capture::Items, iterations: usize, bare_p50: f64) {
     for cmd in [
         "true",
         "cd src && cargo build --release 2>&1 | tail -20",
@@ -215,13 +215,13 @@ fn scope_cost(items: &front::state_capture::Items, iterations: usize, bare_p50: 
     ] {
         let samples = (0..iterations.max(1) * 10)
             .map(|_| {
-                time_us(|| drop(std::hint::black_box(front::state_scope::scope(std::hint::black_box(cmd), items))))
+                time_us(|| drop(std::hint::black_box(front::shell::scope::scope(std::hint::black_box(cmd), items))))
             })
             .collect();
         let s = Summary::of(samples);
         println!(
             "front: reading {cmd:?} for its capture scope ({:?}): p50 {:.1} µs, p99 {:.1} µs = {:.2}% of the bare spawn",
-            front::state_scope::scope(cmd, items),
+            front::shell::scope::scope(cmd, items),
             s.p50,
             s.p99,
             100.0 * s.p50 / bare_p50
@@ -230,11 +230,11 @@ fn scope_cost(items: &front::state_capture::Items, iterations: usize, bare_p50: 
 }
 
 /// The front's share of a call's state cost: parsing the typical capture and applying it as a diff
-/// against the version the job started from (what `front::job_state` does on every job's end), with
+/// against the version the job started from (what `front::jobs::shell_part` does on every job's end), with
 /// an unchanged capture (the common case: the record does not move) and with one variable changed.
 fn front_side(captured: &[u8], iterations: usize, bare_p50: f64) -> Result<()> {
-    let parse = |c: &[u8]| front::state_capture::parse(c).map_err(|e| anyhow::anyhow!("{e}"));
-    let mut record = front::state_record::StateRecord::default();
+    let parse = |c: &[u8]| front::shell::capture::parse(c).map_err(|e| anyhow::anyhow!("{e}"));
+    let mut record = front::shell::record::StateRecord::default();
     let typical = parse(captured)?;
     let changed =
         String::from_utf8_lossy(captured).replacen("HEDDLE_BENCH_VAR_1=\"value", "HEDDLE_BENCH_VAR_1=\"new value", 1);

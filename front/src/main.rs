@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use front::inherit::{adopt, check_socket};
+use front::process::inherit::{adopt, check_socket};
 use nix::sys::socket::SockType;
 use std::path::PathBuf;
 
@@ -32,7 +32,7 @@ struct Args {
     #[arg(long)]
     socket: String,
     /// heddle's cgroup root (the supervisor's): a client whose process runs in a job cgroup below it
-    /// is refused (`front::peer_check`). Without it, no client is taken for a job.
+    /// is refused (`front::kernel::peer_check`). Without it, no client is taken for a job.
     #[arg(long)]
     cgroup_root: Option<PathBuf>,
     /// Output retention: bytes kept per job (raw log and line log each); the oldest go first.
@@ -45,7 +45,7 @@ struct Args {
     #[arg(long, env = "HEDDLE_RETAIN_AGE_SECS", default_value_t = 7 * 24 * 3600)]
     retain_age_secs: u64,
     /// Pre-start each session's next bash, state restored, before its command arrives (see
-    /// `front::prestart`); `false`: every job's bash is spawned when its `run` arrives.
+    /// `front::sessions::prestart`); `false`: every job's bash is spawned when its `run` arrives.
     #[arg(long, env = "HEDDLE_SPARES", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     spares: bool,
 }
@@ -69,12 +69,12 @@ fn run(args: Args) -> anyhow::Result<i32> {
     check_socket(&control, SockType::SeqPacket, false, "SOCK_SEQPACKET control")?;
     let listen = adopt(args.listen_fd).context("taking the listening socket")?;
     check_socket(&listen, SockType::Stream, true, "listening Unix stream")?;
-    front::retention::set(front::retention::Retention {
+    front::output::retention::set(front::output::retention::Retention {
         job_bytes: args.retain_job_bytes,
         session_bytes: args.retain_session_bytes,
         max_age: std::time::Duration::from_secs(args.retain_age_secs),
     });
-    front::prestart::set(args.spares);
+    front::sessions::prestart::set(args.spares);
     let http = match args.http_fd {
         None => None,
         Some(fd) => {
@@ -93,5 +93,5 @@ fn run(args: Args) -> anyhow::Result<i32> {
     };
     let cfg =
         front::kernel::KernelConfig { state_dir: args.state_dir, socket: args.socket, cgroup_root: args.cgroup_root };
-    Ok(front::service::serve_with(cfg, control, listen.into(), http)?)
+    Ok(front::process::serve_with(cfg, control, listen.into(), http)?)
 }

@@ -9,9 +9,9 @@
 //! (prints its cwd and environment).
 
 use crate::kernel::{Client, Kernel, KernelConfig};
-use crate::results::SupervisorFacts;
+use crate::rpc::results::SupervisorFacts;
 use crate::rpc::RpcError;
-use crate::supervisor_link::{ClosedSession, LinkError, OpenedSession, SessionFds, SupervisorLink};
+use crate::sessions::supervisor::{ClosedSession, LinkError, OpenedSession, SessionFds, SupervisorLink};
 use serde_json::Value;
 use shm_proto::msg::{Command, Event, JobId, Stream, MAX_OUTPUT_CHUNK};
 use shm_proto::region::{Region, RegionConfig};
@@ -80,7 +80,7 @@ impl SupervisorLink for FakeSupervisor {
         &self,
         session: &str,
         client_uid: u32,
-        _sandbox: &crate::sandbox::SandboxRequest,
+        _sandbox: &crate::sessions::sandbox::SandboxRequest,
         _limits: &shm_proto::control::SessionLimits,
     ) -> Result<OpenedSession, LinkError> {
         if let Some(e) = self.refuse.lock().unwrap().take() {
@@ -228,9 +228,9 @@ impl FakeWorker {
     }
 
     fn exit(&mut self, job: JobId, code: Option<i32>, signal: Option<i32>, killed: bool) {
-        self.push(&Event::Exited { job, code, signal, at_unix_ns: crate::job::unix_ns(), killed });
+        self.push(&Event::Exited { job, code, signal, at_unix_ns: crate::jobs::job::unix_ns(), killed });
         let usage = shm_proto::msg::JobUsage { cpu_usec: 1500, procs_seen: 1, memory_peak: None };
-        self.push(&Event::Emptied { job, at_unix_ns: crate::job::unix_ns(), usage });
+        self.push(&Event::Emptied { job, at_unix_ns: crate::jobs::job::unix_ns(), usage });
         self.push(&Event::StreamsClosed { job });
     }
 
@@ -245,7 +245,7 @@ impl FakeWorker {
                 self.push(&Event::Started {
                     job: spec.job,
                     pid: 10_000 + spec.job as u32,
-                    at_unix_ns: crate::job::unix_ns(),
+                    at_unix_ns: crate::jobs::job::unix_ns(),
                     prestarted: false,
                     cgroup: format!("slot-{}", spec.job),
                 });

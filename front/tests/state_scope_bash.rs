@@ -2,8 +2,8 @@
 //! state with the full capture (the worker's own wrapper), and check that every item the command changed
 //! is one its scope covers. A scope that missed a change would lose it for the session.
 
-use front::state_capture::{parse, Items};
-use front::state_scope::{listed, scope};
+use front::shell::capture::{parse, Items};
+use front::shell::scope::{listed, scope};
 use std::process::Command;
 
 /// The session state the corpus runs in: exported and plain variables, an integer, arrays, a nameref,
@@ -160,8 +160,8 @@ const CORPUS: &[&str] = &[
 
 /// The base state as bash sees it after the restore, with the restore script.
 fn setup(dir: &std::path::Path) -> (Items, Vec<u8>) {
-    let first = run(dir, &front::state_record::restore_script(&Items::new()), SETUP).expect("setup captured");
-    let restore = front::state_record::restore_script(&first);
+    let first = run(dir, &front::shell::record::restore_script(&Items::new()), SETUP).expect("setup captured");
+    let restore = front::shell::record::restore_script(&first);
     // The base as bash sees it after the restore (bash's own defaults, the cwd as bash reports it).
     let base = run(dir, &restore, "true").expect("restore captured");
     assert!(base.contains_key("func:build") && base.contains_key("alias:ll") && base.contains_key("var:R"), "{base:?}");

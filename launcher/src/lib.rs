@@ -47,5 +47,5 @@ mod sys;
 pub use env::{job_env, policy_env, process_env};
 pub use prepare::{resolve_program, PrepareError, Prepared, Stdio, BASH};
 pub use spawn::{
-    cgroup_spawn_path, clone_style, describe_spawn, spawn, Child, CloneStyle, ExitStatus, LaunchError, SpawnPath,
+    cgroup_spawn_path, clone_style, describe_spawn, spawn, Child, CloneStyle, Exit, LaunchError, SpawnPath,
 };

@@ -11,7 +11,7 @@
 //! ```
 
 use crate::prepare::{resolve_program, PrepareError, Prepared, Stdio};
-use crate::spawn::{spawn, ExitStatus, LaunchError};
+use crate::spawn::{spawn, Exit, LaunchError};
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::AsFd;
@@ -78,7 +78,7 @@ impl RunError {
 }
 
 /// Run `cmd` to completion and return how it ended.
-pub fn run(cmd: &Command) -> Result<ExitStatus, RunError> {
+pub fn run(cmd: &Command) -> Result<Exit, RunError> {
     let Some(name) = cmd.argv.first() else { return Err(RunError::NoCommand) };
     let env = crate::env::job_env(&crate::env::process_env(), &[]);
     let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| OsStr::new(v)).unwrap_or(OsStr::new(""));
@@ -154,7 +154,7 @@ mod tests {
     #[test]
     fn exit_code_and_signal_come_back() {
         let cmd = Command { argv: argv(&["sh", "-c", "exit 7"]), ..Command::default() };
-        assert_eq!(run(&cmd).unwrap(), ExitStatus::Exited(7));
+        assert_eq!(run(&cmd).unwrap(), Exit::Code(7));
         let cmd = Command { argv: argv(&["sh", "-c", "kill -KILL $$"]), ..Command::default() };
         assert_eq!(run(&cmd).unwrap().shell_code(), 137);
     }

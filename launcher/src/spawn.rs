@@ -19,7 +19,7 @@
 //! caused by "Permission denied (os error 13)".
 
 use crate::prepare::Prepared;
-pub use crate::sys::ExitStatus;
+pub use crate::sys::Exit;
 use crate::sys::{self, ChildPlan, CloneMode, SeccompProg, Stage};
 use nix::errno::Errno;
 use std::io;
@@ -121,39 +121,13 @@ impl Child {
 
 impl Child {
     /// Reap the process if it has exited (`waitid(P_PIDFD, …, WEXITED | WNOHANG)`); `None` while it runs.
-    pub fn try_wait(&self) -> io::Result<Option<ExitStatus>> {
+    pub fn try_wait(&self) -> io::Result<Option<Exit>> {
         sys::wait_pidfd(self.pidfd.as_fd(), true)
     }
 
     /// Block until the process exits and reap it.
-    pub fn wait(&self) -> io::Result<ExitStatus> {
+    pub fn wait(&self) -> io::Result<Exit> {
         sys::wait_pidfd(self.pidfd.as_fd(), false)?.ok_or_else(|| io::Error::other("waitid returned no child"))
-    }
-}
-
-impl ExitStatus {
-    /// The exit code, when the process exited by itself.
-    pub fn code(self) -> Option<i32> {
-        match self {
-            ExitStatus::Exited(c) => Some(c),
-            ExitStatus::Signaled(_) => None,
-        }
-    }
-
-    /// The signal that ended the process, if one did.
-    pub fn signal(self) -> Option<i32> {
-        match self {
-            ExitStatus::Exited(_) => None,
-            ExitStatus::Signaled(s) => Some(s),
-        }
-    }
-
-    /// The status a shell would report: the code, or 128 + the signal number.
-    pub fn shell_code(self) -> i32 {
-        match self {
-            ExitStatus::Exited(c) => c,
-            ExitStatus::Signaled(s) => 128 + s,
-        }
     }
 }
 
@@ -380,7 +354,7 @@ mod tests {
         let (child, out) = capture("echo $FOO; pwd; echo err >&2; exit 3", &env, Some(Path::new("/tmp")));
         let child = child.unwrap();
         assert_eq!(out, "bar\n/tmp\nerr\n");
-        assert_eq!(child.wait().unwrap(), ExitStatus::Exited(3));
+        assert_eq!(child.wait().unwrap(), Exit::Code(3));
         assert_eq!(child.path, SpawnPath::Clone3);
     }
 
@@ -409,7 +383,7 @@ mod tests {
     fn signal_ends_are_reported_as_signals() {
         let (child, _) = capture("kill -TERM $$", &[], None);
         let st = child.unwrap().wait().unwrap();
-        assert_eq!(st, ExitStatus::Signaled(libc::SIGTERM));
+        assert_eq!(st, Exit::Signal(libc::SIGTERM));
         assert_eq!(st.shell_code(), 128 + libc::SIGTERM);
     }
 
@@ -423,7 +397,7 @@ mod tests {
         drop(p);
         assert_eq!(child.try_wait().unwrap(), None, "bash waits for a line on stdin");
         drop(stdin_w);
-        assert_eq!(child.wait().unwrap(), ExitStatus::Exited(4));
+        assert_eq!(child.wait().unwrap(), Exit::Code(4));
     }
 
     #[test]
@@ -438,7 +412,7 @@ mod tests {
         let (mut out, mut state) = (String::new(), String::new());
         std::fs::File::from(r).read_to_string(&mut out).unwrap();
         std::fs::File::from(sr).read_to_string(&mut state).unwrap();
-        assert_eq!(child.wait().unwrap(), ExitStatus::Exited(0));
+        assert_eq!(child.wait().unwrap(), Exit::Code(0));
         assert_eq!(state, "state\n");
         assert_eq!(out, "0 1 2 3 7 ", "ls's own directory fd is 3; only 7 is inherited");
     }
@@ -447,6 +421,6 @@ mod tests {
     fn stdin_is_dev_null_so_reads_fail_at_once() {
         let (child, out) = capture("read x; echo rc=$?", &[], None);
         assert_eq!(out, "rc=1\n");
-        assert_eq!(child.unwrap().wait().unwrap(), ExitStatus::Exited(0));
+        assert_eq!(child.unwrap().wait().unwrap(), Exit::Code(0));
     }
 }

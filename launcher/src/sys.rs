@@ -19,6 +19,8 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
+pub use shm_proto::sys::{wait_pidfd, Exit};
+
 /// A NULL-terminated array of C strings (`argv`, `envp`) owned together with the strings it points into.
 pub(crate) struct CStrArray {
     strings: Vec<CString>,
@@ -475,45 +477,6 @@ unsafe fn reset_signals() {
             KERNEL_SIGSET_BYTES,
         )
     };
-}
-
-/// How a reaped process ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ExitStatus {
-    /// It called `exit(code)`.
-    Exited(i32),
-    /// A signal ended it.
-    Signaled(i32),
-}
-
-/// `waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG])`: reap the child behind `pidfd`.
-///
-/// Returns `None` when `nohang` is set and the child is still running.
-pub(crate) fn wait_pidfd(pidfd: BorrowedFd<'_>, nohang: bool) -> io::Result<Option<ExitStatus>> {
-    let flags = libc::WEXITED | if nohang { libc::WNOHANG } else { 0 };
-    loop {
-        // SAFETY: an all-zero siginfo_t is valid; waitid fills it (and leaves si_pid 0 under WNOHANG when
-        // nothing changed).
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `info` is a valid, writable siginfo_t; `pidfd` is an open pidfd for this call.
-        let r = unsafe { libc::waitid(libc::P_PIDFD, pidfd.as_raw_fd() as libc::id_t, &mut info, flags) };
-        if r < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        // SAFETY: waitid succeeded, so the SIGCHLD-shaped fields of `info` are initialised.
-        let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
-        if pid == 0 {
-            return Ok(None);
-        }
-        return Ok(Some(match info.si_code {
-            libc::CLD_EXITED => ExitStatus::Exited(status),
-            _ => ExitStatus::Signaled(status),
-        }));
-    }
 }
 
 /// A close-on-exec duplicate of `fd` numbered `min` or above.

@@ -4,13 +4,13 @@
 //! message saying so instead of skipping silently. They only touch cgroups they create, under
 //! `/sys/fs/cgroup/unified/heddle-ltest-*` (hybrid hosts) or `/sys/fs/cgroup/heddle-ltest-*` (pure v2).
 
-use launcher::{spawn, CloneStyle, ExitStatus, LaunchError, Prepared, SpawnPath, Stdio};
+use launcher::{spawn, CloneStyle, Exit, LaunchError, Prepared, SpawnPath, Stdio};
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// Run `argv` with stdout captured; returns (status, stdout).
-fn run(prepare: impl FnOnce(Stdio) -> Prepared) -> (ExitStatus, String) {
+fn run(prepare: impl FnOnce(Stdio) -> Prepared) -> (Exit, String) {
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
     let stdio = Stdio::null_stdin(w.try_clone().unwrap(), w).unwrap();
     let p = prepare(stdio);
@@ -28,7 +28,7 @@ fn no_fd_beyond_stdio_is_inherited() {
         nix::fcntl::open("/dev/null", nix::fcntl::OFlag::O_RDONLY, nix::sys::stat::Mode::empty()).unwrap();
     let (st, out) = run(|s| Prepared::new(Path::new("/bin/ls"), &["ls", "/proc/self/fd"], &[], None, s).unwrap());
     drop(leaky);
-    assert_eq!(st, ExitStatus::Exited(0));
+    assert_eq!(st, Exit::Code(0));
     // ls itself holds one directory fd (3) while listing.
     assert_eq!(out.split_whitespace().collect::<Vec<_>>(), ["0", "1", "2", "3"], "{out}");
 }
@@ -37,7 +37,7 @@ fn no_fd_beyond_stdio_is_inherited() {
 fn signal_dispositions_and_mask_are_reset() {
     // The Rust runtime ignores SIGPIPE in this process; the job must see the default.
     let (st, out) = run(|s| Prepared::new(Path::new("/bin/cat"), &["cat", "/proc/self/status"], &[], None, s).unwrap());
-    assert_eq!(st, ExitStatus::Exited(0));
+    assert_eq!(st, Exit::Code(0));
     let field = |name: &str| out.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap().to_string();
     assert_eq!(field("SigIgn:"), "0000000000000000");
     assert_eq!(field("SigBlk:"), "0000000000000000");
@@ -134,7 +134,7 @@ fn cgroup_of_child_styled(cg: &TestCgroup, force_procs_write: bool, force_fork: 
     drop(p);
     let mut out = String::new();
     std::fs::File::from(r).read_to_string(&mut out).unwrap();
-    assert_eq!(child.wait().unwrap(), ExitStatus::Exited(0));
+    assert_eq!(child.wait().unwrap(), Exit::Code(0));
     (out, child)
 }
 
@@ -251,7 +251,7 @@ fn vfork_style_child_failures_come_back_through_the_status_pipe() {
     assert_eq!(launcher::clone_style(), CloneStyle::Vfork);
     let child = spawn_true(|p| p.with_cgroup(cg.fd())).unwrap();
     assert_eq!((child.path, child.style), (SpawnPath::Clone3IntoCgroup, CloneStyle::Vfork));
-    assert_eq!(child.wait().unwrap(), ExitStatus::Exited(0));
+    assert_eq!(child.wait().unwrap(), Exit::Code(0));
 }
 
 fn p_null() -> OwnedFd {
@@ -275,7 +275,7 @@ fn a_vfork_child_confines_only_itself() {
         .unwrap();
         p.with_landlock(rs.as_fd()).unwrap()
     });
-    assert_eq!(st, ExitStatus::Exited(0));
+    assert_eq!(st, Exit::Code(0));
     assert!(out.starts_with("NoNewPrivs:\t1\n") && out.ends_with("refused\n"), "{out}");
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     assert!(status.contains("NoNewPrivs:\t0"), "the test process itself got no_new_privs");
@@ -295,7 +295,7 @@ fn concurrent_vfork_spawns_from_many_threads_stay_correct() {
                     let cmd = format!("echo {t}-{i}");
                     let (st, out) =
                         run(|s| Prepared::new(Path::new("/bin/sh"), &["sh", "-c", &cmd], &[], None, s).unwrap());
-                    assert_eq!((st, out), (ExitStatus::Exited(0), format!("{t}-{i}\n")));
+                    assert_eq!((st, out), (Exit::Code(0), format!("{t}-{i}\n")));
                     assert_eq!(junk[199], format!("{t}-{i}-199"));
                 }
             })

@@ -33,3 +33,15 @@ pub mod ring;
 pub mod sync;
 #[cfg(not(loom))]
 pub mod sys;
+
+/// An error and its sources as one line: `"outer: inner: os error"`.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut s = err.to_string();
+    let mut src = err.source();
+    while let Some(e) = src {
+        s.push_str(": ");
+        s.push_str(&e.to_string());
+        src = e.source();
+    }
+    s
+}

@@ -164,6 +164,32 @@ impl<T> std::ops::Deref for ProcList<T> {
     }
 }
 
+/// `/proc/PID/cmdline` with NULs as spaces; `[comm]` when it is empty (a zombie or kernel thread). Only
+/// the first [`CMDLINE_READ`] bytes are read: a job sets its own command lines, up to megabytes, and a
+/// listing cuts them to [`MAX_CMDLINE`] ([`cmdline_cut`]).
+pub fn cmdline(pid: u32) -> String {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    if let Ok(f) = std::fs::File::open(format!("/proc/{pid}/cmdline")) {
+        let _ = f.take(CMDLINE_READ).read_to_end(&mut raw);
+    }
+    let text = String::from_utf8_lossy(&raw).replace('\0', " ").trim_end().to_owned();
+    if !text.is_empty() {
+        return text;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+        Ok(comm) => format!("[{}]", comm.trim_end()),
+        Err(_) => String::new(),
+    }
+}
+
+/// [`cmdline`] cut to [`MAX_CMDLINE`] bytes with the cut marker.
+pub fn cmdline_cut(pid: u32) -> String {
+    let mut c = cmdline(pid);
+    cut(&mut c, MAX_CMDLINE);
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

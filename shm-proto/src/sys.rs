@@ -1,4 +1,15 @@
-//! The crate's system calls, behind a safe API: memfd creation and sealing, eventfds, and fd passing.
+//! The system calls heddle's processes share, behind a safe API: memfd creation and sealing, eventfds,
+//! fd passing, inherited fds, and pidfds (`pidfd_open`, `pidfd_send_signal`, `waitid(P_PIDFD)`). The
+//! supervisor, the worker and the launcher use these rather than copies of their own; what only one
+//! process does (the supervisor's privilege drop, the launcher's sandbox) stays in that crate's `sys`.
+//!
+//! ```
+//! use shm_proto::sys;
+//! let child = std::process::Command::new("/bin/true").spawn().unwrap();
+//! let pidfd = sys::pidfd_open(child.id()).unwrap();
+//! let exit = sys::wait_pidfd(std::os::fd::AsFd::as_fd(&pidfd), false).unwrap();
+//! assert_eq!(exit, Some(sys::Exit::Code(0)));
+//! ```
 #![allow(unsafe_code)]
 
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
@@ -164,6 +175,112 @@ pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<(u
         }
     }
     Ok((msg.bytes, fds, truncated))
+}
+
+/// Now as nanoseconds since the Unix epoch (0 before it); the one clock every heddle process stamps
+/// records and chunks with.
+pub fn unix_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// How a reaped child ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Exit {
+    /// It called `exit` with this code.
+    Code(i32),
+    /// A signal with this number ended it.
+    Signal(i32),
+}
+
+impl Exit {
+    /// The exit code, when the process exited by itself.
+    pub fn code(self) -> Option<i32> {
+        match self {
+            Exit::Code(c) => Some(c),
+            Exit::Signal(_) => None,
+        }
+    }
+
+    /// The signal that ended the process, if one did.
+    pub fn signal(self) -> Option<i32> {
+        match self {
+            Exit::Code(_) => None,
+            Exit::Signal(s) => Some(s),
+        }
+    }
+
+    /// The status a shell would report: the code, or 128 + the signal number.
+    pub fn shell_code(self) -> i32 {
+        match self {
+            Exit::Code(c) => c,
+            Exit::Signal(s) => 128 + s,
+        }
+    }
+
+    /// `(code, signal)`, exactly one of them set.
+    pub fn split(self) -> (Option<i32>, Option<i32>) {
+        match self {
+            Exit::Code(c) => (Some(c), None),
+            Exit::Signal(s) => (None, Some(s)),
+        }
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exit code {c}"),
+            Exit::Signal(s) => write!(f, "signal {s}"),
+        }
+    }
+}
+
+/// A close-on-exec pidfd for the process that holds `pid` now (`pidfd_open`, Linux 5.3). Race-free
+/// only for an unreaped child of the caller (its pid cannot have been reused).
+pub fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: pidfd_open takes a pid and a flags word and returns a new fd or -1; no memory is passed.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = std::os::fd::RawFd::try_from(ret).map_err(|_| std::io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: the kernel just created `fd` for us (pidfds are always close-on-exec); nothing else owns
+    // it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Send `signal` to exactly the process behind `pidfd` (`pidfd_send_signal`, Linux 5.1): unlike
+/// `kill(pid)`, never to a process that reused the pid.
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: i32) -> std::io::Result<()> {
+    // SAFETY: the fd is borrowed, so open for this call; a null siginfo and zero flags are the
+    // documented "like kill(2)" form.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), signal, std::ptr::null::<libc::siginfo_t>(), 0u32)
+    };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG])`: reap the child behind `pidfd`. With `nohang`,
+/// `None` while it still runs; otherwise blocks until it exits. `EINTR` is retried.
+pub fn wait_pidfd(pidfd: BorrowedFd<'_>, nohang: bool) -> std::io::Result<Option<Exit>> {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+    let mut flags = WaitPidFlag::WEXITED;
+    if nohang {
+        flags |= WaitPidFlag::WNOHANG;
+    }
+    loop {
+        match waitid(Id::PIDFd(pidfd), flags) {
+            Ok(WaitStatus::Exited(_, code)) => return Ok(Some(Exit::Code(code))),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(Some(Exit::Signal(sig as i32))),
+            Ok(_) => return Ok(None),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub use shm_proto::procs::cmdline;
+
 /// How the host mounts cgroups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CgroupMode {
@@ -200,25 +202,6 @@ fn collect_procs(base: &Path, dir: &Path, skip: &Path, out: &mut Vec<ProcInfo>) 
         collect_procs(base, &sub, skip, out)?;
     }
     Ok(())
-}
-
-/// `/proc/PID/cmdline` with NULs as spaces; `[comm]` when it is empty (a zombie or kernel thread). Only
-/// the first [`shm_proto::procs::CMDLINE_READ`] bytes are read: a job sets its own command lines, up to
-/// megabytes, and a listing cuts them to [`shm_proto::procs::MAX_CMDLINE`].
-pub fn cmdline(pid: u32) -> String {
-    use std::io::Read;
-    let mut raw = Vec::new();
-    if let Ok(f) = std::fs::File::open(format!("/proc/{pid}/cmdline")) {
-        let _ = f.take(shm_proto::procs::CMDLINE_READ).read_to_end(&mut raw);
-    }
-    let text = String::from_utf8_lossy(&raw).replace('\0', " ").trim_end().to_owned();
-    if !text.is_empty() {
-        return text;
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
-        Ok(comm) => format!("[{}]", comm.trim_end()),
-        Err(_) => String::new(),
-    }
 }
 
 /// True when a `cgroup.events` text says `populated 0`.

@@ -337,7 +337,7 @@ impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
     fn front_died(&mut self) -> bool {
         let Some(front) = self.front.take() else { return false };
         let _ = self.poll.registry().deregister(&mut SourceFd(&front.pidfd.as_raw_fd()));
-        let status = sys::wait_exit(front.pidfd.as_fd(), true);
+        let status = sys::wait_pidfd(front.pidfd.as_fd(), true);
         if let Ok(Some(sys::Exit::Code(shm_proto::control::FRONT_EXIT_SHUTDOWN))) = status {
             log(&format!("the front (pid {}) exited after a client's shutdown request; shutting down", front.pid));
             self.drop_control();

@@ -348,7 +348,7 @@ pub fn reap_within(pidfd: BorrowedFd<'_>, timeout: Duration) -> io::Result<Optio
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        if let Some(exit) = sys::wait_exit(pidfd, true)? {
+        if let Some(exit) = sys::wait_pidfd(pidfd, true)? {
             return Ok(Some(exit));
         }
         let left = deadline.saturating_duration_since(std::time::Instant::now());

@@ -1,6 +1,6 @@
-//! Every raw system call of the supervisor, behind a safe API: pidfds (`pidfd_open`,
-//! `pidfd_send_signal`, `waitid(P_PIDFD)`), `close_range(CLOEXEC)` for inherited fds, and the
-//! privilege-dropping child setup that runs between `fork` and `exec`.
+//! The supervisor's own raw system calls, behind a safe API: `close_range(CLOEXEC)` for inherited fds
+//! and the privilege-dropping child setup that runs between `fork` and `exec`. The pidfd calls it
+//! shares with the worker and the launcher are [`shm_proto::sys`]'s, re-exported here.
 //!
 //! Invariants: the code that runs in a forked child ([`spawn_child`]) only makes async-signal-safe
 //! system calls on integers prepared before the fork: it never allocates, locks or formats. Every fd it
@@ -10,96 +10,22 @@
 //! use supervisor::sys;
 //! let child = std::process::Command::new("/bin/true").spawn().unwrap();
 //! let pidfd = sys::pidfd_open(child.id()).unwrap();
-//! let exit = sys::wait_exit(std::os::fd::AsFd::as_fd(&pidfd), false).unwrap();
+//! let exit = sys::wait_pidfd(std::os::fd::AsFd::as_fd(&pidfd), false).unwrap();
 //! assert_eq!(exit, Some(sys::Exit::Code(0)));
 //! ```
 #![allow(unsafe_code)]
 
-use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 
+pub use shm_proto::sys::{pidfd_open, pidfd_send_signal, wait_pidfd, Exit};
+
 /// The lowest fd number used for the copies of the fds a child inherits, so that no copy can be one
 /// of the target numbers (3…7) when it is `dup2`ed into place.
 const HIGH_FD: RawFd = 100;
-
-/// How a reaped child ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exit {
-    /// It called `exit` with this code.
-    Code(i32),
-    /// A signal with this number ended it.
-    Signal(i32),
-}
-
-impl Exit {
-    /// `(code, signal)`, exactly one of them set.
-    pub fn split(self) -> (Option<i32>, Option<i32>) {
-        match self {
-            Exit::Code(c) => (Some(c), None),
-            Exit::Signal(s) => (None, Some(s)),
-        }
-    }
-}
-
-impl std::fmt::Display for Exit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Exit::Code(c) => write!(f, "exit code {c}"),
-            Exit::Signal(s) => write!(f, "signal {s}"),
-        }
-    }
-}
-
-/// A close-on-exec pidfd for `pid`, which must be an unreaped child of ours (so it cannot have been
-/// reused).
-pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
-    // SAFETY: pidfd_open takes a pid and a flags word and returns a new fd or -1; no memory is passed.
-    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = RawFd::try_from(ret).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    // SAFETY: the kernel just created `fd` for us (pidfds are always close-on-exec); nothing else owns
-    // it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Send `signal` to the process behind `pidfd`. Unlike `kill(pid)`, this can never reach a process
-/// that reused the pid.
-pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: i32) -> io::Result<()> {
-    // SAFETY: the fd is borrowed, so open for this call; a null siginfo and zero flags are the
-    // documented "like kill(2)" form.
-    let ret = unsafe {
-        libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), signal, std::ptr::null::<libc::siginfo_t>(), 0u32)
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Reap the child behind `pidfd`. With `nohang`, returns `None` when it is still running; otherwise
-/// blocks until it exits.
-pub fn wait_exit(pidfd: BorrowedFd<'_>, nohang: bool) -> io::Result<Option<Exit>> {
-    let mut flags = WaitPidFlag::WEXITED;
-    if nohang {
-        flags |= WaitPidFlag::WNOHANG;
-    }
-    loop {
-        match waitid(Id::PIDFd(pidfd), flags) {
-            Ok(WaitStatus::Exited(_, code)) => return Ok(Some(Exit::Code(code))),
-            Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(Some(Exit::Signal(sig as i32))),
-            Ok(_) => return Ok(None),
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
 
 /// Mark every fd from 3 up close-on-exec, so that nothing the supervisor inherited from whoever
 /// started it (a shell's saved fds, a service manager's sockets) reaches an unprivileged child.
@@ -359,7 +285,7 @@ mod tests {
     fn pidfd_reaps_its_own_child_with_exit_code() {
         let child = Command::new("/bin/sh").args(["-c", "exit 7"]).spawn().unwrap();
         let pidfd = pidfd_open(child.id()).unwrap();
-        assert_eq!(wait_exit(pidfd.as_fd(), false).unwrap(), Some(Exit::Code(7)));
+        assert_eq!(wait_pidfd(pidfd.as_fd(), false).unwrap(), Some(Exit::Code(7)));
     }
 
     #[test]
@@ -367,9 +293,9 @@ mod tests {
     fn pidfd_signal_kills_and_wait_reports_it() {
         let child = Command::new("/bin/sleep").arg("30").spawn().unwrap();
         let pidfd = pidfd_open(child.id()).unwrap();
-        assert_eq!(wait_exit(pidfd.as_fd(), true).unwrap(), None);
+        assert_eq!(wait_pidfd(pidfd.as_fd(), true).unwrap(), None);
         pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL).unwrap();
-        assert_eq!(wait_exit(pidfd.as_fd(), false).unwrap(), Some(Exit::Signal(libc::SIGKILL)));
+        assert_eq!(wait_pidfd(pidfd.as_fd(), false).unwrap(), Some(Exit::Signal(libc::SIGKILL)));
     }
 
     #[test]

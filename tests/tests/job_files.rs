@@ -1,4 +1,4 @@
-//! A job's output files are made ahead of its call (front/src/job_files.rs), through the real stack:
+//! A job's output files are made ahead of its call (front/src/jobs/files.rs and front/src/sessions/files_ahead.rs), through the real stack:
 //! a paced job writes into the pair made for it, calls back to back (which race the making) lose no
 //! byte, and closing the session removes the pair no job took.
 
@@ -26,7 +26,7 @@ fn jobs_write_into_files_made_ahead_and_close_removes_the_unused_pair() {
     assert!(eventually(Duration::from_secs(10), || dir.join("3.log").exists()), "job 3's pair is made");
     // The files exist a moment before the making thread records the pair as the session's (it opens
     // them outside the session's lock); a close in that moment leaves them, empty, by design
-    // (front/src/job_files.rs). Give the thread that moment, so this checks the held pair's removal.
+    // (front/src/jobs/files.rs and front/src/sessions/files_ahead.rs). Give the thread that moment, so this checks the held pair's removal.
     std::thread::sleep(Duration::from_millis(200));
     c.call("session.close", json!({"session": s})).unwrap();
     assert!(!dir.join("3.log").exists() && !dir.join("3.lines").exists(), "no job took job 3's pair");

@@ -481,7 +481,7 @@ impl CgroupOps for SessionCgroup {
         let still: HashSet<u32> = self.members(job)?.into_iter().collect();
         Ok(pinned
             .iter()
-            .filter(|(pid, fd)| still.contains(pid) && sys::pidfd_signal(fd.as_fd(), libc::SIGTERM).is_ok())
+            .filter(|(pid, fd)| still.contains(pid) && sys::pidfd_send_signal(fd.as_fd(), libc::SIGTERM).is_ok())
             .count())
     }
 

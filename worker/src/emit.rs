@@ -17,6 +17,8 @@ use shm_proto::msg::{Event, JobId, Stream, MAX_OUTPUT_CHUNK};
 use shm_proto::ring::{Producer, PushError};
 use std::collections::VecDeque;
 
+pub use shm_proto::error_chain;
+
 /// Room before the data for the `Event::Output` prefix: variant (1) + job (≤ 10) + stream (1) + length
 /// (≤ 3 bytes for lengths below 2 MiB).
 pub const OUTPUT_PREFIX_MAX: usize = 16;
@@ -202,18 +204,6 @@ pub fn truncate(mut s: String) -> String {
         }
         s.truncate(end);
         s.push('…');
-    }
-    s
-}
-
-/// An error and its sources as one sentence: `"outer: inner: os error"`.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut s = err.to_string();
-    let mut src = err.source();
-    while let Some(e) = src {
-        s.push_str(": ");
-        s.push_str(&e.to_string());
-        src = e.source();
     }
     s
 }

@@ -11,7 +11,7 @@
 use crate::cgroup::CgroupOps;
 use crate::event_loop::{job_warning, WorkerError};
 use crate::Worker;
-use launcher::{Child, ExitStatus};
+use launcher::{Child, Exit};
 use mio::unix::SourceFd;
 use shm_proto::msg::{Event, JobId, Stream};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -75,7 +75,7 @@ pub(crate) struct Job {
     /// stdout and stderr read ends, `None` once at end of file.
     pub pipes: [Option<Pipe>; 2],
     /// How the main process ended (`None` inside: it could not be reaped) and when.
-    pub exit: Option<(Option<ExitStatus>, u64)>,
+    pub exit: Option<(Option<Exit>, u64)>,
     pub exited_sent: bool,
     pub closed_sent: bool,
     /// A `Kill` for this job arrived before `Exited` went out.
@@ -105,10 +105,7 @@ impl Job {
     }
 }
 
-/// Nanoseconds since the Unix epoch, now.
-pub(crate) fn unix_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
+pub(crate) use shm_proto::sys::unix_ns;
 
 impl<C: CgroupOps> Worker<C> {
     /// Queue a pipe for reading (edge-triggered readiness: it stays queued until it reads `EAGAIN`).
@@ -186,7 +183,7 @@ impl<C: CgroupOps> Worker<C> {
         if let (Some((status, at_unix_ns)), false) = (j.exit, j.exited_sent) {
             if j.pipes.iter().flatten().all(|p| p.until_exit == 0) {
                 j.exited_sent = true;
-                let (code, signal) = (status.and_then(ExitStatus::code), status.and_then(ExitStatus::signal));
+                let (code, signal) = (status.and_then(Exit::code), status.and_then(Exit::signal));
                 let killed = j.kill_requested;
                 self.report_limits(job, signal)?;
                 if signal == Some(libc::SIGKILL) {

@@ -53,7 +53,7 @@ pub enum StartError {
 /// the pidfd of the worker's own still-unreaped child (no pid can be reused while it is unreaped), reap.
 pub(crate) fn kill_unreaped<C: CgroupOps>(cgroups: &mut C, job: JobId, child: &launcher::Child) {
     let _ = cgroups.kill(job);
-    let _ = crate::sys::pidfd_signal(child.pidfd.as_fd(), libc::SIGKILL);
+    let _ = crate::sys::pidfd_send_signal(child.pidfd.as_fd(), libc::SIGKILL);
     let _ = child.wait();
 }
 

@@ -14,6 +14,8 @@
 
 use shm_proto::msg::ProcStat;
 
+pub use shm_proto::procs::{cmdline, cmdline_cut};
+
 /// The fields of `/proc/PID/stat` the worker uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stat {
@@ -51,32 +53,6 @@ fn uptime_ms() -> u64 {
     let text = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
     let secs: f64 = text.split_whitespace().next().and_then(|s| s.parse().ok()).unwrap_or(0.0);
     (secs * 1000.0) as u64
-}
-
-/// `/proc/PID/cmdline` with NULs as spaces; `[comm]` when empty (a zombie or kernel thread). Only the
-/// first [`shm_proto::procs::CMDLINE_READ`] bytes are read (a job sets its own command lines, up to
-/// megabytes): enough for a listing to cut it to its bound with the marker.
-pub fn cmdline(pid: u32) -> String {
-    use std::io::Read;
-    let mut raw = Vec::new();
-    if let Ok(f) = std::fs::File::open(format!("/proc/{pid}/cmdline")) {
-        let _ = f.take(shm_proto::procs::CMDLINE_READ).read_to_end(&mut raw);
-    }
-    let text = String::from_utf8_lossy(&raw).replace('\0', " ").trim_end().to_owned();
-    if !text.is_empty() {
-        return text;
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
-        Ok(comm) => format!("[{}]", comm.trim_end()),
-        Err(_) => String::new(),
-    }
-}
-
-/// [`cmdline`] cut to [`shm_proto::procs::MAX_CMDLINE`] bytes with the cut marker.
-pub fn cmdline_cut(pid: u32) -> String {
-    let mut c = cmdline(pid);
-    shm_proto::procs::cut(&mut c, shm_proto::procs::MAX_CMDLINE);
-    c
 }
 
 /// The stat of a live process (`None`: gone).

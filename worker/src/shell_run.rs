@@ -12,7 +12,7 @@ use crate::job_run::StartError;
 use crate::persistent::{Shell, LOOP, SHELL_CGROUP, SHELL_SOURCES};
 use crate::state::STATE_FD;
 use crate::Worker;
-use launcher::{ExitStatus, Prepared, Stdio};
+use launcher::{Exit, Prepared, Stdio};
 use mio::unix::SourceFd;
 use mio::Interest;
 use shm_proto::msg::{Event, JobId, RunSpec};
@@ -160,7 +160,7 @@ impl<C: CgroupOps> Worker<C> {
         let code = std::str::from_utf8(&link.line[..end]).ok().and_then(|s| s.parse::<i32>().ok()).unwrap_or(-1);
         let Some(child) = &j.child else { return Ok(()) };
         let _ = self.poll.registry().deregister(&mut SourceFd(&child.pidfd.as_raw_fd()));
-        j.exit = Some((Some(ExitStatus::Exited(code)), unix_ns()));
+        j.exit = Some((Some(Exit::Code(code)), unix_ns()));
         if let Some(pipe) = j.state.as_mut() {
             let limit = self.out.max_frame().saturating_sub(64);
             pipe.read_available(limit);

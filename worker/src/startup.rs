@@ -60,7 +60,7 @@ pub enum ProbeError {
     #[error(transparent)]
     Launch(#[from] LaunchError),
     #[error("bash printed no version (exit status {0:?})")]
-    Empty(launcher::ExitStatus),
+    Empty(launcher::Exit),
 }
 
 /// `BASH_VERSION` of [`launcher::BASH`], run the way jobs are (allowlisted `env`, stdin `/dev/null`).

@@ -349,7 +349,7 @@ mod tests {
     use std::os::unix::ffi::OsStrExt;
 
     /// Run the wrapper the way the worker does and return (stdout+stderr, state bytes, exit status).
-    fn run(restore: &str, cmd: &str) -> (String, Vec<u8>, launcher::ExitStatus) {
+    fn run(restore: &str, cmd: &str) -> (String, Vec<u8>, launcher::Exit) {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
         let stdio = launcher::Stdio::null_stdin(w.try_clone().unwrap(), w).unwrap();
         let args: Vec<&std::ffi::OsStr> = argv(cmd).iter().map(|a| std::ffi::OsStr::from_bytes(a)).collect();
@@ -374,7 +374,7 @@ mod tests {
     fn capture_follows_the_command_and_keeps_its_status() {
         let (out, state, st) = run("X=restored", "echo $X; FOO=1; return 3 2>/dev/null || (exit 3)");
         assert_eq!(out, "restored\n");
-        assert_eq!(st, launcher::ExitStatus::Exited(3));
+        assert_eq!(st, launcher::Exit::Code(3));
         assert!(state.starts_with(b"\0O\0") && state.ends_with(END_MARKER));
         let text = String::from_utf8_lossy(&state);
         assert!(text.contains("declare -- FOO=\"1\""), "{text}");
@@ -386,7 +386,7 @@ mod tests {
         let only = ["X".to_owned(), "GONE".to_owned()];
         let restore = scoped_restore(b"GONE=1 KEPT=1", Some(&only)).into_owned();
         let (out, state, st) = run(std::str::from_utf8(&restore).unwrap(), "X=2; Y=3; unset GONE; cd /tmp; echo ok");
-        assert_eq!((out.as_str(), st), ("ok\n", launcher::ExitStatus::Exited(0)));
+        assert_eq!((out.as_str(), st), ("ok\n", launcher::Exit::Code(0)));
         let text = String::from_utf8_lossy(&state);
         assert!(text.contains("\0N\0OLDPWD\0X\0GONE\0\0W\0declare -") && text.contains(" OLDPWD=\"/"), "{text:?}");
         assert!(text.contains("declare -- X=\"2\"\n\0D\0"), "{text:?}");
@@ -411,7 +411,7 @@ mod tests {
             assert!(!state.ends_with(END_MARKER), "{cmd}");
         }
         let (_, _, st) = run("", "exit 7");
-        assert_eq!(st, launcher::ExitStatus::Exited(7));
+        assert_eq!(st, launcher::Exit::Code(7));
     }
 
     #[test]
@@ -461,7 +461,7 @@ mod tests {
         for cmd in ["echo a \\", "shopt -s expand_aliases; alias builtin=false '{=false'", "set -v; true"] {
             let (out, state, st) = run("", cmd);
             assert!(state.ends_with(END_MARKER), "{cmd}: {out}");
-            assert_eq!(st, launcher::ExitStatus::Exited(0), "{cmd}: {out}");
+            assert_eq!(st, launcher::Exit::Code(0), "{cmd}: {out}");
             assert!(!out.contains("heddle"), "{cmd}: {out}");
         }
     }

@@ -5,8 +5,10 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use shm_proto::sys::{pidfd_open, pidfd_send_signal};
 
 /// The fds the supervisor hands every worker (see docs/architecture.md, "Command lines, inherited fds").
 #[derive(Debug)]
@@ -88,37 +90,6 @@ pub fn pipe_pending(fd: BorrowedFd<'_>) -> io::Result<usize> {
     Ok(usize::try_from(n).unwrap_or(0))
 }
 
-/// A pidfd for the process that holds `pid` now (`pidfd_open`, Linux 5.3).
-pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
-    // SAFETY: pidfd_open takes plain integers and returns a new fd or -1.
-    let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0 as libc::c_uint) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just created fd `r` (close-on-exec) for us; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
-}
-
-/// Send `sig` to exactly the process behind `pidfd` (`pidfd_send_signal`, Linux 5.1): never to whatever
-/// reuses its pid later.
-pub fn pidfd_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
-    // SAFETY: plain integers and a NULL siginfo (the kernel fills in a SI_USER one).
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0 as libc::c_uint,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Set the extended attribute `name` of the file behind `fd` to `value` (`fsetxattr`).
 pub fn fsetxattr(fd: BorrowedFd<'_>, name: &std::ffi::CStr, value: &[u8]) -> io::Result<()> {
     // SAFETY: a live fd, a NUL-terminated name, and a buffer of the length given.
@@ -146,9 +117,9 @@ mod tests {
     fn pidfd_signal_reaches_our_own_child() {
         let mut child = std::process::Command::new("sleep").arg("10").spawn().unwrap();
         let fd = pidfd_open(child.id()).unwrap();
-        pidfd_signal(fd.as_fd(), libc::SIGTERM).unwrap();
+        pidfd_send_signal(fd.as_fd(), libc::SIGTERM).unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
-        assert_eq!(pidfd_signal(fd.as_fd(), libc::SIGTERM).unwrap_err().raw_os_error(), Some(libc::ESRCH));
+        assert_eq!(pidfd_send_signal(fd.as_fd(), libc::SIGTERM).unwrap_err().raw_os_error(), Some(libc::ESRCH));
     }
 }

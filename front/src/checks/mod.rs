@@ -1,10 +1,9 @@
 //! Checks: test and gate commands run as jobs, with their routing shown and their results parsed
 //! (docs/architecture.md, "Checks").
 //!
-//! This room owns reading test runners' output ([`parse`] and one module per runner), finding a
-//! project's checks ([`config`]: `.heddle/checks.toml`, else detection), and the `check`/`checks`
-//! methods. It uses the jobs, sessions and storage of the kernel as `run` does; nothing else depends on
-//! it but the method table.
+//! This room owns reading test runners' output ([`parse`] and one module per runner) and finding a
+//! project's checks ([`config`]: `.heddle/checks.toml`, then detection). It uses no other room; the
+//! `check` and `checks` methods (`kernel::check_run`, `kernel::checks_list`) use it.
 
 pub mod config;
 pub mod gotest;

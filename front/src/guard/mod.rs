@@ -4,7 +4,7 @@
 //! call pass one deny rule; every override is audited (`job_run`).
 //!
 //! Owns: reading command text into simple commands (`words`) and matching rules against them. May use:
-//! `bash_parse`, the `policies` crate. Used by: `job_run`.
+//! `shell::parse`, the `policies` crate. Used by: `kernel::guard_apply` (from `job_run`).
 //!
 //! A command the parser cannot read in full gets no invented verdict: [`Verdict::unread`] says so and
 //! the call runs (the kernel sandbox stays the backstop). Besides the policy's rules, one built-in
@@ -18,7 +18,6 @@
 //! assert_eq!(v.deny[0].rule, "pattern-kill");
 //! ```
 
-pub(crate) mod apply;
 pub mod words;
 
 use policies::{Guard, GuardKind, GuardTarget};

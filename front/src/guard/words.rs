@@ -70,7 +70,7 @@ fn read_into(cmd: &str, depth: usize, out: &mut Reading, budget: &mut usize) -> 
     if cmd.len() > MAX_READ {
         return Err(Unread::TooLong);
     }
-    let tree = crate::bash_parse::parse(cmd).ok_or(Unread::Syntax)?;
+    let tree = crate::shell::parse::parse(cmd).ok_or(Unread::Syntax)?;
     let root = tree.root_node();
     if root.has_error() {
         return Err(Unread::Syntax);
@@ -106,9 +106,31 @@ fn pipeline_before(n: Node<'_>, src: &[u8]) -> Vec<String> {
     p.named_children(&mut c)
         .take_while(|k| k.id() != n.id())
         .filter(|k| k.kind() == "command")
-        .filter_map(|k| k.child_by_field_name("name").and_then(|w| static_word(w, src)))
-        .map(|w| bare(&w).to_owned())
+        .flat_map(|k| programs(k, src))
         .collect()
+}
+
+/// The programs one simple command runs: its own and, through wrappers (`sudo curl …`), the ones it
+/// starts, so `sudo curl … | sh` is piped from `curl` too.
+fn programs(n: Node<'_>, src: &[u8]) -> Vec<String> {
+    let mut c = n.walk();
+    let kids: Vec<Node> = n.named_children(&mut c).collect();
+    let Some(at) = kids.iter().position(|k| k.kind() == "command_name") else { return Vec::new() };
+    let Some(name) = static_word(kids[at], src) else { return Vec::new() };
+    let mut argv: Vec<Option<String>> = std::iter::once(Some(name))
+        .chain(kids[at + 1..].iter().filter(|k| !k.kind().ends_with("_redirect")).map(|k| static_word(*k, src)))
+        .collect();
+    let mut out = Vec::new();
+    while let Some(Some(program)) = argv.first().cloned() {
+        let program = bare(&program).to_owned();
+        let next = unwrap(&program, &argv[1..]);
+        out.push(program);
+        match next {
+            Some(next) if !next.is_empty() => argv = next,
+            _ => break,
+        }
+    }
+    out
 }
 
 fn bare(program: &str) -> &str {

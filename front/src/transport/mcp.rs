@@ -24,9 +24,9 @@
 use super::mcp_progress::Progress;
 use super::mcp_tools;
 use crate::kernel::{Client, Kernel};
-use crate::outbox::Outbox;
+use crate::rpc::outbox::Outbox;
 use crate::rpc::{self, ErrorKind, Request, RpcError};
-use crate::session::Session;
+use crate::sessions::session::Session;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;

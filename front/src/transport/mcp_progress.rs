@@ -10,7 +10,7 @@
 //! ```
 
 use crate::kernel::{Client, Kernel};
-use crate::outbox::Outbox;
+use crate::rpc::outbox::Outbox;
 use protocol::results::JobState;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,8 +76,8 @@ impl<'a> Progress<'a> {
                 if j.state() != JobState::Running {
                     return;
                 }
-                let line = crate::view::last_lines(j.rendered()).pop();
-                (line, crate::results::millis(j.duration(Instant::now())))
+                let line = crate::output::view::last_lines(j.rendered()).pop();
+                (line, crate::rpc::results::millis(j.duration(Instant::now())))
             };
             if line == said && last.elapsed() < HEARTBEAT {
                 continue;

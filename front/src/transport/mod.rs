@@ -1,6 +1,8 @@
-//! The transport room: the dialects a connection may speak beside plain JSON-RPC, each a translation
-//! onto the one kernel ([`crate::kernel::Kernel::answer`]), holding no copy of its state.
+//! The transport room: the doors a client comes in by, each a translation onto the one kernel
+//! ([`crate::kernel::Kernel::answer`]), holding no copy of its state.
 //!
+//! - [`socket`]: the control socket's server — accepts connections, reads JSON-RPC lines, answers
+//!   through each connection's outbox, and hands a connection that speaks MCP to [`mcp`].
 //! - [`mcp`]: the Model Context Protocol (2025-06-18, with 2025-03-26 and 2024-11-05 accepted), served
 //!   on the control socket after `mcp.attach` (what `heddle mcp` sends) or a bare `initialize`. One MCP
 //!   connection is one heddle session.
@@ -9,11 +11,12 @@
 //! - [`http`]: the HTTP door (`heddle up --http`): `/rpc`, MCP's streamable HTTP on `/mcp`, and
 //!   `/events` (Server-Sent Events); the only place tokio runs.
 //!
-//! May use: the kernel, `rpc` (framing and errors), `protocol` (the results and their text form). Used
-//! by: `server` (the socket's connection loop), which picks the dialect per connection; `service`,
-//! which starts the HTTP door.
+//! May use: every room below it (`kernel`, `sessions` for subscriptions, `output`, `rpc`) and the
+//! `protocol` crate (the results and their text form). Used by: `process`, which starts the socket
+//! server and the HTTP door.
 
 pub mod http;
 pub mod mcp;
 pub mod mcp_progress;
 pub mod mcp_tools;
+pub mod socket;

@@ -277,7 +277,7 @@ impl LocalWorker {
 /// Send SIGKILL to a process this test started (through the worker), pinned by a pidfd.
 pub fn kill_own_job(pid: u32) {
     if let Ok(fd) = worker::sys::pidfd_open(pid) {
-        let _ = worker::sys::pidfd_signal(fd.as_fd(), libc::SIGKILL);
+        let _ = worker::sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
     }
 }
 

@@ -11,7 +11,7 @@
 //!   each with `id: <stdout bytes>-<stderr bytes>` delivered so far; a client reconnecting with
 //!   `Last-Event-ID` resumes from there (the stored chunks are replayed first), so no chunk is lost or
 //!   repeated. The stream ends after `job.settled`. A slow reader is cut off past
-//!   [`crate::outbox::MAX_QUEUED`] as a slow socket subscriber is.
+//!   [`crate::rpc::outbox::MAX_QUEUED`] as a slow socket subscriber is.
 //!
 //! Every request acts as a uid: on a loopback bind, the owner of the client's TCP socket
 //! ([`peer::socket_owner`]); with tokens (a non-loopback bind, or `--http-require-token`), the uid of
@@ -25,10 +25,10 @@ pub mod peer;
 pub mod tokens;
 
 use crate::kernel::{Client, Kernel};
-use crate::outbox::{Outbox, OutboxReader};
+use crate::rpc::outbox::{Outbox, OutboxReader};
 use crate::rpc::{self, ErrorKind, RpcError};
-use crate::server::{after_answer, answer_line_on};
 use crate::transport::mcp::{McpConnection, PROTOCOL_VERSIONS};
+use crate::transport::socket::{after_answer, answer_line_on};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Frame, Incoming};
@@ -584,7 +584,7 @@ async fn events(door: &Door, client: Client, req: &hyper::http::request::Parts) 
     let params = serde_json::json!({"session": session, "job": job, "raw": true, "from": {"stdout": from[0], "stderr": from[1]}});
     let subscribed = blocking(move || {
         let id = serde_json::value::RawValue::from_string("0".into()).expect("a JSON number");
-        crate::subscribe::subscribe(&kernel, &client, params, &id, &ob)
+        crate::kernel::subscribe::subscribe(&kernel, &client, params, &id, &ob)
     })
     .await;
     match subscribed {

@@ -1,0 +1,791 @@
+//! A job's record in the front: state machine, output (store + view), timing, and the bookkeeping that
+//! decides whether its end still has to be announced.
+//!
+//! States move only forward: `running` → `exited` | `killed` | `failed` | `lost`, once. Events that
+//! arrive for an ended job change nothing but its output (processes the job left behind may still
+//! write until its pipes close) and `settled`. `reported` turns true when a response carried the job's
+//! final result or its announcement; it never turns false.
+//!
+//! ```
+//! use front::jobs::job::Job;
+//! use front::rpc::results::JobState;
+//! use std::time::Instant;
+//! let dir = tempfile::tempdir().unwrap();
+//! let mut j = Job::new(1, "true".into(), dir.path().join("1.log"));
+//! j.on_exited(Some(0), None, 0, false, Instant::now());
+//! assert_eq!(j.state(), JobState::Exited);
+//! ```
+
+use crate::output::rendered::RenderedOutput;
+use crate::output::store::{OutputStore, ReadPlan, StoreError};
+use crate::output::view::{self, stream_index, Omission};
+use crate::rpc::results::{
+    join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted, Survivor, Usage,
+};
+use shm_proto::msg::{JobId, Stream};
+use shm_proto::msg::{JobLiveness, JobUsage, ProcStat};
+use shm_proto::procs::ProcList;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub use shm_proto::sys::unix_ns;
+
+/// One job.
+#[derive(Debug)]
+pub struct Job {
+    id: JobId,
+    cmd: String,
+    state: JobState,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    submitted: Instant,
+    submitted_unix_ns: u64,
+    /// When the worker said it started: our clock, and the worker's `at_unix_ns`.
+    started: Option<(Instant, u64)>,
+    /// When it ended: our clock, and the worker's `at_unix_ns` when it told one.
+    ended: Option<(Instant, Option<u64>)>,
+    pid: Option<u32>,
+    rendered: RenderedOutput,
+    counts: [u64; 2],
+    store: OutputStore,
+    last_output: Option<Instant>,
+    streams_closed: bool,
+    kill_requested: bool,
+    reported: bool,
+    notes: Vec<String>,
+    shell: crate::jobs::shell_part::JobShellState,
+    /// Processes left in the job's cgroup after its main process exited (until it empties).
+    survivors: Option<ProcList<ProcStat>>,
+    /// When the job's cgroup emptied, and what it accounted.
+    emptied: Option<(u64, JobUsage)>,
+    kept: Option<String>,
+    oom_killed: bool,
+    /// The job ran on a shell pre-started for it (`Started { prestarted }`).
+    prestarted: bool,
+    /// The job's cgroup, relative to the session's (`Started { cgroup }`; `None` before it started or
+    /// when it has none of its own).
+    cgroup: Option<String>,
+    files: Vec<crate::rpc::results::FileResult>,
+    /// Preflight warnings given at launch.
+    pub warnings: Vec<String>,
+    /// Set when a guard refused the command and only its files are being written: the job ends
+    /// `refused` with these notes instead of `exited` (`job_run`).
+    refusal: Option<Vec<String>>,
+    /// The per-job output cap in bytes (see [`crate::output::retention`]).
+    pub cap: u64,
+    /// Why output was removed last (said in every view).
+    pub removed_why: Option<String>,
+}
+
+impl Job {
+    /// A job just submitted; its output goes to `log_path` (and its line log beside it).
+    pub fn new(id: JobId, cmd: String, log_path: PathBuf) -> Job {
+        Job::with_files(id, cmd, log_path, None)
+    }
+
+    /// [`Job::new`], with its two files already made (empty, open at `log_path` and beside it: see
+    /// [`crate::jobs::files`]) or, with `None`, made now.
+    pub fn with_files(id: JobId, cmd: String, log_path: PathBuf, files: Option<crate::jobs::files::JobFiles>) -> Job {
+        let lines_path = log_path.with_extension("lines");
+        let (store, rendered) = match files {
+            Some(f) => (
+                OutputStore::with_file(log_path, f.log),
+                RenderedOutput::with_log(crate::output::linelog::LineLog::with_file(lines_path, f.lines)),
+            ),
+            None => (OutputStore::create(log_path), RenderedOutput::new(lines_path)),
+        };
+        Job {
+            id,
+            cmd,
+            state: JobState::Running,
+            exit_code: None,
+            signal: None,
+            submitted: Instant::now(),
+            submitted_unix_ns: unix_ns(),
+            started: None,
+            ended: None,
+            pid: None,
+            rendered,
+            counts: [0, 0],
+            store,
+            last_output: None,
+            streams_closed: false,
+            kill_requested: false,
+            reported: false,
+            notes: Vec::new(),
+            shell: Default::default(),
+            survivors: None,
+            emptied: None,
+            kept: None,
+            oom_killed: false,
+            prestarted: false,
+            cgroup: None,
+            files: Vec::new(),
+            warnings: Vec::new(),
+            refusal: None,
+            cap: crate::output::retention::config().job_bytes,
+            removed_why: None,
+        }
+    }
+
+    pub fn id(&self) -> JobId {
+        self.id
+    }
+
+    pub fn state(&self) -> JobState {
+        self.state
+    }
+
+    pub fn reported(&self) -> bool {
+        self.reported
+    }
+
+    /// True once no more output can arrive.
+    pub fn settled(&self) -> bool {
+        self.streams_closed || matches!(self.state, JobState::Lost | JobState::Failed | JobState::Refused)
+    }
+
+    /// True once nothing of the job runs in the session any more: its cgroup emptied, it was kept, or it
+    /// was lost or never started.
+    pub fn cgroup_settled(&self) -> bool {
+        self.emptied.is_some()
+            || self.kept.is_some()
+            || matches!(self.state, JobState::Lost | JobState::Failed | JobState::Refused)
+    }
+
+    /// True once the worker said what remains after the main process's exit (survivors or empty).
+    pub fn end_known(&self) -> bool {
+        self.state.ended() && (self.cgroup_settled() || self.survivors.is_some())
+    }
+
+    /// True when a probe tells more: the job runs, or it ended and survivors may still run.
+    pub fn worth_probing(&self) -> bool {
+        !self.state.ended() || (self.survivors.is_some() && !self.cgroup_settled())
+    }
+
+    /// The job's processes still alive after its main process exited.
+    pub fn survivors(&self) -> Vec<Survivor> {
+        match (&self.survivors, self.cgroup_settled()) {
+            (Some(v), false) => v.iter().map(crate::rpc::results::survivor).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Survivors beyond [`Job::survivors`], counted only.
+    pub fn survivors_more(&self) -> u32 {
+        match (&self.survivors, self.cgroup_settled()) {
+            (Some(v), false) => v.more(),
+            _ => 0,
+        }
+    }
+
+    pub fn on_survivors(&mut self, procs: ProcList<ProcStat>) {
+        self.notes.retain(|n| !n.contains("outlived its main process"));
+        if procs.total() > 0 {
+            let n = procs.total();
+            let more = match procs.more() {
+                0 => String::new(),
+                m => format!(" ({} listed, and {m} more)", procs.len()),
+            };
+            self.note(format!(
+                "{n} process(es) of the job outlived its main process and still run in its cgroup{more}; \
+                 kill the job to end them, or keep it to let them outlive the session"
+            ));
+        }
+        self.survivors = Some(procs);
+    }
+
+    pub fn on_emptied(&mut self, at_unix_ns: u64, usage: JobUsage) {
+        self.emptied.get_or_insert((at_unix_ns, usage));
+        self.notes.retain(|n| !n.contains("outlived its main process"));
+    }
+
+    pub fn on_oom_killed(&mut self) {
+        self.oom_killed = true;
+        self.note("the kernel's OOM killer killed a process of the job: the session's memory limit was reached".into());
+    }
+
+    pub fn set_kept(&mut self, name: String) {
+        self.kept = Some(name);
+    }
+
+    pub fn kept(&self) -> Option<&str> {
+        self.kept.as_deref()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// The job's cgroup, relative to the session's (a job cgroup is reused by later jobs once empty).
+    pub fn cgroup(&self) -> Option<&str> {
+        self.cgroup.as_deref()
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        self.emptied.map(|(at, u)| Usage {
+            cpu_ms: u.cpu_usec as f64 / 1000.0,
+            procs_seen: u.procs_seen,
+            emptied_at_ms: at / 1_000_000,
+            memory_peak: u.memory_peak,
+        })
+    }
+
+    /// CPU time accounted once the cgroup emptied (0 before).
+    pub fn cpu_ms(&self) -> f64 {
+        self.emptied.map_or(0.0, |(_, u)| u.cpu_usec as f64 / 1000.0)
+    }
+
+    /// Liveness of a running job, with the worker's probe when it answered.
+    pub fn liveness(&self, now: Instant, probe: Option<&JobLiveness>) -> Option<Liveness> {
+        (self.state == JobState::Running).then(|| Liveness {
+            running_ms: self.duration(now).as_millis() as u64,
+            last_output_ms_ago: self.last_output.map(|t| now.saturating_duration_since(t).as_millis() as u64),
+            pid: self.pid,
+            cpu_ms: probe.map(|p| p.cpu_usec as f64 / 1000.0),
+            procs: probe.map(|p| p.procs),
+            busy_pid: probe.map(|p| p.pid),
+            busy_cmdline: probe.map(|p| crate::rpc::results::redacted(&p.cmdline)),
+            proc_state: probe.map(|p| p.state.clone()),
+            wchan: probe.map(|p| p.wchan.clone()),
+            activity: probe.map(|p| p.activity.clone()),
+        })
+    }
+
+    /// Add a sentence to the job's notes (shown in every later result).
+    pub fn note(&mut self, note: String) {
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
+    }
+
+    pub fn set_kill_requested(&mut self) {
+        self.kill_requested = true;
+    }
+
+    pub fn on_started(&mut self, pid: u32, at_unix_ns: u64, prestarted: bool, cgroup: String, now: Instant) {
+        if self.started.is_none() {
+            self.started = Some((now, at_unix_ns));
+            self.pid = Some(pid);
+            self.prestarted = prestarted;
+            self.cgroup = Some(cgroup).filter(|c| !c.is_empty());
+        }
+    }
+
+    /// A guard refused the command before launch: the job ends `refused`, and nothing of it ran.
+    pub fn on_refused(&mut self, why: Vec<String>, now: Instant) {
+        if self.end(JobState::Refused, now, None) {
+            for w in why {
+                self.note(w);
+            }
+        }
+    }
+
+    pub fn on_spawn_failed(&mut self, error: &str, now: Instant) {
+        if self.end(JobState::Failed, now, None) {
+            self.note(format!("the job could not be launched: {error}"));
+        }
+    }
+
+    pub fn on_output(&mut self, stream: Stream, data: &[u8], now: Instant, unix_ns: u64) {
+        let s = stream_index(stream);
+        self.counts[s] += data.len() as u64;
+        self.rendered.push(s, data);
+        self.store.append(stream, data, unix_ns);
+        self.last_output = Some(now);
+        if self.store.kept_len() > self.cap || self.rendered.kept_len() > self.cap {
+            let why = format!("max {} per job", crate::output::sniff::human_bytes(self.cap));
+            self.remove_output(self.cap, &why);
+        }
+    }
+
+    /// A guard refused the command; the job only writes the call's files, then ends `refused`.
+    pub fn refuse_on_exit(&mut self, why: Vec<String>) {
+        self.refusal = Some(why);
+    }
+
+    pub fn on_exited(&mut self, code: Option<i32>, signal: Option<i32>, at_unix_ns: u64, killed: bool, now: Instant) {
+        if let Some(why) = self.refusal.take() {
+            if self.end(JobState::Refused, now, Some(at_unix_ns)) {
+                why.into_iter().for_each(|w| self.note(w));
+            }
+            return;
+        }
+        let state = if killed { JobState::Killed } else { JobState::Exited };
+        if self.end(state, now, Some(at_unix_ns)) {
+            // Exactly one of the two is set once the job ended: a signal wins.
+            self.signal = signal;
+            self.exit_code = if signal.is_some() { None } else { code };
+            if code.is_none() && signal.is_none() {
+                self.note("the worker reported neither an exit code nor a signal".to_owned());
+            }
+            if self.kill_requested && !killed {
+                self.note("the job ended on its own before the kill took effect".to_owned());
+            }
+        }
+    }
+
+    /// The job starts from this state snapshot.
+    pub fn set_state_base(&mut self, version: u64, base: std::sync::Arc<crate::shell::capture::Items>) {
+        self.shell.base = Some((version, base));
+    }
+
+    /// The job's capture is scoped to these variables (`RunSpec::capture_only`; see `shell::scope`).
+    pub fn set_capture_scope(&mut self, names: Option<Vec<String>>) {
+        self.shell.scope = names;
+    }
+
+    /// The job runs in the session's persistent shell (its capture diffs against the record as it is then).
+    pub fn set_in_persistent_shell(&mut self) {
+        self.shell.persistent = true;
+    }
+
+    /// The worker sent the job's capture: apply it to the session's record.
+    /// Returns the earlier jobs whose changes this one overrode, with the items.
+    pub fn on_state_captured(
+        &mut self,
+        data: &[u8],
+        record: &mut crate::shell::record::StateRecord,
+    ) -> Vec<(u64, String)> {
+        self.shell.captured(data, record, self.id)
+    }
+
+    /// A later job overrode `items` this one changed.
+    pub fn on_state_overridden(&mut self, by: u64, items: &[String]) {
+        self.shell.overridden(by, items);
+    }
+
+    pub fn on_state_unknown(&mut self, reason: &str) {
+        self.shell.unknown(reason);
+    }
+
+    pub fn on_streams_closed(&mut self) {
+        self.streams_closed = true;
+        self.rendered.finish();
+        self.store.flush();
+        self.release_buffers();
+    }
+
+    /// A job that can write no more gives its write buffers back once they are flushed: they grow to
+    /// the flush size (256 KiB each) while it streams, and a session keeps every job it ran.
+    fn release_buffers(&mut self) {
+        if self.streams_closed {
+            self.store.release_buffer();
+            self.rendered.release_buffer();
+        }
+    }
+
+    /// The worker died (or its ring broke): an unfinished job is lost, never re-run.
+    /// Whether this ended the job (it was still running).
+    pub fn mark_lost(&mut self, why: &str, now: Instant) -> bool {
+        let ended = self.end(JobState::Lost, now, None);
+        if ended {
+            self.shell.unknown("the job was lost");
+            self.note(format!("{why}; the job's outcome is unknown and it is not re-run"));
+        }
+        self.streams_closed = true;
+        self.rendered.finish();
+        self.flush();
+        ended
+    }
+
+    /// The session was closed under the job; whether this ended it (it was still running).
+    pub fn mark_closed(&mut self, now: Instant) -> bool {
+        let ended = self.end(JobState::Killed, now, None);
+        if ended {
+            self.shell.unknown("the session was closed");
+            self.note("ended by session.close".to_owned());
+        }
+        self.streams_closed = true;
+        self.rendered.finish();
+        self.flush();
+        ended
+    }
+
+    /// Move to an end state; false (nothing changes) if the job already ended.
+    fn end(&mut self, state: JobState, now: Instant, at_unix_ns: Option<u64>) -> bool {
+        if self.state.ended() {
+            return false;
+        }
+        self.state = state;
+        self.ended = Some((now, at_unix_ns));
+        self.store.flush();
+        true
+    }
+
+    /// Write buffered output to disk.
+    pub fn flush(&mut self) {
+        self.store.flush();
+        self.rendered.flush();
+        self.release_buffers();
+    }
+
+    /// Bytes of the job's log file written so far.
+    pub fn log_len(&self) -> u64 {
+        self.store.durable_len()
+    }
+
+    pub fn dirty(&self) -> bool {
+        self.store.dirty() || self.rendered.dirty()
+    }
+
+    pub fn duration(&self, now: Instant) -> Duration {
+        let start = self.started.map_or(self.submitted, |s| s.0);
+        match (self.started, self.ended) {
+            (Some((_, a)), Some((_, Some(b)))) if b >= a => Duration::from_nanos(b - a),
+            (_, Some((end, _))) => end.saturating_duration_since(start),
+            (_, None) => now.saturating_duration_since(start),
+        }
+    }
+
+    /// Per-stream byte counts `[stdout, stderr]`.
+    pub fn counts(&self) -> [u64; 2] {
+        self.counts
+    }
+
+    /// The rendered (model-facing, redacted) output.
+    pub fn rendered(&self) -> &RenderedOutput {
+        &self.rendered
+    }
+
+    pub fn rendered_mut(&mut self) -> &mut RenderedOutput {
+        &mut self.rendered
+    }
+
+    /// Plan a read of stored bytes (flushes first so the newest bytes are readable).
+    pub fn plan_read(&mut self, stream: Stream, offset: u64) -> (ReadPlan, u64) {
+        self.store.flush();
+        (self.store.plan(stream, offset), self.store.stored(stream))
+    }
+
+    /// The stored chunks from stream offsets `from` on (flushes first); see [`OutputStore::chunks_from`].
+    pub fn chunks_from(
+        &mut self,
+        from: [u64; 2],
+        max: u64,
+    ) -> Result<Vec<crate::output::store::StoredChunk>, StoreError> {
+        self.store.flush();
+        self.store.chunks_from(from, max)
+    }
+
+    /// The worker wrote (or refused) the job's files.
+    pub fn on_files(&mut self, files: Vec<shm_proto::msg::FileOutcome>) {
+        self.files = files
+            .into_iter()
+            .map(|f| crate::rpc::results::FileResult {
+                path: String::from_utf8_lossy(&f.path).into_owned(),
+                written: f.error.is_none(),
+                error: f.error,
+            })
+            .collect();
+    }
+
+    /// Retention: remove the oldest output until at most `keep` bytes of the raw log and of the line
+    /// log remain; `why` is said in every view. Returns true when something was removed.
+    pub fn remove_output(&mut self, keep: u64, why: &str) -> bool {
+        let raw = self.store.remove_oldest(keep, why);
+        let lines = self.rendered.remove_oldest(keep);
+        if raw || lines {
+            self.removed_why = Some(why.to_owned());
+            crate::output::retention::save_removed(&self.log_path(), &self.removed_record());
+        }
+        raw || lines
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.store.path().to_owned()
+    }
+
+    /// What retention removed from the raw log, as `<job>.removed` keeps it for a restarted front.
+    pub fn removed_record(&self) -> crate::output::retention::Removed {
+        crate::output::retention::Removed {
+            file: self.store.removed_file(),
+            bytes: self.store.removed(),
+            why: self.removed_why.clone().unwrap_or_default(),
+        }
+    }
+
+    /// A fresh job continuing a log retention had cut (a restarted front, before the kept records are
+    /// replayed): byte counts and stream offsets go on from what was removed (line numbers start again
+    /// at the first kept byte, said in a note), and the record is saved again for the new log (which
+    /// starts with the first kept record).
+    pub fn carry_removed(&mut self, r: &crate::output::retention::Removed) {
+        self.counts = r.bytes;
+        self.store.carry_removed(r.bytes, &r.why);
+        self.removed_why = Some(r.why.clone());
+        self.note("the front restarted after retention removed this job's oldest output: byte counts and raw offsets are exact, line numbers start again at the first kept byte".to_owned());
+        crate::output::retention::save_removed(&self.log_path(), &self.removed_record());
+    }
+
+    /// Bytes of output kept on disk (raw log and line log).
+    pub fn kept_bytes(&self) -> u64 {
+        self.store.kept_len() + self.rendered.kept_len()
+    }
+
+    /// When the job ended, by our clock.
+    pub fn ended_at(&self) -> Option<Instant> {
+        self.ended.map(|(at, _)| at)
+    }
+
+    /// Raw bytes removed by retention per stream `[stdout, stderr]`, and lines removed (`1..=n`).
+    pub fn removed(&self) -> ([u64; 2], u64) {
+        (self.store.removed(), self.rendered.removed().0)
+    }
+
+    /// The view's first line when retention removed output.
+    pub fn retention_line(&self) -> Option<String> {
+        crate::output::retention::marker(self.store.removed(), self.rendered.removed().0, self.removed_why.as_deref()?)
+    }
+
+    /// The store's error, when storing stopped.
+    pub fn store_error(&self) -> Option<&str> {
+        self.store.error()
+    }
+
+    /// The full result. `final_result` marks the job reported when it has ended.
+    /// The full result, its view within `budget` bytes. `final_result` marks the job reported when it
+    /// has ended.
+    pub fn result(
+        &mut self,
+        session: &str,
+        now: Instant,
+        extra: Vec<String>,
+        final_result: bool,
+        budget: usize,
+    ) -> JobResult {
+        if final_result && self.state.ended() {
+            self.reported = true;
+            self.shell.conflict_unannounced = false;
+        }
+        let mut rendered = view::render(&self.rendered, budget, session, self.id);
+        if let Some(line) = self.retention_line() {
+            rendered.text.insert_str(0, &line);
+        }
+        let [stdout_bytes, stderr_bytes] = self.counts();
+        let liveness = self.liveness(now, None);
+        let errors = [self.store.error(), self.rendered.error()];
+        let notes = self.notes.iter().cloned().chain(errors.into_iter().flatten().map(str::to_owned)).chain(extra);
+        JobResult {
+            session: session.to_owned(),
+            job: self.id,
+            cmd: crate::rpc::results::redacted(&self.cmd),
+            state: self.state,
+            exit_code: self.exit_code,
+            signal: self.signal,
+            duration_ms: millis(self.duration(now)),
+            view: rendered.text,
+            stdout_bytes,
+            stderr_bytes,
+            omitted: rendered.omitted.map(|o| omitted(session, self.id, o)),
+            liveness,
+            survivors: self.survivors(),
+            survivors_more: self.survivors_more(),
+            settled: self.settled() && self.cgroup_settled(),
+            note: join_notes(notes).map(|n| crate::rpc::results::redacted(&n)),
+            announcements: Vec::new(),
+            state_note: self.shell.note.clone(),
+            state_changes: self.shell.changes.clone(),
+            state_version: self.shell.versions(),
+            usage: self.usage(),
+            kept: self.kept.clone(),
+            oom_killed: self.oom_killed,
+            prestarted: self.prestarted,
+            files: self.files.clone(),
+            refusals: Vec::new(),
+            warnings: self.warnings.clone(),
+            state_conflicts: self.shell.conflicts.clone(),
+        }
+    }
+
+    /// The announcement of this ended job; marks it reported.
+    pub fn announce(&mut self, now: Instant) -> Announcement {
+        self.reported = true;
+        self.shell.conflict_unannounced = false;
+        Announcement {
+            job: self.id,
+            cmd: crate::rpc::results::redacted(&self.cmd),
+            state: self.state,
+            exit_code: self.exit_code,
+            signal: self.signal,
+            duration_ms: millis(self.duration(now)),
+            last_lines: view::last_lines(&self.rendered),
+            state_conflicts: self.shell.conflicts.clone(),
+        }
+    }
+
+    /// True when the job ended and no response has carried that yet.
+    pub fn needs_announcement(&self) -> bool {
+        self.state.ended() && (!self.reported || self.shell.conflict_unannounced)
+    }
+
+    /// The command as submitted.
+    pub fn cmd(&self) -> &str {
+        &self.cmd
+    }
+
+    /// The shell-state changes this job made (`+export FOO`, `cd /x`, …).
+    pub fn state_changes(&self) -> &[String] {
+        &self.shell.changes
+    }
+
+    pub fn summary(&self, now: Instant) -> JobSummary {
+        let [stdout_bytes, stderr_bytes] = self.counts();
+        let started_ns = self.started.map_or(self.submitted_unix_ns, |s| s.1);
+        JobSummary {
+            job: self.id,
+            cmd: crate::rpc::results::redacted(&self.cmd),
+            state: self.state,
+            exit_code: self.exit_code,
+            signal: self.signal,
+            started_at_ms: started_ns / 1_000_000,
+            duration_ms: millis(self.duration(now)),
+            stdout_bytes,
+            stderr_bytes,
+            survivors: self.survivors(),
+            survivors_more: self.survivors_more(),
+            settled: self.settled() && self.cgroup_settled(),
+            liveness: self.liveness(now, None),
+            usage: self.usage(),
+            kept: self.kept.clone(),
+            cgroup: self.cgroup.clone(),
+            oom_killed: self.oom_killed,
+            state_conflicts: self.shell.conflicts.clone(),
+        }
+    }
+}
+
+fn omitted(session: &str, job: JobId, o: Omission) -> Omitted {
+    let call = serde_json::json!({"session": session, "job": job, "lines": [o.first, o.last]});
+    let errors = if o.errors > 0 {
+        format!("; {} error-shaped lines among them are listed under the marker", o.errors)
+    } else {
+        String::new()
+    };
+    Omitted {
+        lines: [o.first, o.last],
+        line_count: o.lines(),
+        bytes: o.bytes,
+        errors: o.errors,
+        hint: format!(
+            "lines {}–{} ({} lines, {} bytes) are not shown{errors}; read them with {} (grep, errors, tail and raw views also work)",
+            o.first,
+            o.last,
+            o.lines(),
+            o.bytes,
+            view::lines_call(session, job, o.first, o.last)
+        ),
+        call,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> (tempfile::TempDir, Job) {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Job::new(3, "cmd".into(), dir.path().join("3.log"));
+        (dir, j)
+    }
+
+    #[test]
+    fn a_job_that_can_write_no_more_gives_its_write_buffers_back() {
+        let (_d, mut j) = job();
+        let now = Instant::now();
+        let text: String = (0..3000).map(|i| format!("line {i:08} of some build output\n")).collect();
+        j.on_output(Stream::Stdout, text.as_bytes(), now, 0);
+        j.flush();
+        assert!(j.store.buffer_capacity() > 0 && j.rendered.buffer_capacity() > 0, "kept while it may write");
+        j.on_exited(Some(0), None, 0, false, now);
+        j.on_streams_closed();
+        j.flush();
+        assert_eq!((j.store.buffer_capacity(), j.rendered.buffer_capacity()), (0, 0));
+        let (_d2, mut closed) = job();
+        closed.on_output(Stream::Stdout, text.as_bytes(), now, 0);
+        closed.mark_closed(now);
+        assert_eq!((closed.store.buffer_capacity(), closed.rendered.buffer_capacity()), (0, 0), "closed too");
+        assert!(!closed.dirty(), "its last lines are written");
+        let r = j.result("s", now, Vec::new(), false, 40_000);
+        assert!(r.view.ends_with("line 00002999 of some build output\n"), "{}", &r.view[r.view.len() - 300..]);
+        assert_eq!(j.counts()[0], text.len() as u64);
+    }
+
+    #[test]
+    fn states_move_forward_once() {
+        let (_d, mut j) = job();
+        let now = Instant::now();
+        j.on_exited(Some(2), None, 10, false, now);
+        j.on_exited(None, Some(9), 20, true, now);
+        j.mark_lost("worker died", now);
+        assert_eq!((j.state(), j.exit_code, j.signal), (JobState::Exited, Some(2), None));
+        assert!(j.settled(), "mark_lost settles the output even of an ended job");
+    }
+
+    #[test]
+    fn a_signal_clears_the_exit_code() {
+        let (_d, mut j) = job();
+        j.on_exited(Some(137), Some(9), 1, true, Instant::now());
+        assert_eq!((j.state(), j.exit_code, j.signal), (JobState::Killed, None, Some(9)));
+    }
+
+    #[test]
+    fn duration_uses_the_workers_clock_when_it_has_both_ends() {
+        let (_d, mut j) = job();
+        let now = Instant::now();
+        j.on_started(42, 1_000_000, false, "slot-1".into(), now);
+        j.on_exited(Some(0), None, 3_500_000, false, now);
+        assert_eq!(j.duration(now), Duration::from_micros(2500));
+        assert_eq!(j.result("s", now, vec![], true, view::DEFAULT_BUDGET).duration_ms, 2.5);
+    }
+
+    #[test]
+    fn final_results_mark_reported_and_running_ones_do_not() {
+        let (_d, mut j) = job();
+        let r = j.result("s", Instant::now(), vec![], true, view::DEFAULT_BUDGET);
+        assert_eq!(r.state, JobState::Running);
+        assert!(r.liveness.is_some());
+        assert!(!j.reported());
+        j.on_exited(Some(0), None, 0, false, Instant::now());
+        assert!(j.needs_announcement());
+        let r = j.result("s", Instant::now(), vec!["extra".into()], true, view::DEFAULT_BUDGET);
+        assert_eq!((r.note.as_deref(), r.liveness.is_none()), (Some("extra"), true));
+        assert!(j.reported() && !j.needs_announcement());
+    }
+
+    #[test]
+    fn omitted_hint_names_the_lines_and_the_call() {
+        let o = omitted("de\"mo", 7, Omission { first: 5, last: 14, bytes: 100, errors: 0 });
+        assert_eq!((o.lines, o.line_count), ([5, 14], 10));
+        assert!(o.hint.contains("lines 5–14 (10 lines, 100 bytes)"), "{}", o.hint);
+        assert!(o.hint.contains(r#"output {"session": "de\"mo", "job": 7, "lines": [5, 14]}"#), "{}", o.hint);
+    }
+
+    #[test]
+    fn survivors_keep_a_job_unsettled_until_its_cgroup_empties() {
+        let (_d, mut j) = job();
+        let now = Instant::now();
+        j.on_exited(Some(0), None, 1, false, now);
+        j.on_streams_closed();
+        assert!(!j.end_known(), "the worker has not said what the exit left behind");
+        let p = ProcStat { pid: 9, cmdline: "sleep 1000".into(), age_ms: 5, cpu_ms: 0 };
+        j.on_survivors(shm_proto::procs::ProcList::new(vec![p]));
+        let r = j.result("s", now, vec![], true, crate::output::view::DEFAULT_BUDGET);
+        assert!(j.end_known() && !r.settled && j.worth_probing());
+        assert_eq!((r.survivors.len(), r.survivors[0].age_ms), (1, Some(5)));
+        assert!(r.note.unwrap().contains("outlived its main process"));
+        j.on_emptied(2_000_000, JobUsage { cpu_usec: 2500, procs_seen: 3, memory_peak: Some(1 << 20) });
+        let r = j.result("s", now, vec![], true, crate::output::view::DEFAULT_BUDGET);
+        assert!(r.settled && r.survivors.is_empty() && r.note.is_none(), "{r:?}");
+        let u = r.usage.unwrap();
+        assert_eq!((u.cpu_ms, u.procs_seen, u.emptied_at_ms, u.memory_peak), (2.5, 3, 2, Some(1 << 20)));
+    }
+
+    #[test]
+    fn spawn_failure_is_failed_with_a_note() {
+        let (_d, mut j) = job();
+        j.on_spawn_failed("no such directory", Instant::now());
+        let r = j.result("s", Instant::now(), vec![], true, view::DEFAULT_BUDGET);
+        assert_eq!((r.state, r.exit_code, r.signal, r.settled), (JobState::Failed, None, None, true));
+        assert!(r.note.unwrap().contains("no such directory"));
+    }
+}

@@ -1,0 +1,101 @@
+//! The per-session parts of `describe` added for introspection: the job environment (the policy's
+//! allowlist and forced values, the session's own entries, and the `PATH` jobs get), the live jobs with
+//! their liveness, and what changed in the session since it began (jobs run by state, shell-state
+//! changes with the last few).
+//!
+//! ```text
+//! "env": {"policy": "workspace", "allow": ["PATH", "HOME", "LC_*"], "set": {"TERM": "dumb"},
+//!         "session": ["FOO"], "path": "/usr/local/sbin:…:/bin", "path_from": "worker"},
+//! "live_jobs": [{"job": 3, "cmd": "sleep 100", "liveness": {…}}],
+//! "changes": {"jobs_run": 3, "jobs_by_state": {"exited": 2, "running": 1}, "state_changes": 1,
+//!             "last_state_changes": [{"job": 1, "change": "+export FOO"}]}
+//! ```
+
+pub use crate::rpc::results::{EnvFacts, LiveJob, SessionChanges, StateChange};
+use crate::sessions::session::Session;
+use shm_proto::msg::{JobId, JobLiveness};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// How many of the latest shell-state changes `describe` lists.
+pub const LAST_CHANGES: usize = 8;
+
+/// The environment facts of `s`.
+pub fn env_facts(s: &Session) -> EnvFacts {
+    let st = s.lock();
+    let policy_name = st.sandbox.as_ref().map(|sb| sb.policy.clone());
+    let policy = policy_name.as_deref().and_then(|n| policies::Policy::builtin(n).ok());
+    let (allow, set): (Vec<String>, BTreeMap<String, String>) = match &policy {
+        Some(p) => (
+            p.env.allow.iter().map(|r| r.matcher.to_string()).collect(),
+            p.env.set.iter().map(|v| (v.name.clone(), v.value.clone())).collect(),
+        ),
+        None => (
+            launcher_allowlist(),
+            [("TERM", "dumb"), ("NO_COLOR", "1"), ("PAGER", "cat"), ("GIT_PAGER", "cat")]
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ),
+    };
+    let own = s.spec().env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
+    let (path, path_from) = match (own, set.get("PATH")) {
+        (Some(p), _) => (p, "session"),
+        (None, Some(p)) => (p.clone(), "policy"),
+        (None, None) => (shm_proto::control::WORKER_PATH.to_owned(), "worker"),
+    };
+    let note = st.record.items().contains_key("var:PATH").then(|| {
+        "the session's shell state holds its own PATH (exported by an earlier job); jobs restore it".to_owned()
+    });
+    EnvFacts {
+        policy: policy_name,
+        allow,
+        set,
+        session: s.spec().env.iter().map(|(k, _)| k.clone()).collect(),
+        path,
+        path_from,
+        note,
+    }
+}
+
+/// The built-in allowlist (launcher's `ALLOWED` and `LC_*`), used by sessions without a policy.
+fn launcher_allowlist() -> Vec<String> {
+    ["PATH", "HOME", "LANG", "TMPDIR", "USER", "LOGNAME", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "LC_*"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+}
+
+/// The jobs of `s` worth probing (running, or ended with survivors), for the caller to probe.
+pub fn live_job_ids(s: &Session) -> Vec<JobId> {
+    s.lock().jobs.values().filter(|j| j.worth_probing()).map(|j| j.id()).collect()
+}
+
+/// The running jobs of `s`, with the liveness the probes in `probes` add.
+pub fn live_jobs(s: &Session, probes: &[(JobId, Option<JobLiveness>)]) -> Vec<LiveJob> {
+    let st = s.lock();
+    let now = Instant::now();
+    st.jobs
+        .values()
+        .filter(|j| !j.state().ended())
+        .map(|j| {
+            let probe = probes.iter().find(|(id, _)| *id == j.id()).and_then(|(_, p)| p.as_ref());
+            LiveJob { job: j.id(), cmd: j.cmd().to_owned(), liveness: j.liveness(now, probe) }
+        })
+        .collect()
+}
+
+/// What changed in `s` since it began.
+pub fn changes(s: &Session) -> SessionChanges {
+    let st = s.lock();
+    let mut jobs_by_state = BTreeMap::new();
+    let mut all = Vec::new();
+    for j in st.jobs.values() {
+        let state = serde_json::to_value(j.state()).ok().and_then(|v| v.as_str().map(str::to_owned));
+        *jobs_by_state.entry(state.unwrap_or_else(|| "unknown".into())).or_insert(0) += 1;
+        all.extend(j.state_changes().iter().map(|c| StateChange { job: j.id(), change: c.clone() }));
+    }
+    let state_changes = all.len();
+    let last_state_changes = all.split_off(all.len().saturating_sub(LAST_CHANGES));
+    SessionChanges { jobs_run: st.jobs.len(), jobs_by_state, state_changes, last_state_changes }
+}

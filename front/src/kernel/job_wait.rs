@@ -1,0 +1,177 @@
+//! `wait {session, job, yield_ms?}`: wait up to `yield_ms` more for a job to end. A wait that times out
+//! changes nothing; it answers the job's current result (`running`, with liveness).
+//!
+//! [`answer`] is the one place a job result is built after waiting, shared by `run`, `wait` and
+//! `kill`: it sleeps on the session's condvar (woken when a job ends, the session is lost, or shutdown
+//! begins — never by polling), then builds the result, marks the job reported if it ended, and adds
+//! the announcements of every other ended, unreported job of the session.
+//!
+//! ```text
+//! → {"jsonrpc":"2.0","id":3,"method":"wait","params":{"session":"demo","job":1,"yield_ms":1000}}
+//! ← {"jsonrpc":"2.0","id":3,"result":{"session":"demo","job":1,"state":"running","liveness":
+//!    {"running_ms":11012,"last_output_ms_ago":950,"pid":4711},…,"announcements":[]}}
+//! ```
+
+use crate::jobs::job::Job;
+use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel, DEFAULT_YIELD_MS};
+use crate::output::view;
+use crate::rpc::results::JobResult;
+use crate::rpc::{self, RpcError};
+use crate::sessions::session::Session;
+use serde::Deserialize;
+use serde_json::Value;
+use shm_proto::msg::JobId;
+use std::time::Instant;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    session: String,
+    job: JobId,
+    #[serde(default)]
+    yield_ms: Option<u64>,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+    #[serde(default)]
+    max_output_bytes: Option<u64>,
+}
+
+pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResult, RpcError> {
+    let p: Params = rpc::params("wait", params)?;
+    let s = k.session(client, &p.session)?;
+    if !s.lock().jobs.contains_key(&p.job) {
+        return Err(unknown_job(&p.session, p.job));
+    }
+    let (d, note) = clamp_wait("yield_ms", p.yield_ms, DEFAULT_YIELD_MS);
+    let mut notes: Vec<String> = note.into_iter().collect();
+    let budget = view_budget(p.max_output_tokens, p.max_output_bytes, &mut notes);
+    answer(k, &s, p.job, deadline(d), notes, budget)
+}
+
+/// The view budget in bytes from `max_output_tokens` (≈ 4 bytes each) or `max_output_bytes` (the
+/// smaller when both are given), clamped to what a view can hold, with a note when clamped.
+pub(crate) fn view_budget(tokens: Option<u64>, bytes: Option<u64>, notes: &mut Vec<String>) -> usize {
+    let asked = match (tokens.map(|t| t.saturating_mul(4)), bytes) {
+        (Some(a), Some(b)) => a.min(b),
+        (a, b) => a.or(b).unwrap_or(view::DEFAULT_BUDGET as u64),
+    };
+    let (min, max) = (view::MIN_BUDGET as u64, view::MAX_BUDGET as u64);
+    if !(min..=max).contains(&asked) {
+        let clamped = asked.clamp(min, max);
+        notes.push(format!(
+            "the output budget of {asked} bytes is outside {min}..={max}; the view uses {clamped} bytes"
+        ));
+        return clamped as usize;
+    }
+    asked as usize
+}
+
+/// Wait until `job` ends (and the worker said what it left behind) or `until` passes, then answer its
+/// result with the session's announcements.
+pub(crate) fn answer(
+    k: &Kernel,
+    s: &Session,
+    job: JobId,
+    until: Instant,
+    notes: Vec<String>,
+    budget: usize,
+) -> Result<JobResult, RpcError> {
+    answer_when(k, s, job, until, notes, Job::end_known, budget)
+}
+
+/// [`answer`], waiting until `done` holds for the job.
+pub(crate) fn answer_when(
+    k: &Kernel,
+    s: &Session,
+    job: JobId,
+    until: Instant,
+    mut notes: Vec<String>,
+    done: fn(&Job) -> bool,
+    budget: usize,
+) -> Result<JobResult, RpcError> {
+    let ended = |st: &crate::sessions::session::SessionState| st.jobs.get(&job).is_none_or(done);
+    let st = s.wait_until(s.lock(), until, k.shutdown_flag(), ended);
+    if k.is_shutting_down() && !ended(&st) {
+        notes.push("the server is shutting down, so this call returns early; the job was not stopped by it".to_owned());
+    }
+    let running = st.jobs.get(&job).is_some_and(Job::worth_probing);
+    drop(st);
+    let live = if running { crate::kernel::job_probe::probe(k, s, job) } else { None };
+    let mut st = s.lock();
+    let now = Instant::now();
+    let Some(j) = st.jobs.get_mut(&job) else {
+        return Err(unknown_job(s.name(), job));
+    };
+    let mut result = j.result(s.name(), now, notes, true, budget);
+    if live.is_some() {
+        result.liveness = j.liveness(now, live.as_ref());
+    }
+    if let (Some(info), Some(code)) = (&st.sandbox, result.exit_code) {
+        if code != 0 {
+            result.refusals = crate::sessions::sandbox::explain_refusals(&result.view, &s.spec().cwd, info);
+        }
+    }
+    result.announcements = st.take_announcements(now);
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rpc::ErrorKind;
+    use crate::testing::{announced, Harness};
+    use serde_json::json;
+
+    #[test]
+    fn wait_returns_the_end_and_marks_it_reported() {
+        let h = Harness::new();
+        h.open("demo");
+        assert_eq!(h.run("demo", "sleep 100", 0)["state"], "running");
+        let r = h.ok("wait", json!({"session": "demo", "job": 1, "yield_ms": 5000}));
+        assert_eq!((r["state"].as_str(), r["exit_code"].as_i64()), (Some("exited"), Some(0)));
+        assert!(announced(&r).is_empty());
+        assert!(
+            announced(&h.ok("jobs", json!({"session": "demo"}))).is_empty(),
+            "reported by wait, not announced later"
+        );
+        let again = h.ok("wait", json!({"session": "demo", "job": 1}));
+        assert_eq!(again["state"], "exited", "waiting on an ended job answers at once");
+    }
+
+    #[test]
+    fn a_wait_that_times_out_changes_nothing() {
+        let h = Harness::new();
+        h.open("demo");
+        h.run("demo", "hang", 0);
+        let r = h.ok("wait", json!({"session": "demo", "job": 1, "yield_ms": 30}));
+        assert_eq!(r["state"], "running");
+        let r = h.ok("wait", json!({"session": "demo", "job": 1, "yield_ms": 0}));
+        assert_eq!(r["state"], "running");
+    }
+
+    #[test]
+    fn an_unknown_job_says_how_to_list_jobs() {
+        let h = Harness::new();
+        h.open("demo");
+        let e = h.call("wait", json!({"session": "demo", "job": 9})).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::UnknownJob);
+        assert!(e.message.contains("has no job 9; list its jobs with jobs"), "{}", e.message);
+    }
+
+    #[test]
+    fn shutdown_wakes_a_waiting_call_early() {
+        let h = Harness::new();
+        h.open("demo");
+        h.run("demo", "hang", 0);
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| h.ok("wait", json!({"session": "demo", "job": 1, "yield_ms": 60000})));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            h.kernel.begin_shutdown();
+            let r = waiter.join().unwrap();
+            assert_eq!(r["state"], "running");
+            assert!(r["note"].as_str().unwrap().contains("shutting down"), "{r}");
+        });
+        let e = h.call("run", json!({"session": "demo", "cmd": "echo x"})).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ShuttingDown);
+        assert_eq!(h.ok("jobs", json!({"session": "demo"}))["jobs"][0]["state"], "running", "reads still work");
+    }
+}

@@ -1,0 +1,349 @@
+//! Taking over live sessions after the front itself was restarted (docs/architecture.md, "Front crash
+//! recovery"): the supervisor hands every live session's fds to the new front (`SessionAdopt`), and the
+//! front rebuilds each session from its directory — settings from `session.json`, jobs and their events
+//! from the journal, output from the job logs — then attaches the region and lets the pump resume at
+//! the ring's published head, so no byte is lost or doubled (`sessions/journal.rs` gives the argument).
+//!
+//! ```no_run
+//! # fn demo(k: &front::kernel::Kernel, a: front::kernel::recovery::Adopted) {
+//! front::kernel::recovery::adopt(k, a).unwrap();
+//! # }
+//! ```
+
+use crate::jobs::job::{unix_ns, Job};
+use crate::kernel::{Kernel, Slot};
+use crate::rpc::results::WorkerInfo;
+use crate::sessions::journal::{self, Entry, Meta};
+use crate::sessions::session::{Session, SessionSpec};
+pub use crate::sessions::supervisor::Adopted;
+use shm_proto::msg::{Event, Stream};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::time::Instant;
+
+/// Write the new session's settings and open its journal.
+pub fn start_journal(k: &Kernel, s: &Session) {
+    write_settings(k, s);
+    s.lock().journal = journal::Journal::open(&s.spec().dir);
+}
+
+/// Write `session.json`: the session's settings and this front's database key for it.
+fn write_settings(k: &Kernel, s: &Session) {
+    let spec = s.spec();
+    let reopen = s.lock().reopen.clone();
+    let meta = Meta {
+        owner_uid: spec.owner_uid,
+        cwd: spec.cwd.clone(),
+        env: spec.env.clone(),
+        persistent: spec.persistent,
+        reopen,
+        db_key: Some((k.db.boot().to_owned(), spec.serial)),
+    };
+    if let Err(e) = journal::write_meta(&spec.dir, &meta) {
+        eprintln!("heddle-front: session '{}': cannot write its settings ({e}); it cannot be recovered", s.name());
+    }
+}
+
+/// Move the rows and receipts an earlier front kept for this session under `old` to this front's key.
+fn take_over_rows(k: &Kernel, s: &Session, old: Option<(String, u64)>) {
+    let Some((old_boot, old_serial)) = old else { return };
+    let serial = s.spec().serial;
+    if old_boot == k.db.boot() && old_serial == serial {
+        return;
+    }
+    k.receipts.rekey((&old_boot, old_serial), (k.db.boot(), serial));
+    k.db.write(crate::storage::db::Write::Rekey { old_boot, old_serial, serial });
+}
+
+/// The settings an earlier incarnation of a session left in `dir` when its front or supervisor died
+/// (`session.close` removes them), if that session was `uid`'s.
+pub(crate) fn earlier(dir: &Path, uid: u32) -> Option<Meta> {
+    journal::read_meta(dir).ok().filter(|m| m.owner_uid == uid)
+}
+
+/// What `session.json` is removed by: a closed session's history is not carried into a new one.
+pub(crate) fn forget(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join("session.json"));
+}
+
+/// Put the jobs of the earlier incarnation (see [`earlier`]) into the newly opened `s`: their output
+/// stays readable, their numbering goes on, and those that had not ended are `lost` (the restart killed
+/// them). The shell state starts afresh from this open's settings. Their rows and receipts move over.
+pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
+    let dir = &s.spec().dir;
+    let (jobs, replay) = rebuild(dir, &s.jobs_dir(), u64::MAX);
+    let note = "heddle restarted while the job ran (its session's processes were killed then)".to_owned();
+    let mut st = s.lock();
+    for job in jobs {
+        st.restore_job(job);
+    }
+    apply_replay(&mut st, replay);
+    let last_job = st.last_job();
+    let now = Instant::now();
+    for j in st.jobs.values_mut() {
+        j.mark_lost(&note, now);
+    }
+    st.record = Default::default();
+    st.journal.append(&Entry::Revived { note, last_job });
+    let n = st.jobs.len();
+    drop(st);
+    take_over_rows(k, s, meta.db_key);
+    eprintln!("heddle-front: session '{}' re-opened with its {n} earlier jobs", s.name());
+}
+
+/// Apply what the journal says, in order.
+fn apply_replay(st: &mut crate::sessions::session::SessionState, replay: Vec<Replay>) {
+    let (now, ns) = (Instant::now(), unix_ns());
+    for ev in replay {
+        match ev {
+            Replay::Event(ev) => {
+                st.apply(*ev, now, ns);
+            }
+            Replay::Revived { note, last_job } => {
+                for j in st.jobs.range_mut(..=last_job).map(|(_, j)| j) {
+                    j.mark_lost(&note, now);
+                }
+            }
+        }
+    }
+}
+
+/// Rebuild a handed-over session and start reading its events again.
+pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
+    let dir = k.cfg.state_dir.join("sessions").join(&a.session);
+    let meta = journal::read_meta(&dir).map_err(|e| format!("its settings could not be read ({e})"))?;
+    let spec = SessionSpec {
+        name: a.session.clone(),
+        serial: k.next_serial(),
+        owner_uid: meta.owner_uid,
+        cgroup: a.cgroup,
+        cwd: meta.cwd,
+        env: meta.env,
+        dir: dir.clone(),
+        persistent: meta.persistent,
+    };
+    let (s, end) = Session::attach(spec, a.fds).map_err(|e| format!("its region could not be attached ({e})"))?;
+    let published = end.consumer.positions().0;
+    let (jobs, events) = rebuild(&dir, &s.jobs_dir(), published);
+    {
+        let mut st = s.lock();
+        st.worker = Some(WorkerInfo { pid: a.worker_pid, uid: a.worker_uid });
+        st.reopen = meta.reopen;
+        for job in jobs {
+            st.restore_job(job);
+        }
+        apply_replay(&mut st, events);
+        st.journal = journal::Journal::open(&dir);
+    }
+    take_over_rows(k, &s, meta.db_key);
+    write_settings(k, &s);
+    let n = s.lock().jobs.len();
+    eprintln!("heddle-front: took over session '{}' ({n} jobs, ring head {published})", a.session);
+    k.registry().slots.insert(a.session, Slot::Open(s.clone()));
+    k.registry_changed.notify_all();
+    k.pump.add(s.clone(), end);
+    k.record_session(&s);
+    Ok(())
+}
+
+/// A journaled batch: its `to` position, each job log's length before it, and its events.
+type Batch = (u64, Vec<(u64, u64)>, Vec<Event>);
+
+/// What a restarted front applies to a rebuilt session, in journal order.
+#[derive(Debug)]
+enum Replay {
+    Event(Box<Event>),
+    /// The worker was replaced: unfinished jobs up to `last_job` are lost.
+    Revived {
+        note: String,
+        last_job: u64,
+    },
+}
+
+/// The jobs (with their stored output) and what to apply, from the journal and the logs. A last batch
+/// of the current ring that reaches past the published head was not released: its events are dropped
+/// and its job logs cut back to their lengths before it. Batches before a [`Entry::Revived`] were read
+/// from an earlier worker's ring, so they were all released.
+fn rebuild(dir: &Path, jobs_dir: &Path, published: u64) -> (Vec<Job>, Vec<Replay>) {
+    let mut cmds = BTreeMap::new();
+    let mut events = Vec::new();
+    let mut batches: Vec<Batch> = Vec::new();
+    for entry in journal::read(dir) {
+        match entry {
+            Entry::Job { id, cmd } => {
+                cmds.insert(id, cmd);
+            }
+            Entry::Batch { to, before, events: evs, .. } => batches.push((to, before, evs)),
+            Entry::Revived { note, last_job } => {
+                events.extend(batches.drain(..).flat_map(|(_, _, evs)| evs).map(|e| Replay::Event(Box::new(e))));
+                events.push(Replay::Revived { note, last_job });
+            }
+        }
+    }
+    let mut cut: BTreeMap<u64, u64> = BTreeMap::new();
+    for (to, before, evs) in batches {
+        if to > published {
+            cut.extend(before);
+        } else {
+            events.extend(evs.into_iter().map(|e| Replay::Event(Box::new(e))));
+        }
+    }
+    let jobs = cmds
+        .into_iter()
+        .map(|(id, cmd)| restore_job(id, cmd, &jobs_dir.join(format!("{id}.log")), cut.get(&id).copied()))
+        .collect();
+    (jobs, events)
+}
+
+/// A job whose log is replayed (up to `limit` bytes of the file) into a fresh store at the same path.
+fn restore_job(id: u64, cmd: String, path: &Path, limit: Option<u64>) -> Job {
+    let old = path.with_extension("log.old");
+    let had = std::fs::rename(path, &old).is_ok();
+    let mut job = Job::new(id, cmd, path.to_owned());
+    if had {
+        let now = Instant::now();
+        // What retention removed is carried over exactly when its record matches the punched prefix
+        // (a crash between the punch and the record's write leaves them apart: then counts restart).
+        let carried = crate::output::retention::load_removed(path).filter(|r| r.file == punched_prefix(&old));
+        if let Some(r) = &carried {
+            job.carry_removed(r);
+        }
+        let skipped =
+            for_each_record(&old, limit.unwrap_or(u64::MAX), |stream, ns, data| job.on_output(stream, data, now, ns));
+        if skipped > 0 && carried.is_none() {
+            job.note(format!(
+                "retention had removed the first {skipped} bytes of this job's output log before the front restarted; byte counts and line numbers now count only what was kept"
+            ));
+        }
+        job.flush();
+        let _ = std::fs::remove_file(&old);
+    }
+    job
+}
+
+/// Call `f` for every whole record in the first `limit` bytes of a job log (a torn tail is ignored).
+/// A prefix retention punched out (zeros; a record never starts with 0) is skipped; returns its length.
+fn for_each_record(path: &Path, limit: u64, mut f: impl FnMut(Stream, u64, &[u8])) -> u64 {
+    let Ok(mut file) = std::fs::File::open(path) else { return 0 };
+    let skipped = skip_punched(&mut file);
+    let mut r = std::io::BufReader::new(file.take(limit.saturating_sub(skipped)));
+    let mut header = [0u8; crate::output::store::RECORD_HEADER];
+    let mut data = Vec::new();
+    while r.read_exact(&mut header).is_ok() {
+        let stream = match header[0] {
+            1 => Stream::Stdout,
+            2 => Stream::Stderr,
+            _ => return skipped,
+        };
+        let len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        let mut ns = [0u8; 8];
+        ns.copy_from_slice(&header[8..16]);
+        data.resize(len, 0);
+        if r.read_exact(&mut data).is_err() {
+            return skipped;
+        }
+        f(stream, u64::from_le_bytes(ns), &data);
+    }
+    skipped
+}
+
+/// Bytes of the leading hole of the log at `path` (0 when it has none or cannot be read).
+fn punched_prefix(path: &Path) -> u64 {
+    std::fs::File::open(path).map_or(0, |mut f| skip_punched(&mut f))
+}
+
+/// Move past a leading hole (and the zeroed bytes of its last block); returns the bytes skipped.
+fn skip_punched(file: &mut std::fs::File) -> u64 {
+    use std::io::{Seek, SeekFrom};
+    let mut first = [0u8; 1];
+    if file.read_exact(&mut first).is_err() || first[0] != 0 {
+        let _ = file.seek(SeekFrom::Start(0));
+        return 0;
+    }
+    let data = nix::unistd::lseek(&*file, 0, nix::unistd::Whence::SeekData).unwrap_or(0).max(0) as u64;
+    let _ = file.seek(SeekFrom::Start(data));
+    let mut at = data;
+    let mut block = [0u8; 4096];
+    while let Ok(n @ 1..) = file.read(&mut block) {
+        if let Some(i) = block[..n].iter().position(|b| *b != 0) {
+            at += i as u64;
+            break;
+        }
+        at += n as u64;
+    }
+    let _ = file.seek(SeekFrom::Start(at));
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::store::OutputStore;
+
+    #[test]
+    fn a_log_retention_punched_is_replayed_from_its_first_kept_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.log");
+        let mut store = OutputStore::create(path.clone());
+        for i in 0..40u8 {
+            store.append(Stream::Stdout, &[i + 1; 10_000], 0);
+        }
+        store.remove_oldest(3 * 10_016, "cap");
+        let mut got = Vec::new();
+        let skipped = for_each_record(&path, u64::MAX, |_, _, d| got.push(d[0]));
+        assert_eq!((skipped, got), (37 * 10_016, vec![38, 39, 40]));
+    }
+
+    #[test]
+    fn an_unreleased_last_batch_is_cut_back_and_a_released_one_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        let mut store = OutputStore::create(jobs.join("1.log"));
+        store.append(Stream::Stdout, b"first ", 0);
+        store.flush();
+        let mid = store.durable_len();
+        store.append(Stream::Stdout, b"second", 0);
+        store.flush();
+        let mut j = journal::Journal::open(dir.path());
+        j.append(&Entry::Job { id: 1, cmd: "x".into() });
+        j.append(&Entry::Batch { from: 0, to: 64, before: vec![(1, 0)], events: vec![] });
+        let exit = Event::Exited { job: 1, code: Some(0), signal: None, at_unix_ns: 0, killed: false };
+        j.append(&Entry::Batch { from: 64, to: 192, before: vec![(1, mid)], events: vec![exit] });
+        // The second batch was not released: head 64.
+        let (mut got, events) = rebuild(dir.path(), &jobs, 64);
+        assert!(events.is_empty());
+        assert_eq!(got[0].counts(), [6, 0]);
+        drop(got.pop());
+        // Released (head 192): everything stays. The log was rewritten with the first batch only, so
+        // write the second again as the dead front had.
+        let mut store = OutputStore::create(jobs.join("1.log"));
+        store.append(Stream::Stdout, b"first second", 0);
+        store.flush();
+        let (got, events) = rebuild(dir.path(), &jobs, 192);
+        assert_eq!((got[0].counts(), events.len()), ([12, 0], 1));
+    }
+
+    #[test]
+    fn batches_before_a_revival_are_kept_and_its_unfinished_jobs_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        let mut j = journal::Journal::open(dir.path());
+        j.append(&Entry::Job { id: 1, cmd: "x".into() });
+        let started = Event::Started { job: 1, pid: 7, at_unix_ns: 0, prestarted: false, cgroup: "slot-1".into() };
+        j.append(&Entry::Batch { from: 0, to: 500, before: vec![], events: vec![started] });
+        j.append(&Entry::Revived { note: "the worker died".into(), last_job: 1 });
+        j.append(&Entry::Job { id: 2, cmd: "y".into() });
+        // The new ring's head is 64: the old ring's batch (to 500) is still applied, not cut.
+        let (got, replay) = rebuild(dir.path(), &jobs, 64);
+        assert_eq!(got.len(), 2);
+        match replay.as_slice() {
+            [Replay::Event(ev), Replay::Revived { last_job: 1, .. }] => {
+                assert!(matches!(**ev, Event::Started { .. }), "{ev:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! `session.close {session}`: kill everything in the session (worker included) through the supervisor,
+//! then forget it.
+//!
+//! The session is marked `closing` first (new `run`s are refused, a `WorkerDied` for it no longer
+//! turns its jobs `lost`), the supervisor's `CloseSession` kills and removes the subtree, and jobs still
+//! running become `killed` with the note "ended by session.close". The session leaves the registry
+//! whatever the supervisor answered: if it could not confirm, `verified_empty` is false and `note`
+//! says why. A lost session closes the same way; the processes the supervisor killed when its worker
+//! died are reported as its survivors.
+//!
+//! ```text
+//! → {"jsonrpc":"2.0","id":9,"method":"session.close","params":{"session":"demo"}}
+//! ← {"jsonrpc":"2.0","id":9,"result":{"session":"demo","survivors":[{"pid":4800,"cmdline":"sleep 1000"}],
+//!    "killed":1,"kept":[],"verified_empty":true,"note":null,"announcements":[]}}
+//! ```
+
+use crate::kernel::{Client, Kernel};
+use crate::rpc::results::{join_notes, SessionCloseResult, Survivor};
+use crate::rpc::{self, ErrorKind, RpcError};
+use crate::sessions::supervisor::error_chain;
+use serde::Deserialize;
+use serde_json::Value;
+use std::time::Instant;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    session: String,
+}
+
+pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<SessionCloseResult, RpcError> {
+    let p: Params = rpc::params("session.close", params)?;
+    k.admit()?;
+    close(k, client, &p.session)
+}
+
+/// Close `name` (also during shutdown, which refuses clients' mutations but closes every session).
+pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCloseResult, RpcError> {
+    let p = Params { session: name.to_owned() };
+    let s = k.session(client, &p.session)?;
+    // Not while a new worker is being started for it (`kernel/revive.rs`): that one would be left unclosed.
+    let _no_revival = s.reviving.lock().unwrap_or_else(|e| e.into_inner());
+    let was_lost = {
+        let mut st = s.lock();
+        if st.closing {
+            let msg = format!("session '{}' is already being closed by another call", p.session);
+            return Err(RpcError::new(ErrorKind::UnknownSession, msg));
+        }
+        st.closing = true;
+        st.lost.clone()
+    };
+    let answer = k.link.close_session(&p.session);
+    k.pump.remove(s.spec().serial);
+    let (mut survivors, mut more): (Vec<Survivor>, u32) =
+        was_lost.map(|l| (l.killed, l.killed_more)).unwrap_or_default();
+    let (verified_empty, note) = match answer {
+        Ok(closed) => {
+            survivors.extend(crate::sessions::prestart::without_spares(&s.lock(), &closed.killed));
+            more = more.saturating_add(closed.killed.more());
+            (closed.verified_empty, None)
+        }
+        Err(e) => (false, Some(format!("the supervisor did not confirm the close: {}", error_chain(&e)))),
+    };
+    let (announcements, kept) = {
+        let mut st = s.lock();
+        let now = Instant::now();
+        let kept: Vec<String> = st.jobs.values().filter_map(|j| j.kept().map(str::to_owned)).collect();
+        st.close_jobs(now);
+        let next = st.last_job() + 1;
+        if let Some(files) = st.files_ahead.take_for(next) {
+            files.remove();
+        }
+        (st.take_announcements(now), kept)
+    };
+    s.notify();
+    crate::kernel::recovery::forget(&s.spec().dir);
+    k.release(&p.session, Some(s.spec().serial));
+    Ok(SessionCloseResult {
+        session: p.session,
+        killed: survivors.len() + more as usize,
+        survivors,
+        survivors_more: more,
+        kept,
+        verified_empty,
+        note: join_notes(note),
+        announcements,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rpc::ErrorKind;
+    use crate::testing::{announced, Harness};
+    use serde_json::json;
+
+    #[test]
+    fn close_kills_running_jobs_and_forgets_the_session() {
+        let h = Harness::new();
+        h.open("demo");
+        h.run("demo", "echo done", 5000);
+        h.run("demo", "hang", 0);
+        let r = h.ok("session.close", json!({"session": "demo"}));
+        assert_eq!(
+            (r["session"].as_str(), r["killed"].as_u64(), r["verified_empty"].as_bool()),
+            (Some("demo"), Some(0), Some(true))
+        );
+        assert_eq!(r["kept"], json!([]));
+        assert_eq!(announced(&r), [2], "the job the close ended is announced");
+        assert_eq!(r["announcements"][0]["state"], "killed");
+        let e = h.call("jobs", json!({"session": "demo"})).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::UnknownSession);
+        h.open("demo");
+        assert_eq!(h.run("demo", "echo again", 5000)["job"], 1, "a new session starts its job ids afresh");
+    }
+
+    #[test]
+    fn a_lost_session_can_be_closed() {
+        let h = Harness::new();
+        h.open("demo");
+        h.run("demo", "hang", 0);
+        h.sup.kill_worker("demo");
+        // Job 1 runs in `slot-1` (the fake worker's `Started`); the bash in `slot-2`, a cgroup no job of the
+        // session has, is the pre-started shell: ended, but no survivor.
+        let proc = |pid, cmdline: &str, cgroup: &str| shm_proto::control::ProcInfo {
+            pid,
+            cmdline: cmdline.into(),
+            cgroup: cgroup.into(),
+        };
+        let killed = vec![proc(77, "sleep 100", "slot-1"), proc(78, "bash --noprofile --norc", "slot-2")];
+        h.kernel.worker_died("demo", None, Some(9), &shm_proto::procs::ProcList::new(killed));
+        let r = h.ok("session.close", json!({"session": "demo"}));
+        assert_eq!(r["survivors"], json!([{"pid": 77, "cmdline": "sleep 100", "age_ms": null, "cpu_ms": null}]));
+        assert_eq!((r["killed"].as_u64(), r["verified_empty"].as_bool()), (Some(1), Some(false)));
+        assert!(r["note"].as_str().unwrap().contains("did not confirm"));
+        assert_eq!(r["announcements"][0]["state"], "lost");
+    }
+}

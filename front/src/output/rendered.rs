@@ -1,0 +1,603 @@
+//! A job's model-facing output, built incrementally as chunks arrive: per stream a [`Screen`]
+//! (terminal rendering) or a binary summary, then secret redaction, then numbering, collapsing of
+//! identical consecutive lines into runs, the [`LineLog`] on disk, and in memory what the model view
+//! needs — the first runs (head), the last runs (tail window), exact counts, and the error-shaped lines.
+//! Nothing here re-reads the output: a 200 MiB job costs its head, its tail window and its error list.
+//!
+//! Invariants: line numbers are assigned once, in commit order, starting at 1, and never change; every
+//! committed line is in the log or in the pending run; `rendered_bytes` counts every committed line's
+//! text plus its newline, repetitions included; every string that leaves this module passed the
+//! redactor.
+//!
+//! ```
+//! use front::output::rendered::RenderedOutput;
+//! let dir = tempfile::tempdir().unwrap();
+//! let mut r = RenderedOutput::new(dir.path().join("1.lines"));
+//! r.push(0, b"same\nsame\nsame\n");
+//! r.finish();
+//! assert_eq!(r.display_lines(), ["same (×3)"]);
+//! ```
+
+use crate::output::linelog::{LineLog, LinePlan, Run};
+use crate::output::screen::Screen;
+use crate::output::sniff::{human_bytes, sniff, Sniff, SNIFF_LEN};
+use policies::redaction::{BlockState, Redactor};
+use regex::Regex;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// Display bytes of runs kept from the start and from the end (the largest view budget is below both).
+pub const HEAD_KEEP: usize = 256 * 1024;
+pub const TAIL_KEEP: usize = 256 * 1024;
+/// Error-shaped lines kept from the start and from the end of the output.
+const ERRORS_KEEP: usize = 1000;
+/// Longest error line text kept.
+const ERROR_TEXT: usize = 300;
+
+/// Lines that look like errors: the words (any case), an exception's CamelCase name (`KeyError`,
+/// `AssertionError`, `NullPointerException`, `ComparisonFailure`), pytest's `E   ` detail lines and npm's `ERR!`.
+pub fn error_shaped() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| {
+        Regex::new(
+            r"(?i)\b(?:error|errors|fatal|panic|panicked|exception|traceback|failed|failure|segmentation fault|core dumped|aborted|abort)\b|(?-i:\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Failure)\b)|(?-i:^E {3}|\bERR!)",
+        )
+        .expect("static regex")
+    })
+}
+
+#[derive(Debug)]
+enum Kind {
+    Undecided(Vec<u8>),
+    Text,
+    Binary { name: &'static str, bytes: u64 },
+}
+
+/// A numbered line, as subscribers receive it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FreshLine {
+    pub line: u64,
+    pub stream: u8,
+    pub text: String,
+}
+
+/// A run with its rendered-byte offset (bytes of all lines before it).
+#[derive(Clone, Debug)]
+pub struct Placed {
+    pub run: Run,
+    pub bytes_before: u64,
+}
+
+impl Placed {
+    /// The run as one display line (without newline).
+    pub fn display(&self) -> String {
+        display(&self.run)
+    }
+
+    /// `display().len()`, without building the line (it is asked for every run on the output path).
+    pub fn display_len(&self) -> usize {
+        match self.run.count {
+            0 | 1 => self.run.text.len(),
+            // " (×" is 4 bytes, then the digits and ")".
+            n => self.run.text.len() + 4 + n.checked_ilog10().unwrap_or(0) as usize + 1 + 1,
+        }
+    }
+}
+
+/// What [`RenderedOutput::view_runs`] gives the model view.
+#[derive(Debug)]
+pub struct ViewRuns<'a> {
+    pub head: &'a [Placed],
+    /// Runs were dropped between the head and the tail.
+    pub gap: bool,
+    /// The tail window's committed runs (borrowed), followed by `end`.
+    window: &'a VecDeque<Placed>,
+    /// The pending run and the open lines folded into runs (few, owned).
+    end: Vec<Placed>,
+}
+
+impl ViewRuns<'_> {
+    /// The tail, in order: the window's runs, then the pending and open ones.
+    pub fn tail(&self) -> Vec<&Placed> {
+        self.window.iter().chain(&self.end).collect()
+    }
+}
+
+/// One run as the model sees it.
+pub fn display(run: &Run) -> String {
+    if run.count > 1 {
+        format!("{} (×{})", run.text, run.count)
+    } else {
+        run.text.clone()
+    }
+}
+
+/// A job's rendered output.
+#[derive(Debug)]
+pub struct RenderedOutput {
+    screens: [Screen; 2],
+    kinds: [Kind; 2],
+    blocks: [BlockState; 2],
+    pending: Option<Placed>,
+    next_line: u64,
+    log: LineLog,
+    head: Vec<Placed>,
+    head_bytes: usize,
+    tail: VecDeque<Placed>,
+    tail_bytes: usize,
+    /// Runs left the tail window's front: the log holds lines the memory does not.
+    evicted: bool,
+    rendered_bytes: u64,
+    errors_first: Vec<(u64, String)>,
+    errors_last: VecDeque<(u64, String)>,
+    errors_total: u64,
+    fresh: Option<Vec<FreshLine>>,
+    finished: bool,
+    /// The stream of the previous chunk (a switch commits the other stream's complete lines).
+    last_stream: Option<usize>,
+}
+
+impl RenderedOutput {
+    /// A job's rendered output; its line log goes to `path`.
+    pub fn new(path: PathBuf) -> RenderedOutput {
+        RenderedOutput::with_log(LineLog::create(path))
+    }
+
+    /// A job's rendered output into `log`.
+    pub fn with_log(log: LineLog) -> RenderedOutput {
+        RenderedOutput {
+            screens: [Screen::default(), Screen::default()],
+            kinds: [Kind::Undecided(Vec::new()), Kind::Undecided(Vec::new())],
+            blocks: [BlockState::default(); 2],
+            pending: None,
+            next_line: 1,
+            log,
+            head: Vec::new(),
+            head_bytes: 0,
+            tail: VecDeque::new(),
+            tail_bytes: 0,
+            evicted: false,
+            rendered_bytes: 0,
+            errors_first: Vec::new(),
+            errors_last: VecDeque::new(),
+            errors_total: 0,
+            fresh: None,
+            finished: false,
+            last_stream: None,
+        }
+    }
+
+    /// Collect committed lines for subscribers (until [`RenderedOutput::take_fresh`] is no longer called).
+    pub fn collect_fresh(&mut self, on: bool) {
+        if on && self.fresh.is_none() {
+            self.fresh = Some(Vec::new());
+        } else if !on {
+            self.fresh = None;
+        }
+    }
+
+    /// Lines committed since the last call (when collecting).
+    pub fn take_fresh(&mut self) -> Vec<FreshLine> {
+        self.fresh.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Feed a chunk of stream `s` (0 stdout, 1 stderr).
+    pub fn push(&mut self, s: usize, data: &[u8]) {
+        if self.last_stream != Some(s) {
+            let other = 1 - s;
+            if self.last_stream == Some(other) {
+                self.screens[other].settle();
+                self.drain(other);
+            }
+            self.last_stream = Some(s);
+        }
+        match &mut self.kinds[s] {
+            Kind::Text => self.screens[s].feed(data),
+            Kind::Binary { bytes, .. } => *bytes += data.len() as u64,
+            Kind::Undecided(buf) => {
+                buf.extend_from_slice(data);
+                self.decide(s, false);
+            }
+        }
+        self.drain(s);
+    }
+
+    fn decide(&mut self, s: usize, ended: bool) {
+        let Kind::Undecided(buf) = &mut self.kinds[s] else { return };
+        let verdict = sniff(&buf[..buf.len().min(SNIFF_LEN)], ended);
+        match verdict {
+            Sniff::Undecided if buf.len() < SNIFF_LEN => {}
+            Sniff::Binary(name) => self.kinds[s] = Kind::Binary { name, bytes: buf.len() as u64 },
+            Sniff::Text | Sniff::Undecided => {
+                let buf = std::mem::take(buf);
+                self.kinds[s] = Kind::Text;
+                self.screens[s].feed(&buf);
+            }
+        }
+    }
+
+    fn drain(&mut self, s: usize) {
+        if self.screens[s].has_committed() {
+            for line in self.screens[s].take_committed() {
+                self.commit(s as u8, &line);
+            }
+        }
+    }
+
+    /// Both streams ended: commit what is still open (and name binary streams).
+    pub fn finish(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        for s in 0..2 {
+            self.decide(s, true);
+            match &self.kinds[s] {
+                Kind::Binary { name, bytes } => {
+                    let line = format!("<binary: {}, {name}>", human_bytes(*bytes));
+                    self.commit(s as u8, &line);
+                }
+                _ => {
+                    self.screens[s].finish();
+                    self.drain(s);
+                }
+            }
+        }
+        if let Some(p) = self.pending.take() {
+            self.place(p);
+        }
+        self.log.flush();
+    }
+
+    fn commit(&mut self, stream: u8, raw_line: &str) {
+        let text = Redactor::builtin().redact_line(&mut self.blocks[usize::from(stream)], raw_line).into_owned();
+        let line = self.next_line;
+        self.next_line += 1;
+        self.rendered_bytes += text.len() as u64 + 1;
+        if error_shaped().is_match(&text) {
+            self.note_error(line, &text);
+        }
+        if let Some(f) = &mut self.fresh {
+            f.push(FreshLine { line, stream, text: text.clone() });
+        }
+        if let Some(p) = &mut self.pending {
+            if p.run.stream == stream && p.run.text == text && p.run.count < u32::MAX {
+                p.run.count += 1;
+                return;
+            }
+        }
+        let bytes_before = self.rendered_bytes - text.len() as u64 - 1;
+        let next = Placed { run: Run { stream, first: line, count: 1, text }, bytes_before };
+        if let Some(done) = self.pending.replace(next) {
+            self.place(done);
+        }
+    }
+
+    fn note_error(&mut self, line: u64, text: &str) {
+        self.errors_total += 1;
+        let mut end = text.len().min(ERROR_TEXT);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let entry = (line, text[..end].to_owned());
+        if self.errors_first.len() < ERRORS_KEEP {
+            self.errors_first.push(entry);
+        } else {
+            if self.errors_last.len() == ERRORS_KEEP {
+                self.errors_last.pop_front();
+            }
+            self.errors_last.push_back(entry);
+        }
+    }
+
+    /// A finished run goes to the log and to the head or the tail window.
+    fn place(&mut self, p: Placed) {
+        self.log.append(&p.run);
+        let len = p.display_len() + 1;
+        // Once retention removed lines, the head is what is left of the first runs: it only shrinks.
+        if self.tail.is_empty() && self.head_bytes + len <= HEAD_KEEP && self.log.removed().0 == 0 {
+            self.head_bytes += len;
+            self.head.push(p);
+            return;
+        }
+        self.tail_bytes += len;
+        self.tail.push_back(p);
+        while self.tail_bytes > TAIL_KEEP && self.tail.len() > 1 {
+            let gone = self.tail.pop_front().map_or(0, |g| g.display_len() + 1);
+            self.evicted = true;
+            self.tail_bytes -= gone;
+        }
+    }
+
+    pub fn flush(&mut self) {
+        self.log.flush();
+    }
+
+    /// Free the line log's write buffer if it holds nothing (the job can write no more).
+    pub fn release_buffer(&mut self) {
+        self.log.release_buffer();
+    }
+
+    /// The line log's write buffer's allocated size.
+    #[cfg(test)]
+    pub(crate) fn buffer_capacity(&self) -> usize {
+        self.log.buffer_capacity()
+    }
+
+    pub fn dirty(&self) -> bool {
+        self.log.dirty()
+    }
+
+    pub fn error(&self) -> Option<&str> {
+        self.log.error()
+    }
+
+    /// Retention: remove the oldest runs of the line log until at most `keep` bytes of it remain, and
+    /// forget the removed runs held in memory. Returns true when something was removed.
+    pub fn remove_oldest(&mut self, keep: u64) -> bool {
+        if !self.log.remove_oldest(keep) {
+            return false;
+        }
+        let (gone, _) = self.log.removed();
+        let before = self.head.len();
+        self.head.retain(|p| p.run.last() > gone);
+        self.head_bytes = self.head.iter().map(|p| p.display_len() + 1).sum();
+        while self.tail.front().is_some_and(|p| p.run.last() <= gone) {
+            let len = self.tail.pop_front().map_or(0, |p| p.display_len() + 1);
+            self.tail_bytes -= len;
+        }
+        self.evicted |= before != self.head.len();
+        true
+    }
+
+    /// Bytes of the line log not removed by retention.
+    pub fn kept_len(&self) -> u64 {
+        self.log.kept_len()
+    }
+
+    /// Lines removed by retention (lines `1..=n`) and their rendered bytes.
+    pub fn removed(&self) -> (u64, u64) {
+        self.log.removed()
+    }
+
+    /// Lines committed so far.
+    pub fn line_count(&self) -> u64 {
+        self.next_line - 1
+    }
+
+    /// Rendered bytes of every committed line (newlines included).
+    pub fn rendered_bytes(&self) -> u64 {
+        self.rendered_bytes
+    }
+
+    /// Lines drawn but still changeable (a progress bar mid-draw), redacted; empty once finished.
+    pub fn open_lines(&self) -> Vec<String> {
+        self.open_texts().into_iter().map(|(_, text)| text).collect()
+    }
+
+    /// [`RenderedOutput::open_lines`] with their streams.
+    fn open_texts(&self) -> Vec<(u8, String)> {
+        let mut out = Vec::new();
+        for s in 0..2 {
+            match &self.kinds[s] {
+                Kind::Binary { name, bytes } if !self.finished => {
+                    out.push((s as u8, format!("<binary: {} so far, {name}>", human_bytes(*bytes))))
+                }
+                _ => {
+                    let mut st = self.blocks[s];
+                    let r = Redactor::builtin();
+                    let lines = self.screens[s].open_lines();
+                    out.extend(lines.iter().map(|l| (s as u8, r.redact_line(&mut st, l).into_owned())));
+                }
+            }
+        }
+        out
+    }
+
+    /// The runs the model view can use: head, whether runs were dropped between head and tail, and the
+    /// tail: the tail window's runs, then the pending run with the lines still open folded in as the runs
+    /// they will become (identical consecutive lines collapsed, continuing the pending run when they
+    /// repeat it, numbered as they will be committed). So a view taken before the streams closed reads
+    /// like one taken after. Only the pending run and the open lines are copied.
+    pub fn view_runs(&self) -> ViewRuns<'_> {
+        let mut end: Vec<Placed> = Vec::new();
+        let mut pending = self.pending.clone();
+        let (mut line, mut bytes) = (self.next_line, self.rendered_bytes);
+        for (stream, text) in self.open_texts() {
+            let len = text.len() as u64 + 1;
+            match &mut pending {
+                Some(p) if p.run.stream == stream && p.run.text == text && p.run.count < u32::MAX => p.run.count += 1,
+                _ => {
+                    let run = Run { stream, first: line, count: 1, text };
+                    end.extend(pending.replace(Placed { run, bytes_before: bytes }));
+                }
+            }
+            line += 1;
+            bytes += len;
+        }
+        end.extend(pending);
+        ViewRuns { head: &self.head, gap: self.evicted, window: &self.tail, end }
+    }
+
+    /// Error-shaped lines kept, in order, and how many there were in all.
+    pub fn errors(&self) -> (Vec<&(u64, String)>, u64) {
+        (self.errors_first.iter().chain(self.errors_last.iter()).collect(), self.errors_total)
+    }
+
+    /// Flush and plan a scan of the log from line `from`; also returns the pending run (not in the log).
+    pub fn plan(&mut self, from: u64) -> (LinePlan, Option<Run>) {
+        self.log.flush();
+        (self.log.plan(from), self.pending.as_ref().map(|p| p.run.clone()))
+    }
+
+    /// Index entries' first lines, for finding a tail.
+    pub fn index_lines(&self) -> Vec<u64> {
+        self.log.index_lines()
+    }
+
+    /// Every display line held in memory, in order (tests and small outputs).
+    pub fn display_lines(&self) -> Vec<String> {
+        let runs = self.view_runs();
+        runs.head.iter().chain(runs.tail()).map(|p| p.display()).collect()
+    }
+
+    /// The last `n` display lines (announcements).
+    pub fn last_lines(&self, n: usize) -> Vec<String> {
+        let runs = self.view_runs();
+        let mut v: Vec<String> = Vec::new();
+        for p in runs.tail().into_iter().rev().chain(runs.head.iter().rev()) {
+            if v.len() >= n {
+                break;
+            }
+            v.push(p.display());
+        }
+        v.reverse();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out() -> (tempfile::TempDir, RenderedOutput) {
+        let dir = tempfile::tempdir().unwrap();
+        let r = RenderedOutput::new(dir.path().join("1.lines"));
+        (dir, r)
+    }
+
+    #[test]
+    fn display_len_is_the_display_lines_length() {
+        for count in [0, 1, 2, 9, 10, 99, 100, 1_000_000, u32::MAX] {
+            for text in ["", "x", "héllo wörld"] {
+                let p = Placed { run: Run { stream: 0, first: 1, count, text: text.to_owned() }, bytes_before: 0 };
+                assert_eq!(p.display_len(), p.display().len(), "{count} {text:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn identical_lines_collapse_and_keep_their_numbers() {
+        let (_d, mut r) = out();
+        r.push(0, b"start\n");
+        for _ in 0..1000 {
+            r.push(0, b"same\n");
+        }
+        r.push(0, b"end\n");
+        r.finish();
+        assert_eq!(r.display_lines(), ["start", "same (×1000)", "end"]);
+        assert_eq!(r.line_count(), 1002);
+        let (plan, pending) = r.plan(1);
+        assert!(pending.is_none());
+        let mut runs = Vec::new();
+        plan.scan(|x| {
+            runs.push((x.first, x.count));
+            true
+        })
+        .unwrap();
+        assert_eq!(runs, [(1, 1), (2, 1000), (1002, 1)]);
+    }
+
+    #[test]
+    fn lines_of_both_streams_keep_their_arrival_order() {
+        let (_d, mut r) = out();
+        r.push(0, b"out 1\n");
+        r.push(1, b"err 1\n");
+        r.push(0, b"out 2\n");
+        r.finish();
+        assert_eq!(r.display_lines(), ["out 1", "err 1", "out 2"]);
+    }
+
+    #[test]
+    fn gzip_is_named_not_printed() {
+        let (_d, mut r) = out();
+        let mut data = vec![0x1f, 0x8b, 8, 0];
+        data.extend((0..5000u32).map(|i| (i * 7) as u8));
+        r.push(0, &data[..2]);
+        r.push(0, &data[2..]);
+        r.finish();
+        assert_eq!(r.display_lines(), ["<binary: 4.9 KiB, gzip data>"]);
+    }
+
+    #[test]
+    fn decisive_lines_of_each_language_are_error_shaped() {
+        let decisive = [
+            "KeyError: 'user_id'",
+            "AssertionError",
+            "TypeError: unsupported operand type(s) for +: 'int' and 'str'",
+            "java.lang.NullPointerException: Cannot invoke \"String.length()\"",
+            "junit.framework.ComparisonFailure: expected:<1> but was:<2>",
+            "E       assert 1 == 2",
+            "error[E0425]: cannot find value `x` in this scope",
+            "thread 'main' panicked at src/main.rs:2:5:",
+            "panic: runtime error: index out of range [3] with length 3",
+            "FAILED tests/test_x.py::test_y - assert 1 == 2",
+            "npm ERR! code ERESOLVE",
+            "make: *** [Makefile:3: all] Error 2",
+            "Segmentation fault (core dumped)",
+        ];
+        for l in decisive {
+            assert!(error_shaped().is_match(l), "{l}");
+        }
+        for l in [
+            "Compiling serde v1.0",
+            "test result: ok. 3 passed",
+            "ErrorHandler registered",
+            "Everything fine",
+            "E = mc^2",
+        ] {
+            assert!(!error_shaped().is_match(l), "{l}");
+        }
+    }
+
+    #[test]
+    fn secrets_are_redacted_before_anything_keeps_them() {
+        let (_d, mut r) = out();
+        r.collect_fresh(true);
+        r.push(1, b"key=AKIAIOSFODNN7EXAMPLE\n-----BEGIN PRIVATE KEY-----\nMIIB\nabc\n-----END PRIVATE KEY-----\n");
+        r.finish();
+        let lines = r.display_lines().join("\n");
+        assert!(!lines.contains("AKIA") && !lines.contains("MIIB"), "{lines}");
+        assert!(r.take_fresh().iter().all(|l| !l.text.contains("MIIB")));
+    }
+
+    #[test]
+    fn open_lines_fold_into_runs_as_they_will_be_committed() {
+        let (_d, mut r) = out();
+        r.push(0, b"start\n");
+        for _ in 0..20 {
+            r.push(0, b"same\n");
+        }
+        r.push(1, b"err\nerr\n");
+        r.push(1, b"last");
+        let before = r.display_lines();
+        assert_eq!(before, ["start", "same (×20)", "err (×2)", "last"], "some committed, some still open");
+        r.finish();
+        assert_eq!(r.display_lines(), before, "finishing changes nothing a view showed");
+        assert_eq!(r.line_count(), 24, "the numbers given to open lines were the ones they got");
+    }
+
+    #[test]
+    fn error_lines_are_listed_with_their_numbers() {
+        let (_d, mut r) = out();
+        r.push(0, b"ok\nthread 'main' panicked at x\nok\n");
+        r.finish();
+        let (errs, total) = r.errors();
+        assert_eq!((errs[0].0, total), (2, 1));
+    }
+
+    #[test]
+    fn the_tail_window_stays_bounded() {
+        let (_d, mut r) = out();
+        for i in 0..200_000 {
+            r.push(0, format!("line {i}\n").as_bytes());
+        }
+        r.finish();
+        let runs = r.view_runs();
+        assert!(runs.gap);
+        assert_eq!(runs.head[0].run.text, "line 0");
+        assert_eq!(runs.tail().last().unwrap().run.text, "line 199999");
+        assert!(r.tail_bytes <= TAIL_KEEP && r.head_bytes <= HEAD_KEEP);
+    }
+}

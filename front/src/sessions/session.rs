@@ -1,0 +1,846 @@
+//! A session as the front holds it: its region and doorbells, the command path to its worker, and its
+//! jobs (state behind one mutex, with a condvar that wakes waiters when a job ends, the worker says
+//! hello, or the session is lost).
+//!
+//! Locks: `state` (jobs and session facts) and `cmd` (the command ring's producer) are never held
+//! together, so a sender parked on a full command ring never blocks the pump, which takes only `state`.
+//! The event ring's consumer is not here: it belongs to the pump ([`EventEnd`]).
+//!
+//! Command path: encode once, `try_push`; on `Full`, `park_prepare` and sleep on the `cmd_space`
+//! eventfd (bounded) until the worker frees space; after a push, ring `cmd_data` only when the worker
+//! advertised that it is parked ([`shm_proto::ring::Producer::wake_needed`]).
+//!
+//! ```
+//! use front::sessions::session::{Session, SessionSpec};
+//! use front::sessions::supervisor::SessionFds;
+//! use shm_proto::{region::{Region, RegionConfig}, sys::EventFd};
+//! let (_region, memfd) = Region::create(RegionConfig::default()).unwrap();
+//! let e = || EventFd::new().unwrap();
+//! let fds = SessionFds { memfd, cmd_data: e(), cmd_space: e(), evt_data: e(), evt_space: e() };
+//! let dir = tempfile::tempdir().unwrap();
+//! let spec = SessionSpec { name: "s1".into(), serial: 1, owner_uid: 1000, cgroup: "/cg".into(),
+//!     cwd: "/".into(), env: vec![], dir: dir.path().into(), persistent: false };
+//! let (session, _events) = Session::attach(spec, fds).unwrap();
+//! assert_eq!(session.name(), "s1");
+//! ```
+
+use crate::jobs::job::{unix_ns, Job};
+use crate::rpc::results::{Announcement, ShellInfo, Survivor, WorkerInfo};
+use crate::sessions::subscribers as subscribe;
+use crate::sessions::supervisor::SessionFds;
+use shm_proto::msg::{Command, Event, JobId};
+use shm_proto::region::{AttachError, Region};
+use shm_proto::ring::{Consumer, PopError, Producer, PushError};
+use shm_proto::sys::EventFd;
+use std::collections::{BTreeMap, VecDeque};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Frames the pump takes from one session before looking at the others.
+const DRAIN_BUDGET: usize = 256;
+/// Session-level warnings kept for `describe`.
+const MAX_WARNINGS: usize = 16;
+
+/// What a session is opened with.
+#[derive(Clone, Debug)]
+pub struct SessionSpec {
+    pub name: String,
+    /// Unique per session incarnation in this front (names are reused after close).
+    pub serial: u64,
+    pub owner_uid: u32,
+    pub cgroup: String,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    /// `<state-dir>/sessions/<name>`; job logs go under `jobs/`.
+    pub dir: PathBuf,
+    /// A named persistent session: its jobs run one at a time in one long-lived bash.
+    pub persistent: bool,
+}
+
+/// Errors sending a command to the worker.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    #[error("the command is {len} bytes; the longest this session's ring takes is {max}")]
+    TooLarge { len: usize, max: usize },
+    #[error("the worker did not make room in its command ring within {0:?}")]
+    Timeout(Duration),
+    #[error("the session was lost")]
+    Lost,
+    #[error("the command ring is broken")]
+    Ring(#[source] PushError),
+    #[error("the command could not be encoded")]
+    Encode(#[source] shm_proto::frame::FrameError),
+    #[error("ringing the worker's doorbell failed")]
+    Notify(#[source] std::io::Error),
+}
+
+/// Why a session was lost, and what the supervisor killed then.
+#[derive(Clone, Debug)]
+pub struct Lost {
+    pub note: String,
+    pub killed: Vec<Survivor>,
+    /// Processes the supervisor killed beyond `killed` (its listing carries at most 64), counted only.
+    pub killed_more: u32,
+    /// The worker died (as opposed to a corrupt ring): the next `run` may start a new worker for the
+    /// session (`kernel/revive.rs`).
+    pub worker_died: bool,
+}
+
+/// The part of a session behind its mutex.
+#[derive(Debug, Default)]
+pub struct SessionState {
+    pub shell: Option<ShellInfo>,
+    pub worker: Option<WorkerInfo>,
+    pub lost: Option<Lost>,
+    pub closing: bool,
+    pub jobs: BTreeMap<JobId, Job>,
+    next_job: JobId,
+    pub warnings: VecDeque<String>,
+    /// Jobs that may hold buffered output (so a flush need not visit every job).
+    dirty: Vec<JobId>,
+    /// The shell state carried between the session's jobs.
+    pub record: crate::shell::record::StateRecord,
+    /// Guard deny rules overridden in this session (`run {override}`; each also in the audit log).
+    pub guard_overrides: u64,
+    /// Answers to liveness probes, by probe number (`None`: the job was not running).
+    pub probes: std::collections::HashMap<u64, Option<shm_proto::msg::JobLiveness>>,
+    pub next_probe: u64,
+    /// The session's sandbox as its worker reported it (after `Hello`).
+    pub sandbox: Option<shm_proto::msg::SandboxInfo>,
+    /// Live-streaming subscriptions (see [`crate::kernel::subscribe`]).
+    pub subscribers: Vec<crate::sessions::subscribers::Subscriber>,
+    /// The session's name, for notifications (set when the pump first applies an event).
+    pub name: String,
+    /// What a restarted front needs to take the session over (`sessions/journal.rs`).
+    pub journal: crate::sessions::journal::Journal,
+    /// How the worker spawns jobs into their cgroups, in words (`None` until its first such job).
+    pub spawn_path: Option<String>,
+    /// What the session was opened with, so a new worker can be started for it (`kernel/revive.rs`);
+    /// `None` when not known (the session cannot be revived).
+    pub reopen: Option<crate::sessions::journal::Reopen>,
+    /// When the session's worker was replaced, oldest first (bounded; see `kernel/revive.rs`).
+    pub revivals: VecDeque<Instant>,
+    /// The worker (pid) and record version of the last pre-start hint delivered (see `sessions::prestart`).
+    pub hinted: Option<(u32, u64)>,
+    /// What retention has counted of the session's output (see [`crate::sessions::retain::Ledger`]).
+    pub retention: crate::sessions::retain::Ledger,
+    /// The next job's output files, made ahead (see [`crate::jobs::files`]).
+    pub files_ahead: crate::jobs::files::Ahead,
+    /// Every job below this id has ended and been reported on, and has no conflict left to announce:
+    /// announcements need not look at it again (a conflict noted on it lowers the mark).
+    quiet_below: JobId,
+}
+
+impl SessionState {
+    /// Register a new job; its output goes to `jobs_dir/<id>.log`.
+    pub fn add_job(&mut self, cmd: String, jobs_dir: &std::path::Path) -> JobId {
+        self.next_job += 1;
+        let id = self.next_job;
+        self.journal.append(&crate::sessions::journal::Entry::Job { id, cmd: cmd.clone() });
+        let files = self.files_ahead.take_for(id);
+        self.jobs.insert(id, Job::with_files(id, cmd, jobs_dir.join(format!("{id}.log")), files));
+        self.retention.add(id);
+        crate::sessions::retain::enforce(self, crate::output::retention::config(), std::time::Instant::now());
+        id
+    }
+
+    /// Put back a job rebuilt by a restarted front; later jobs get higher ids.
+    pub fn restore_job(&mut self, job: Job) {
+        self.next_job = self.next_job.max(job.id());
+        self.retention.add(job.id());
+        self.jobs.insert(job.id(), job);
+    }
+
+    /// Apply one event from the worker; true when waiters should wake.
+    pub fn apply(&mut self, ev: Event, now: Instant, ns: u64) -> bool {
+        if let Event::Status { probe, liveness, .. } = ev {
+            self.probes.insert(probe, liveness);
+            return true;
+        }
+        let job_id = match &ev {
+            Event::Started { job, .. }
+            | Event::SpawnFailed { job, .. }
+            | Event::Output { job, .. }
+            | Event::Exited { job, .. }
+            | Event::StreamsClosed { job }
+            | Event::StateCaptured { job, .. }
+            | Event::StateUnknown { job, .. }
+            | Event::Survivors { job, .. }
+            | Event::Emptied { job, .. }
+            | Event::OomKilled { job }
+            | Event::PidsLimited { job, .. }
+            | Event::Forgotten { job }
+            | Event::FilesWritten { job, .. } => Some(*job),
+            Event::Hello { .. }
+            | Event::Warning { .. }
+            | Event::Status { .. }
+            | Event::Sandbox(_)
+            | Event::SpawnPath { .. } => None,
+        };
+        let job = match job_id {
+            Some(id) => match self.jobs.get_mut(&id) {
+                Some(j) => Some(j),
+                None => {
+                    eprintln!("heddle-front: ignoring an event for unknown job {id}");
+                    return false;
+                }
+            },
+            None => None,
+        };
+        match (ev, job) {
+            (Event::Output { stream, data, .. }, Some(j)) => {
+                let was_dirty = j.dirty();
+                let live = !self.subscribers.is_empty() && subscribe::wanted(&self.subscribers, j.id());
+                let s = crate::output::view::stream_index(stream);
+                let offset = j.counts()[s];
+                j.rendered_mut().collect_fresh(live);
+                j.on_output(stream, &data, now, ns);
+                if !was_dirty && j.dirty() {
+                    self.dirty.push(j.id());
+                }
+                if live {
+                    let fresh = j.rendered_mut().take_fresh();
+                    let c = subscribe::Chunk {
+                        job: j.id(),
+                        stream: s as u8,
+                        offset,
+                        data: &data,
+                        at_unix_ns: ns,
+                        fresh: &fresh,
+                    };
+                    subscribe::publish_chunk(&mut self.subscribers, &self.name, &c);
+                }
+                return false;
+            }
+            (Event::Started { pid, at_unix_ns, prestarted, cgroup, .. }, Some(j)) => {
+                j.on_started(pid, at_unix_ns, prestarted, cgroup, now)
+            }
+            (Event::SpawnFailed { error, .. }, Some(j)) => {
+                j.on_spawn_failed(&error, now);
+                publish_end(&mut self.subscribers, &self.name, j, true);
+            }
+            (Event::Exited { code, signal, at_unix_ns, killed, .. }, Some(j)) => {
+                j.on_exited(code, signal, at_unix_ns, killed, now);
+                publish_end(&mut self.subscribers, &self.name, j, false);
+                crate::sessions::retain::enforce(self, crate::output::retention::config(), now);
+            }
+            (Event::StreamsClosed { .. }, Some(j)) => {
+                let live = subscribe::wanted(&self.subscribers, j.id());
+                j.rendered_mut().collect_fresh(live);
+                let was_dirty = j.dirty();
+                j.on_streams_closed();
+                if !was_dirty && j.dirty() {
+                    // The last lines went to the line log's buffer: the next flush writes them (and
+                    // then lets the job's write buffers go).
+                    self.dirty.push(j.id());
+                }
+                publish_end(&mut self.subscribers, &self.name, j, true);
+            }
+            (Event::StateCaptured { data, .. }, Some(j)) => {
+                let by = j.id();
+                let overridden = j.on_state_captured(&data, &mut self.record);
+                self.note_overridden(by, overridden);
+            }
+            (Event::StateUnknown { reason, .. }, Some(j)) => j.on_state_unknown(&reason),
+            (Event::Survivors { procs, .. }, Some(j)) => j.on_survivors(procs),
+            (Event::Emptied { at_unix_ns, usage, .. }, Some(j)) => j.on_emptied(at_unix_ns, usage),
+            (Event::OomKilled { .. }, Some(j)) => j.on_oom_killed(),
+            (Event::PidsLimited { limit, failures, .. }, Some(j)) => j.note(format!(
+                "{failures} fork(s) of the session failed on its process limit (pids.max {limit}) while the job ran"
+            )),
+            (Event::Hello { pid, uid, bash, bash_version, .. }, _) => {
+                self.shell = Some(ShellInfo { path: bash, version: bash_version });
+                self.worker = Some(WorkerInfo { pid, uid });
+            }
+            (Event::Warning { job, message }, _) => self.warn(job, message),
+            (Event::Sandbox(info), _) => self.sandbox = Some(info),
+            (Event::SpawnPath { path }, _) => self.spawn_path = Some(path),
+            (Event::FilesWritten { files, .. }, Some(j)) => j.on_files(files),
+            _ => {}
+        }
+        true
+    }
+
+    /// Tell the earlier jobs whose state changes job `by` overrode (their results name the conflict).
+    fn note_overridden(&mut self, by: JobId, overridden: Vec<(u64, String)>) {
+        let mut per_job: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for (job, item) in overridden {
+            per_job.entry(job).or_default().push(item);
+        }
+        for (job, items) in per_job {
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.on_state_overridden(by, &items);
+                self.quiet_below = self.quiet_below.min(job);
+            }
+        }
+    }
+
+    fn warn(&mut self, job: Option<JobId>, message: String) {
+        match job.and_then(|id| self.jobs.get_mut(&id)) {
+            Some(j) => j.note(format!("worker warning: {message}")),
+            None => {
+                if self.warnings.len() == MAX_WARNINGS {
+                    self.warnings.pop_front();
+                }
+                self.warnings.push_back(message);
+            }
+        }
+    }
+
+    /// Mark the session lost: unfinished jobs become `lost`. No effect while the session is closing
+    /// (the close decides its jobs' fate) or when it was already lost.
+    pub fn mark_lost(&mut self, note: String, killed: Vec<Survivor>, now: Instant) {
+        if self.closing || self.lost.is_some() {
+            return;
+        }
+        for job in self.jobs.values_mut() {
+            let unsettled = !job.settled();
+            if job.mark_lost(&note, now) {
+                publish_end(&mut self.subscribers, &self.name, job, false);
+            }
+            if unsettled {
+                publish_end(&mut self.subscribers, &self.name, job, true);
+            }
+        }
+        self.lost = Some(Lost { note, killed, killed_more: 0, worker_died: false });
+    }
+
+    /// The highest job id handed out so far.
+    pub fn last_job(&self) -> JobId {
+        self.next_job
+    }
+
+    /// End every running job as `killed` by `session.close`, telling subscribers (`job.end`, then
+    /// `job.settled`: nothing more will come).
+    pub fn close_jobs(&mut self, now: Instant) {
+        for job in self.jobs.values_mut() {
+            let unsettled = !job.settled();
+            if job.mark_closed(now) {
+                publish_end(&mut self.subscribers, &self.name, job, false);
+            }
+            if unsettled {
+                publish_end(&mut self.subscribers, &self.name, job, true);
+            }
+        }
+    }
+
+    /// Announcements of every ended, unreported job (each marked reported), oldest first. Looks at the
+    /// jobs from the first that is not both ended and reported on (see `quiet_below`).
+    pub fn take_announcements(&mut self, now: Instant) -> Vec<Announcement> {
+        let (mut out, mut floor, mut quiet) = (Vec::new(), self.quiet_below, true);
+        for (id, j) in self.jobs.range_mut(self.quiet_below..) {
+            if j.needs_announcement() {
+                out.push(j.announce(now));
+            }
+            quiet &= j.state().ended() && j.reported();
+            if quiet {
+                floor = id + 1;
+            }
+        }
+        self.quiet_below = floor;
+        out
+    }
+
+    /// Flush every job's buffered output.
+    pub fn flush(&mut self) {
+        for id in std::mem::take(&mut self.dirty) {
+            if let Some(job) = self.jobs.get_mut(&id) {
+                job.flush();
+            }
+        }
+    }
+
+    /// Journal a popped batch: its non-output events and the log length of each job it writes to.
+    fn journal_batch(&mut self, from: u64, to: u64, events: &[Event]) {
+        let mut before: Vec<(u64, u64)> = Vec::new();
+        let mut kept = Vec::new();
+        for ev in events {
+            match ev {
+                Event::Output { job, .. } => {
+                    if !before.iter().any(|(j, _)| j == job) {
+                        if let Some(j) = self.jobs.get(job) {
+                            before.push((*job, j.log_len()));
+                        }
+                    }
+                }
+                other => kept.push(other.clone()),
+            }
+        }
+        self.journal.append(&crate::sessions::journal::Entry::Batch { from, to, before, events: kept });
+    }
+
+    pub fn running_jobs(&self) -> usize {
+        self.jobs.values().filter(|j| !j.state().ended()).count()
+    }
+}
+
+/// Map a worker's region: the command path, and the event end (its head held until a batch is journaled
+/// and its output written, see [`Session::drain_events`]). Writes our pid into the header.
+fn map_rings(fds: SessionFds) -> Result<(CmdRing, EventEnd), AttachError> {
+    let region = Region::attach(fds.memfd.as_fd())?;
+    region.header().front_pid.store(std::process::id(), Ordering::Relaxed);
+    let mut consumer = region.evt_consumer();
+    consumer.hold();
+    let end = EventEnd { consumer, evt_data: fds.evt_data, evt_space: fds.evt_space };
+    let cmd = CmdRing {
+        producer: region.cmd_producer(),
+        _region: region,
+        scratch: Vec::new(),
+        cmd_data: fds.cmd_data,
+        cmd_space: fds.cmd_space,
+    };
+    Ok((cmd, end))
+}
+
+/// Tell subscribers that `j` ended (`settled`: its output is complete, with its last lines).
+fn publish_end(subs: &mut Vec<subscribe::Subscriber>, session: &str, j: &mut Job, settled: bool) {
+    if !subscribe::wanted(subs, j.id()) {
+        return;
+    }
+    let fresh = j.rendered_mut().take_fresh();
+    let r = j.summary(Instant::now());
+    let e = subscribe::End {
+        job: j.id(),
+        settled,
+        state: r.state,
+        exit_code: r.exit_code,
+        signal: r.signal,
+        fresh: &fresh,
+    };
+    subscribe::publish_end(subs, session, &e);
+}
+
+/// The command path to the current worker: its region, the command ring's producer, its doorbells
+/// and the encode buffer. Replaced as a whole when a new worker is started for the session.
+struct CmdRing {
+    _region: Region,
+    producer: Producer,
+    scratch: Vec<u8>,
+    cmd_data: EventFd,
+    cmd_space: EventFd,
+}
+
+/// The event ring's consumer end, owned by the pump.
+pub struct EventEnd {
+    pub(crate) consumer: Consumer,
+    pub(crate) evt_data: EventFd,
+    pub(crate) evt_space: EventFd,
+}
+
+/// What draining a session's event ring found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Drained {
+    /// Nothing was waiting.
+    Empty,
+    /// Frames were consumed.
+    Some,
+    /// The ring is corrupt; the session was marked lost and must be dropped from the pump.
+    Corrupt,
+    /// Frames were consumed and the session has subscribers (notifications may have been sent).
+    Live,
+}
+
+/// One session.
+pub struct Session {
+    spec: SessionSpec,
+    cmd: Mutex<CmdRing>,
+    state: Mutex<SessionState>,
+    changed: Condvar,
+    lost: AtomicBool,
+    /// Held while a new worker is being started for the session (one revival at a time).
+    pub(crate) reviving: Mutex<()>,
+}
+
+impl Session {
+    /// Map the region, take the front's ring ends, and write our pid into the header.
+    pub fn attach(spec: SessionSpec, fds: SessionFds) -> Result<(std::sync::Arc<Session>, EventEnd), AttachError> {
+        let (cmd, end) = map_rings(fds)?;
+        let session = Session {
+            cmd: Mutex::new(cmd),
+            state: Mutex::new(SessionState { name: spec.name.clone(), ..SessionState::default() }),
+            changed: Condvar::new(),
+            lost: AtomicBool::new(false),
+            reviving: Mutex::new(()),
+            spec,
+        };
+        Ok((std::sync::Arc::new(session), end))
+    }
+
+    /// Take a new worker's region and doorbells in place of the dead one's: the session is live again
+    /// (its jobs, output and shell state stay) and waits for the new worker's hello. The journal notes
+    /// the switch so a restarted front replays the old ring's batches correctly (`kernel/recovery.rs`).
+    pub fn replace_worker(&self, fds: SessionFds, worker: WorkerInfo) -> Result<EventEnd, AttachError> {
+        let (cmd, end) = map_rings(fds)?;
+        *self.cmd.lock().unwrap_or_else(|e| e.into_inner()) = cmd;
+        let mut st = self.lock();
+        let note = st.lost.take().map(|l| l.note).unwrap_or_default();
+        let last_job = st.last_job();
+        st.journal.append(&crate::sessions::journal::Entry::Revived { note, last_job });
+        st.shell = None;
+        st.sandbox = None;
+        st.worker = Some(worker);
+        st.revivals.push_back(Instant::now());
+        self.lost.store(false, Ordering::SeqCst);
+        drop(st);
+        self.changed.notify_all();
+        Ok(end)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn spec(&self) -> &SessionSpec {
+        &self.spec
+    }
+
+    pub fn jobs_dir(&self) -> PathBuf {
+        self.spec.dir.join("jobs")
+    }
+
+    /// True when a client of `uid` may use this session (its owner, or root).
+    pub fn visible_to(&self, uid: u32) -> bool {
+        uid == self.spec.owner_uid || uid == 0
+    }
+
+    /// Lock the state (a panic elsewhere does not make the session unusable).
+    pub fn lock(&self) -> MutexGuard<'_, SessionState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wake everyone waiting on this session (take the lock first so no waiter misses it).
+    pub fn notify(&self) {
+        drop(self.lock());
+        self.changed.notify_all();
+    }
+
+    /// Wait until `done` holds, `deadline` passes, or `stop` is set; returns the guard.
+    pub fn wait_until<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, SessionState>,
+        deadline: Instant,
+        stop: &AtomicBool,
+        mut done: impl FnMut(&SessionState) -> bool,
+    ) -> MutexGuard<'a, SessionState> {
+        loop {
+            let now = Instant::now();
+            if done(&st) || stop.load(Ordering::SeqCst) || now >= deadline {
+                return st;
+            }
+            st = self.changed.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// Mark the session lost (see [`SessionState::mark_lost`]) and wake waiters.
+    pub fn mark_lost(&self, note: String, killed: Vec<Survivor>) {
+        self.lock().mark_lost(note, killed, Instant::now());
+        self.lost.store(true, Ordering::SeqCst);
+        self.changed.notify_all();
+    }
+
+    /// The session's worker died: mark it lost (see [`SessionState::mark_lost`]) as one a new worker may
+    /// be started for.
+    pub fn mark_worker_died(&self, note: String, killed: Vec<Survivor>, killed_more: u32) {
+        let mut st = self.lock();
+        st.mark_lost(note, killed, Instant::now());
+        if let Some(l) = st.lost.as_mut() {
+            l.worker_died = true;
+            l.killed_more = killed_more;
+        }
+        drop(st);
+        self.lost.store(true, Ordering::SeqCst);
+        self.changed.notify_all();
+    }
+
+    /// Push one command to the worker, waiting up to `timeout` for room in a full ring.
+    pub fn send(&self, cmd: &Command, timeout: Duration) -> Result<(), SendError> {
+        let mut ring = self.cmd.lock().unwrap_or_else(|e| e.into_inner());
+        let CmdRing { producer, scratch, cmd_data, cmd_space, .. } = &mut *ring;
+        shm_proto::frame::encode(cmd, scratch).map_err(SendError::Encode)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            match producer.try_push(scratch) {
+                Ok(()) => break,
+                Err(PushError::Full) => self.wait_for_space(producer, cmd_space, scratch.len(), (deadline, timeout))?,
+                Err(PushError::TooLarge { len, max }) => return Err(SendError::TooLarge { len, max }),
+                Err(e) => return Err(SendError::Ring(e)),
+            }
+        }
+        if producer.wake_needed() {
+            cmd_data.notify().map_err(SendError::Notify)?;
+        }
+        Ok(())
+    }
+
+    /// Push one command if the ring is free and has room now; never waits (for hints). True if pushed.
+    pub fn try_send(&self, cmd: &Command) -> bool {
+        let Ok(mut ring) = self.cmd.try_lock() else { return false };
+        let CmdRing { producer, scratch, cmd_data, .. } = &mut *ring;
+        if shm_proto::frame::encode(cmd, scratch).is_err() || producer.try_push(scratch).is_err() {
+            return false;
+        }
+        if producer.wake_needed() {
+            let _ = cmd_data.notify();
+        }
+        true
+    }
+
+    fn wait_for_space(
+        &self,
+        p: &Producer,
+        cmd_space: &EventFd,
+        len: usize,
+        (deadline, timeout): (Instant, Duration),
+    ) -> Result<(), SendError> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(SendError::Timeout(timeout));
+        }
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(SendError::Lost);
+        }
+        if p.park_prepare(len) {
+            // Wake at least every 100 ms to notice a lost session.
+            let ms = (deadline - now).as_millis().clamp(1, 100) as i32;
+            let _ = cmd_space.wait(ms);
+        }
+        p.park_done();
+        let _ = cmd_space.drain();
+        Ok(())
+    }
+
+    /// Pop and apply waiting events (up to a budget); the pump calls this. The batch is journaled, its
+    /// output written to the job logs, and only then is the ring's head released (`sessions/journal.rs`).
+    pub fn drain_events(&self, end: &mut EventEnd, scratch: &mut Vec<u8>) -> Drained {
+        if end.consumer.is_empty() {
+            return Drained::Empty;
+        }
+        let (now, ns) = (Instant::now(), unix_ns());
+        let from = end.consumer.positions().1;
+        let (mut events, mut corrupt) = (Vec::new(), None);
+        while events.len() < DRAIN_BUDGET {
+            match end.consumer.pop_msg::<Event>(scratch) {
+                Ok(Some(ev)) => events.push(ev),
+                Ok(None) => break,
+                Err(PopError::Frame(e)) => {
+                    eprintln!("heddle-front: session '{}': skipping a bad event frame: {e}", self.name())
+                }
+                Err(PopError::Corrupt(why)) => {
+                    corrupt = Some(why);
+                    break;
+                }
+                Err(_) => {
+                    corrupt = Some("an unknown ring error");
+                    break;
+                }
+            }
+        }
+        let to = end.consumer.positions().1;
+        let mut st = self.lock();
+        let live = !st.subscribers.is_empty();
+        let mut wake = false;
+        let mut hint = None;
+        if to != from {
+            st.journal_batch(from, to, &events);
+            let version = st.record.version();
+            for ev in events {
+                wake |= st.apply(ev, now, ns);
+            }
+            if st.record.version() != version {
+                hint = crate::sessions::prestart::next_hint(self, &st);
+            }
+            st.flush();
+            end.consumer.release();
+        }
+        if let Some(why) = corrupt {
+            let note = format!("the session's event ring is corrupt ({why}), so its worker can no longer be heard");
+            eprintln!("heddle-front: session '{}': {note}", self.name());
+            st.mark_lost(note, Vec::new(), now);
+            self.lost.store(true, Ordering::SeqCst);
+            wake = true;
+        }
+        drop(st);
+        if let Some(hint) = hint {
+            crate::sessions::prestart::send(self, hint);
+        }
+        if end.consumer.producer_wake_needed() {
+            let _ = end.evt_space.notify();
+        }
+        if wake {
+            self.changed.notify_all();
+        }
+        if corrupt.is_some() {
+            Drained::Corrupt
+        } else if live {
+            Drained::Live
+        } else {
+            Drained::Some
+        }
+    }
+
+    /// Write every job's buffered output.
+    pub fn flush(&self) {
+        let mut st = self.lock();
+        if !st.dirty.is_empty() {
+            st.flush();
+        }
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::results::JobState;
+    use shm_proto::msg::Stream;
+    use shm_proto::region::RegionConfig;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        s: std::sync::Arc<Session>,
+        end: EventEnd,
+        region: Region,
+        /// The region's memfd, for writing garbage into it.
+        file: std::fs::File,
+    }
+
+    fn session(cfg: RegionConfig) -> Fixture {
+        let (region, memfd) = Region::create(cfg).unwrap();
+        let file = std::fs::File::from(memfd.try_clone().unwrap());
+        let e = || EventFd::new().unwrap();
+        let fds = SessionFds { memfd, cmd_data: e(), cmd_space: e(), evt_data: e(), evt_space: e() };
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("jobs")).unwrap();
+        let spec = SessionSpec {
+            name: "t".into(),
+            serial: 1,
+            owner_uid: 1000,
+            cgroup: "/cg".into(),
+            cwd: "/".into(),
+            env: vec![],
+            dir: dir.path().into(),
+            persistent: false,
+        };
+        let (s, end) = Session::attach(spec, fds).unwrap();
+        Fixture { _dir: dir, s, end, region, file }
+    }
+
+    #[test]
+    fn attach_writes_the_front_pid() {
+        let f = session(RegionConfig::default());
+        assert_eq!(f.region.header().front_pid.load(Ordering::Relaxed), std::process::id());
+    }
+
+    #[test]
+    fn announcements_are_taken_once() {
+        let mut st = SessionState::default();
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (st.add_job("a".into(), dir.path()), st.add_job("b".into(), dir.path()));
+        let now = Instant::now();
+        st.apply(Event::Exited { job: a, code: Some(0), signal: None, at_unix_ns: 0, killed: false }, now, 0);
+        let first = st.take_announcements(now);
+        assert_eq!(first.iter().map(|x| x.job).collect::<Vec<_>>(), [a]);
+        assert!(st.take_announcements(now).is_empty(), "never twice");
+        st.apply(Event::SpawnFailed { job: b, error: "nope".into() }, now, 0);
+        let second = st.take_announcements(now);
+        assert_eq!((second.len(), second[0].state), (1, JobState::Failed));
+    }
+
+    #[test]
+    fn announcements_look_past_a_running_job_and_come_back_for_a_conflict() {
+        let mut st = SessionState::default();
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let exit = |st: &mut SessionState, job| {
+            st.apply(Event::Exited { job, code: Some(0), signal: None, at_unix_ns: 0, killed: false }, now, 0)
+        };
+        let ids: Vec<JobId> = (0..4).map(|i| st.add_job(format!("j{i}"), dir.path())).collect();
+        for &id in &ids[..3] {
+            exit(&mut st, id);
+        }
+        let first: Vec<_> = st.take_announcements(now).iter().map(|a| a.job).collect();
+        assert_eq!(first, ids[..3]);
+        let later = st.add_job("later".into(), dir.path());
+        exit(&mut st, later);
+        let second: Vec<_> = st.take_announcements(now).iter().map(|a| a.job).collect();
+        assert_eq!(second, [later], "a job after a running one is announced");
+        exit(&mut st, ids[3]);
+        let third: Vec<_> = st.take_announcements(now).iter().map(|a| a.job).collect();
+        assert_eq!(third, [ids[3]]);
+        assert!(st.take_announcements(now).is_empty());
+        st.note_overridden(later, vec![(ids[0], "cwd".into())]);
+        let again = st.take_announcements(now);
+        assert_eq!(again.iter().map(|a| a.job).collect::<Vec<_>>(), [ids[0]], "a conflict on an old job");
+        assert_eq!(again[0].state_conflicts.len(), 1);
+        assert!(st.take_announcements(now).is_empty(), "once");
+    }
+
+    #[test]
+    fn lost_marks_only_unfinished_jobs_and_not_while_closing() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let mut st = SessionState::default();
+        let (a, b) = (st.add_job("a".into(), dir.path()), st.add_job("b".into(), dir.path()));
+        st.apply(Event::Exited { job: a, code: Some(1), signal: None, at_unix_ns: 0, killed: false }, now, 0);
+        st.mark_lost("worker died".into(), vec![], now);
+        assert_eq!((st.jobs[&a].state(), st.jobs[&b].state()), (JobState::Exited, JobState::Lost));
+        let mut closing = SessionState { closing: true, ..Default::default() };
+        let c = closing.add_job("c".into(), dir.path());
+        closing.mark_lost("worker died".into(), vec![], now);
+        assert_eq!((closing.jobs[&c].state(), closing.lost.is_none()), (JobState::Running, true));
+    }
+
+    #[test]
+    fn events_for_unknown_jobs_are_ignored() {
+        let mut st = SessionState::default();
+        let ev = Event::Output { job: 9, stream: Stream::Stdout, data: b"x".to_vec() };
+        assert!(!st.apply(ev, Instant::now(), 0));
+        assert!(st.jobs.is_empty());
+    }
+
+    #[test]
+    fn a_full_command_ring_times_out_and_a_drained_one_takes_more() {
+        let cfg = RegionConfig { cmd_capacity: 4096, evt_capacity: 4096 };
+        let Fixture { s, region, .. } = session(cfg);
+        let cmd = Command::Kill { job: 1, grace_ms: 0 };
+        let mut sent = 0;
+        while s.send(&cmd, Duration::from_millis(30)).is_ok() {
+            sent += 1;
+        }
+        assert!(sent > 10, "ring took {sent} commands");
+        let mut worker = region.cmd_consumer();
+        let mut out = Vec::new();
+        assert!(worker.try_pop(&mut out).unwrap());
+        s.send(&cmd, Duration::from_millis(30)).unwrap();
+    }
+
+    #[test]
+    fn a_bad_frame_is_skipped_and_a_corrupt_ring_loses_the_session() {
+        use std::os::unix::fs::FileExt;
+        let Fixture { s, mut end, region, file, .. } = session(RegionConfig::default());
+        let job = s.lock().add_job("x".into(), &s.jobs_dir());
+        let mut p = region.evt_producer();
+        p.try_push(&[0xff; 8]).unwrap(); // a frame that does not decode: skipped
+        let mut scratch = Vec::new();
+        assert_eq!(s.drain_events(&mut end, &mut scratch), Drained::Some);
+        assert_eq!(s.lock().jobs[&job].state(), JobState::Running);
+        assert!(!s.is_lost());
+        // Overwrite the next frame's length: the evt ring's data starts 512 bytes after its offset, and the
+        // first frame (64-byte header slot + 8-byte body, padded to 64) took bytes 0..128.
+        p.try_push(b"whatever").unwrap();
+        let data = region.header().evt_offset.load(Ordering::Relaxed) + 512;
+        file.write_at(&u32::MAX.to_le_bytes(), data + 128).unwrap();
+        assert_eq!(s.drain_events(&mut end, &mut scratch), Drained::Corrupt);
+        assert!(s.is_lost());
+        let st = s.lock();
+        assert_eq!(st.jobs[&job].state(), JobState::Lost);
+        assert!(st.lost.as_ref().unwrap().note.contains("corrupt"));
+    }
+}
