@@ -114,3 +114,67 @@ pub struct ChecksList {
     pub note: Option<String>,
     pub announcements: Vec<crate::results::Announcement>,
 }
+
+/// The routing line of a check: `check unit → cargo nextest run --workspace (parser: nextest)`.
+pub fn routing(c: &CheckReport) -> String {
+    format!("check {} → {} (parser: {})", c.name, c.command, c.parser)
+}
+
+/// `50 passed · 2 failed · 1 skipped · 0 errors`.
+pub fn counts_line(c: &CheckCounts) -> String {
+    format!("{} passed · {} failed · {} skipped · {} errors", c.passed, c.failed, c.skipped, c.errors)
+}
+
+/// The block a check's view leads with: the counts (or why there are none), each failure with its
+/// first lines, and the runner's summary line; it ends with a blank line.
+///
+/// ```
+/// use protocol::checks::*;
+/// let p = CheckParsed { source: "libtest text".into(), counts: Some(CheckCounts { passed: 1, failed: 1, ..Default::default() }),
+///     failures: vec![CheckFailure { name: "t::b".into(), kind: "failed".into(), lines: vec!["boom".into()] }], ..Default::default() };
+/// assert_eq!(summary_block(Some(&p), None), "1 passed · 1 failed · 0 skipped · 0 errors (libtest text)\nFAILED t::b\n  boom\n\n");
+/// ```
+pub fn summary_block(parsed: Option<&CheckParsed>, note: Option<&str>) -> String {
+    let mut out = String::new();
+    let Some(p) = parsed else {
+        if let Some(n) = note {
+            out.push_str(n);
+            out.push_str("\n\n");
+        }
+        return out;
+    };
+    match &p.counts {
+        Some(c) => out.push_str(&format!("{} ({})", counts_line(c), p.source)),
+        None => out.push_str(&format!("no test counts ({})", p.source)),
+    }
+    if p.incomplete {
+        out.push_str(" · incomplete: the runner never printed its summary; these are the tests it finished");
+    }
+    out.push('\n');
+    for f in &p.failures {
+        out.push_str(if f.kind == "error" { "ERROR " } else { "FAILED " });
+        out.push_str(&f.name);
+        out.push('\n');
+        for l in &f.lines {
+            out.push_str("  ");
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    if p.failures_more > 0 {
+        out.push_str(&format!(
+            "… and {} more failing tests (output {{\"errors\": true}} lists them)\n",
+            p.failures_more
+        ));
+    }
+    if let Some(s) = &p.summary_line {
+        out.push_str(s);
+        out.push('\n');
+    }
+    if let Some(n) = note {
+        out.push_str(n);
+        out.push('\n');
+    }
+    out.push('\n');
+    out
+}

@@ -160,6 +160,8 @@ pub struct JobResult {
     /// returned (`conflict: cwd changed again by job 7 …`); also announced once in the session's next
     /// response.
     pub state_conflicts: Vec<String>,
+    /// For a check's job (`check`): its routing and what the parser read; `null` for other jobs.
+    pub check: Option<crate::checks::CheckReport>,
 }
 
 /// A job's place in the session's state history.

@@ -75,6 +75,8 @@ pub struct Job {
     pub cap: u64,
     /// Why output was removed last (said in every view).
     pub removed_why: Option<String>,
+    /// A check's job (`kernel::check_run`): its routing, and what the parser read once it ended.
+    pub check: Option<Box<protocol::checks::CheckReport>>,
 }
 
 impl Job {
@@ -125,6 +127,7 @@ impl Job {
             refusal: None,
             cap: crate::output::retention::config().job_bytes,
             removed_why: None,
+            check: None,
         }
     }
 
@@ -594,6 +597,7 @@ impl Job {
             refusals: Vec::new(),
             warnings: self.warnings.clone(),
             state_conflicts: self.shell.conflicts.clone(),
+            check: self.check.as_deref().cloned(),
         }
     }
 
