@@ -246,3 +246,29 @@ fn output_no_parser_recognises_gives_the_plain_view_and_says_so() {
     let e = c.call("check", json!({"session": s, "name": "nope"})).unwrap_err();
     assert!(e.to_string().contains("no check named 'nope'; the project's checks are lint"), "{e}");
 }
+
+#[test]
+fn heddle_check_prints_the_routing_and_the_counts() {
+    let h = Heddle::start();
+    let dir = h.project.join("cli");
+    let cmd = r"printf 'running 2 tests\ntest a ... ok\ntest b ... FAILED\n\ntest result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n'; exit 101";
+    let toml = format!("[check.unit]\ncommand = \"{}\"\nparser = \"libtest\"\n", cmd.replace('\\', "\\\\"));
+    project(&dir, &[(".heddle/checks.toml", toml)]);
+    let heddle = |args: &[&str]| {
+        std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
+            .args(["--session", "person"])
+            .args(args)
+            .current_dir(&dir)
+            .env("HEDDLE_SOCKET", &h.socket)
+            .output()
+            .unwrap()
+    };
+    let out = heddle(&["check", "unit"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("check unit → printf "), "{text}");
+    assert!(text.contains("(parser: libtest)\nexit 101 · "), "{text}");
+    assert!(text.contains("\n1 passed · 1 failed · 0 skipped · 0 errors (libtest text)\nFAILED b\n"), "{text}");
+    let out = heddle(&["checks"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\"origin\": \".heddle/checks.toml line 1\""), "{text}");
+}
