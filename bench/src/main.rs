@@ -12,6 +12,7 @@ use serde_json::json;
 use std::process::{Command, Stdio};
 
 mod cgroup_bench;
+mod checks_bench;
 mod db_bench;
 mod doors;
 mod long;
@@ -28,6 +29,13 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Bench {
+    /// Parsing test runners' output per MiB vs copying it, and a check view's tokens vs the raw output.
+    Checks {
+        #[arg(long, default_value_t = 16)]
+        mib: usize,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
     /// `run("true")` end to end through the socket vs a bare spawn of `bash --noprofile --norc -c true`.
     Spawn {
         #[arg(long, default_value_t = 500)]
@@ -116,6 +124,7 @@ enum Bench {
 
 fn main() -> Result<()> {
     match Args::parse().bench {
+        Bench::Checks { mib, rounds } => checks_bench::run(mib, rounds),
         Bench::Spawn { iterations } => spawn(iterations),
         Bench::Long { jobs, iterations } => long::run(jobs, iterations),
         Bench::State { iterations } => state::run(iterations),

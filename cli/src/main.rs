@@ -66,6 +66,18 @@ enum Cmd {
     },
     /// List the session's jobs as a table (`--json` for the JSON).
     Jobs,
+    /// Run one of the project's checks (`.heddle/checks.toml`, else detected) as a job: the routing,
+    /// the runner's counts and failing tests, then the output. Words after `--` are added as arguments.
+    Check {
+        /// The check's name (`heddle checks` lists them); default: the first.
+        name: Option<String>,
+        #[arg(long = "yield")]
+        yield_ms: Option<u64>,
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// List the project's checks, where each came from, and their last runs.
+    Checks,
     /// Print a job's stored output through a view (redacted, like the model's): `--lines A:B`,
     /// `--tail N`, `--grep RE`, `--errors`; `--raw` prints the bytes as written, unredacted. Without
     /// one, the last 200 lines.
@@ -212,6 +224,11 @@ fn real_main(cli: Cli) -> Result<i32> {
         Cmd::Kill { job, grace } => {
             (client.call("kill", json!({"session": session, "job": job, "grace_ms": grace}))?, true)
         }
+        Cmd::Check { name, yield_ms, args } => {
+            let params = json!({"session": session, "name": name, "args": args, "yield_ms": yield_ms});
+            (client.call("check", params)?, true)
+        }
+        Cmd::Checks => (client.call("checks", json!({"session": session}))?, false),
         Cmd::Jobs => {
             let r = client.call("jobs", json!({"session": session}))?;
             if !cli.json {

@@ -11,6 +11,7 @@
 //! | [`transport`] | the doors: the Unix socket server, MCP, HTTP/SSE |
 //! | [`kernel`] | the registry of sessions, the method table and one module per method, admission (peer checks, receipts), records, recovery, shutdown |
 //! | [`guard`] | the pre-launch linter's rules and matching |
+//! | [`checks`] | test runners' output parsers, a project's checks (`.heddle/checks.toml`, detection) |
 //! | [`sessions`] | a live session: its worker link, event pump, journal, subscribers, sandbox request, pre-start hints |
 //! | [`jobs`] | one job's record: lifecycle, output bookkeeping, its part of the shell state, its files |
 //! | [`output`] | output on disk and in memory: store, line log, terminal rendering, the model view, line views, retention |
@@ -34,6 +35,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod checks;
 pub mod guard;
 pub mod jobs;
 pub mod kernel;

@@ -6,7 +6,7 @@ use std::path::Path;
 
 /// Top to bottom. Test-only code (`#[cfg(test)] mod tests` and `src/testing.rs`) is not counted.
 const ORDER: &[&str] =
-    &["process", "transport", "kernel", "guard", "sessions", "jobs", "output", "shell", "storage", "rpc"];
+    &["process", "transport", "kernel", "guard", "checks", "sessions", "jobs", "output", "shell", "storage", "rpc"];
 
 fn rank(room: &str) -> Option<usize> {
     ORDER.iter().position(|r| *r == room)

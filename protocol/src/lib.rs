@@ -13,5 +13,6 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod checks;
 pub mod results;
 pub mod text;

@@ -163,6 +163,8 @@ pub struct JobResult {
     /// A terminal job's (`run {tty}`) screen and what scrolled off it since the caller last looked;
     /// `null` for a pipe job.
     pub terminal: Option<TerminalScreen>,
+    /// For a check's job (`check`): its routing and what the parser read; `null` for other jobs.
+    pub check: Option<crate::checks::CheckReport>,
 }
 
 /// The headless terminal of a PTY job, as a model reads it.

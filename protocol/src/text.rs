@@ -28,6 +28,10 @@ const SURVIVORS_NAMED: usize = 8;
 /// The text form of a `run`, `wait` or `kill` result.
 pub fn job_result(r: &JobResult) -> String {
     let mut out = String::with_capacity(r.view.len() + 256);
+    if let Some(c) = &r.check {
+        out.push_str(&crate::checks::routing(c));
+        out.push('\n');
+    }
     out.push_str(&outcome(r));
     out.push('\n');
     match (&r.terminal, r.state) {

@@ -113,7 +113,11 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
         self.cg.create(&dir)?;
         self.populate(id, &dir, user, policy, limits).inspect_err(|_| {
             if let Err(rm) = self.cg.remove_tree(&dir) {
-                tracing::warn!("could not remove {} after a failed open: {}", dir.display(), shm_proto::error_chain(&rm));
+                tracing::warn!(
+                    "could not remove {} after a failed open: {}",
+                    dir.display(),
+                    shm_proto::error_chain(&rm)
+                );
             }
         })
     }

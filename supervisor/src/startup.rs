@@ -161,7 +161,8 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
     if [front_user.uid, worker_user.uid].contains(&cgroup_owner.uid)
         || session_uids.as_ref().is_some_and(|r| r.contains(&cgroup_owner.uid))
     {
-        let taken = UserError::Taken(cgroup_owner.uid.to_string(), "--front-user, --worker-user or --session-uids".to_owned());
+        let taken =
+            UserError::Taken(cgroup_owner.uid.to_string(), "--front-user, --worker-user or --session-uids".to_owned());
         return Err(StartError::User("cgroup owner", taken));
     }
     let bin_dir = match &args.bin_dir {

@@ -116,7 +116,7 @@ fn the_mcp_bridge_serves_raw_json_lines_and_survives_bad_input() {
     assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
     b.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
     let tools = b.call(2, "tools/list", json!({}));
-    assert_eq!(tools["result"]["tools"].as_array().unwrap().len(), 9, "{tools}");
+    assert_eq!(tools["result"]["tools"].as_array().unwrap().len(), 11, "{tools}");
 
     // Garbage, an unknown tool, a wrong argument type: each answered, the door keeps serving.
     b.send("this is not json");

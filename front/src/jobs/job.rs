@@ -75,6 +75,8 @@ pub struct Job {
     pub cap: u64,
     /// Why output was removed last (said in every view).
     pub removed_why: Option<String>,
+    /// A check's job (`kernel::check_run`): its routing, and what the parser read once it ended.
+    pub check: Option<Box<protocol::checks::CheckReport>>,
 }
 
 impl Job {
@@ -125,6 +127,7 @@ impl Job {
             refusal: None,
             cap: crate::output::retention::config().job_bytes,
             removed_why: None,
+            check: None,
         }
     }
 
@@ -600,6 +603,7 @@ impl Job {
             warnings: self.warnings.clone(),
             state_conflicts: self.shell.conflicts.clone(),
             terminal: None,
+            check: self.check.as_deref().cloned(),
         }
     }
 

@@ -117,6 +117,8 @@ pub(crate) fn answer_when(
         }
     }
     result.announcements = st.take_announcements(now);
+    drop(st);
+    crate::kernel::check_run::complete(k, s, job, &mut result);
     Ok(result)
 }
 

@@ -17,6 +17,8 @@
 //! # let _ = result; }
 //! ```
 
+pub mod check_run;
+pub mod checks_list;
 pub mod describe;
 pub mod describe_session;
 pub mod guard_apply;
@@ -60,7 +62,7 @@ pub const MAX_YIELD_MS: u64 = 600_000;
 /// How long a command may wait for room in a full command ring.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Every method, for the "unknown method" message.
-pub const METHODS: [&str; 18] = [
+pub const METHODS: [&str; 20] = [
     "session.open",
     "session.close",
     "run",
@@ -79,6 +81,8 @@ pub const METHODS: [&str; 18] = [
     "unsubscribe",
     "write",
     "resize",
+    "check",
+    "checks",
 ];
 
 /// Where the kernel keeps things and what it tells `describe`.
@@ -233,6 +237,8 @@ impl Kernel {
             "session.close" => encode(crate::kernel::session_close::call(self, client, params)),
             "run" => encode(crate::kernel::job_run::call(self, client, params)),
             "wait" => encode(crate::kernel::job_wait::call(self, client, params)),
+            "check" => encode(crate::kernel::check_run::call(self, client, params)),
+            "checks" => encode(crate::kernel::checks_list::call(self, client, params)),
             "kill" => encode(crate::kernel::job_kill::call(self, client, params)),
             "jobs" => encode(crate::kernel::jobs_list::call(self, client, params)),
             "output" if crate::terminal::methods::is_terminal_view(&params) => {

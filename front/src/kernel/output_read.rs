@@ -197,7 +197,7 @@ fn line_view(k: &Kernel, client: &Client, p: &Params, sel: Selector) -> Result<O
     let stream = p.stream.unwrap_or_default();
     let budget = p.max_output_bytes.map_or(DEFAULT_BUDGET, |b| (b as usize).clamp(1000, MAX_BUDGET));
     let s = k.session(client, &p.session)?;
-    let (src, total, open, complete, removed_note) = {
+    let (src, total, open, complete, removed_note, check) = {
         let mut st = s.lock();
         let job = st.jobs.get_mut(&p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
         let total = job.rendered().line_count();
@@ -211,7 +211,8 @@ fn line_view(k: &Kernel, client: &Client, p: &Params, sel: Selector) -> Result<O
         let (_, gone) = job.removed();
         let why = job.removed_why.clone().unwrap_or_default();
         let removed_note = crate::output::retention::lines_note(gone, from, &why);
-        (Source { plan, pending }, total, open, job.settled(), removed_note)
+        let check = job.check.as_ref().and_then(|c| c.parsed.clone());
+        (Source { plan, pending }, total, open, job.settled(), removed_note, check)
     };
     let (view, found) = match sel {
         Selector::Lines(a, b) => ("lines", views::lines(&src, a, b, stream, budget)?),
@@ -243,7 +244,11 @@ fn line_view(k: &Kernel, client: &Client, p: &Params, sel: Selector) -> Result<O
         job: p.job,
         view,
         stream: stream.name(),
-        text: views::as_text(&found.lines),
+        // A check's errors view leads with its failures' sections (`kernel::check_run`).
+        text: match check.filter(|c| view == "errors" && !c.failures.is_empty()) {
+            Some(c) => protocol::checks::summary_block(Some(&c), None) + &views::as_text(&found.lines),
+            None => views::as_text(&found.lines),
+        },
         lines: found.lines,
         total_lines: total,
         matches: matches!(view, "grep" | "errors").then_some(found.matches),

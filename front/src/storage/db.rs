@@ -27,10 +27,11 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 
 /// The schema this build writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Migration `i` brings the schema from version `i` to `i + 1`.
-pub const MIGRATIONS: [&str; 1] = [r#"
+pub const MIGRATIONS: [&str; 2] = [
+    r#"
 CREATE TABLE sessions (
     serial INTEGER NOT NULL, name TEXT NOT NULL, owner_uid INTEGER NOT NULL, cwd TEXT NOT NULL,
     cgroup TEXT NOT NULL, opened_at_ms INTEGER NOT NULL, closed_at_ms INTEGER, end_note TEXT,
@@ -55,7 +56,15 @@ CREATE TABLE announcements (
 CREATE TABLE audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL, uid INTEGER NOT NULL, op TEXT NOT NULL,
     session TEXT, job INTEGER, detail TEXT NOT NULL);
-"#];
+"#,
+    r#"
+CREATE TABLE check_runs (
+    owner_uid INTEGER NOT NULL, project TEXT NOT NULL, name TEXT NOT NULL, session TEXT NOT NULL,
+    job INTEGER NOT NULL, at_ms INTEGER NOT NULL, state TEXT NOT NULL, exit_code INTEGER,
+    duration_ms REAL NOT NULL, counts TEXT);
+CREATE INDEX check_runs_by_check ON check_runs (owner_uid, project, name, at_ms);
+"#,
+];
 
 /// Errors opening the database.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +124,8 @@ pub enum Write {
         job: Option<u64>,
         detail: String,
     },
+    /// A check's run ended and was parsed (`kernel::check_run`).
+    CheckRun(CheckRunRow),
     /// A session recorded by front `old_boot` as `old_serial` is carried on by this front as `serial`
     /// (taken over after a front restart, or re-opened after a supervisor restart): its session, state,
     /// job and receipt rows move to the new key, so later rows replace them instead of sitting beside them.
@@ -138,6 +149,21 @@ pub struct JobRow {
     pub duration_ms: f64,
     pub log_path: String,
     pub record: String,
+}
+
+/// The columns of a check's run (`counts` as JSON, `null` when the parser found none).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckRunRow {
+    pub owner_uid: u32,
+    pub project: String,
+    pub name: String,
+    pub session: String,
+    pub job: u64,
+    pub at_ms: u64,
+    pub state: String,
+    pub exit_code: Option<i32>,
+    pub duration_ms: f64,
+    pub counts: Option<String>,
 }
 
 /// The columns of a receipt.
@@ -260,6 +286,37 @@ impl Db {
             |r| r.get(0),
         )
         .optional()
+    }
+
+    /// The last `limit` runs of check `name` of `project` by `owner_uid`, newest first (flush first with
+    /// [`Db::sync`] to see the latest).
+    pub fn check_runs(
+        &self,
+        owner_uid: u32,
+        project: &str,
+        name: &str,
+        limit: u32,
+    ) -> rusqlite::Result<Vec<CheckRunRow>> {
+        let conn = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stmt = conn.prepare(
+            "SELECT owner_uid, project, name, session, job, at_ms, state, exit_code, duration_ms, counts FROM check_runs \
+             WHERE owner_uid = ?1 AND project = ?2 AND name = ?3 ORDER BY at_ms DESC, rowid DESC LIMIT ?4",
+        )?;
+        let rows = stmt.query_map(params![owner_uid, project, name, limit], |r| {
+            Ok(CheckRunRow {
+                owner_uid: r.get(0)?,
+                project: r.get(1)?,
+                name: r.get(2)?,
+                session: r.get(3)?,
+                job: r.get(4)?,
+                at_ms: r.get(5)?,
+                state: r.get(6)?,
+                exit_code: r.get(7)?,
+                duration_ms: r.get(8)?,
+                counts: r.get(9)?,
+            })
+        })?;
+        rows.collect()
     }
 
     /// Rows in `table` (tests and `describe`).
@@ -401,6 +458,12 @@ fn apply(tx: &rusqlite::Transaction<'_>, boot: &str, w: Write) -> rusqlite::Resu
             "INSERT INTO announcements (boot, session, job, at_ms) VALUES (?1, ?2, ?3, ?4)",
             params![boot, session, job, now],
         ),
+        Write::CheckRun(r) => exec(
+            tx,
+            "INSERT INTO check_runs (owner_uid, project, name, session, job, at_ms, state, exit_code, duration_ms, counts) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![r.owner_uid, r.project, r.name, r.session, r.job, r.at_ms, r.state, r.exit_code, r.duration_ms, r.counts],
+        ),
         Write::Audit { uid, op, session, job, detail } => exec(
             tx,
             "INSERT INTO audit (at_ms, uid, op, session, job, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -463,7 +526,7 @@ mod tests {
         drop(conn);
         let e = Db::open(&path).err().unwrap();
         assert!(matches!(e, DbError::TooNew { found: 99, .. }));
-        assert!(e.to_string().contains("newer than the 1 this heddle knows"), "{e}");
+        assert!(e.to_string().contains(&format!("newer than the {SCHEMA_VERSION} this heddle knows")), "{e}");
     }
 
     #[test]

@@ -146,6 +146,25 @@ pub fn list() -> Value {
                 "required": ["job", "rows", "cols"], "additionalProperties": false}
         },
         {
+            "name": "check",
+            "title": "Run a check",
+            "description": "Run one of the project's checks (its test suite or gate: from .heddle/checks.toml, else detected: cargo nextest/cargo test, pytest, go test, npm test) as a job. The result's first line names the check, the exact command and the parser; the view leads with the runner's own counts (passed, failed, skipped, errors) and each failing test with the first lines of its failure, then the usual output view. Yields like run (default 60 s or the check's timeout_ms hint); never kills. `args` are added as words, each quoted.",
+            "inputSchema": {"type": "object", "properties": {
+                "name": {"type": "string", "description": "the check's name (see the checks tool); default: the first"},
+                "args": {"type": "array", "items": {"type": "string"}},
+                "yield_ms": {"type": "integer", "minimum": 0},
+                "max_output_tokens": {"type": "integer", "minimum": 1},
+                "session": session},
+                "additionalProperties": false}
+        },
+        {
+            "name": "checks",
+            "title": "List checks",
+            "description": "The project's checks: name, command, parser and where each came from (the checks file or what was detected), the checks file's problems with file, line and key, and each check's last runs (state, exit, duration, counts).",
+            "inputSchema": {"type": "object", "properties": {"session": session}, "additionalProperties": false},
+            "annotations": {"readOnlyHint": true}
+        },
+        {
             "name": "describe",
             "title": "Describe the shell",
             "description": "What this shell is: heddle's version, bash and its version, PATH, the sandbox (writable roots, network, Landlock and seccomp), cgroup limits, live jobs with liveness, and what changed in the session since it began.",
@@ -197,6 +216,8 @@ pub fn params(tool: &str, args: Value, session: &str) -> Result<(&'static str, V
         "write" => "write",
         "resize" => "resize",
         "describe" => "describe",
+        "check" => "check",
+        "checks" => "checks",
         _ => {
             let names: Vec<String> = list()["tools"]
                 .as_array()
@@ -221,7 +242,7 @@ fn bad(tool: &str, why: &str) -> RpcError {
 /// The text a model reads of a method's result.
 pub fn text(method: &str, result: &Value) -> String {
     match method {
-        "run" | "wait" | "kill" => match serde_json::from_value::<JobResult>(result.clone()) {
+        "run" | "wait" | "kill" | "check" => match serde_json::from_value::<JobResult>(result.clone()) {
             Ok(r) => protocol::text::job_result(&r),
             Err(_) => pretty(result),
         },
