@@ -30,11 +30,13 @@ pub struct UpArgs {
     /// User the front runs as (name or uid).
     #[arg(long)]
     pub front_user: Option<String>,
-    /// One user for every root-opened session's worker and jobs (name or uid) [default: each such
-    /// session gets a uid of its own from --session-uids].
+    /// One user for every root-opened session's worker and jobs (name or uid) [default: nobody, unless
+    /// --session-uids gives each such session a uid of its own].
     #[arg(long, conflicts_with = "session_uids")]
     pub worker_user: Option<String>,
-    /// The range root-opened sessions' own uids come from [default: 1879048192-1879113727].
+    /// Give each root-opened session a uid of its own from this range (e.g. 1879048192-1879113727).
+    /// Off by default: the uids have no passwd entry, so tools that look their user up (ssh-keygen,
+    /// whoami) fail under them.
     #[arg(long, value_name = "FIRST-LAST")]
     pub session_uids: Option<String>,
     /// Group allowed to connect to the socket (name or gid) [default: gid 0, only root].

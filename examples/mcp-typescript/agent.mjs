@@ -26,7 +26,7 @@ const text = (r) => r.content.filter((c) => c.type === "text").map((c) => c.text
 
 const { tools } = await client.listTools();
 const names = tools.map((t) => t.name).sort();
-assert.deepEqual(names, ["describe", "jobs", "keep", "kill", "output", "run", "wait"]);
+assert.deepEqual(names, ["check", "checks", "describe", "jobs", "keep", "kill", "output", "resize", "run", "wait", "write"]);
 
 let r = await client.callTool({ name: "run", arguments: { cmd: "mkdir -p ts && cd ts && echo hello from $PWD" } });
 assert.equal(r.isError, false, text(r));

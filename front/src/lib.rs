@@ -15,6 +15,7 @@
 //! | [`sessions`] | a live session: its worker link, event pump, journal, subscribers, sandbox request, pre-start hints |
 //! | [`jobs`] | one job's record: lifecycle, output bookkeeping, its part of the shell state, its files |
 //! | [`output`] | output on disk and in memory: store, line log, terminal rendering, the model view, line views, retention |
+//! | [`terminal`] | a terminal job's headless screen (vt100), scrollback and key names |
 //! | [`shell`] | the shell state bash carries: capture parsing, records, restore, what a command can change |
 //! | [`storage`] | the embedded database |
 //! | [`rpc`] | the vocabulary every room speaks: JSON-RPC framing and errors, result shapes, a connection's outbox |

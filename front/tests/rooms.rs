@@ -5,8 +5,20 @@
 use std::path::Path;
 
 /// Top to bottom. Test-only code (`#[cfg(test)] mod tests` and `src/testing.rs`) is not counted.
-const ORDER: &[&str] =
-    &["process", "transport", "kernel", "guard", "checks", "sessions", "jobs", "output", "shell", "storage", "rpc"];
+const ORDER: &[&str] = &[
+    "process",
+    "transport",
+    "kernel",
+    "guard",
+    "checks",
+    "sessions",
+    "jobs",
+    "output",
+    "terminal",
+    "shell",
+    "storage",
+    "rpc",
+];
 
 fn rank(room: &str) -> Option<usize> {
     ORDER.iter().position(|r| *r == room)

@@ -33,12 +33,14 @@ pub struct Args {
     /// The front's user [default: `heddle` if it exists, else `nobody`].
     #[arg(long, value_name = "NAME|UID")]
     pub front_user: Option<String>,
-    /// One user for the workers and jobs of every session a root client opens, instead of a uid of
-    /// each session's own (others always get the client's uid) [default: per-session uids].
+    /// One user for the workers and jobs of every session a root client opens (others always get the
+    /// client's uid) [default: nobody, unless --session-uids gives each session a uid of its own].
     #[arg(long, value_name = "NAME|UID", conflicts_with = "session_uids")]
     pub worker_user: Option<String>,
     /// The uids given to sessions that root clients open, one per session (its gid the same number),
-    /// skipping any the user or group database or /etc/subuid names [default: 1879048192-1879113727].
+    /// skipping any the user or group database or /etc/subuid names (e.g. 1879048192-1879113727). Off by
+    /// default: these uids have no passwd entry, and tools that look their user up (ssh-keygen,
+    /// whoami) fail under them.
     #[arg(long, value_name = "FIRST-LAST")]
     pub session_uids: Option<String>,
     /// The directory holding heddle-front and heddle-worker [default: this executable's directory].

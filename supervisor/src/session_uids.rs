@@ -29,7 +29,7 @@ use std::ops::RangeInclusive;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-/// The default range: the 65,536 uids right after systemd's container range (which ends at
+/// The suggested range (`--session-uids` has no default: the pool is off unless given one): the 65,536 uids right after systemd's container range (which ends at
 /// 0x6FFFFFFF), below the upper half (`>= 2^31`) that some tools mishandle, clear of systemd's dynamic
 /// users (61184–65519) and of its foreign and transient ranges.
 pub const DEFAULT_RANGE: RangeInclusive<u32> = 0x7000_0000..=0x7000_FFFF;

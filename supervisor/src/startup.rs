@@ -155,7 +155,9 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
     let session_uids = match (&args.worker_user, &args.session_uids) {
         (Some(_), _) => None,
         (None, Some(r)) => Some(crate::session_uids::parse_range(r)?),
-        (None, None) => Some(crate::session_uids::DEFAULT_RANGE),
+        // Off unless asked: a uid with no passwd entry breaks tools that look their user up
+        // (ssh-keygen, whoami); see docs/threat-model.md, "Session uids".
+        (None, None) => None,
     };
     let cgroup_owner = UserInfo::cgroup_owner().map_err(|e| StartError::User("cgroup owner", e))?;
     if [front_user.uid, worker_user.uid].contains(&cgroup_owner.uid)

@@ -11,7 +11,7 @@ fn run(c: &mut heddle_tests::Client, s: &Value, cmd: &str) -> Value {
 
 #[test]
 fn jobs_without_a_home_get_a_writable_one_that_persists() {
-    let h = Heddle::start();
+    let h = Heddle::start_with(&["--session-uids", "1879048192-1879113727"]);
     let mut c = h.client();
     let s = h.open_session(&mut c);
     let r = run(

@@ -10,8 +10,13 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The default range's first uid (`heddle up --session-uids`).
+/// The range these tests give `heddle up --session-uids` (the suggested one), and its first uid.
+const RANGE: &str = "1879048192-1879113727";
 const FIRST: u32 = 0x7000_0000;
+
+fn start() -> Heddle {
+    Heddle::start_with(&["--session-uids", RANGE])
+}
 
 fn open(h: &Heddle, c: &mut Client, name: &str) -> u32 {
     let r = c.call("session.open", json!({"name": name, "cwd": h.project})).unwrap();
@@ -25,7 +30,7 @@ fn homes(h: &Heddle) -> PathBuf {
 
 #[test]
 fn two_root_opened_sessions_run_as_different_uids_and_cannot_touch_each_others_files() {
-    let h = Heddle::start();
+    let h = start();
     let mut c = h.client();
     let (ua, ub) = (open(&h, &mut c, "a"), open(&h, &mut c, "b"));
     let (a, b) = (json!("a"), json!("b"));
@@ -56,7 +61,7 @@ fn two_root_opened_sessions_run_as_different_uids_and_cannot_touch_each_others_f
 
 #[test]
 fn a_session_uid_is_freed_at_close_with_its_home_and_given_again_clean() {
-    let h = Heddle::start();
+    let h = start();
     let mut c = h.client();
     let ua = open(&h, &mut c, "first");
     let home = run_ok(&mut c, &json!("first"), "echo secret > ~/.left-behind; echo \"$HOME\"").trim().to_owned();
@@ -78,7 +83,7 @@ fn supervisor_pid(h: &Heddle) -> Option<u64> {
 
 #[test]
 fn a_kept_job_holds_its_uid_across_a_supervisor_restart_which_frees_the_others() {
-    let h = Heddle::start();
+    let h = start();
     let mut c = h.client();
     let ua = open(&h, &mut c, "keeper");
     let ub = open(&h, &mut c, "plain");
@@ -116,7 +121,7 @@ fn a_kept_job_holds_its_uid_across_a_supervisor_restart_which_frees_the_others()
 
 #[test]
 fn a_session_whose_worker_died_keeps_its_uid_and_home_when_revived() {
-    let h = Heddle::start();
+    let h = start();
     let mut c = h.client();
     let ua = open(&h, &mut c, "phoenix");
     let s = json!("phoenix");

@@ -50,7 +50,7 @@ struct Params {
     max_output_bytes: Option<u64>,
     /// A terminal job: `{rows, cols}` (see `terminal`).
     #[serde(default)]
-    tty: Option<crate::terminal::methods::TtySize>,
+    tty: Option<crate::kernel::terminal_io::TtySize>,
     /// `"null"` (default) or `"pipe"` (fed by `write`).
     #[serde(default)]
     stdin: Option<String>,
@@ -96,14 +96,14 @@ pub(crate) fn call_admitting(
     crate::kernel::revive::revive_if_worker_died(k, &s)?;
     let s = k.live_session(client, &p.session)?;
     let files = crate::sessions::sandbox::file_specs(&p.files, &s.spec().cwd)?;
-    let stdin = crate::terminal::methods::stdin_mode(p.tty, p.stdin.as_deref(), s.spec().persistent)?;
+    let stdin = crate::kernel::terminal_io::stdin_mode(p.tty, p.stdin.as_deref(), s.spec().persistent)?;
     if let Some(o) = &p.overrides {
         if o.reason.trim().is_empty() || o.rule.trim().is_empty() {
             return Err(RpcError::invalid_params("run", "override needs the guard's `rule` and a `reason`"));
         }
     }
     let (job, restore, mut capture_only) = admit_job(&s, &p.cmd)?;
-    crate::terminal::methods::register(&s, job, stdin);
+    crate::kernel::terminal_io::register(&s, job, stdin);
     on_admit(s.spec().serial, job);
     preflight(&s, job, &p.cmd);
     let refusal = crate::kernel::guard_apply::apply(

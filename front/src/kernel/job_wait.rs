@@ -107,9 +107,9 @@ pub(crate) fn answer_when(
         result.liveness = j.liveness(now, live.as_ref());
     }
     result.terminal = st.terminals.view(job, true);
-    crate::terminal::methods::waiting_for_input(&mut result.liveness, result.terminal.as_ref());
+    crate::kernel::terminal_io::waiting_for_input(&mut result.liveness, result.terminal.as_ref());
     if !st.terminals.by_job.contains_key(&job) {
-        crate::terminal::methods::point_to_tty(&mut result);
+        crate::kernel::terminal_io::point_to_tty(&mut result);
     }
     if let (Some(info), Some(code)) = (&st.sandbox, result.exit_code) {
         if code != 0 {

@@ -39,6 +39,7 @@ pub mod session_close;
 pub mod session_open;
 pub mod shutdown;
 pub mod subscribe;
+pub mod terminal_io;
 
 use crate::rpc::{ErrorKind, RpcError};
 use crate::sessions::pump::Pump;
@@ -241,12 +242,12 @@ impl Kernel {
             "checks" => encode(crate::kernel::checks_list::call(self, client, params)),
             "kill" => encode(crate::kernel::job_kill::call(self, client, params)),
             "jobs" => encode(crate::kernel::jobs_list::call(self, client, params)),
-            "output" if crate::terminal::methods::is_terminal_view(&params) => {
-                encode(crate::terminal::methods::call_view(self, client, params))
+            "output" if crate::kernel::terminal_io::is_terminal_view(&params) => {
+                encode(crate::kernel::terminal_io::call_view(self, client, params))
             }
             "output" => encode(crate::kernel::output_read::call(self, client, params)),
-            "write" => encode(crate::terminal::methods::call_write(self, client, params)),
-            "resize" => encode(crate::terminal::methods::call_resize(self, client, params)),
+            "write" => encode(crate::kernel::terminal_io::call_write(self, client, params)),
+            "resize" => encode(crate::kernel::terminal_io::call_resize(self, client, params)),
             "describe" => encode(crate::kernel::describe::call(self, client, params)),
             "keep" => encode(crate::kernel::job_keep::call_keep(self, client, params)),
             "kept" => encode(crate::kernel::job_keep::call_kept(self, client, params)),

@@ -8,7 +8,6 @@
 //! stdin pipe (`run {stdin: "pipe"}`) has an entry without an emulator, so `write` knows it may feed it.
 
 pub mod keys;
-pub mod methods;
 
 use protocol::results::TerminalScreen;
 use shm_proto::msg::JobId;

@@ -6,10 +6,10 @@
 //!    "terminal":{"text":">>> 1+1\n2\n>>>\n","cursor":[2,4],"alternate_screen":false,…},…}}
 //! ```
 
-use super::keys;
 use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel};
 use crate::rpc::{self, RpcError};
 use crate::sessions::session::Session;
+use crate::terminal::keys;
 use protocol::results::{JobState, TerminalScreen, WriteResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -33,14 +33,14 @@ pub struct TtySize {
 
 /// Check a terminal size.
 pub fn check_size(method: &str, rows: u16, cols: u16) -> Result<(), RpcError> {
-    if rows == 0 || cols < 2 || rows > super::MAX_ROWS || cols > super::MAX_COLS {
+    if rows == 0 || cols < 2 || rows > crate::terminal::MAX_ROWS || cols > crate::terminal::MAX_COLS {
         return Err(RpcError::invalid_params(
             method,
             format!(
                 "a terminal of {rows} rows × {cols} columns is not possible; give 1..={} rows and 2..={} columns \
                  (24 × 80 is the classic size)",
-                super::MAX_ROWS,
-                super::MAX_COLS
+                crate::terminal::MAX_ROWS,
+                crate::terminal::MAX_COLS
             ),
         ));
     }
@@ -425,7 +425,7 @@ pub(crate) fn call_view(k: &Kernel, client: &Client, params: Value) -> Result<Te
             }
             r.note = Some(format!(
                 "the scrollback keeps the last {} lines that left the screen; every byte is in the raw view",
-                super::SCROLLBACK
+                crate::terminal::SCROLLBACK
             ));
         }
         _ => return Err(RpcError::invalid_params("output", "give one of screen: true or scrollback: {from?, max?}")),
