@@ -369,3 +369,29 @@ pub fn text_form(r: &Value) -> String {
     let typed: protocol::results::JobResult = serde_json::from_value(r.clone()).expect("a job result");
     protocol::text::job_result(&typed)
 }
+
+/// The toolchain, hard-linked into a world-readable place (the tests run as root, whose ~/.rustup the
+/// job's uid cannot traverse): `bin/cargo`, `bin/rustc`, `lib/`.
+pub fn link_toolchain(h: &Heddle) -> std::path::PathBuf {
+    let out = std::process::Command::new("rustc").args(["--print", "sysroot"]).output().expect("rustc");
+    let sysroot = std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    let dst = h.dir.path().join("toolchain");
+    std::fs::create_dir_all(dst.join("bin")).unwrap();
+    for b in ["cargo", "rustc"] {
+        std::fs::hard_link(sysroot.join("bin").join(b), dst.join("bin").join(b))
+            .or_else(|_| std::fs::copy(sysroot.join("bin").join(b), dst.join("bin").join(b)).map(|_| ()))
+            .unwrap();
+    }
+    let st = std::process::Command::new("cp").arg("-al").arg(sysroot.join("lib")).arg(&dst).status().unwrap();
+    if !st.success() {
+        assert!(std::process::Command::new("cp")
+            .arg("-a")
+            .arg(sysroot.join("lib"))
+            .arg(&dst)
+            .status()
+            .unwrap()
+            .success());
+    }
+    assert!(std::process::Command::new("chmod").args(["-R", "a+rX"]).arg(&dst).status().unwrap().success());
+    dst
+}

@@ -13,6 +13,12 @@ const BACKGROUND: usize = 40;
 /// Bytes of each background bash's command line argument (under the kernel's 128 KiB per argument).
 const ARG: usize = 100_000;
 
+/// Wait until the job's cgroup holds the job's shell and every background bash with its `sleep`
+/// (read with builtins, so nothing transient is counted): the survivors are listed when the job ends.
+const ALL_STARTED: &str = "cg=/sys/fs/cgroup/unified$(sed -n 's/^0:://p' /proc/self/cgroup); \
+    [ -e \"$cg/cgroup.procs\" ] || cg=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup); \
+    for t in $(seq 600); do mapfile -t P < \"$cg/cgroup.procs\"; [ ${#P[@]} -ge $((2 * BG + 1)) ] && break; sleep 0.05; done";
+
 #[test]
 fn survivors_with_huge_command_lines_are_listed_capped_and_the_session_carries_on() {
     let h = Heddle::start();
@@ -20,7 +26,7 @@ fn survivors_with_huge_command_lines_are_listed_capped_and_the_session_carries_o
     let s = h.open_session(&mut c);
     // `sleep 300; :` keeps each bash alive (not exec'd into its sleep), with the long argument in its argv.
     let cmd = format!(
-        "L=$(head -c {ARG} /dev/zero | tr '\\0' x); for i in $(seq {BACKGROUND}); do bash -c 'sleep 300; :' \"$L\" & done"
+        "L=$(head -c {ARG} /dev/zero | tr '\\0' x); for i in $(seq {BACKGROUND}); do bash -c 'sleep 300; :' \"$L\" & done; BG={BACKGROUND}; {ALL_STARTED}"
     );
     let r = run_to_end(&mut c, &s, &cmd);
     assert_eq!(r["exit_code"], 0, "{r}");

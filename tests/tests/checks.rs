@@ -51,32 +51,6 @@ fn failing(r: &Value) -> Vec<String> {
     v
 }
 
-/// The toolchain, hard-linked into a world-readable place (root's ~/.rustup is not reachable by the
-/// job's uid): `bin/cargo`, `bin/rustc`, `lib/`.
-fn link_toolchain(h: &Heddle) -> PathBuf {
-    let out = std::process::Command::new("rustc").args(["--print", "sysroot"]).output().expect("rustc");
-    let sysroot = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-    let dst = h.dir.path().join("toolchain");
-    std::fs::create_dir_all(dst.join("bin")).unwrap();
-    for b in ["cargo", "rustc"] {
-        std::fs::hard_link(sysroot.join("bin").join(b), dst.join("bin").join(b))
-            .or_else(|_| std::fs::copy(sysroot.join("bin").join(b), dst.join("bin").join(b)).map(|_| ()))
-            .unwrap();
-    }
-    let linked = std::process::Command::new("cp").arg("-al").arg(sysroot.join("lib")).arg(&dst).status().unwrap();
-    if !linked.success() {
-        assert!(std::process::Command::new("cp")
-            .arg("-a")
-            .arg(sysroot.join("lib"))
-            .arg(&dst)
-            .status()
-            .unwrap()
-            .success());
-    }
-    assert!(std::process::Command::new("chmod").args(["-R", "a+rX"]).arg(&dst).status().unwrap().success());
-    dst
-}
-
 /// A crate with 50 passing tests, 2 failing and 1 ignored.
 fn rust_crate() -> Vec<(&'static str, String)> {
     let mut lib = String::from("#[cfg(test)]\nmod tests {\n");
@@ -94,7 +68,7 @@ fn rust_crate() -> Vec<(&'static str, String)> {
 fn a_rust_crate_checked_with_nextest_and_cargo_test_gives_the_runners_counts() {
     let h = Heddle::start();
     let mut c = h.client();
-    let tc = link_toolchain(&h);
+    let tc = heddle_tests::link_toolchain(&h);
     let dir = h.project.join("rs");
     project(&dir, &rust_crate());
     let home = h.project.join("home");

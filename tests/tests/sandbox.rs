@@ -69,37 +69,11 @@ fn create_rename_across_dirs_and_delete_work_inside_the_project_and_tmpdir() {
     assert!(!Path::new(&tmp).exists(), "the session temp dir is removed at close");
 }
 
-/// The toolchain, hard-linked into a world-readable place (the tests run as root, whose ~/.rustup the
-/// job's uid cannot traverse): `bin/cargo`, `bin/rustc`, `lib/`.
-fn link_toolchain(h: &Heddle) -> PathBuf {
-    let out = std::process::Command::new("rustc").args(["--print", "sysroot"]).output().expect("rustc");
-    let sysroot = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-    let dst = h.dir.path().join("toolchain");
-    std::fs::create_dir_all(dst.join("bin")).unwrap();
-    for b in ["cargo", "rustc"] {
-        std::fs::hard_link(sysroot.join("bin").join(b), dst.join("bin").join(b))
-            .or_else(|_| std::fs::copy(sysroot.join("bin").join(b), dst.join("bin").join(b)).map(|_| ()))
-            .unwrap();
-    }
-    let st = std::process::Command::new("cp").arg("-al").arg(sysroot.join("lib")).arg(&dst).status().unwrap();
-    if !st.success() {
-        assert!(std::process::Command::new("cp")
-            .arg("-a")
-            .arg(sysroot.join("lib"))
-            .arg(&dst)
-            .status()
-            .unwrap()
-            .success());
-    }
-    assert!(std::process::Command::new("chmod").args(["-R", "a+rX"]).arg(&dst).status().unwrap().success());
-    dst
-}
-
 #[test]
 fn cargo_new_and_build_and_git_commit_work_inside_the_project() {
     let h = Heddle::start();
     let mut c = h.client();
-    let tc = link_toolchain(&h);
+    let tc = heddle_tests::link_toolchain(&h);
     let home = h.project.join("home");
     let path = format!("{}/bin:/usr/local/bin:/usr/bin:/bin", tc.display());
     let env = json!({"HOME": home, "CARGO_HOME": home.join(".cargo"), "PATH": path, "CARGO_NET_OFFLINE": "true"});

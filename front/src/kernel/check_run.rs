@@ -21,9 +21,9 @@ use crate::checks::config::{find, Check};
 use crate::checks::parse::{parse, Parser};
 use crate::jobs::job::Job;
 use crate::kernel::job_wait::{answer, view_budget};
-use crate::kernel::{clamp_wait, deadline, session_lost, Client, Kernel, SEND_TIMEOUT};
+use crate::kernel::{clamp_wait, deadline, Client, Kernel, SEND_TIMEOUT};
 use crate::rpc::results::JobResult;
-use crate::rpc::{self, ErrorKind, RpcError};
+use crate::rpc::{self, RpcError};
 use crate::sessions::session::{SendError, Session};
 use protocol::checks::CheckReport;
 use serde::Deserialize;
@@ -110,14 +110,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
         note: None,
     };
     let job = {
-        let mut st = s.lock();
-        if let Some(lost) = &st.lost {
-            return Err(session_lost(s.name(), &lost.note));
-        }
-        if st.closing {
-            let msg = format!("session '{}' is being closed; open a new session with session.open", s.name());
-            return Err(RpcError::new(ErrorKind::UnknownSession, msg));
-        }
+        let mut st = crate::kernel::lock_for_new_job(&s)?;
         let id = st.add_job(command.clone(), &s.jobs_dir());
         if let Some(j) = st.jobs.get_mut(&id) {
             j.check = Some(Box::new(report));

@@ -15,10 +15,10 @@
 
 use crate::kernel::job_wait::{answer, view_budget};
 use crate::kernel::session_open::validate_env;
-use crate::kernel::{clamp_wait, deadline, session_lost, Client, Kernel, DEFAULT_YIELD_MS, SEND_TIMEOUT};
+use crate::kernel::{clamp_wait, deadline, Client, Kernel, DEFAULT_YIELD_MS, SEND_TIMEOUT};
 use crate::output::view;
 use crate::rpc::results::JobResult;
-use crate::rpc::{self, ErrorKind, RpcError};
+use crate::rpc::{self, RpcError};
 pub(crate) use crate::sessions::sandbox::merge_env;
 use crate::sessions::session::{SendError, Session};
 use serde::Deserialize;
@@ -185,14 +185,7 @@ pub(crate) fn call_admitting(
 /// capture (`shell::scope`; the persistent shell's is always full).
 type Admitted = (JobId, crate::shell::record::Restore, Option<Vec<String>>);
 fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
-    let mut st = s.lock();
-    if let Some(lost) = &st.lost {
-        return Err(session_lost(s.name(), &lost.note));
-    }
-    if st.closing {
-        let msg = format!("session '{}' is being closed; open a new session with session.open", s.name());
-        return Err(RpcError::new(ErrorKind::UnknownSession, msg));
-    }
+    let mut st = crate::kernel::lock_for_new_job(s)?;
     let id = st.add_job(cmd.to_owned(), &s.jobs_dir());
     let (version, base) = st.record.snapshot();
     let restore = match s.spec().persistent {

@@ -410,6 +410,22 @@ pub(crate) fn unknown_job(session: &str, job: u64) -> RpcError {
     )
 }
 
+/// `s`'s state, locked, when it may take a new job: not lost and not being closed (each refused with
+/// the sentence a client acts on).
+pub(crate) fn lock_for_new_job(
+    s: &Session,
+) -> Result<std::sync::MutexGuard<'_, crate::sessions::session::SessionState>, RpcError> {
+    let st = s.lock();
+    if let Some(lost) = &st.lost {
+        return Err(session_lost(s.name(), &lost.note));
+    }
+    if st.closing {
+        let msg = format!("session '{}' is being closed; open a new session with session.open", s.name());
+        return Err(RpcError::new(ErrorKind::UnknownSession, msg));
+    }
+    Ok(st)
+}
+
 pub(crate) fn session_lost(name: &str, note: &str) -> RpcError {
     RpcError::new(
         ErrorKind::SessionLost,
