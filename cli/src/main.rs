@@ -146,11 +146,40 @@ enum KeptAction {
     },
 }
 
+/// Print to stdout; a reader that went away (`heddle jobs | head`) ends the CLI quietly with 141
+/// (128 + SIGPIPE, what a shell reports for a command killed by it) instead of a panic.
+fn write_out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        eprintln!("heddle: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+macro_rules! out {
+    ($($t:tt)*) => { write_out(&format!($($t)*)) };
+}
+
+macro_rules! outln {
+    ($($t:tt)*) => { write_out(&(format!($($t)*) + "\n")) };
+}
+
 fn main() {
     let cli = Cli::parse();
     match real_main(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
+            let broken_pipe = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            });
+            if broken_pipe {
+                // The reader went away (`heddle output 3 --raw | head`): quiet, as SIGPIPE would be.
+                std::process::exit(141);
+            }
             eprintln!("heddle: {e:#}");
             std::process::exit(2);
         }
@@ -183,7 +212,7 @@ fn real_main(cli: Cli) -> Result<i32> {
             None => {
                 let r = client.call("kept", json!({}))?;
                 if !cli.json {
-                    print!("{}", kept_table(&r));
+                    out!("{}", kept_table(&r));
                     return Ok(0);
                 }
                 r
@@ -192,13 +221,13 @@ fn real_main(cli: Cli) -> Result<i32> {
             Some(KeptAction::Log { name, tail_bytes }) => {
                 let r = client.call("kept.log", json!({"name": name, "tail_bytes": tail_bytes}))?;
                 if !cli.json {
-                    print!("{}", r["text"].as_str().unwrap_or_default());
+                    out!("{}", r["text"].as_str().unwrap_or_default());
                     return Ok(0);
                 }
                 r
             }
         };
-        println!("{}", serde_json::to_string_pretty(&result)?);
+        outln!("{}", serde_json::to_string_pretty(&result)?);
         return Ok(0);
     }
     let cwd = match &cli.cmd {
@@ -234,7 +263,7 @@ fn real_main(cli: Cli) -> Result<i32> {
             if !cli.json {
                 let jobs: protocol::results::JobsResult =
                     serde_json::from_value(r).context("the jobs result is not in the protocol's shape")?;
-                print!(
+                out!(
                     "{}{}",
                     protocol::text::jobs_table(&jobs.jobs),
                     protocol::text::announcements(&jobs.announcements)
@@ -270,7 +299,7 @@ fn real_main(cli: Cli) -> Result<i32> {
             }
             let r = client.call("output", params)?;
             if cli.json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
+                outln!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 print_view(&r);
             }
@@ -287,7 +316,7 @@ fn real_main(cli: Cli) -> Result<i32> {
         }
     };
     if cli.json || !is_job {
-        println!("{}", serde_json::to_string_pretty(&result)?);
+        outln!("{}", serde_json::to_string_pretty(&result)?);
         return Ok(0);
     }
     print_job(&result)
@@ -376,7 +405,7 @@ fn print_view(r: &Value) {
     let announced: Vec<protocol::results::Announcement> =
         serde_json::from_value(r["announcements"].clone()).unwrap_or_default();
     out.push_str(&protocol::text::announcements(&announced));
-    print!("{out}");
+    out!("{out}");
 }
 
 fn print_output(client: &mut Client, session: &Value, job: u64, stream: &str) -> Result<i32> {

@@ -257,4 +257,13 @@ fn the_cli_follows_the_views_a_marker_names() {
     assert!(errors.contains("error: boom"), "{errors}");
     let raw = cli(&["output", "1", "--raw", "--stream", "stderr"]);
     assert!(raw.contains("ghp_0123"), "--raw is the bytes as written: {raw}");
+    // A person pipes it into head: the CLI ends quietly when the reader goes (no panic, no error line).
+    let piped = Command::new("sh")
+        .arg("-c")
+        .arg(format!("'{}' --session viewer output 1 --raw | head -1 >/dev/null", bin_dir().join("heddle").display()))
+        .env("HEDDLE_SOCKET", &h.socket)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(stderr.is_empty(), "a closed pipe is not an error: {stderr}");
 }
