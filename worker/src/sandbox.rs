@@ -15,7 +15,7 @@
 //! ```no_run
 //! use worker::sandbox::{SandboxArgs, SessionSandbox};
 //! let args = SandboxArgs { policy: "workspace".into(), network: None, project: "/tmp/p".into(),
-//!     tmp: "/tmp/t".into(), home: "/nonexistent".into(), writable: vec![], allow_writable: vec![] };
+//!     tmp: "/tmp/t".into(), home: "/nonexistent".into(), writable: vec![], allow_writable: vec![], own_home: false };
 //! let mut sb = SessionSandbox::build(&args);
 //! let warnings = sb.enter(std::path::Path::new("/sys/fs/cgroup/unified/heddle/session-a"));
 //! assert!(sb.info.refusal.is_none(), "{warnings:?}");
