@@ -1,6 +1,6 @@
 //! The kernel's promises end to end: receipts and idempotency (concurrent retries, retries after a
-//! restart), shutdown refusing mutations while receipts answer, a database left by a killed front, and
-//! sessions invisible to other uids, and a socket only root and its group can connect to.
+//! restart), shutdown refusing mutations while receipts answer, a database left by a killed front,
+//! and a socket only root and its group can connect to (what another uid in that group reaches: cross_user.rs).
 
 use heddle_tests::{eventually, Heddle};
 use serde_json::{json, Value};
@@ -132,25 +132,4 @@ fn a_client_outside_the_socket_group_is_refused_at_connect() {
     let jobs = as_nobody(&h, Some(s), &["jobs"]);
     assert!(!jobs.status.success(), "{jobs:?}");
     assert!(said(&jobs).to_lowercase().contains("permission denied"), "a clear refusal: {}", said(&jobs));
-}
-
-#[test]
-fn a_client_of_another_uid_cannot_see_or_touch_the_session() {
-    let h = Heddle::start_with(&["--socket-group", "65534"]);
-    let mut c = h.client();
-    let s = h.open_session(&mut c);
-    let s = s.as_str().unwrap();
-    c.call("run", json!({"session": s, "cmd": "echo secret-marker"})).unwrap();
-    let hello = as_nobody(&h, None, &["describe"]);
-    assert!(hello.status.success(), "a member of the socket's group connects: {}", said(&hello));
-    assert!(!said(&hello).contains(s), "describe does not show nobody root's session: {}", said(&hello));
-    let jobs = as_nobody(&h, Some(s), &["jobs"]);
-    let seen = said(&jobs);
-    assert!(!seen.to_lowercase().contains("permission denied"), "the group connects: {seen}");
-    assert!(!seen.contains("secret-marker"), "nobody saw root's job: {seen}");
-    let kill = as_nobody(&h, Some(s), &["kill", "1"]);
-    assert!(!kill.status.success(), "nobody killed root's job: {kill:?}");
-    let mine = c.call("jobs", json!({"session": s})).unwrap();
-    assert_eq!(mine["jobs"].as_array().unwrap().len(), 1, "{mine}");
-    assert_eq!(mine["jobs"][0]["state"], "exited");
 }
