@@ -43,10 +43,24 @@ fn a_killed_front_loses_no_byte_of_a_50_mib_job_and_answers_wait() {
     let keyed = format!("echo line >> {}", file.display());
     let first = c.call("run", json!({"session": s, "cmd": keyed, "idempotency_key": "k", "yield_ms": 10000})).unwrap();
     assert_eq!(first["exit_code"], 0, "{first}");
-    let big = c.call("run", json!({"session": s, "cmd": "seq 1 20000000 | head -c 52428800", "yield_ms": 0})).unwrap();
+    // The big job writes its first 25 MiB, then waits (for a file the test makes after the crash) before
+    // the rest: so the front is certainly killed mid-stream, with bytes behind it and bytes still to come.
+    // `dd iflag=fullblock` reads exactly what it writes, so the stream stays one unbroken pattern.
+    let go = h.project.join("go");
+    let big_cmd = format!(
+        "seq 1 20000000 | head -c 52428800 | {{ dd bs=1048576 count=25 iflag=fullblock status=none; \
+         while [ ! -e {} ]; do sleep 0.02; done; cat; }}",
+        go.display()
+    );
+    let big = c.call("run", json!({"session": s, "cmd": big_cmd, "yield_ms": 0})).unwrap();
     let slow = c.call("run", json!({"session": s, "cmd": "sleep 1; echo done", "yield_ms": 0})).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let mid_stream = eventually(Duration::from_secs(60), || {
+        let r = c.call("wait", json!({"session": s, "job": big["job"], "yield_ms": 0})).unwrap();
+        r["state"] == "running" && r["stdout_bytes"].as_u64() == Some(25 << 20)
+    });
+    assert!(mid_stream, "the big job wrote its first half and waits, running");
     kill_front(&h);
+    std::fs::write(&go, "").unwrap();
     let mut c = h.client();
     let r = c.call("wait", json!({"session": s, "job": big["job"], "yield_ms": 120000})).unwrap();
     assert_eq!((r["state"].as_str(), r["exit_code"].as_i64()), (Some("exited"), Some(0)), "{r}");
