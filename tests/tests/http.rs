@@ -103,8 +103,13 @@ fn an_event_stream_resumed_with_last_event_id_loses_and_repeats_no_chunk() {
     let a = read_events(&mut first, |got| stdout_of(got).lines().count() >= 10);
     let last_id = a.iter().rev().find_map(|e| e.id.clone()).expect("events carry ids");
     drop(first);
-    // Output goes on while nobody listens.
-    std::thread::sleep(Duration::from_millis(400));
+    // Output goes on while nobody listens: wait until the job wrote well past what the first reader saw.
+    let seen = stdout_of(&a).len() as u64;
+    let went_on = heddle_tests::eventually(Duration::from_secs(10), || {
+        let w = rpc(&mut c, "wait", json!({"session": s, "job": job, "yield_ms": 0}));
+        w["result"]["stdout_bytes"].as_u64().is_some_and(|n| n >= seen + 50)
+    });
+    assert!(went_on, "the job wrote more while nobody listened");
     let mut second = HttpConn::connect(addr).unwrap().events(&path, &[("Last-Event-ID", &last_id)]).unwrap();
     assert_eq!(second.status, 200);
     let b = read_events(&mut second, |got| got.last().is_some_and(|e| e.event == "job.settled"));

@@ -71,11 +71,14 @@ fn a_database_left_by_a_killed_front_opens_cleanly_and_keeps_receipts() {
     let mut c = h.client();
     c.call("session.open", json!({"name": "burst", "cwd": h.project})).unwrap();
     let kept = c.call("run", json!({"session": "burst", "cmd": "true", "idempotency_key": "before"})).unwrap();
+    let admitted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let burst = std::thread::spawn({
         let socket = h.socket.clone();
+        let admitted = admitted.clone();
         move || {
             let mut c = heddle_tests::Client::connect(&socket).unwrap();
             for i in 0..10_000 {
+                admitted.store(i, std::sync::atomic::Ordering::Relaxed);
                 if c.call(
                     "run",
                     json!({"session": "burst", "cmd": "true", "idempotency_key": format!("b{i}"), "yield_ms": 0}),
@@ -88,7 +91,9 @@ fn a_database_left_by_a_killed_front_opens_cleanly_and_keeps_receipts() {
             10_000
         }
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // Kill the front once the burst is well under way (keyed runs answered, more in flight).
+    let under_way = eventually(Duration::from_secs(30), || admitted.load(std::sync::atomic::Ordering::Relaxed) >= 20);
+    assert!(under_way, "the burst got going");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(front as i32), nix::sys::signal::SIGKILL).unwrap();
     let done = burst.join().unwrap();
     assert!(done > 0 && done < 10_000, "the burst was cut by the kill ({done} runs)");

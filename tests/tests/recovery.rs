@@ -133,7 +133,12 @@ fn a_killed_supervisor_is_restarted_and_nothing_is_run_again() {
     assert_eq!(again["receipt"]["id"], first["receipt"]["id"], "{again}");
     assert_eq!(again["receipt"]["replayed"], true, "{again}");
     assert_eq!(again["state"], "lost", "the job did not survive the supervisor: {again}");
-    std::thread::sleep(Duration::from_millis(300));
+    // Every job of the session has ended, so a run made again would have written by now.
+    let settled = |c: &mut heddle_tests::Client, s: &str| {
+        c.call("jobs", json!({"session": s}))
+            .is_ok_and(|j| j["jobs"].as_array().is_some_and(|a| a.iter().all(|j| j["state"] != "running")))
+    };
+    assert!(eventually(Duration::from_secs(10), || settled(&mut c, "sup")), "the session's jobs ended");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x\n", "nothing was run again");
     let looked = c.call("receipt", json!({"idempotency_key": "sk", "session": "sup"})).unwrap();
     assert_eq!(looked["receipt"]["id"], first["receipt"]["id"], "{looked}");
