@@ -359,3 +359,58 @@ fn a_restarted_front_takes_the_door_over_and_a_stream_resumes_across_it() {
     let want: String = (1..=40).map(|i| format!("line{i}\n")).collect();
     assert_eq!(stdout_of(&a) + &stdout_of(&b), want, "every line once across the front's restart");
 }
+
+#[test]
+fn a_tool_call_with_a_progress_token_streams_progress_and_a_dropped_stream_cancels_nothing() {
+    let (h, addr) = door();
+    let mut c = HttpConn::connect(addr).unwrap();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let r = c.post(&format!("/mcp?cwd={}", h.project.display()), &[], &init).unwrap();
+    let id = r.header("mcp-session-id").expect("a session id at initialize").to_owned();
+    let headers = [("Mcp-Session-Id", id.as_str()), ("Accept", "application/json, text/event-stream")];
+    let call = |n: u64, cmd: &str| {
+        json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+               "params": {"name": "run", "arguments": {"cmd": cmd}, "_meta": {"progressToken": format!("p{n}")}}})
+    };
+
+    // Progress while the call waits, then the response, on one stream.
+    let steps = "for i in 1 2 3 4; do echo step $i; sleep 0.6; done";
+    let mut stream = HttpConn::connect(addr).unwrap().post_stream("/mcp", &headers, &call(7, steps)).unwrap();
+    assert_eq!(stream.status, 200, "{}", String::from_utf8_lossy(&stream.body));
+    let mut messages = Vec::new();
+    while let Some(e) = stream.next_event().unwrap() {
+        assert_eq!(e.event, "message", "{e:?}");
+        let v: Value = serde_json::from_str(&e.data).unwrap();
+        let last = v.get("id").is_some();
+        messages.push(v);
+        if last {
+            break;
+        }
+    }
+    let (answer, progress) = messages.split_last().unwrap();
+    assert_eq!(answer["id"], 7, "the response ends the stream: {answer}");
+    assert!(answer["result"]["content"][0]["text"].as_str().unwrap().starts_with("exit 0"), "{answer}");
+    assert!(progress.len() >= 2, "progress came while the call waited: {progress:?}");
+    for p in progress {
+        assert_eq!((&p["method"], &p["params"]["progressToken"]), (&json!("notifications/progress"), &json!("p7")));
+    }
+    assert!(progress.iter().any(|p| p["params"]["message"].as_str().unwrap().contains("step")), "{progress:?}");
+
+    // A client that drops the stream mid-call cancels nothing: the job runs to its end.
+    let marker = h.project.join("went-on");
+    let cmd = format!("echo started; sleep 1.5; touch {}", marker.display());
+    let mut dropped = HttpConn::connect(addr).unwrap().post_stream("/mcp", &headers, &call(8, &cmd)).unwrap();
+    let first = dropped.next_event().unwrap().expect("a progress message before the drop");
+    assert!(first.data.contains("notifications/progress"), "{first:?}");
+    drop(dropped);
+    assert!(eventually(Duration::from_secs(10), || marker.exists()), "the job went on after its stream was dropped");
+
+    // Without a token (or without accepting a stream) the answer is one JSON body, as before.
+    let plain = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": "echo plain"}}});
+    let r = c.post("/mcp", &headers, &plain).unwrap();
+    assert_eq!(r.header("content-type"), Some("application/json"), "{}", r.text());
+    let r =
+        c.post("/mcp", &[("Mcp-Session-Id", id.as_str()), ("Accept", "application/json")], &call(10, "true")).unwrap();
+    assert_eq!(r.header("content-type"), Some("application/json"), "{}", r.text());
+    assert_eq!(r.json()["id"], 10);
+}
