@@ -197,9 +197,19 @@ fn rebuild(dir: &Path, jobs_dir: &Path, published: u64) -> (Vec<Job>, Vec<Replay
 }
 
 /// A job whose log is replayed (up to `limit` bytes of the file) into a fresh store at the same path.
+///
+/// The log is first moved aside to `N.log.old`, replayed from there, and the copy removed. A front killed
+/// in between leaves `N.log.old` whole and `N.log` partly rewritten: the next restore replays the `.old`
+/// again and never moves the partial copy over it (that lost a job's bytes when a front was killed
+/// twice during takeovers: found by the torture run).
 fn restore_job(id: u64, cmd: String, path: &Path, limit: Option<u64>) -> Job {
     let old = path.with_extension("log.old");
-    let had = std::fs::rename(path, &old).is_ok();
+    let had = if old.exists() {
+        let _ = std::fs::remove_file(path);
+        true
+    } else {
+        std::fs::rename(path, &old).is_ok()
+    };
     let mut job = Job::new(id, cmd, path.to_owned());
     if had {
         let now = Instant::now();
@@ -293,6 +303,29 @@ mod tests {
         let mut got = Vec::new();
         let skipped = for_each_record(&path, u64::MAX, |_, _, d| got.push(d[0]));
         assert_eq!((skipped, got), (37 * 10_016, vec![38, 39, 40]));
+    }
+
+    #[test]
+    fn a_restore_interrupted_by_a_kill_is_done_again_from_the_whole_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("4.log");
+        let mut store = OutputStore::create(path.clone());
+        for i in 0..50u8 {
+            store.append(Stream::Stdout, &[i + 1; 1000], 0);
+        }
+        store.flush();
+        drop(store);
+        // The first restore moved the log aside and rewrote part of it before its front was killed.
+        std::fs::rename(&path, path.with_extension("log.old")).unwrap();
+        let mut partial = OutputStore::create(path.clone());
+        partial.append(Stream::Stdout, &[1; 1000], 0);
+        partial.flush();
+        drop(partial);
+        let job = restore_job(4, "seq".into(), &path, None);
+        assert_eq!(job.counts(), [50_000, 0], "every byte is back");
+        assert!(!path.with_extension("log.old").exists(), "the copy is removed once replayed");
+        let again = restore_job(4, "seq".into(), &path, None);
+        assert_eq!(again.counts(), [50_000, 0], "and a later restore finds them all");
     }
 
     #[test]
