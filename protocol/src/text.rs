@@ -139,7 +139,7 @@ pub fn notes(r: &JobResult) -> Vec<String> {
         v.push(format!("shell state: {}", changes.join(", ")));
     }
     for c in &r.state_conflicts {
-        v.push(format!("conflict: {c}"));
+        v.push(c.clone()); // each already begins `conflict:`
     }
     if let Some(l) = r.liveness.as_ref().filter(|_| r.state == JobState::Running) {
         v.push(liveness(l));
@@ -229,7 +229,7 @@ pub fn announcements(a: &[Announcement]) -> String {
             let _ = writeln!(out, "  {l}");
         }
         for c in &x.state_conflicts {
-            let _ = writeln!(out, "  conflict: {c}");
+            let _ = writeln!(out, "  {c}");
         }
     }
     out

@@ -308,3 +308,32 @@ fn an_exception_in_the_middle_of_a_long_log_is_listed_under_the_marker() {
     let errors = c.call("output", json!({"session": s, "job": r["job"], "errors": true})).unwrap();
     assert!(errors["text"].as_str().unwrap().contains("KeyError: 'user_id'"), "{errors}");
 }
+
+#[test]
+fn binary_stretches_are_named_with_their_size_and_the_text_around_them_stays_searchable() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    // A stream that starts with binary, then text; then text, binary, text.
+    let cmd = r"head -c 3000 /dev/zero | tr '\0' '\1'; printf '\n'; echo 'the build finished fine'; echo done;
+        echo 'before the blob'; printf 'ab\0\0\0\0\0\0cd\n'; echo 'after the blob'";
+    let r = run(&mut c, &s, cmd);
+    let v = view(&r);
+    assert!(!v.contains('\u{FFFD}'), "{v}");
+    let lines: Vec<&str> = v.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "<binary: 2.9 KiB, data>",
+            "the build finished fine",
+            "done",
+            "before the blob",
+            "<binary: 11 bytes, data>",
+            "after the blob"
+        ],
+        "{v}"
+    );
+    let g = output(&mut c, &s, &r["job"], json!({"grep": {"pattern": "finished fine", "context": 0}}));
+    assert_eq!((g["matches"].as_u64(), g["lines"][0]["line"].as_u64()), (Some(1), Some(2)), "{g}");
+    assert_eq!(g["lines"][0]["text"], "the build finished fine", "{g}");
+}

@@ -338,3 +338,33 @@ fn a_command_that_forges_the_capture_scope_gets_the_state_unknown_note() {
     assert_eq!(r["exit_code"], 0, "{r}");
     assert_eq!(ok(&mut c, &s, "echo $KEEP"), "1\n");
 }
+
+#[test]
+fn jobs_that_reach_the_same_values_report_no_conflict_and_returned_jobs_are_not_announced_again() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    // A job started before the session's first record, then the recording one overtakes it.
+    let s = h.open_session(&mut c);
+    let old = c.call("run", json!({"session": s, "cmd": "sleep 1; echo old", "yield_ms": 50})).unwrap();
+    assert_eq!(old["state"], "running", "{old}");
+    let first = run(&mut c, &s, "echo first");
+    let w = c.call("wait", json!({"session": s, "job": old["job"], "yield_ms": 20_000})).unwrap();
+    assert_eq!(w["state_conflicts"], json!([]), "{w}");
+    assert!(changes(&w).is_empty(), "the older job changed nothing: {w}");
+    let next = run(&mut c, &s, "true");
+    let again: Vec<&Value> =
+        next["announcements"].as_array().unwrap().iter().filter(|a| a["job"] == first["job"]).collect();
+    assert!(again.is_empty(), "the returned recording job is not announced again: {next}");
+    // In a warm session two overlapping `cd`s from the same directory move OLDPWD alike: cwd alone differs.
+    ok(&mut c, &s, "mkdir -p one two");
+    let late = c.call("run", json!({"session": s, "cmd": "sleep 1; cd two", "yield_ms": 50})).unwrap();
+    let early = run(&mut c, &s, "cd one");
+    assert_eq!(early["state_conflicts"], json!([]), "{early}");
+    let w = c.call("wait", json!({"session": s, "job": late["job"], "yield_ms": 20_000})).unwrap();
+    let named: Vec<String> = changes(&w).into_iter().filter(|x| x.starts_with("conflict")).collect();
+    assert_eq!(named.len(), 1, "{w}");
+    assert!(named[0].starts_with("conflict: cwd also changed"), "only cwd, not OLDPWD: {w}");
+    let text = heddle_tests::text_form(&w);
+    assert!(text.contains("\n  conflict: cwd changed again by job"), "the earlier job is told once: {text}");
+    assert!(!text.contains("conflict: conflict:"), "{text}");
+}

@@ -20,7 +20,7 @@
 
 use crate::output::linelog::{LineLog, LinePlan, Run};
 use crate::output::screen::Screen;
-use crate::output::sniff::{human_bytes, sniff, Sniff, SNIFF_LEN};
+use crate::output::sniff::{human_bytes, Piece, Splitter};
 use policies::redaction::{BlockState, Redactor};
 use regex::Regex;
 use std::collections::VecDeque;
@@ -45,13 +45,6 @@ pub fn error_shaped() -> &'static Regex {
         )
         .expect("static regex")
     })
-}
-
-#[derive(Debug)]
-enum Kind {
-    Undecided(Vec<u8>),
-    Text,
-    Binary { name: &'static str, bytes: u64 },
 }
 
 /// A numbered line, as subscribers receive it.
@@ -117,7 +110,7 @@ pub fn display(run: &Run) -> String {
 #[derive(Debug)]
 pub struct RenderedOutput {
     screens: [Screen; 2],
-    kinds: [Kind; 2],
+    splitters: [Splitter; 2],
     blocks: [BlockState; 2],
     pending: Option<Placed>,
     next_line: u64,
@@ -148,7 +141,7 @@ impl RenderedOutput {
     pub fn with_log(log: LineLog) -> RenderedOutput {
         RenderedOutput {
             screens: [Screen::default(), Screen::default()],
-            kinds: [Kind::Undecided(Vec::new()), Kind::Undecided(Vec::new())],
+            splitters: [Splitter::default(), Splitter::default()],
             blocks: [BlockState::default(); 2],
             pending: None,
             next_line: 1,
@@ -192,27 +185,22 @@ impl RenderedOutput {
             }
             self.last_stream = Some(s);
         }
-        match &mut self.kinds[s] {
-            Kind::Text => self.screens[s].feed(data),
-            Kind::Binary { bytes, .. } => *bytes += data.len() as u64,
-            Kind::Undecided(buf) => {
-                buf.extend_from_slice(data);
-                self.decide(s, false);
-            }
-        }
+        let pieces = self.splitters[s].feed(data);
+        self.apply(s, pieces);
         self.drain(s);
     }
 
-    fn decide(&mut self, s: usize, ended: bool) {
-        let Kind::Undecided(buf) = &mut self.kinds[s] else { return };
-        let verdict = sniff(&buf[..buf.len().min(SNIFF_LEN)], ended);
-        match verdict {
-            Sniff::Undecided if buf.len() < SNIFF_LEN => {}
-            Sniff::Binary(name) => self.kinds[s] = Kind::Binary { name, bytes: buf.len() as u64 },
-            Sniff::Text | Sniff::Undecided => {
-                let buf = std::mem::take(buf);
-                self.kinds[s] = Kind::Text;
-                self.screens[s].feed(&buf);
+    /// Text goes to the stream's screen; a binary stretch ends the open line and becomes one line naming
+    /// it with its size.
+    fn apply(&mut self, s: usize, pieces: Vec<Piece>) {
+        for p in pieces {
+            match p {
+                Piece::Text(t) => self.screens[s].feed(&t),
+                Piece::Binary { bytes, name } => {
+                    self.screens[s].finish();
+                    self.drain(s);
+                    self.commit(s as u8, &format!("<binary: {}, {name}>", human_bytes(bytes)));
+                }
             }
         }
     }
@@ -232,17 +220,10 @@ impl RenderedOutput {
         }
         self.finished = true;
         for s in 0..2 {
-            self.decide(s, true);
-            match &self.kinds[s] {
-                Kind::Binary { name, bytes } => {
-                    let line = format!("<binary: {}, {name}>", human_bytes(*bytes));
-                    self.commit(s as u8, &line);
-                }
-                _ => {
-                    self.screens[s].finish();
-                    self.drain(s);
-                }
-            }
+            let pieces = self.splitters[s].finish();
+            self.apply(s, pieces);
+            self.screens[s].finish();
+            self.drain(s);
         }
         if let Some(p) = self.pending.take() {
             self.place(p);
@@ -390,16 +371,12 @@ impl RenderedOutput {
     fn open_texts(&self) -> Vec<(u8, String)> {
         let mut out = Vec::new();
         for s in 0..2 {
-            match &self.kinds[s] {
-                Kind::Binary { name, bytes } if !self.finished => {
-                    out.push((s as u8, format!("<binary: {} so far, {name}>", human_bytes(*bytes))))
-                }
-                _ => {
-                    let mut st = self.blocks[s];
-                    let r = Redactor::builtin();
-                    let lines = self.screens[s].open_lines();
-                    out.extend(lines.iter().map(|l| (s as u8, r.redact_line(&mut st, l).into_owned())));
-                }
+            let mut st = self.blocks[s];
+            let r = Redactor::builtin();
+            let lines = self.screens[s].open_lines();
+            out.extend(lines.iter().map(|l| (s as u8, r.redact_line(&mut st, l).into_owned())));
+            if let Some((bytes, name)) = self.splitters[s].open_binary().filter(|_| !self.finished) {
+                out.push((s as u8, format!("<binary: {} so far, {name}>", human_bytes(bytes))));
             }
         }
         out

@@ -4,8 +4,13 @@
 //! - A job starts from a snapshot `(version, items)` and carries the restore script made from it.
 //! - When it completes with a capture, [`StateRecord::apply`] diffs the captured items against that
 //!   snapshot and applies only what the job changed to the current record, so concurrent jobs that change
-//!   different items all keep their changes. An item that another job changed after this one started is
-//!   a conflict: the later completion wins, and the result names it.
+//!   different items all keep their changes. An item is a conflict only when another job changed it after
+//!   this one started and the two values differ: the later completion wins, and the result names it. An
+//!   item the job set to the value the record already holds is neither a change nor a conflict.
+//! - A job that started before the first record (version 0, an empty snapshot) is diffed against that
+//!   first record, the nearest known state to the one it started from; an item where the two differ is
+//!   named as a conflict (the later completion wins), since which of the two jobs changed it is unknown,
+//!   and an item missing from its capture is kept, not removed.
 //! - A variable the job unset becomes a tombstone (empty value): the restore script unsets it, because
 //!   the job environment brings it back otherwise.
 //! - The first capture of a session (version 0 → 1) records everything and is summarised as such.
@@ -38,6 +43,8 @@ pub struct StateRecord {
     changed_at: BTreeMap<String, u64>,
     /// The job whose completion last set each item.
     changed_by: BTreeMap<String, u64>,
+    /// The items of the first record: the base of jobs that started before it.
+    first: Option<Arc<Items>>,
 }
 
 /// What applying one job's capture did.
@@ -68,13 +75,16 @@ impl StateRecord {
 
     /// Apply the diff between `base` (the snapshot at `base_version`) and `captured`, the capture of `job`.
     pub fn apply(&mut self, base_version: u64, base: &Items, captured: Items, job: u64) -> Applied {
+        let first_record = self.first.clone().filter(|_| base_version == 0);
+        let base = first_record.as_deref().unwrap_or(base);
         let mut diff: Vec<(String, Option<Vec<u8>>)> = Vec::new();
         for (k, v) in &captured {
             if base.get(k) != Some(v) {
                 diff.push((k.clone(), Some(v.clone())));
             }
         }
-        for (k, v) in base {
+        // An item missing from the capture of a job older than the record is no sign it removed it.
+        for (k, v) in base.iter().filter(|_| first_record.is_none()) {
             if captured.contains_key(k) {
                 continue;
             }
@@ -84,6 +94,13 @@ impl StateRecord {
                 (false, _) => diff.push((k.clone(), None)),
             }
         }
+        // What the record already holds is no change, whoever set it: concurrent jobs that reach the same
+        // value (two `cd`s moving `OLDPWD` alike) do not conflict.
+        let unset = |v: Option<&Vec<u8>>| v.is_none_or(Vec::is_empty);
+        diff.retain(|(k, new)| match k.starts_with("var:") {
+            true => self.items.get(k) != new.as_ref() && !(unset(self.items.get(k)) && unset(new.as_ref())),
+            false => self.items.get(k) != new.as_ref(),
+        });
         if diff.is_empty() {
             return Applied { version: self.version, ..Applied::default() };
         }
@@ -111,6 +128,7 @@ impl StateRecord {
         if first {
             applied.changes.push(format!("state recorded ({} items)", items.len()));
             applied.changes.extend(items.get("cwd").map(|c| format!("cwd → {}", String::from_utf8_lossy(c))));
+            self.first = Some(Arc::clone(&self.items));
         }
         if applied.changes.len() > MAX_CHANGES {
             let more = applied.changes.len() - (MAX_CHANGES - 1);
@@ -379,6 +397,37 @@ mod tests {
         let script = String::from_utf8(restore_script(r.items())).unwrap();
         assert!(script.contains("builtin unset -v HOME\n"), "{script}");
         assert!(script.contains("\ndeclare -x A=\"1\"\n"), "{script}");
+    }
+
+    #[test]
+    fn the_same_value_from_two_jobs_is_no_conflict_and_a_job_older_than_the_record_changes_nothing() {
+        let opened =
+            items(&[("cwd", "/p"), ("var:OLDPWD", "declare -x OLDPWD=\"/p\""), ("var:A", "declare -- A=\"1\"")]);
+        let mut r = StateRecord::default();
+        let (v0, b0) = r.snapshot();
+        let mut quick = opened.clone();
+        quick.insert("var:Q".into(), b"declare -- Q=\"1\"".to_vec());
+        r.apply(v0, &b0, quick, 1);
+        let slow = r.apply(v0, &b0, opened.clone(), 2);
+        assert_eq!((slow.conflicts.len(), slow.changes.len(), slow.version), (0, 0, 1), "{slow:?}");
+        let (v, base) = r.snapshot();
+        let cd = |dir: &str| {
+            let mut c = (*base).clone();
+            c.insert("cwd".into(), dir.as_bytes().to_vec());
+            c.insert("var:OLDPWD".into(), b"declare -x OLDPWD=\"/p\"".to_vec());
+            c.insert("var:A".into(), b"declare -- A=\"2\"".to_vec());
+            c
+        };
+        r.apply(v, &base, cd("/a"), 3);
+        let b = r.apply(v, &base, cd("/b"), 4);
+        assert_eq!(b.conflicts, ["cwd"], "OLDPWD and A were set alike by both: {b:?}");
+        assert_eq!(b.overridden, [(3, "cwd".to_owned())]);
+        let older = r.apply(v0, &b0, cd("/c"), 5);
+        assert_eq!(
+            older.conflicts,
+            ["cwd"],
+            "differs from the first record (who changed it is unknown); A is as recorded"
+        );
     }
 
     #[test]
