@@ -168,6 +168,18 @@ pub fn explain(path: &str, info: &SandboxInfo) -> String {
     )
 }
 
+/// The sentence for a job whose sockets the network-off filter refused (`Event::NetworkRefused`).
+pub fn explain_network(count: u32, families: &[String], info: Option<&SandboxInfo>) -> String {
+    let policy = info.map_or_else(|| "the session's".to_owned(), |i| format!("'{}'", i.policy));
+    format!(
+        "the network is off for this session (policy {policy}): the sandbox's seccomp filter refused {count} \
+         socket call(s) of this job ({}) with EPERM, so name lookups and connections fail (\"Could not resolve \
+         host\", pip's retries). Open a session with the network on to reach it: `heddle --session NEW --network \
+         run …`, `heddle mcp --network`, or session.open {{\"network\": true}}",
+        families.join(", ")
+    )
+}
+
 const DENIALS: [&str; 3] = ["Permission denied", "Operation not permitted", "Read-only file system"];
 
 /// Sentences for the paths outside the roots named on permission-error lines of `output`.
