@@ -24,6 +24,10 @@ struct Cli {
     /// Print the raw JSON result instead of the text form.
     #[arg(long, global = true)]
     json: bool,
+    /// Open the session with the network on (default: the policy's; both builtin profiles: off). Only a
+    /// session this call opens: an existing one keeps its network (pick a new `--session` name).
+    #[arg(long, global = true)]
+    network: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -127,9 +131,6 @@ enum Cmd {
         /// Close the session when the bridge exits (default: it stays, so a restarted host finds its jobs).
         #[arg(long)]
         close_on_exit: bool,
-        /// Open the session with the network on (default: the policy's).
-        #[arg(long)]
-        network: bool,
     },
 }
 
@@ -194,7 +195,7 @@ fn real_main(cli: Cli) -> Result<i32> {
         return cli::up::run_up(&args);
     }
     let mut client = connect(&socket, matches!(cli.cmd, Cmd::Run { .. } | Cmd::Mcp { .. }))?;
-    if let Cmd::Mcp { cwd, close_on_exit, network } = &cli.cmd {
+    if let Cmd::Mcp { cwd, close_on_exit } = &cli.cmd {
         let cwd = match cwd {
             Some(c) => c.clone(),
             None => std::env::current_dir().context("the current directory is needed as the session's cwd")?,
@@ -203,7 +204,7 @@ fn real_main(cli: Cli) -> Result<i32> {
             session: cli.session.clone(),
             cwd,
             close_on_exit: *close_on_exit,
-            network: network.then_some(true),
+            network: cli.network.then_some(true),
         };
         return cli::mcp_bridge::bridge(client, &attach);
     }
@@ -235,7 +236,17 @@ fn real_main(cli: Cli) -> Result<i32> {
         _ => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
     };
     let name = cli.session.as_deref().unwrap_or("default");
-    let open = client.call("session.open", json!({"name": name, "cwd": cwd}))?;
+    let mut open_params = json!({"name": name, "cwd": cwd});
+    if cli.network {
+        open_params["network"] = json!(true);
+    }
+    let open = client.call("session.open", open_params)?;
+    if cli.network && open["attached"] == json!(true) && !session_has_network(&mut client, &open["session"]) {
+        eprintln!(
+            "heddle: session '{name}' was already open with the network off, so --network changed nothing (a \
+             session's network is fixed when it opens); close it (`heddle --session {name} close`) or name a new one with --session"
+        );
+    }
     let session = open["session"].clone();
     let (result, is_job) = match cli.cmd {
         Cmd::Up(_) | Cmd::Kept { .. } | Cmd::Mcp { .. } => unreachable!("handled above"),
@@ -429,4 +440,10 @@ fn print_output(client: &mut Client, session: &Value, job: u64, stream: &str) ->
             return Ok(0);
         }
     }
+}
+
+/// Whether the session's sandbox lets its jobs reach the network (from `describe`; unknown: no).
+fn session_has_network(client: &mut Client, session: &serde_json::Value) -> bool {
+    let d = client.call("describe", json!({"session": session})).unwrap_or_default();
+    d["sessions"][0]["sandbox"]["network"] == json!(true)
 }

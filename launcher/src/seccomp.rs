@@ -38,6 +38,7 @@ use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
 };
 use std::collections::BTreeMap;
+use std::os::fd::AsFd;
 
 /// One BPF instruction (the kernel's `struct sock_filter`), as [`BpfProgram`] holds them.
 pub use seccompiler::sock_filter;
@@ -68,6 +69,8 @@ pub enum SeccompError {
     Arch,
     #[error("cannot install the seccomp filter")]
     Install(#[source] seccompiler::Error),
+    #[error("cannot install the seccomp filter with a notification listener")]
+    Listener(#[source] std::io::Error),
     #[error("cannot set no_new_privs before installing the seccomp filter")]
     NoNewPrivs(#[source] std::io::Error),
 }
@@ -261,6 +264,82 @@ pub fn install(prog: &BpfProgram) -> Result<(), SeccompError> {
     seccompiler::apply_filter(prog).map_err(SeccompError::Install)
 }
 
+/// `if arch == x86_64 && nr in (socket, socketpair) && family != AF_UNIX { return USER_NOTIF }`, falling
+/// through to the next program otherwise. Prepended to the session filter when network is off, so the
+/// worker hears of every refused socket ([`install_with_listener`], [`NetworkListener`]) and can tell
+/// the job's result that the network is off; the answer stays `EPERM`. Without a listener (a nested
+/// worker whose chain already has one) the kernel answers `ENOSYS` to a notify action, so this stanza
+/// is only installed together with one.
+pub fn network_notify() -> BpfProgram {
+    const LD_ABS_W: u16 = 0x20;
+    const JEQ_K: u16 = 0x05 | 0x10;
+    const RET_K: u16 = 0x06;
+    const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+    let ins = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    vec![
+        ins(LD_ABS_W, 0, 0, 4),                         // A = seccomp_data.arch
+        ins(JEQ_K, 0, 6, AUDIT_ARCH_X86_64),            // not x86_64: on to the next program
+        ins(LD_ABS_W, 0, 0, 0),                         // A = seccomp_data.nr
+        ins(JEQ_K, 1, 0, libc::SYS_socket as u32),      // socket: check the family
+        ins(JEQ_K, 0, 3, libc::SYS_socketpair as u32),  // neither: on
+        ins(LD_ABS_W, 0, 0, 16),                        // A = low 32 bits of args[0], the family
+        ins(JEQ_K, 1, 0, libc::AF_UNIX as u32),         // AF_UNIX: on
+        ins(RET_K, 0, 0, libc::SECCOMP_RET_USER_NOTIF), // any other family: ask the listener
+    ]
+}
+
+/// Install `prog` like [`install`], asking the kernel for a user-notification listener: the fd on which
+/// the calls `prog` answers with `SECCOMP_RET_USER_NOTIF` wait for their answer.
+pub fn install_with_listener(prog: &BpfProgram) -> Result<NetworkListener, SeccompError> {
+    crate::sys::set_no_new_privs().map_err(SeccompError::NoNewPrivs)?;
+    let fd = crate::sys::seccomp_with_listener(prog).map_err(SeccompError::Listener)?;
+    Ok(NetworkListener { fd })
+}
+
+/// A refused socket call, as the listener saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefusedSocket {
+    /// The calling thread's id (a pid in the caller's pid namespace, which is the worker's).
+    pub pid: u32,
+    /// The address family asked for (`AF_INET` = 2, `AF_INET6` = 10, `AF_NETLINK` = 16, …).
+    pub family: u32,
+}
+
+/// The family's usual name (`AF_INET`), or its number.
+pub fn family_name(family: u32) -> String {
+    match family as i32 {
+        libc::AF_INET => "AF_INET".into(),
+        libc::AF_INET6 => "AF_INET6".into(),
+        libc::AF_NETLINK => "AF_NETLINK".into(),
+        libc::AF_PACKET => "AF_PACKET".into(),
+        libc::AF_VSOCK => "AF_VSOCK".into(),
+        n => format!("family {n}"),
+    }
+}
+
+/// The worker's end of the network-off notifications: every refused `socket`/`socketpair` waits here
+/// until [`NetworkListener::answer_pending`] answers it `EPERM`.
+#[derive(Debug)]
+pub struct NetworkListener {
+    pub fd: std::os::fd::OwnedFd,
+}
+
+impl NetworkListener {
+    /// Answer every call waiting now with `EPERM` and return them. Never blocks: the fd is polled before
+    /// each receive (a receive with nothing pending would block).
+    pub fn answer_pending(&self) -> Vec<RefusedSocket> {
+        let mut seen = Vec::new();
+        for _ in 0..4096 {
+            match crate::sys::notif_answer_eperm(self.fd.as_fd()) {
+                Some(Some((pid, family))) => seen.push(RefusedSocket { pid, family }),
+                Some(None) => {}
+                None => break,
+            }
+        }
+        seen
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,5 +390,19 @@ mod tests {
         let off = build_filter(&Policy::builtin("workspace").unwrap()).unwrap();
         let on = build_filter(&Policy::builtin("workspace").unwrap().with_network(true)).unwrap();
         assert!(on.len() < off.len());
+    }
+
+    #[test]
+    fn the_network_stanza_notifies_only_for_non_unix_sockets() {
+        let prog = network_notify();
+        assert_eq!(prog.last().unwrap().k, libc::SECCOMP_RET_USER_NOTIF);
+        // Every jump lands inside the stanza or just past it (the next program).
+        for (i, ins) in prog.iter().enumerate() {
+            if ins.code == 0x15 {
+                assert!(i + 1 + ins.jt as usize <= prog.len() && i + 1 + ins.jf as usize <= prog.len());
+            }
+        }
+        assert_eq!(prog[1].jf as usize + 2, prog.len(), "a foreign arch skips the whole stanza");
+        assert_eq!(family_name(2), "AF_INET");
     }
 }

@@ -17,7 +17,7 @@ pub(crate) use vfork::VFORK_BUILT;
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 pub use shm_proto::sys::{wait_pidfd, Exit};
 
@@ -720,4 +720,48 @@ unsafe fn write_one(f: &FileWrite) -> i32 {
         return e;
     }
     0
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, prog)`: the filter on this thread
+/// and the fd of its user-notification listener.
+pub(crate) fn seccomp_with_listener(prog: &[seccompiler::sock_filter]) -> io::Result<OwnedFd> {
+    let len = u16::try_from(prog.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // seccompiler's `sock_filter` is the kernel's struct (`repr(C)`, the same four fields).
+    let fprog = libc::sock_fprog { len, filter: prog.as_ptr().cast_mut().cast::<libc::sock_filter>() };
+    // SAFETY: `fprog` points at `prog`, alive for the call; the kernel copies the program.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &fprog as *const libc::sock_fprog,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// One waiting notification of `listener`, answered `EPERM`: `None` when none waits (never blocks: the
+/// fd is polled first, as a receive with nothing pending would block), `Some(None)` when the caller
+/// went away meanwhile, else the caller's pid and the call's first argument (the socket family).
+pub(crate) fn notif_answer_eperm(listener: BorrowedFd<'_>) -> Option<Option<(u32, u32)>> {
+    let fd = listener.as_raw_fd();
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    if unsafe { libc::poll(&mut pfd, 1, 0) } != 1 || pfd.revents & libc::POLLIN == 0 {
+        return None;
+    }
+    // SAFETY: all-zero is a valid `seccomp_notif`, and the kernel requires it zeroed before RECV.
+    let mut notif: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    // SAFETY: RECV fills `notif`, a struct of the size the ioctl number encodes.
+    if unsafe { libc::ioctl(fd, libc::SECCOMP_IOCTL_NOTIF_RECV, &mut notif) } != 0 {
+        return Some(None);
+    }
+    let mut resp = libc::seccomp_notif_resp { id: notif.id, val: 0, error: -libc::EPERM, flags: 0 };
+    // SAFETY: SEND reads `resp`; ENOENT (the caller died meanwhile) needs nothing more.
+    unsafe { libc::ioctl(fd, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
+    Some(Some((notif.pid, notif.data.args[0] as u32)))
 }

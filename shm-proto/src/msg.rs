@@ -287,6 +287,10 @@ pub enum Event {
     Emptied { job: JobId, at_unix_ns: u64, usage: JobUsage },
     /// The kernel's OOM killer killed a process of the job (precedes its `Exited`).
     OomKilled { job: JobId },
+    /// The session's network is off and the job's processes asked for sockets of these families
+    /// (`AF_INET`, …), `count` calls in all, each refused `EPERM` by the seccomp filter (precedes its
+    /// `Exited`).
+    NetworkRefused { job: JobId, count: u32, families: Vec<String> },
     /// Forks in the session failed because of its process limit (`pids.max`) while the job ran.
     PidsLimited { job: JobId, limit: u64, failures: u64 },
     /// Answer to `Command::Probe` (`None`: the job is not running or is unknown).

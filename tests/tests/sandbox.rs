@@ -33,7 +33,7 @@ fn writes_outside_the_roots_are_refused_and_explained() {
     assert_ne!(r["exit_code"], 0, "{r}");
     assert!(!Path::new("/etc/heddle-test").exists());
     let why = r["refusals"][0].as_str().unwrap_or_default();
-    assert!(why.starts_with("/etc/heddle-test was not written"), "{r}");
+    assert!(why.starts_with("/etc/heddle-test: writing it was refused by the sandbox"), "{r}");
     assert!(why.contains(&format!("{} ({{project}})", h.project.display())), "{why}");
     assert!(r["warnings"][0]
         .as_str()
@@ -45,7 +45,7 @@ fn writes_outside_the_roots_are_refused_and_explained() {
     assert_ne!(r["exit_code"], 0, "{r}");
     assert!(r["view"].as_str().unwrap().contains("Permission denied"), "{r}");
     assert!(!home.join(".bashrc").exists());
-    let bashrc = format!("{}/.bashrc was not written", home.display());
+    let bashrc = format!("{}/.bashrc: writing it was refused by the sandbox", home.display());
     assert!(r["refusals"][0].as_str().unwrap().starts_with(&bashrc), "{r}");
 }
 

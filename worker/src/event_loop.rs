@@ -164,6 +164,12 @@ impl<C: CgroupOps> Worker<C> {
             spawn_path: None,
             spares: Default::default(),
         };
+        if let Some(l) = settings.sandbox.as_ref().and_then(|s| s.listener.as_ref()) {
+            w.poll
+                .registry()
+                .register(&mut SourceFd(&l.fd.as_raw_fd()), crate::network::NET_TOKEN, Interest::READABLE)
+                .map_err(WorkerError::Setup)?;
+        }
         w.v1 = crate::limits::V1Session::detect();
         w.counters = crate::limits::Counters::open(&w.v1);
         w.out.emit(&settings.hello)?;
@@ -240,6 +246,7 @@ impl<C: CgroupOps> Worker<C> {
             }
             crate::job_settle::WATCH_TOKEN => self.cgroups_changed()?,
             crate::spare::SPARE_TOKEN => self.spare_died(),
+            crate::network::NET_TOKEN => self.network_refused(),
             Token(t) => {
                 let serial = (t - 2) / SOURCES;
                 let Some(&job) = self.serials.get(&serial) else { return Ok(()) };

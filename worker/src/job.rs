@@ -102,6 +102,8 @@ pub(crate) struct Job {
     pub started: std::time::Instant,
     /// Its stdin when the front feeds it (a terminal job, or `StdinMode::Pipe`).
     pub input: Option<crate::input::Input>,
+    /// Its socket calls the network-off filter refused ([`crate::network`]).
+    pub net_refused: Option<crate::network::Refused>,
 }
 
 impl Job {

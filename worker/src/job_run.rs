@@ -308,6 +308,7 @@ impl<C: CgroupOps> Worker<C> {
             in_shell: false,
             started: std::time::Instant::now(),
             input: None,
+            net_refused: None,
         })
     }
 }

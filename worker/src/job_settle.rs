@@ -49,7 +49,7 @@ impl<C: CgroupOps> Worker<C> {
                 self.out.emit(&Event::PidsLimited { job, limit, failures: now - base })?;
             }
         }
-        Ok(())
+        self.report_network(job)
     }
 
     /// Right after `Exited`: settle at once, or watch the cgroup and list the survivors.

@@ -39,6 +39,7 @@ pub mod job_kill;
 pub mod job_run;
 pub mod job_settle;
 pub mod limits;
+pub mod network;
 pub mod output;
 pub mod persistent;
 pub mod procinfo;

@@ -49,6 +49,9 @@ pub struct SessionSandbox {
     /// `None` when it could not be built (then `info.refusal` says why).
     pub sandbox: Option<Sandbox>,
     pub info: SandboxInfo,
+    /// With network off: where the jobs' refused `socket` calls wait for the worker's `EPERM`
+    /// ([`crate::network`]), so each job's result can say the network is off.
+    pub listener: Option<launcher::seccomp::NetworkListener>,
 }
 
 impl SessionSandbox {
@@ -76,11 +79,11 @@ impl SessionSandbox {
             Ok(sb) => {
                 fill(&mut info, &sb);
                 info.refusal = sb.refusal();
-                SessionSandbox { sandbox: Some(sb), info }
+                SessionSandbox { sandbox: Some(sb), info, listener: None }
             }
             Err(why) => {
                 info.refusal = Some(why);
-                SessionSandbox { sandbox: None, info }
+                SessionSandbox { sandbox: None, info, listener: None }
             }
         }
     }
@@ -90,7 +93,21 @@ impl SessionSandbox {
     pub fn enter(&mut self, cgroup: &Path) -> Vec<String> {
         let mut warnings = Vec::new();
         let Some(sb) = &self.sandbox else { return warnings };
-        match launcher::seccomp::install(&sb.seccomp) {
+        // Network off: the refused socket calls go through a listener first, so they are counted per job.
+        // A chain that already has one (a nested worker) cannot get another: then plain EPERM, uncounted.
+        if !self.info.network {
+            let mut prog = launcher::seccomp::network_notify();
+            prog.extend(sb.seccomp.iter().cloned());
+            match launcher::seccomp::install_with_listener(&prog) {
+                Ok(l) => {
+                    self.listener = Some(l);
+                    self.info.seccomp_installed = true;
+                }
+                Err(e) => tracing::debug!("no seccomp listener for refused sockets: {}", crate::emit::error_chain(&e)),
+            }
+        }
+        let installed = if self.info.seccomp_installed { Ok(()) } else { launcher::seccomp::install(&sb.seccomp) };
+        match installed {
             Ok(()) => self.info.seccomp_installed = true,
             Err(e) => {
                 let why =

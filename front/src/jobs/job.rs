@@ -53,6 +53,8 @@ pub struct Job {
     kill_requested: bool,
     reported: bool,
     notes: Vec<String>,
+    /// What the kernel refused the job, in sentences (network off: its refused sockets).
+    kernel_refusals: Vec<String>,
     shell: crate::jobs::shell_part::JobShellState,
     /// Processes left in the job's cgroup after its main process exited (until it empties).
     survivors: Option<ProcList<ProcStat>>,
@@ -115,6 +117,7 @@ impl Job {
             kill_requested: false,
             reported: false,
             notes: Vec::new(),
+            kernel_refusals: Vec::new(),
             shell: Default::default(),
             survivors: None,
             emptied: None,
@@ -206,6 +209,13 @@ impl Job {
     pub fn on_emptied(&mut self, at_unix_ns: u64, usage: JobUsage) {
         self.emptied.get_or_insert((at_unix_ns, usage));
         self.notes.retain(|n| !n.contains("outlived its main process"));
+    }
+
+    /// The kernel refused the job something (a sentence from [`crate::sessions::sandbox`]).
+    pub fn on_kernel_refusal(&mut self, sentence: String) {
+        if !self.kernel_refusals.contains(&sentence) {
+            self.kernel_refusals.push(sentence);
+        }
     }
 
     pub fn on_oom_killed(&mut self) {
@@ -605,7 +615,7 @@ impl Job {
             oom_killed: self.oom_killed,
             prestarted: self.prestarted,
             files: self.files.clone(),
-            refusals: Vec::new(),
+            refusals: self.kernel_refusals.clone(),
             warnings: self.warnings.clone(),
             state_conflicts: self.shell.conflicts.clone(),
             terminal: None,

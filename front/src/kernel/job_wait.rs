@@ -113,7 +113,9 @@ pub(crate) fn answer_when(
     }
     if let (Some(info), Some(code)) = (&st.sandbox, result.exit_code) {
         if code != 0 {
-            result.refusals = crate::sessions::sandbox::explain_refusals(&result.view, &s.spec().cwd, info);
+            let user = st.worker.as_ref().map(|w| crate::sessions::refusal::JobUser::of_worker(w.pid, w.uid));
+            let more = crate::sessions::sandbox::explain_refusals(&result.view, &s.spec().cwd, info, user.as_ref());
+            result.refusals.extend(more);
         }
     }
     result.announcements = st.take_announcements(now);

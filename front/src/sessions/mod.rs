@@ -12,6 +12,7 @@ pub mod files_ahead;
 pub mod journal;
 pub mod prestart;
 pub mod pump;
+pub mod refusal;
 pub mod retain;
 pub mod sandbox;
 pub mod session;

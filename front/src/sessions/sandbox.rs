@@ -156,52 +156,88 @@ fn roots_list(info: &SandboxInfo) -> String {
     info.writable.iter().map(|r| format!("{} ({})", r.path, r.template)).collect::<Vec<_>>().join(", ")
 }
 
-/// The sentence for a write to `path` refused by the sandbox.
+/// The sentence for a write to `path` refused by the sandbox (Landlock: writes only beneath the roots).
 pub fn explain(path: &str, info: &SandboxInfo) -> String {
+    let dir = Path::new(path).parent().map_or_else(|| path.to_owned(), |d| d.display().to_string());
     format!(
-        "{path} was not written: it is outside every writable root of policy '{}' — {} — and Landlock refuses \
-         writes anywhere else. Write beneath one of those roots (TMPDIR is {}), or open a session with a profile \
-         that lists that directory as a writable root",
+        "{path}: writing it was refused by the sandbox: it is outside every writable root of policy '{}' — {} — \
+         and Landlock refuses writes anywhere else (reads are not restricted). Write beneath one of those roots \
+         (TMPDIR is {}), or open a session with that directory as an extra root: session.open {{\"writable\": \
+         [\"{dir}\"]}}, which the server allows when started with `heddle up --allow-writable {dir}`",
         info.policy,
         roots_list(info),
         info.tmp
     )
 }
 
-const DENIALS: [&str; 3] = ["Permission denied", "Operation not permitted", "Read-only file system"];
-
-/// Sentences for the paths outside the roots named on permission-error lines of `output`.
-pub fn explain_refusals(output: &str, cwd: &str, info: &SandboxInfo) -> Vec<String> {
-    let roots = roots(info);
-    let mut seen = Vec::new();
-    for line in output.lines().filter(|l| DENIALS.iter().any(|d| l.contains(d))) {
-        for cand in candidates(line) {
-            let abs = normalise(&Path::new(cwd).join(&cand)).to_string_lossy().into_owned();
-            if lexical_outside(&abs, &roots) && !seen.contains(&abs) {
-                seen.push(abs);
-            }
-        }
-    }
-    seen.iter().take(8).map(|p| explain(p, info)).collect()
+/// The sentence for a job whose sockets the network-off filter refused (`Event::NetworkRefused`).
+pub fn explain_network(count: u32, families: &[String], info: Option<&SandboxInfo>) -> String {
+    let policy = info.map_or_else(|| "the session's".to_owned(), |i| format!("'{}'", i.policy));
+    format!(
+        "the network is off for this session (policy {policy}): the sandbox's seccomp filter refused {count} \
+         socket call(s) of this job ({}) with EPERM, so name lookups and connections fail (\"Could not resolve \
+         host\", pip's retries). Open a session with the network on to reach it: `heddle --session NEW --network \
+         run …`, `heddle mcp --network`, or session.open {{\"network\": true}}",
+        families.join(", ")
+    )
 }
 
-/// Path-like pieces of an error line: quoted strings, and `: `-separated fields starting with `/`, `./`,
-/// `../` or `~`-free names containing `/`.
+/// Words of a refused access in tools' errors (matched case-insensitively): libc's strings and the
+/// errno names Node (npm), Python and Rust print.
+const DENIALS: [&str; 6] =
+    ["permission denied", "operation not permitted", "read-only file system", "eacces", "eperm", "erofs"];
+
+/// Sentences for the paths named on permission-error lines of `output`: each is checked against the
+/// rules the kernel enforces ([`crate::sessions::refusal::why`]); a path neither layer refuses is left out.
+pub fn explain_refusals(
+    output: &str,
+    cwd: &str,
+    info: &SandboxInfo,
+    user: Option<&crate::sessions::refusal::JobUser>,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for line in output.lines().filter(|l| {
+        let l = l.to_ascii_lowercase();
+        DENIALS.iter().any(|d| l.contains(d))
+    }) {
+        for cand in candidates(line) {
+            let abs = normalise(&Path::new(cwd).join(&cand));
+            if seen.contains(&abs) || out.len() >= 8 {
+                continue;
+            }
+            seen.push(abs.clone());
+            out.extend(crate::sessions::refusal::why(&abs, info, user));
+        }
+    }
+    if let Some(user) = user {
+        let path = std::env::var("PATH").unwrap_or_default();
+        out.extend(crate::sessions::refusal::not_found(output, user, &path));
+    }
+    out
+}
+
+/// Path-like pieces of an error line: quoted strings, and `: `-separated fields starting with `/`, `./`
+/// or `../`, each cut at a `, ` that follows it (`…/serde, error` is `…/serde`) and stripped of
+/// trailing punctuation.
 fn candidates(line: &str) -> Vec<String> {
     let mut out = Vec::new();
+    let mut push = |c: &str| {
+        let c = c.split(", ").next().unwrap_or(c).trim_end_matches([',', ';', ':', '.', ')']);
+        if c.contains('/') && !c.contains("://") && !out.iter().any(|o| o == c) {
+            out.push(c.to_owned());
+        }
+    };
     for field in line.split(": ") {
         let f = field.trim();
         for q in ['\'', '"', '`', '‘', '’'] {
             let parts: Vec<&str> = f.split(q).collect();
             for inner in parts.iter().skip(1).step_by(2) {
-                let inner = inner.trim_end_matches(['\'', '’']);
-                if inner.contains('/') {
-                    out.push(inner.to_owned());
-                }
+                push(inner.trim_end_matches(['\'', '’']));
             }
         }
         if f.starts_with('/') || f.starts_with("./") || f.starts_with("../") {
-            out.push(f.to_owned());
+            push(f);
         }
     }
     out
@@ -288,12 +324,22 @@ mod tests {
     fn refusals_name_outside_paths_only() {
         let out = "bash: line 1: /etc/heddle-test: Permission denied\ntouch: cannot touch '/p/ok': Permission denied\n\
                    touch: cannot touch '../../x/y': Permission denied\nmkdir: cannot create directory ‘/srv/a’: Read-only file system\n";
-        let got = explain_refusals(out, "/p/sub", &info());
+        let got = explain_refusals(out, "/p/sub", &info(), None);
         assert_eq!(got.len(), 3, "{got:?}");
-        assert!(got[0].starts_with("/etc/heddle-test was not written"), "{}", got[0]);
+        assert!(got[0].starts_with("/etc/heddle-test: writing it was refused by the sandbox"), "{}", got[0]);
+        assert!(got[0].contains("--allow-writable /etc") && !got[0].contains("profile that"), "{}", got[0]);
         assert!(got[0].contains("/p ({project})"));
-        assert!(got[1].starts_with("/x/y was"), "{}", got[1]);
+        assert!(got[1].starts_with("/x/y: "), "{}", got[1]);
         assert!(got[2].starts_with("/srv/a"), "{}", got[2]);
+    }
+
+    #[test]
+    fn a_path_is_cut_at_its_comma_and_npm_eacces_is_a_denial() {
+        let line = "error: failed to create directory `/srv/reg/serde`, error: Permission denied (os error 13)";
+        assert_eq!(candidates(line), ["/srv/reg/serde"]);
+        let got = explain_refusals("Error: EACCES: permission denied, mkdir '/nonexistent'\n", "/p", &info(), None);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].starts_with("/nonexistent: writing it was refused"), "{got:?}");
     }
 
     #[test]
@@ -309,7 +355,7 @@ mod tests {
         fn arbitrary_commands_and_output_never_panic(s in "\\PC*", t in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
             let _ = preflight(&s, &info());
             let text = String::from_utf8_lossy(&t);
-            let _ = explain_refusals(&format!("{text}: Permission denied\n{s}"), "/p", &info());
+            let _ = explain_refusals(&format!("{text}: Permission denied\n{s}"), "/p", &info(), None);
             let _ = lexical_outside(&s, &["/p".into()]);
         }
     }
@@ -318,7 +364,7 @@ mod tests {
     fn garbage_never_panics() {
         for s in ["", ">", "rm", "'", "a: '", "x: ‘", "\0\0>>"] {
             let _ = preflight(s, &info());
-            let _ = explain_refusals(&format!("{s}: Permission denied"), "/", &info());
+            let _ = explain_refusals(&format!("{s}: Permission denied"), "/", &info(), None);
         }
     }
 }

@@ -177,6 +177,7 @@ impl SessionState {
             | Event::Emptied { job, .. }
             | Event::OomKilled { job }
             | Event::PidsLimited { job, .. }
+            | Event::NetworkRefused { job, .. }
             | Event::Forgotten { job }
             | Event::FilesWritten { job, .. } => Some(*job),
             Event::Hello { .. }
@@ -256,6 +257,9 @@ impl SessionState {
             (Event::PidsLimited { limit, failures, .. }, Some(j)) => j.note(format!(
                 "{failures} fork(s) of the session failed on its process limit (pids.max {limit}) while the job ran"
             )),
+            (Event::NetworkRefused { count, families, .. }, Some(j)) => {
+                j.on_kernel_refusal(crate::sessions::sandbox::explain_network(count, &families, self.sandbox.as_ref()))
+            }
             (Event::Hello { pid, uid, bash, bash_version, .. }, _) => {
                 self.shell = Some(ShellInfo { path: bash, version: bash_version });
                 self.worker = Some(WorkerInfo { pid, uid });

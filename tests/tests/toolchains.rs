@@ -1,0 +1,146 @@
+//! Real toolchains through heddle, and every failure saying why (issue 23): a job that the sandbox
+//! refuses the network is told so, from what the kernel refused (the seccomp filter's refused `socket`
+//! calls, counted per job by the worker), whatever the tool printed instead.
+
+use heddle_tests::{run_to_end, text_form, Heddle};
+use serde_json::{json, Value};
+
+fn refusals(r: &Value) -> String {
+    r["refusals"]
+        .as_array()
+        .map(|a| a.iter().map(|x| x.as_str().unwrap_or("")).collect::<Vec<_>>().join("\n"))
+        .unwrap_or_default()
+}
+
+#[test]
+fn network_off_a_refused_socket_says_the_network_is_off_and_how_to_turn_it_on() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    // curl looks the host up (AF_INET/AF_INET6 sockets of the resolver): it prints only "Could not
+    // resolve host".
+    let r = run_to_end(&mut c, &s, "curl -sS --max-time 5 https://pypi.org/simple/ 2>&1; echo rc=$?");
+    let why = refusals(&r);
+    assert!(why.contains("the network is off for this session"), "{r}");
+    assert!(why.contains("--network"), "names the switch: {r}");
+    assert!(text_form(&r).contains("the network is off"), "the text form carries it: {}", text_form(&r));
+    // A job that fails on it (curl's exit 6) keeps the sentence beside any path refusals.
+    let r = run_to_end(&mut c, &s, "curl -sS --max-time 5 https://pypi.org/simple/");
+    assert_eq!(r["exit_code"], 6, "{r}");
+    assert!(refusals(&r).contains("the network is off for this session"), "{r}");
+    // A direct socket in Python: the same sentence.
+    let r = run_to_end(
+        &mut c,
+        &s,
+        "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 443), 3)' 2>&1 | tail -1",
+    );
+    assert!(refusals(&r).contains("the network is off"), "{r}");
+    assert!(refusals(&r).contains("AF_INET"), "names the family: {r}");
+    // A job that opens no socket has no such refusal; nor does a unix socket.
+    let r = run_to_end(&mut c, &s, "python3 -c 'import socket; socket.socket(socket.AF_UNIX)'; echo ok");
+    assert_eq!(refusals(&r), "", "{r}");
+    // Network on: no refusal (the connection itself may fail on this machine; no claim is made about it).
+    let on = c.call("session.open", json!({"cwd": h.project, "network": true})).unwrap()["session"].clone();
+    let r = run_to_end(&mut c, &on, "python3 -c 'import socket; socket.socket()'; echo ok");
+    assert_eq!(refusals(&r), "", "{r}");
+}
+
+#[test]
+fn the_cli_opens_a_session_with_the_network_on_and_says_when_it_could_not() {
+    let h = Heddle::start();
+    let heddle = |args: &[&str]| {
+        let out = std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
+            .arg("--socket")
+            .arg(&h.socket)
+            .args(args)
+            .current_dir(&h.project)
+            .output()
+            .expect("heddle");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let sock = "python3 -c 'import socket; socket.socket(); print(\"socket-ok\")' 2>&1 | tail -1";
+    let (out, _) = heddle(&["--session", "off", "run", sock]);
+    assert!(out.contains("the network is off") && out.contains("Operation not permitted"), "{out}");
+    let (out, err) = heddle(&["--session", "on", "--network", "run", sock]);
+    assert!(out.contains("socket-ok") && !out.contains("network is off"), "{out} {err}");
+    assert_eq!(err, "", "a session this call opened needs no warning");
+    let (_, err) = heddle(&["--session", "off", "--network", "run", "true"]);
+    assert!(err.contains("already open with the network off"), "{err}");
+}
+
+/// A root-owned place for the denial tests: a file only root reads, a directory only root enters (with a
+/// tool inside, like a root user's `~/.cargo/bin`), and a directory in the project only root writes.
+fn root_only_places(h: &Heddle) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let secret = h.dir.path().join("secret.txt");
+    std::fs::write(&secret, "s").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let home = h.dir.path().join("roothome");
+    std::fs::create_dir_all(home.join(".tool/bin")).unwrap();
+    let tool = home.join(".tool/bin/mytool");
+    std::fs::write(&tool, "#!/bin/sh\necho tool-ran\n").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let locked = h.project.join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (secret, home, locked)
+}
+
+#[test]
+fn a_read_denial_and_write_denials_are_each_named_by_the_rule_that_refused_them() {
+    let h = Heddle::start();
+    let (secret, home, locked) = root_only_places(&h);
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    // Read: the file's permissions, not the sandbox; no "not written".
+    let r = run_to_end(&mut c, &s, &format!("cat {}", secret.display()));
+    let why = refusals(&r);
+    assert!(why.contains(&format!("{}: refused by file permissions", secret.display())), "{r}");
+    assert!(why.contains("may not read it") && why.contains("uid 65534 (nobody)"), "{r}");
+    assert!(!why.contains("not written") && !why.contains("writing it"), "a read is not a write: {r}");
+    // Beneath a directory the uid cannot enter (a root user's toolchain).
+    let r = run_to_end(&mut c, &s, &format!("{}/.tool/bin/mytool", home.display()));
+    let why = refusals(&r);
+    assert!(why.contains(&format!("cannot enter {}", home.display())) && why.contains("mode 0700"), "{r}");
+    // Write outside the roots: the sandbox, with a remedy that exists (no made-up profile).
+    let r = run_to_end(&mut c, &s, "touch /etc/heddle-refusal-test");
+    let why = refusals(&r);
+    assert!(why.contains("/etc/heddle-refusal-test: writing it was refused by the sandbox"), "{r}");
+    assert!(why.contains("--allow-writable /etc") && !why.contains("a profile that lists"), "{r}");
+    // Write inside the project, refused by the directory's owner and mode.
+    let r = run_to_end(&mut c, &s, "touch locked/x");
+    let why = refusals(&r);
+    assert!(why.contains(&format!("{}/x: could not be created", locked.display())), "{r}");
+    assert!(why.contains("may not write in") && why.contains("uid 65534"), "{r}");
+    // npm-style errors (Node's `EACCES: permission denied, mkdir '…'`) are denials too.
+    let r = run_to_end(&mut c, &s, "node -e \"require('fs').mkdirSync('/nonexistent-heddle')\"");
+    assert!(refusals(&r).contains("/nonexistent-heddle: writing it was refused by the sandbox"), "{r}");
+}
+
+#[test]
+fn a_command_not_found_under_a_root_only_path_says_which_uid_jobs_run_as() {
+    let dir = tempfile::Builder::new().prefix("heddle-e2e-roothome-").tempdir_in("/tmp").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = dir.path().join("root");
+    std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
+    std::fs::write(home.join(".cargo/bin/mytool"), "#!/bin/sh\necho ok\n").unwrap();
+    std::fs::set_permissions(home.join(".cargo/bin/mytool"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // `heddle up` started from a root shell whose PATH holds the root-only directory.
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", home.join(".cargo/bin").display());
+    let h = Heddle::start_with_env(&[], &[("PATH", &path)]);
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run_to_end(&mut c, &s, "mytool");
+    assert_eq!(r["exit_code"], 127, "{r}");
+    let why = refusals(&r);
+    assert!(why.contains("mytool: command not found, and the cause may be the uid"), "{r}");
+    assert!(
+        why.contains("run as uid 65534 (nobody)") && why.contains(&home.join(".cargo/bin").display().to_string()),
+        "{r}"
+    );
+    assert!(why.contains(&format!("{} is owned by uid 0 with mode 0700", home.display())), "{r}");
+    assert!(text_form(&r).contains("the cause may be the uid"), "{}", text_form(&r));
+}
