@@ -250,6 +250,26 @@ impl Receipts {
         entry
     }
 
+    /// Free the key of the `run` that admitted `job` of session incarnation (boot, serial): the job
+    /// never reached its worker (see `unsent`), so nothing happened and a retry may run it. The key is
+    /// freed only while it still names that admission.
+    pub(crate) fn free_job(&self, boot: &str, serial: u64, job: u64) {
+        let mut inner = self.lock();
+        let found = inner.by_id.values().find(|e| {
+            e.receipt.op == "run" && e.receipt.job == Some(job) && e.boot == boot && e.serial == Some(serial)
+        });
+        let Some(e) = found.cloned() else { return };
+        inner.by_id.remove(&e.receipt.id);
+        if let (Some(key), Some(s)) = (&e.receipt.idempotency_key, &e.receipt.session) {
+            let scope = (e.owner_uid, s.clone(), key.clone());
+            if matches!(inner.by_key.get(&scope), Some(Slot::Done(d)) if d.receipt.id == e.receipt.id) {
+                inner.by_key.remove(&scope);
+            }
+        }
+        drop(inner);
+        self.changed.notify_all();
+    }
+
     /// Forget an admission whose call failed after all (e.g. a `run` whose command never reached the ring).
     fn forget(&self, id: &str) {
         let mut inner = self.lock();

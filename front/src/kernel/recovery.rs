@@ -161,6 +161,7 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     k.registry().slots.insert(a.session, Slot::Open(s.clone()));
     k.registry_changed.notify_all();
     k.pump.add(s.clone(), end);
+    crate::kernel::unsent::settle(k, &s);
     k.record_session(&s);
     Ok(())
 }
