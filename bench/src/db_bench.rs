@@ -10,7 +10,9 @@
 //!   index entry) against the same run without one, both through the socket;
 //! - *journal entry* without and with `fdatasync`: one `Job` entry and one `Batch` entry (the events
 //!   of a short job) appended to a session journal, as the pump writes them — the price of promising
-//!   host-crash durability for the journal.
+//!   host-crash durability for the journal;
+//! - *keyed entry*: the `Keyed` journal entry a keyed run appends before its worker hears of it (its
+//!   receipt, as JSON), the part of a keyed run that makes its admission survive a front SIGKILL.
 
 use anyhow::Result;
 use front::sessions::journal::{Entry, Journal};
@@ -94,7 +96,15 @@ pub fn run(iterations: usize) -> Result<()> {
         run_rows(next()).into_iter().for_each(|w| db.write(w));
         db.sync();
     }
-    let mut samples: [Vec<f64>; 6] = Default::default();
+    let keyed_entry = |i: u64| Entry::Keyed {
+        job: i,
+        receipt:
+            json!({"receipt": {"id": format!("r18ee3c85e25df82f-{i}"), "op": "run", "admitted_at": 1796439847322u64,
+            "outcome": "admitted", "job": i, "session": "bench", "idempotency_key": format!("bench-{i}"),
+            "replayed": false}, "owner_uid": 0, "fingerprint": "run {\"cmd\":\"true\",\"session\":\"bench\"}"})
+            .to_string(),
+    };
+    let mut samples: [Vec<f64>; 7] = Default::default();
     for _ in 0..iterations {
         samples[0].push(time_us(|| call(false)));
         samples[5].push(time_us(|| call(true)));
@@ -113,10 +123,13 @@ pub fn run(iterations: usize) -> Result<()> {
             entries.iter().for_each(|e| journal.append(e));
             jfile.sync_data().expect("fdatasync the journal");
         }));
+        let entry = keyed_entry(next());
+        samples[6].push(time_us(|| journal.append(&entry)));
     }
-    let [run, queued, committed, plain, synced, keyed] = samples.map(Summary::of);
+    let [run, queued, committed, plain, synced, keyed, keyed_journal] = samples.map(Summary::of);
     let base = "heddle run(\"true\"), client kept connected";
     report("a keyed run vs the same run without a key", base, run, "run(\"true\") with a fresh idempotency_key", keyed);
+    report("the journal entry of a keyed run", base, run, "Keyed entry appended", keyed_journal);
     report("database rows of one run, queued (request path)", base, run, "3 rows queued", queued);
     report("database rows of one run, committed (writer thread)", base, run, "3 rows queued + committed", committed);
     report("journal entries of one run, no fsync (as shipped)", base, run, "Job + Batch appended", plain);

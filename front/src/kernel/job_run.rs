@@ -71,13 +71,13 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     call_admitting(k, client, params, &|_, _| {})
 }
 
-/// `run`, calling `on_admit(session serial, job)` once the job is registered and before the worker is
-/// told (the receipt's moment of admission, see `receipts`).
+/// `run`, calling `on_admit(session, job)` once the job is registered and before the worker is told
+/// (the receipt's moment of admission, see `receipts`).
 pub(crate) fn call_admitting(
     k: &Kernel,
     client: &Client,
     params: Value,
-    on_admit: &dyn Fn(u64, JobId),
+    on_admit: &dyn Fn(&Session, JobId),
 ) -> Result<JobResult, RpcError> {
     let p: Params = rpc::params("run", params)?;
     k.admit()?;
@@ -104,7 +104,7 @@ pub(crate) fn call_admitting(
     }
     let (job, restore, mut capture_only) = admit_job(&s, &p.cmd)?;
     crate::kernel::terminal_io::register(&s, job, stdin);
-    on_admit(s.spec().serial, job);
+    on_admit(&s, job);
     preflight(&s, job, &p.cmd);
     let refusal = crate::kernel::guard_apply::apply(
         k,

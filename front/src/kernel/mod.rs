@@ -40,6 +40,7 @@ pub mod session_open;
 pub mod shutdown;
 pub mod subscribe;
 pub mod terminal_io;
+pub mod unsent;
 
 use crate::rpc::{ErrorKind, RpcError};
 use crate::sessions::pump::Pump;

@@ -14,6 +14,12 @@
 //! same key with other parameters (`yield_ms` aside) is refused with `idempotency_conflict`. Receipts are
 //! written to the database and loaded again at start, so all of this holds across a front restart.
 //!
+//! The database writer commits after the answer, so a front killed just then would forget a keyed `run`
+//! whose job was already running. A keyed `run`'s receipt is therefore also appended to its session's
+//! journal ([`crate::sessions::journal::Entry::Keyed`]) before the worker hears of the job: a restarted
+//! front that takes the session over rebuilds the receipt from there ([`recover`]), and a retry of the
+//! key answers that job instead of running it again.
+//!
 //! ```text
 //! → {"jsonrpc":"2.0","id":1,"method":"run","params":{"session":"s","cmd":"date >> log","idempotency_key":"k1"}}
 //! ← {"jsonrpc":"2.0","id":1,"result":{…,"job":1,"receipt":{"id":"r18c…-4","op":"run","admitted_at":1718000000000,
@@ -22,6 +28,7 @@
 
 use crate::kernel::{Client, Kernel};
 use crate::rpc::{ErrorKind, RpcError};
+use crate::sessions::session::Session;
 use crate::storage::db::{Db, ReceiptRow, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -72,6 +79,14 @@ pub(crate) struct Entry {
 }
 
 type Scope = (u32, String, String);
+
+/// A keyed `run`'s admission as its session's journal keeps it.
+#[derive(Serialize, Deserialize)]
+struct Journaled {
+    receipt: Receipt,
+    owner_uid: u32,
+    fingerprint: String,
+}
 
 enum Slot {
     /// The first call with this key is being admitted.
@@ -235,6 +250,26 @@ impl Receipts {
         entry
     }
 
+    /// Free the key of the `run` that admitted `job` of session incarnation (boot, serial): the job
+    /// never reached its worker (see `unsent`), so nothing happened and a retry may run it. The key is
+    /// freed only while it still names that admission.
+    pub(crate) fn free_job(&self, boot: &str, serial: u64, job: u64) {
+        let mut inner = self.lock();
+        let found = inner.by_id.values().find(|e| {
+            e.receipt.op == "run" && e.receipt.job == Some(job) && e.boot == boot && e.serial == Some(serial)
+        });
+        let Some(e) = found.cloned() else { return };
+        inner.by_id.remove(&e.receipt.id);
+        if let (Some(key), Some(s)) = (&e.receipt.idempotency_key, &e.receipt.session) {
+            let scope = (e.owner_uid, s.clone(), key.clone());
+            if matches!(inner.by_key.get(&scope), Some(Slot::Done(d)) if d.receipt.id == e.receipt.id) {
+                inner.by_key.remove(&scope);
+            }
+        }
+        drop(inner);
+        self.changed.notify_all();
+    }
+
     /// Forget an admission whose call failed after all (e.g. a `run` whose command never reached the ring).
     fn forget(&self, id: &str) {
         let mut inner = self.lock();
@@ -331,8 +366,11 @@ pub(crate) fn mutate(
         serial,
     };
     let outcome = if method == "run" {
-        let on_admit = |serial: u64, job: u64| {
-            k.receipts.admit(&k.db, base(Some(job), Some(serial), None));
+        let on_admit = |s: &Session, job: u64| {
+            let entry = k.receipts.admit(&k.db, base(Some(job), Some(s.spec().serial), None));
+            if entry.receipt.idempotency_key.is_some() {
+                journal(s, job, &entry);
+            }
             on_job(job);
         };
         crate::kernel::job_run::call_admitting(k, client, params.clone(), &on_admit).and_then(to_value)
@@ -366,6 +404,46 @@ pub(crate) fn mutate(
             Err(e)
         }
     }
+}
+
+/// Append a keyed `run`'s receipt to its session's journal (see the module's text).
+fn journal(s: &Session, job: u64, e: &Entry) {
+    let j = Journaled { receipt: e.receipt.clone(), owner_uid: e.owner_uid, fingerprint: e.fingerprint.clone() };
+    match serde_json::to_string(&j) {
+        Ok(receipt) => s.lock().journal.append(&crate::sessions::journal::Entry::Keyed { job, receipt }),
+        Err(e) => tracing::warn!("a receipt could not be encoded for the journal: {e}"),
+    }
+}
+
+/// Rebuild the receipts of keyed runs that session `s`'s journal kept (`keyed`, each an
+/// [`crate::sessions::journal::Entry::Keyed`]'s receipt) and this front does not know: the database
+/// never committed them before the earlier front died. They act on `s` as it is now (its rows were
+/// moved to this front's key). Returns how many were rebuilt.
+pub(crate) fn recover(k: &Kernel, s: &Session, keyed: Vec<String>) -> usize {
+    let mut n = 0;
+    for text in keyed {
+        let Ok(j) = serde_json::from_str::<Journaled>(&text) else {
+            tracing::warn!("session '{}': a journaled receipt could not be read; it is skipped", s.name());
+            continue;
+        };
+        if k.receipts.lock().by_id.contains_key(&j.receipt.id) {
+            continue;
+        }
+        let entry = Entry {
+            receipt: j.receipt,
+            owner_uid: j.owner_uid,
+            fingerprint: j.fingerprint,
+            result: None,
+            boot: k.db.boot().to_owned(),
+            serial: Some(s.spec().serial),
+        };
+        k.receipts.admit(&k.db, entry);
+        n += 1;
+    }
+    if n > 0 {
+        tracing::info!("session '{}': {n} receipts rebuilt from its journal", s.name());
+    }
+    n
 }
 
 fn to_value<T: Serialize>(v: T) -> Result<Value, RpcError> {

@@ -76,7 +76,7 @@ pub(crate) fn forget(dir: &Path) {
 pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
     let dir = &s.spec().dir;
     let ring = s.lock().ring;
-    let Rebuilt { jobs, replay, .. } = rebuild(dir, &s.jobs_dir(), ring, u64::MAX);
+    let Rebuilt { jobs, replay, keyed, .. } = rebuild(dir, &s.jobs_dir(), ring, u64::MAX);
     let note = "heddle restarted while the job ran (its session's processes were killed then)".to_owned();
     let mut st = s.lock();
     for job in jobs {
@@ -93,6 +93,7 @@ pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
     let n = st.jobs.len();
     drop(st);
     take_over_rows(k, s, meta.db_key);
+    crate::kernel::receipts::recover(k, s, keyed);
     tracing::info!("session '{}' re-opened with its {n} earlier jobs", s.name());
 }
 
@@ -130,7 +131,7 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     let (s, end) = Session::attach(spec, a.fds).map_err(|e| format!("its region could not be attached ({e})"))?;
     let published = end.consumer.positions().0;
     let ring = s.lock().ring;
-    let Rebuilt { jobs, replay, foreign } = rebuild(&dir, &s.jobs_dir(), ring, published);
+    let Rebuilt { jobs, replay, foreign, keyed } = rebuild(&dir, &s.jobs_dir(), ring, published);
     {
         let mut st = s.lock();
         st.worker = Some(WorkerInfo { pid: a.worker_pid, uid: a.worker_uid });
@@ -153,12 +154,14 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
         st.journal.append(&Entry::Ring { id: ring });
     }
     take_over_rows(k, &s, meta.db_key);
+    crate::kernel::receipts::recover(k, &s, keyed);
     write_settings(k, &s);
     let n = s.lock().jobs.len();
     tracing::info!("took over session '{}' ({n} jobs, ring head {published})", a.session);
     k.registry().slots.insert(a.session, Slot::Open(s.clone()));
     k.registry_changed.notify_all();
     k.pump.add(s.clone(), end);
+    crate::kernel::unsent::settle(k, &s);
     k.record_session(&s);
     Ok(())
 }
@@ -185,6 +188,8 @@ struct Rebuilt {
     jobs: Vec<Job>,
     replay: Vec<Replay>,
     foreign: Vec<u64>,
+    /// The receipts of keyed runs, as journaled (see `receipts::recover`).
+    keyed: Vec<String>,
 }
 
 /// Rebuild a session from its journal and job logs, for the event ring `ring` whose published head is
@@ -198,6 +203,7 @@ fn rebuild(dir: &Path, jobs_dir: &Path, ring: u64, published: u64) -> Rebuilt {
     let mut replay = Vec::new();
     let mut batches: Vec<Batch> = Vec::new();
     let mut tag: Option<u64> = None;
+    let mut keyed = Vec::new();
     for entry in journal::read(dir) {
         match entry {
             Entry::Job { id, cmd } => {
@@ -212,6 +218,7 @@ fn rebuild(dir: &Path, jobs_dir: &Path, ring: u64, published: u64) -> Rebuilt {
                 replay.push(Replay::Revived { note, last_job });
             }
             Entry::Ring { id } => tag = Some(id),
+            Entry::Keyed { receipt, .. } => keyed.push(receipt),
         }
     }
     let mut cut: BTreeMap<u64, u64> = BTreeMap::new();
@@ -227,7 +234,7 @@ fn rebuild(dir: &Path, jobs_dir: &Path, ring: u64, published: u64) -> Rebuilt {
         .into_iter()
         .map(|(id, cmd)| restore_job(id, cmd, &jobs_dir.join(format!("{id}.log")), cut.get(&id).copied()))
         .collect();
-    Rebuilt { jobs, replay, foreign }
+    Rebuilt { jobs, replay, foreign, keyed }
 }
 
 /// A job whose log is replayed (up to `limit` bytes of the file) into a fresh store at the same path.
@@ -430,7 +437,7 @@ mod tests {
         let exit = Event::Exited { job: 1, code: Some(0), signal: None, at_unix_ns: 0, killed: false };
         j.append(&Entry::Batch { from: 0, to: 9000, before: vec![(1, 0)], events: vec![exit] });
         j.append(&Entry::Job { id: 2, cmd: "sleep 9".into() });
-        let Rebuilt { jobs: got, replay, foreign } = rebuild(dir.path(), &jobs, 22, 0);
+        let Rebuilt { jobs: got, replay, foreign, .. } = rebuild(dir.path(), &jobs, 22, 0);
         assert_eq!(got[0].counts(), [9, 0], "the old ring's batch is kept whole");
         assert_eq!(replay.len(), 1, "and its events applied: {replay:?}");
         assert_eq!(foreign, [1, 2], "both jobs belong to the old worker");
@@ -438,7 +445,21 @@ mod tests {
         let mut store = OutputStore::create(jobs.join("1.log"));
         store.append(Stream::Stdout, b"all of it", 0);
         store.flush();
-        let Rebuilt { jobs: got, replay, foreign } = rebuild(dir.path(), &jobs, 11, 0);
+        let Rebuilt { jobs: got, replay, foreign, .. } = rebuild(dir.path(), &jobs, 11, 0);
         assert_eq!((got[0].counts(), replay.len(), foreign.len()), ([0, 0], 0, 0));
+    }
+
+    #[test]
+    fn keyed_receipts_are_read_back_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        let mut j = journal::Journal::open(dir.path());
+        j.append(&Entry::Job { id: 1, cmd: "x".into() });
+        j.append(&Entry::Keyed { job: 1, receipt: "{\"a\":1}".into() });
+        j.append(&Entry::Job { id: 2, cmd: "y".into() });
+        j.append(&Entry::Keyed { job: 2, receipt: "{\"b\":2}".into() });
+        let Rebuilt { jobs: got, keyed, .. } = rebuild(dir.path(), &jobs, 0, 0);
+        assert_eq!((got.len(), keyed), (2, vec!["{\"a\":1}".to_owned(), "{\"b\":2}".to_owned()]));
     }
 }

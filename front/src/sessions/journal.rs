@@ -65,6 +65,11 @@ pub enum Entry {
     /// front that died between the supervisor starting a new worker and the journal hearing of it
     /// leaves batches that a restarted front can tell apart from the new ring's.
     Ring { id: u64 },
+    /// Job `job` was admitted under an idempotency key: its receipt (JSON, opaque to the journal; see
+    /// `kernel::receipts`). Appended before the worker hears of the job, so a front killed at any point
+    /// after that leaves the key bound to the job, and the restarted front rebuilds the receipt from
+    /// here even when the database never got its row (the database writer commits after the answer).
+    Keyed { job: u64, receipt: String },
 }
 
 /// The journal file of one session (appends only; a failure is reported once and journaling stops).
