@@ -7,6 +7,7 @@
 //! cursor, the alternate-screen flag and the last [`SCROLLBACK`] lines that left the screen. A job with a
 //! stdin pipe (`run {stdin: "pipe"}`) has an entry without an emulator, so `write` knows it may feed it.
 
+pub mod html;
 pub mod keys;
 
 use protocol::results::TerminalScreen;

@@ -9,6 +9,7 @@
 //!   that accepts `text/event-stream`, answered as a stream of its progress and then its response
 //!   ([`mcp_stream`]). `initialize` issues an `Mcp-Session-Id`; each MCP session is one
 //!   [`McpConnection`] (one heddle session), kept here until `DELETE`.
+//! - `GET /`: the cockpit page and its streams ([`cockpit`]).
 //! - `GET /events?session=S&job=J`: the job's `subscribe` notifications (raw) as Server-Sent Events,
 //!   each with `id: <stdout bytes>-<stderr bytes>` delivered so far; a client reconnecting with
 //!   `Last-Event-ID` resumes from there (the stored chunks are replayed first), so no chunk is lost or
@@ -23,6 +24,7 @@
 //! tokio lives here only: one thread runs a current-thread runtime; kernel calls (which block up to
 //! `yield_ms`) run on its blocking pool, event streams each on a thread of their own.
 
+mod cockpit;
 mod mcp_stream;
 pub mod peer;
 pub mod tokens;
@@ -222,13 +224,16 @@ async fn handle(door: &Door, socket_uid: Option<u32>, req: Request<Incoming>) ->
                     r
                 }
                 (Method::GET, "/events") => events(door, client, &parts).await,
+                (Method::GET, "/cockpit/sessions") => cockpit::sessions(door, client),
+                (Method::GET, "/cockpit/screen") => cockpit::screen(door, client, parts.uri.query().unwrap_or("")).await,
+                (Method::GET, p) if cockpit::asset(p).is_some() => cockpit::asset(p).expect("checked"),
                 (_, "/rpc" | "/mcp" | "/events") => refuse(
                     StatusCode::METHOD_NOT_ALLOWED,
                     "wrong method: POST /rpc, POST or DELETE /mcp, GET /events",
                 ),
                 _ => refuse(
                     StatusCode::NOT_FOUND,
-                    "heddle's HTTP door serves POST /rpc (JSON-RPC), /mcp (MCP streamable HTTP) and GET /events?session=S&job=J (Server-Sent Events)",
+                    "heddle's HTTP door serves POST /rpc (JSON-RPC), /mcp (MCP streamable HTTP), GET /events?session=S&job=J (Server-Sent Events) and the cockpit page at GET /",
                 ),
             };
             unread(body, r).await
