@@ -102,6 +102,8 @@ pub(crate) struct Job {
     pub started: std::time::Instant,
     /// Its stdin when the front feeds it (a terminal job, or `StdinMode::Pipe`).
     pub input: Option<crate::input::Input>,
+    /// The effects ledger's "before" (`None`: no ledger for this job).
+    pub effects: Option<crate::effects::JobEffects>,
 }
 
 impl Job {
@@ -195,6 +197,7 @@ impl<C: CgroupOps> Worker<C> {
                     // Maybe a `cgroup.kill` from outside the worker: such a cgroup must not be reused.
                     self.cgroups.retire(job);
                 }
+                self.effects_after(job)?;
                 self.out.emit(&Event::Exited { job, code, signal, at_unix_ns, killed })?;
                 self.after_exit(job)?;
             }

@@ -88,6 +88,7 @@ impl Job {
     pub(crate) fn in_shell(serial: usize, shell: Shell) -> Job {
         Job {
             input: None,
+            effects: None,
             serial,
             pid: shell.child.pid,
             child: Some(shell.child),
