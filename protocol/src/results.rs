@@ -165,6 +165,43 @@ pub struct JobResult {
     pub terminal: Option<TerminalScreen>,
     /// For a check's job (`check`): its routing and what the parser read; `null` for other jobs.
     pub check: Option<crate::checks::CheckReport>,
+    /// What the call changed (`run {effects}`): the project's git work tree, with scope and confidence;
+    /// `null` with `effects: "none"`, for checks, and until the job ended.
+    pub effects: Option<Effects>,
+}
+
+/// The effects ledger of a job (docs/protocol.md, "Effects").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Effects {
+    pub project: ProjectLedger,
+}
+
+/// The project part: paths whose git status or content changed across the job.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProjectLedger {
+    pub root: Option<String>,
+    pub scope: String,
+    /// `complete`, `partial` or `none`.
+    pub confidence: String,
+    /// Why it is not `complete`.
+    pub reason: Option<String>,
+    pub changed: Vec<ChangedPath>,
+    pub changed_more: u32,
+    pub diff: Option<String>,
+    pub diff_note: Option<String>,
+    /// Where the "before" came from.
+    pub before: String,
+    pub cost_us: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ChangedPath {
+    pub path: String,
+    pub change: String,
+    pub from: Option<String>,
 }
 
 /// The headless terminal of a PTY job, as a model reads it.

@@ -289,7 +289,8 @@ pub(crate) struct TrackedLinks {
 impl TrackedLinks {
     fn get(&mut self, git: &Git<'_>, root: &Path) -> Result<Vec<String>, String> {
         let index = git_dir(root).join("index");
-        let key = std::fs::metadata(&index).ok().map(|m| (root.to_path_buf(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()));
+        let key =
+            std::fs::metadata(&index).ok().map(|m| (root.to_path_buf(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()));
         if key.is_some() && key == self.key {
             return Ok(self.out.clone());
         }
@@ -349,7 +350,10 @@ pub(crate) fn compare(
             },
         };
         let from = a.and_then(|a| a.orig.as_ref()).map(|o| String::from_utf8_lossy(o).into_owned());
-        changed.push((k.clone(), PathChange { path: String::from_utf8_lossy(k).into_owned(), change: change.to_owned(), from }));
+        changed.push((
+            k.clone(),
+            PathChange { path: String::from_utf8_lossy(k).into_owned(), change: change.to_owned(), from },
+        ));
     }
     let mut reasons: Vec<String> = before.partial.iter().chain(&after.partial).cloned().collect();
     reasons.dedup();
@@ -431,13 +435,19 @@ fn old_source(before: &Snapshot, src: &[u8]) -> Old {
 }
 
 /// A bounded unified diff of the changed paths: text files line by line, binaries named with their sizes.
-fn diff(git: &Git<'_>, before: &Snapshot, after: &Snapshot, changed: &[(Vec<u8>, PathChange)]) -> (String, Option<String>) {
+fn diff(
+    git: &Git<'_>,
+    before: &Snapshot,
+    after: &Snapshot,
+    changed: &[(Vec<u8>, PathChange)],
+) -> (String, Option<String>) {
     let olds: Vec<Old> = changed
         .iter()
         .map(|(k, c)| old_source(before, c.from.as_ref().map_or(k.as_slice(), |f| f.as_bytes())))
         .collect();
     // Blobs are read in one `git cat-file --batch`.
-    let names: Vec<Vec<u8>> = olds.iter().filter_map(|o| if let Old::Blob(n) = o { Some(n.clone()) } else { None }).collect();
+    let names: Vec<Vec<u8>> =
+        olds.iter().filter_map(|o| if let Old::Blob(n) = o { Some(n.clone()) } else { None }).collect();
     let mut blobs: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     if !names.is_empty() {
         let input: Vec<u8> = names.iter().flat_map(|n| n.iter().copied().chain([b'\n'])).collect();
@@ -455,7 +465,9 @@ fn diff(git: &Git<'_>, before: &Snapshot, after: &Snapshot, changed: &[(Vec<u8>,
         };
         let full = after.root.join(OsStr::from_bytes(k));
         let new = match std::fs::symlink_metadata(&full) {
-            Ok(m) if m.file_type().is_symlink() => std::fs::read_link(&full).ok().map(|t| t.as_os_str().as_bytes().to_vec()),
+            Ok(m) if m.file_type().is_symlink() => {
+                std::fs::read_link(&full).ok().map(|t| t.as_os_str().as_bytes().to_vec())
+            }
             Ok(m) if m.size() as usize > KEEP_BYTES => None,
             Ok(_) => std::fs::read(&full).ok(),
             Err(_) => Some(Vec::new()),
@@ -473,7 +485,11 @@ fn diff(git: &Git<'_>, before: &Snapshot, after: &Snapshot, changed: &[(Vec<u8>,
                     .header(&format!("a/{from}"), &format!("b/{}", c.path))
                     .to_string()
             }
-            _ => format!("{}: its bytes before or after were not kept (files over {} KiB are not)\n", c.path, KEEP_BYTES >> 10),
+            _ => format!(
+                "{}: its bytes before or after were not kept (files over {} KiB are not)\n",
+                c.path,
+                KEEP_BYTES >> 10
+            ),
         };
         if text.len() + part.len() > DIFF_BYTES {
             omitted.push(c.path.clone());
@@ -539,7 +555,7 @@ impl Ledger {
     }
 
     pub(crate) fn remember(&mut self, s: Arc<Snapshot>, quiet: bool, how: String) {
-        self.last = quiet.then(|| (s, self.generation, how));
+        self.last = quiet.then_some((s, self.generation, how));
     }
 }
 
@@ -575,9 +591,9 @@ mod tests {
         let out = b"# branch.oid abc\0# branch.head main\x001 .M N... 100644 100644 100644 h1 h2 a b.txt\x002 R. N... 100644 100644 100644 h1 h1 R100 new\0old\0? un tracked\0";
         parse_status(out, &mut s);
         assert_eq!(s.head.as_deref(), Some("abc"));
-        assert_eq!(s.entries[&b"a b.txt".to_vec()].xy, *b".M");
-        assert_eq!(s.entries[&b"new".to_vec()].orig.as_deref(), Some(&b"old"[..]));
-        assert!(s.entries.contains_key(&b"un tracked".to_vec()));
+        assert_eq!(s.entries[b"a b.txt".as_slice()].xy, *b".M");
+        assert_eq!(s.entries[b"new".as_slice()].orig.as_deref(), Some(&b"old"[..]));
+        assert!(s.entries.contains_key(b"un tracked".as_slice()));
         assert_eq!(s.entries.len(), 3);
     }
 
@@ -586,9 +602,9 @@ mod tests {
         let out = b"o1 blob 3\nabc\nx:gone missing\no3 blob 0\n\n";
         let names = vec![b"a".to_vec(), b"gone".to_vec(), b"e".to_vec()];
         let m = parse_batch(out, &names);
-        assert_eq!(m.get(&b"a".to_vec()).map(Vec::as_slice), Some(&b"abc"[..]));
-        assert!(!m.contains_key(&b"gone".to_vec()));
-        assert_eq!(m.get(&b"e".to_vec()).map(Vec::len), Some(0));
+        assert_eq!(m.get(b"a".as_slice()).map(Vec::as_slice), Some(&b"abc"[..]));
+        assert!(!m.contains_key(b"gone".as_slice()));
+        assert_eq!(m.get(b"e".as_slice()).map(Vec::len), Some(0));
     }
 
     proptest! {

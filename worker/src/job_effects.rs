@@ -46,9 +46,10 @@ impl<C: CgroupOps> Worker<C> {
                 Some((s, how)) => (Ok(s), how),
                 None => match self.git_for(&env) {
                     None => (Err("no git program on the job's PATH".to_owned()), String::new()),
-                    Some(git) => {
-                        (effects::snapshot(&git, root, true).map(Arc::new), "taken at launch (the job waited for it)".to_owned())
-                    }
+                    Some(git) => (
+                        effects::snapshot(&git, root, true).map(Arc::new),
+                        "taken at launch (the job waited for it)".to_owned(),
+                    ),
                 },
             },
         };
@@ -126,4 +127,3 @@ fn shrink_to(p: &mut ProjectEffects, max: usize) {
         p.changed_more += cut as u32;
     }
 }
-

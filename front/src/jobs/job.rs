@@ -77,6 +77,8 @@ pub struct Job {
     pub removed_why: Option<String>,
     /// A check's job (`kernel::check_run`): its routing, and what the parser read once it ended.
     pub check: Option<Box<protocol::checks::CheckReport>>,
+    /// The effects ledger's project part, as the worker reported it (`Event::Effects`).
+    pub effects: Option<Box<shm_proto::msg::ProjectEffects>>,
 }
 
 impl Job {
@@ -128,6 +130,7 @@ impl Job {
             cap: crate::output::retention::config().job_bytes,
             removed_why: None,
             check: None,
+            effects: None,
         }
     }
 
@@ -604,6 +607,7 @@ impl Job {
             state_conflicts: self.shell.conflicts.clone(),
             terminal: None,
             check: self.check.as_deref().cloned(),
+            effects: self.effects.as_deref().map(crate::rpc::results::effects),
         }
     }
 
