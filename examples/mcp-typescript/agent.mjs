@@ -7,6 +7,7 @@
 // and prints a JSON summary. tests/tests/mcp.rs runs it in CI; it exits non-zero if a step fails.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { CreateTaskResultSchema } from "@modelcontextprotocol/sdk/types.js";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -42,5 +43,37 @@ await sleep(1500);
 r = await client.callTool({ name: "jobs", arguments: {} });
 assert.match(text(r), new RegExp(`job ${slow} ended: exit 0 .*\\n  done sleeping\\n`), text(r));
 
+// A long run as an MCP task: created at once, polled, and its result is the job's final result.
+const seen = [];
+for await (const m of client.experimental.tasks.callToolStream(
+  { name: "run", arguments: { cmd: "sleep 1; echo task done" } },
+  undefined,
+  { task: { ttl: 60000 } },
+)) {
+  seen.push(m);
+}
+const created = seen.find((m) => m.type === "taskCreated");
+assert.ok(created, JSON.stringify(seen));
+assert.equal(created.task.status, "working", JSON.stringify(created));
+assert.ok(seen.some((m) => m.type === "taskStatus" && m.task.status === "working"), JSON.stringify(seen));
+const final = seen.find((m) => m.type === "result");
+assert.ok(final, JSON.stringify(seen));
+assert.match(text(final.result), /^exit 0 · .*\ntask done\n/, text(final.result));
+const taskId = created.task.taskId;
+assert.equal((await client.experimental.tasks.getTask(taskId)).status, "completed");
+assert.ok((await client.experimental.tasks.listTasks()).tasks.some((t) => t.taskId === taskId));
+
+// Cancelling a task stops its job (cancelling a mere request never does).
+const doomed = await client.request(
+  { method: "tools/call", params: { name: "run", arguments: { cmd: "sleep 300" }, task: { ttl: 60000 } } },
+  CreateTaskResultSchema,
+);
+const cancelled = await client.experimental.tasks.cancelTask(doomed.task.taskId);
+assert.equal(cancelled.status, "cancelled", JSON.stringify(cancelled));
+assert.match(cancelled.statusMessage, /killed/, cancelled.statusMessage);
+const doomedJob = Number(doomed.task.taskId.split("/").pop());
+r = await client.callTool({ name: "wait", arguments: { job: doomedJob } });
+assert.equal(r.structuredContent.state, "killed", text(r));
+
 await client.close();
-console.log(JSON.stringify({ tools: names, announced: slow }));
+console.log(JSON.stringify({ tools: names, announced: slow, task: taskId, cancelled: doomed.task.taskId }));

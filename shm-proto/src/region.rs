@@ -202,6 +202,15 @@ impl Region {
         (base.cast::<RingCtl>(), data, cap, self.map.clone())
     }
 
+    /// The event ring's control block, for tools and tests that inspect (or, as an attacker would,
+    /// corrupt) a live ring; the ends use [`Region::evt_producer`] and [`Region::evt_consumer`].
+    pub fn evt_ctl(&self) -> &RingCtl {
+        let (ctl, _, _, _) = self.parts(self.evt);
+        // SAFETY: the control block lies page-aligned inside the mapping, which lives as long as `self`;
+        // it holds only atomics, valid for every bit pattern and sound to share.
+        unsafe { &*ctl }
+    }
+
     /// The command ring's producer (the front's end). Call once per region per process.
     pub fn cmd_producer(&self) -> Producer {
         let (c, d, n, o) = self.parts(self.cmd);

@@ -136,8 +136,8 @@ async def over_http(url, project):
     async with client(url) as streams:
         read, write = streams[0], streams[1]
         async with ClientSession(read, write) as session:
-            # POST /mcp answers with one JSON response: no stream to carry progress notifications.
-            return await session_steps(session, project, progress=False)
+            # A tool call with a progress token is answered as an event stream: progress, then the result.
+            return await session_steps(session, project, progress=True)
 
 
 async def main():

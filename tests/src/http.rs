@@ -98,8 +98,20 @@ impl HttpConn {
     }
 
     /// Start an event stream: the response head, then [`Events::next_event`] per event.
-    pub fn events(mut self, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Events> {
-        self.send_head("GET", path, headers, 0)?;
+    pub fn events(self, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Events> {
+        self.stream("GET", path, headers, b"")
+    }
+
+    /// POST a JSON value whose answer may be an event stream (MCP's streamable HTTP).
+    pub fn post_stream(self, path: &str, headers: &[(&str, &str)], v: &serde_json::Value) -> std::io::Result<Events> {
+        let mut h = vec![("Content-Type", "application/json")];
+        h.extend_from_slice(headers);
+        self.stream("POST", path, &h, &serde_json::to_vec(v).unwrap_or_default())
+    }
+
+    fn stream(mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> std::io::Result<Events> {
+        self.send_head(method, path, headers, body.len())?;
+        self.w.write_all(body)?;
         let (status, headers) = read_head(&mut self.r)?;
         let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
         let body = if chunked { Vec::new() } else { read_body(&mut self.r, &headers)? };

@@ -103,8 +103,13 @@ fn an_event_stream_resumed_with_last_event_id_loses_and_repeats_no_chunk() {
     let a = read_events(&mut first, |got| stdout_of(got).lines().count() >= 10);
     let last_id = a.iter().rev().find_map(|e| e.id.clone()).expect("events carry ids");
     drop(first);
-    // Output goes on while nobody listens.
-    std::thread::sleep(Duration::from_millis(400));
+    // Output goes on while nobody listens: wait until the job wrote well past what the first reader saw.
+    let seen = stdout_of(&a).len() as u64;
+    let went_on = heddle_tests::eventually(Duration::from_secs(10), || {
+        let w = rpc(&mut c, "wait", json!({"session": s, "job": job, "yield_ms": 0}));
+        w["result"]["stdout_bytes"].as_u64().is_some_and(|n| n >= seen + 50)
+    });
+    assert!(went_on, "the job wrote more while nobody listened");
     let mut second = HttpConn::connect(addr).unwrap().events(&path, &[("Last-Event-ID", &last_id)]).unwrap();
     assert_eq!(second.status, 200);
     let b = read_events(&mut second, |got| got.last().is_some_and(|e| e.event == "job.settled"));
@@ -353,4 +358,59 @@ fn a_restarted_front_takes_the_door_over_and_a_stream_resumes_across_it() {
     let b = read_events(&mut second, |got| got.last().is_some_and(|e| e.event == "job.settled"));
     let want: String = (1..=40).map(|i| format!("line{i}\n")).collect();
     assert_eq!(stdout_of(&a) + &stdout_of(&b), want, "every line once across the front's restart");
+}
+
+#[test]
+fn a_tool_call_with_a_progress_token_streams_progress_and_a_dropped_stream_cancels_nothing() {
+    let (h, addr) = door();
+    let mut c = HttpConn::connect(addr).unwrap();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let r = c.post(&format!("/mcp?cwd={}", h.project.display()), &[], &init).unwrap();
+    let id = r.header("mcp-session-id").expect("a session id at initialize").to_owned();
+    let headers = [("Mcp-Session-Id", id.as_str()), ("Accept", "application/json, text/event-stream")];
+    let call = |n: u64, cmd: &str| {
+        json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+               "params": {"name": "run", "arguments": {"cmd": cmd}, "_meta": {"progressToken": format!("p{n}")}}})
+    };
+
+    // Progress while the call waits, then the response, on one stream.
+    let steps = "for i in 1 2 3 4; do echo step $i; sleep 0.6; done";
+    let mut stream = HttpConn::connect(addr).unwrap().post_stream("/mcp", &headers, &call(7, steps)).unwrap();
+    assert_eq!(stream.status, 200, "{}", String::from_utf8_lossy(&stream.body));
+    let mut messages = Vec::new();
+    while let Some(e) = stream.next_event().unwrap() {
+        assert_eq!(e.event, "message", "{e:?}");
+        let v: Value = serde_json::from_str(&e.data).unwrap();
+        let last = v.get("id").is_some();
+        messages.push(v);
+        if last {
+            break;
+        }
+    }
+    let (answer, progress) = messages.split_last().unwrap();
+    assert_eq!(answer["id"], 7, "the response ends the stream: {answer}");
+    assert!(answer["result"]["content"][0]["text"].as_str().unwrap().starts_with("exit 0"), "{answer}");
+    assert!(progress.len() >= 2, "progress came while the call waited: {progress:?}");
+    for p in progress {
+        assert_eq!((&p["method"], &p["params"]["progressToken"]), (&json!("notifications/progress"), &json!("p7")));
+    }
+    assert!(progress.iter().any(|p| p["params"]["message"].as_str().unwrap().contains("step")), "{progress:?}");
+
+    // A client that drops the stream mid-call cancels nothing: the job runs to its end.
+    let marker = h.project.join("went-on");
+    let cmd = format!("echo started; sleep 1.5; touch {}", marker.display());
+    let mut dropped = HttpConn::connect(addr).unwrap().post_stream("/mcp", &headers, &call(8, &cmd)).unwrap();
+    let first = dropped.next_event().unwrap().expect("a progress message before the drop");
+    assert!(first.data.contains("notifications/progress"), "{first:?}");
+    drop(dropped);
+    assert!(eventually(Duration::from_secs(10), || marker.exists()), "the job went on after its stream was dropped");
+
+    // Without a token (or without accepting a stream) the answer is one JSON body, as before.
+    let plain = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": "echo plain"}}});
+    let r = c.post("/mcp", &headers, &plain).unwrap();
+    assert_eq!(r.header("content-type"), Some("application/json"), "{}", r.text());
+    let r =
+        c.post("/mcp", &[("Mcp-Session-Id", id.as_str()), ("Accept", "application/json")], &call(10, "true")).unwrap();
+    assert_eq!(r.header("content-type"), Some("application/json"), "{}", r.text());
+    assert_eq!(r.json()["id"], 10);
 }

@@ -1,6 +1,6 @@
 //! The kernel's promises end to end: receipts and idempotency (concurrent retries, retries after a
-//! restart), shutdown refusing mutations while receipts answer, a database left by a killed front, and
-//! sessions invisible to other uids, and a socket only root and its group can connect to.
+//! restart), shutdown refusing mutations while receipts answer, a database left by a killed front,
+//! and a socket only root and its group can connect to (what another uid in that group reaches: cross_user.rs).
 
 use heddle_tests::{eventually, Heddle};
 use serde_json::{json, Value};
@@ -71,11 +71,14 @@ fn a_database_left_by_a_killed_front_opens_cleanly_and_keeps_receipts() {
     let mut c = h.client();
     c.call("session.open", json!({"name": "burst", "cwd": h.project})).unwrap();
     let kept = c.call("run", json!({"session": "burst", "cmd": "true", "idempotency_key": "before"})).unwrap();
+    let admitted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let burst = std::thread::spawn({
         let socket = h.socket.clone();
+        let admitted = admitted.clone();
         move || {
             let mut c = heddle_tests::Client::connect(&socket).unwrap();
             for i in 0..10_000 {
+                admitted.store(i, std::sync::atomic::Ordering::Relaxed);
                 if c.call(
                     "run",
                     json!({"session": "burst", "cmd": "true", "idempotency_key": format!("b{i}"), "yield_ms": 0}),
@@ -88,7 +91,9 @@ fn a_database_left_by_a_killed_front_opens_cleanly_and_keeps_receipts() {
             10_000
         }
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // Kill the front once the burst is well under way (keyed runs answered, more in flight).
+    let under_way = eventually(Duration::from_secs(30), || admitted.load(std::sync::atomic::Ordering::Relaxed) >= 20);
+    assert!(under_way, "the burst got going");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(front as i32), nix::sys::signal::SIGKILL).unwrap();
     let done = burst.join().unwrap();
     assert!(done > 0 && done < 10_000, "the burst was cut by the kill ({done} runs)");
@@ -132,25 +137,4 @@ fn a_client_outside_the_socket_group_is_refused_at_connect() {
     let jobs = as_nobody(&h, Some(s), &["jobs"]);
     assert!(!jobs.status.success(), "{jobs:?}");
     assert!(said(&jobs).to_lowercase().contains("permission denied"), "a clear refusal: {}", said(&jobs));
-}
-
-#[test]
-fn a_client_of_another_uid_cannot_see_or_touch_the_session() {
-    let h = Heddle::start_with(&["--socket-group", "65534"]);
-    let mut c = h.client();
-    let s = h.open_session(&mut c);
-    let s = s.as_str().unwrap();
-    c.call("run", json!({"session": s, "cmd": "echo secret-marker"})).unwrap();
-    let hello = as_nobody(&h, None, &["describe"]);
-    assert!(hello.status.success(), "a member of the socket's group connects: {}", said(&hello));
-    assert!(!said(&hello).contains(s), "describe does not show nobody root's session: {}", said(&hello));
-    let jobs = as_nobody(&h, Some(s), &["jobs"]);
-    let seen = said(&jobs);
-    assert!(!seen.to_lowercase().contains("permission denied"), "the group connects: {seen}");
-    assert!(!seen.contains("secret-marker"), "nobody saw root's job: {seen}");
-    let kill = as_nobody(&h, Some(s), &["kill", "1"]);
-    assert!(!kill.status.success(), "nobody killed root's job: {kill:?}");
-    let mine = c.call("jobs", json!({"session": s})).unwrap();
-    assert_eq!(mine["jobs"].as_array().unwrap().len(), 1, "{mine}");
-    assert_eq!(mine["jobs"][0]["state"], "exited");
 }

@@ -215,6 +215,7 @@ fn the_typescript_sdk_example_runs_against_heddle_mcp() {
     assert!(out.status.success(), "the TypeScript example failed:\n{stdout}\n{stderr}");
     let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("a JSON summary");
     assert_eq!(summary["announced"], 3, "{summary}");
+    assert!(summary["task"].as_str().is_some_and(|t| t.ends_with("/4")), "a run became task 4: {summary}");
     // It asked for --close-on-exit: its session is gone with it.
     let mut c = h.client();
     assert!(

@@ -43,10 +43,24 @@ fn a_killed_front_loses_no_byte_of_a_50_mib_job_and_answers_wait() {
     let keyed = format!("echo line >> {}", file.display());
     let first = c.call("run", json!({"session": s, "cmd": keyed, "idempotency_key": "k", "yield_ms": 10000})).unwrap();
     assert_eq!(first["exit_code"], 0, "{first}");
-    let big = c.call("run", json!({"session": s, "cmd": "seq 1 20000000 | head -c 52428800", "yield_ms": 0})).unwrap();
+    // The big job writes its first 25 MiB, then waits (for a file the test makes after the crash) before
+    // the rest: so the front is certainly killed mid-stream, with bytes behind it and bytes still to come.
+    // `dd iflag=fullblock` reads exactly what it writes, so the stream stays one unbroken pattern.
+    let go = h.project.join("go");
+    let big_cmd = format!(
+        "seq 1 20000000 | head -c 52428800 | {{ dd bs=1048576 count=25 iflag=fullblock status=none; \
+         while [ ! -e {} ]; do sleep 0.02; done; cat; }}",
+        go.display()
+    );
+    let big = c.call("run", json!({"session": s, "cmd": big_cmd, "yield_ms": 0})).unwrap();
     let slow = c.call("run", json!({"session": s, "cmd": "sleep 1; echo done", "yield_ms": 0})).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let mid_stream = eventually(Duration::from_secs(60), || {
+        let r = c.call("wait", json!({"session": s, "job": big["job"], "yield_ms": 0})).unwrap();
+        r["state"] == "running" && r["stdout_bytes"].as_u64() == Some(25 << 20)
+    });
+    assert!(mid_stream, "the big job wrote its first half and waits, running");
     kill_front(&h);
+    std::fs::write(&go, "").unwrap();
     let mut c = h.client();
     let r = c.call("wait", json!({"session": s, "job": big["job"], "yield_ms": 120000})).unwrap();
     assert_eq!((r["state"].as_str(), r["exit_code"].as_i64()), (Some("exited"), Some(0)), "{r}");
@@ -119,7 +133,12 @@ fn a_killed_supervisor_is_restarted_and_nothing_is_run_again() {
     assert_eq!(again["receipt"]["id"], first["receipt"]["id"], "{again}");
     assert_eq!(again["receipt"]["replayed"], true, "{again}");
     assert_eq!(again["state"], "lost", "the job did not survive the supervisor: {again}");
-    std::thread::sleep(Duration::from_millis(300));
+    // Every job of the session has ended, so a run made again would have written by now.
+    let settled = |c: &mut heddle_tests::Client, s: &str| {
+        c.call("jobs", json!({"session": s}))
+            .is_ok_and(|j| j["jobs"].as_array().is_some_and(|a| a.iter().all(|j| j["state"] != "running")))
+    };
+    assert!(eventually(Duration::from_secs(10), || settled(&mut c, "sup")), "the session's jobs ended");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x\n", "nothing was run again");
     let looked = c.call("receipt", json!({"idempotency_key": "sk", "session": "sup"})).unwrap();
     assert_eq!(looked["receipt"]["id"], first["receipt"]["id"], "{looked}");

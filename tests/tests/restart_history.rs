@@ -78,7 +78,12 @@ fn a_session_reopened_after_a_supervisor_restart_lists_its_earlier_jobs() {
     assert_eq!(read_stream(&mut c, &json!("hist"), &json!(1), "stdout"), b"early\n");
     let next = c.call("run", json!({"session": "hist", "cmd": "echo next", "yield_ms": 10000})).unwrap();
     assert_eq!((next["job"].as_u64(), next["view"].as_str()), (Some(3), Some("next\n")), "{next}");
-    std::thread::sleep(Duration::from_millis(200));
+    // Every job of the session has ended, so a run made again would have written by now.
+    let settled = |c: &mut heddle_tests::Client, s: &str| {
+        c.call("jobs", json!({"session": s}))
+            .is_ok_and(|j| j["jobs"].as_array().is_some_and(|a| a.iter().all(|j| j["state"] != "running")))
+    };
+    assert!(eventually(Duration::from_secs(10), || settled(&mut c, "hist")), "the session's jobs ended");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x\n", "nothing was run again");
     assert!(
         eventually(Duration::from_secs(10), || job_rows(&h, "hist", 2) == ["lost"]),

@@ -172,7 +172,11 @@ fn a_client_that_disconnects_mid_run_does_not_stop_the_job() {
         use std::io::Write;
         let mut sock = std::os::unix::net::UnixStream::connect(&h.socket).unwrap();
         sock.write_all(format!("{req}\n").as_bytes()).unwrap();
-        std::thread::sleep(Duration::from_millis(200));
+        // Leave once the job runs, its call still waiting for it.
+        let running = eventually(Duration::from_secs(10), || {
+            c.call("jobs", json!({"session": s})).is_ok_and(|j| j["jobs"][0]["state"] == "running")
+        });
+        assert!(running, "the job was admitted and runs while its client waits");
         drop(sock);
     }
     assert!(eventually(Duration::from_secs(10), || marker.exists()), "the job finished after its client left");

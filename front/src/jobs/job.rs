@@ -377,13 +377,19 @@ impl Job {
         self.release_buffers();
     }
 
-    /// A job that can write no more gives its write buffers back once they are flushed: they grow to
-    /// the flush size (256 KiB each) while it streams, and a session keeps every job it ran.
+    /// A job that can write no more gives its write buffers back once they are flushed (they grow to
+    /// the flush size, 256 KiB each, while it streams) and lets its two files go: a session keeps every
+    /// job it ran, and views open the files by path.
     fn release_buffers(&mut self) {
         if self.streams_closed {
-            self.store.release_buffer();
-            self.rendered.release_buffer();
+            self.store.close();
+            self.rendered.close();
         }
+    }
+
+    /// Whether the job still holds its output files open (only while it can write).
+    pub fn files_open(&self) -> bool {
+        self.store.is_open() || self.rendered.is_open()
     }
 
     /// The worker died (or its ring broke): an unfinished job is lost, never re-run.

@@ -25,7 +25,10 @@ use std::time::Instant;
 /// Write the new session's settings and open its journal.
 pub fn start_journal(k: &Kernel, s: &Session) {
     write_settings(k, s);
-    s.lock().journal = journal::Journal::open(&s.spec().dir);
+    let mut st = s.lock();
+    st.journal = journal::Journal::open(&s.spec().dir);
+    let id = st.ring;
+    st.journal.append(&Entry::Ring { id });
 }
 
 /// Write `session.json`: the session's settings and this front's database key for it.
@@ -72,7 +75,8 @@ pub(crate) fn forget(dir: &Path) {
 /// them). The shell state starts afresh from this open's settings. Their rows and receipts move over.
 pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
     let dir = &s.spec().dir;
-    let (jobs, replay) = rebuild(dir, &s.jobs_dir(), u64::MAX);
+    let ring = s.lock().ring;
+    let Rebuilt { jobs, replay, .. } = rebuild(dir, &s.jobs_dir(), ring, u64::MAX);
     let note = "heddle restarted while the job ran (its session's processes were killed then)".to_owned();
     let mut st = s.lock();
     for job in jobs {
@@ -125,7 +129,8 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     };
     let (s, end) = Session::attach(spec, a.fds).map_err(|e| format!("its region could not be attached ({e})"))?;
     let published = end.consumer.positions().0;
-    let (jobs, events) = rebuild(&dir, &s.jobs_dir(), published);
+    let ring = s.lock().ring;
+    let Rebuilt { jobs, replay, foreign } = rebuild(&dir, &s.jobs_dir(), ring, published);
     {
         let mut st = s.lock();
         st.worker = Some(WorkerInfo { pid: a.worker_pid, uid: a.worker_uid });
@@ -133,8 +138,19 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
         for job in jobs {
             st.restore_job(job);
         }
-        apply_replay(&mut st, events);
+        apply_replay(&mut st, replay);
+        // Jobs of a worker that was replaced while no front was there to journal it (a front killed
+        // between the supervisor starting the new worker and the journal's `Revived`): the old worker's
+        // processes were killed with it.
+        let note = "the session's worker was replaced while heddle restarted, and the job's processes were killed with the old one";
+        let now = Instant::now();
+        for id in foreign {
+            if let Some(j) = st.jobs.get_mut(&id) {
+                j.mark_lost(note, now);
+            }
+        }
         st.journal = journal::Journal::open(&dir);
+        st.journal.append(&Entry::Ring { id: ring });
     }
     take_over_rows(k, &s, meta.db_key);
     write_settings(k, &s);
@@ -147,8 +163,9 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     Ok(())
 }
 
-/// A journaled batch: its `to` position, each job log's length before it, and its events.
-type Batch = (u64, Vec<(u64, u64)>, Vec<Event>);
+/// A journaled batch: the ring it was read from (`None`: written before rings were named), its `to`
+/// position, each job log's length before it, and its events.
+type Batch = (Option<u64>, u64, Vec<(u64, u64)>, Vec<Event>);
 
 /// What a restarted front applies to a rebuilt session, in journal order.
 #[derive(Debug)]
@@ -161,45 +178,72 @@ enum Replay {
     },
 }
 
-/// The jobs (with their stored output) and what to apply, from the journal and the logs. A last batch
-/// of the current ring that reaches past the published head was not released: its events are dropped
-/// and its job logs cut back to their lengths before it. Batches before a [`Entry::Revived`] were read
-/// from an earlier worker's ring, so they were all released.
-fn rebuild(dir: &Path, jobs_dir: &Path, published: u64) -> (Vec<Job>, Vec<Replay>) {
+/// What a rebuild gives: the jobs (with their stored output), what to apply to them in order, and the
+/// jobs submitted to another ring than the one being taken over (their worker is gone: if they had not
+/// ended they are lost).
+struct Rebuilt {
+    jobs: Vec<Job>,
+    replay: Vec<Replay>,
+    foreign: Vec<u64>,
+}
+
+/// Rebuild a session from its journal and job logs, for the event ring `ring` whose published head is
+/// `published`. A last batch of that ring that reaches past the head was not released: its events are
+/// dropped and its job logs cut back to their lengths before it. Batches of any other ring (before a
+/// [`Entry::Revived`], or of a worker started by a front that died before the journal heard of it)
+/// were read from a ring that is gone: they are as complete as they will ever be, and kept.
+fn rebuild(dir: &Path, jobs_dir: &Path, ring: u64, published: u64) -> Rebuilt {
     let mut cmds = BTreeMap::new();
-    let mut events = Vec::new();
+    let mut foreign = Vec::new();
+    let mut replay = Vec::new();
     let mut batches: Vec<Batch> = Vec::new();
+    let mut tag: Option<u64> = None;
     for entry in journal::read(dir) {
         match entry {
             Entry::Job { id, cmd } => {
                 cmds.insert(id, cmd);
+                if tag.is_some_and(|t| t != ring) {
+                    foreign.push(id);
+                }
             }
-            Entry::Batch { to, before, events: evs, .. } => batches.push((to, before, evs)),
+            Entry::Batch { to, before, events: evs, .. } => batches.push((tag, to, before, evs)),
             Entry::Revived { note, last_job } => {
-                events.extend(batches.drain(..).flat_map(|(_, _, evs)| evs).map(|e| Replay::Event(Box::new(e))));
-                events.push(Replay::Revived { note, last_job });
+                replay.extend(batches.drain(..).flat_map(|(_, _, _, evs)| evs).map(|e| Replay::Event(Box::new(e))));
+                replay.push(Replay::Revived { note, last_job });
             }
+            Entry::Ring { id } => tag = Some(id),
         }
     }
     let mut cut: BTreeMap<u64, u64> = BTreeMap::new();
-    for (to, before, evs) in batches {
-        if to > published {
+    for (tag, to, before, evs) in batches {
+        let this_ring = tag.is_none_or(|t| t == ring);
+        if this_ring && to > published {
             cut.extend(before);
         } else {
-            events.extend(evs.into_iter().map(|e| Replay::Event(Box::new(e))));
+            replay.extend(evs.into_iter().map(|e| Replay::Event(Box::new(e))));
         }
     }
     let jobs = cmds
         .into_iter()
         .map(|(id, cmd)| restore_job(id, cmd, &jobs_dir.join(format!("{id}.log")), cut.get(&id).copied()))
         .collect();
-    (jobs, events)
+    Rebuilt { jobs, replay, foreign }
 }
 
 /// A job whose log is replayed (up to `limit` bytes of the file) into a fresh store at the same path.
+///
+/// The log is first moved aside to `N.log.old`, replayed from there, and the copy removed. A front killed
+/// in between leaves `N.log.old` whole and `N.log` partly rewritten: the next restore replays the `.old`
+/// again and never moves the partial copy over it (that lost a job's bytes when a front was killed
+/// twice during takeovers: found by the torture run).
 fn restore_job(id: u64, cmd: String, path: &Path, limit: Option<u64>) -> Job {
     let old = path.with_extension("log.old");
-    let had = std::fs::rename(path, &old).is_ok();
+    let had = if old.exists() {
+        let _ = std::fs::remove_file(path);
+        true
+    } else {
+        std::fs::rename(path, &old).is_ok()
+    };
     let mut job = Job::new(id, cmd, path.to_owned());
     if had {
         let now = Instant::now();
@@ -296,6 +340,29 @@ mod tests {
     }
 
     #[test]
+    fn a_restore_interrupted_by_a_kill_is_done_again_from_the_whole_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("4.log");
+        let mut store = OutputStore::create(path.clone());
+        for i in 0..50u8 {
+            store.append(Stream::Stdout, &[i + 1; 1000], 0);
+        }
+        store.flush();
+        drop(store);
+        // The first restore moved the log aside and rewrote part of it before its front was killed.
+        std::fs::rename(&path, path.with_extension("log.old")).unwrap();
+        let mut partial = OutputStore::create(path.clone());
+        partial.append(Stream::Stdout, &[1; 1000], 0);
+        partial.flush();
+        drop(partial);
+        let job = restore_job(4, "seq".into(), &path, None);
+        assert_eq!(job.counts(), [50_000, 0], "every byte is back");
+        assert!(!path.with_extension("log.old").exists(), "the copy is removed once replayed");
+        let again = restore_job(4, "seq".into(), &path, None);
+        assert_eq!(again.counts(), [50_000, 0], "and a later restore finds them all");
+    }
+
+    #[test]
     fn an_unreleased_last_batch_is_cut_back_and_a_released_one_kept() {
         let dir = tempfile::tempdir().unwrap();
         let jobs = dir.path().join("jobs");
@@ -312,7 +379,7 @@ mod tests {
         let exit = Event::Exited { job: 1, code: Some(0), signal: None, at_unix_ns: 0, killed: false };
         j.append(&Entry::Batch { from: 64, to: 192, before: vec![(1, mid)], events: vec![exit] });
         // The second batch was not released: head 64.
-        let (mut got, events) = rebuild(dir.path(), &jobs, 64);
+        let Rebuilt { jobs: mut got, replay: events, .. } = rebuild(dir.path(), &jobs, 0, 64);
         assert!(events.is_empty());
         assert_eq!(got[0].counts(), [6, 0]);
         drop(got.pop());
@@ -321,7 +388,7 @@ mod tests {
         let mut store = OutputStore::create(jobs.join("1.log"));
         store.append(Stream::Stdout, b"first second", 0);
         store.flush();
-        let (got, events) = rebuild(dir.path(), &jobs, 192);
+        let Rebuilt { jobs: got, replay: events, .. } = rebuild(dir.path(), &jobs, 0, 192);
         assert_eq!((got[0].counts(), events.len()), ([12, 0], 1));
     }
 
@@ -337,7 +404,7 @@ mod tests {
         j.append(&Entry::Revived { note: "the worker died".into(), last_job: 1 });
         j.append(&Entry::Job { id: 2, cmd: "y".into() });
         // The new ring's head is 64: the old ring's batch (to 500) is still applied, not cut.
-        let (got, replay) = rebuild(dir.path(), &jobs, 64);
+        let Rebuilt { jobs: got, replay, .. } = rebuild(dir.path(), &jobs, 0, 64);
         assert_eq!(got.len(), 2);
         match replay.as_slice() {
             [Replay::Event(ev), Replay::Revived { last_job: 1, .. }] => {
@@ -345,5 +412,33 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_worker_started_before_the_journal_heard_of_it_cuts_nothing_of_the_old_ring() {
+        // A front re-opened the session (the supervisor started worker 2 with ring 22) and was killed
+        // before it wrote anything to the journal: the next front takes over ring 22 at head 0.
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        let mut store = OutputStore::create(jobs.join("1.log"));
+        store.append(Stream::Stdout, b"all of it", 0);
+        store.flush();
+        let mut j = journal::Journal::open(dir.path());
+        j.append(&Entry::Ring { id: 11 });
+        j.append(&Entry::Job { id: 1, cmd: "x".into() });
+        let exit = Event::Exited { job: 1, code: Some(0), signal: None, at_unix_ns: 0, killed: false };
+        j.append(&Entry::Batch { from: 0, to: 9000, before: vec![(1, 0)], events: vec![exit] });
+        j.append(&Entry::Job { id: 2, cmd: "sleep 9".into() });
+        let Rebuilt { jobs: got, replay, foreign } = rebuild(dir.path(), &jobs, 22, 0);
+        assert_eq!(got[0].counts(), [9, 0], "the old ring's batch is kept whole");
+        assert_eq!(replay.len(), 1, "and its events applied: {replay:?}");
+        assert_eq!(foreign, [1, 2], "both jobs belong to the old worker");
+        // The same journal taken over on its own ring (11) at head 0 cuts that unreleased batch.
+        let mut store = OutputStore::create(jobs.join("1.log"));
+        store.append(Stream::Stdout, b"all of it", 0);
+        store.flush();
+        let Rebuilt { jobs: got, replay, foreign } = rebuild(dir.path(), &jobs, 11, 0);
+        assert_eq!((got[0].counts(), replay.len(), foreign.len()), ([0, 0], 0, 0));
     }
 }

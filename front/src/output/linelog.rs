@@ -56,6 +56,8 @@ impl Run {
 pub struct LineLog {
     path: PathBuf,
     file: Option<File>,
+    /// Let go by [`LineLog::close`]; reopened by path when needed.
+    closed: bool,
     buf: Vec<u8>,
     durable: u64,
     /// `(first line, file offset)` of every [`INDEX_EVERY`]th record.
@@ -84,6 +86,7 @@ impl LineLog {
         LineLog {
             path,
             file,
+            closed: false,
             buf: Vec::new(),
             durable: 0,
             index: Vec::new(),
@@ -97,7 +100,7 @@ impl LineLog {
 
     /// Append one run.
     pub fn append(&mut self, run: &Run) {
-        if self.file.is_none() {
+        if !self.reopen() {
             return;
         }
         if self.records % INDEX_EVERY == 0 {
@@ -125,6 +128,38 @@ impl LineLog {
     #[cfg(test)]
     pub(crate) fn buffer_capacity(&self) -> usize {
         self.buf.capacity()
+    }
+
+    /// The job can write no more: write what is buffered and let the file go (reads open it by path;
+    /// retention reopens it). See [`crate::output::store::OutputStore::close`].
+    pub fn close(&mut self) {
+        self.flush();
+        if self.file.take().is_some() {
+            self.closed = true;
+        }
+        self.release_buffer();
+    }
+
+    /// Whether the file is open, reopening one [`LineLog::close`] let go.
+    fn reopen(&mut self) -> bool {
+        if self.file.is_none() && self.closed {
+            self.closed = false;
+            match std::fs::OpenOptions::new().read(true).write(true).open(&self.path) {
+                Ok(f) => self.file = Some(f),
+                Err(e) => {
+                    self.error = Some(format!(
+                        "the line log {} could not be opened again ({e}); line views end at what was written before",
+                        self.path.display()
+                    ))
+                }
+            }
+        }
+        self.file.is_some()
+    }
+
+    /// True while the file is held open.
+    pub fn is_open(&self) -> bool {
+        self.file.is_some()
     }
 
     /// Write buffered records; on failure the log stops (what was written stays readable).
@@ -182,6 +217,18 @@ impl LineLog {
         if self.kept_len() <= keep {
             return false;
         }
+        let was_closed = self.closed;
+        if !self.reopen() {
+            return false;
+        }
+        let removed = self.remove_oldest_open(keep);
+        if was_closed {
+            self.close();
+        }
+        removed
+    }
+
+    fn remove_oldest_open(&mut self, keep: u64) -> bool {
         self.flush();
         let Some(file) = &self.file else { return false };
         let (mut off, mut lines, mut bytes) = (self.removed_file, self.removed_lines, self.removed_bytes);

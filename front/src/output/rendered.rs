@@ -314,6 +314,16 @@ impl RenderedOutput {
         self.log.flush();
     }
 
+    /// The job can write no more and its last lines are final: let the line log's file go.
+    pub fn close(&mut self) {
+        self.log.close();
+    }
+
+    /// Whether the line log's file is held open.
+    pub fn is_open(&self) -> bool {
+        self.log.is_open()
+    }
+
     /// Free the line log's write buffer if it holds nothing (the job can write no more).
     pub fn release_buffer(&mut self) {
         self.log.release_buffer();

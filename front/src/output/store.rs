@@ -67,6 +67,9 @@ pub struct OutputStore {
     path: PathBuf,
     /// `None` once storing has failed (or never started).
     file: Option<File>,
+    /// The file was let go once the job's output was complete ([`OutputStore::close`]); retention
+    /// (and a late write, which should not come) reopen it by path.
+    closed: bool,
     buf: Vec<u8>,
     /// Bytes on disk and verified written.
     durable: u64,
@@ -99,6 +102,7 @@ impl OutputStore {
         OutputStore {
             path,
             file,
+            closed: false,
             buf: Vec::new(),
             durable: 0,
             counts: [0, 0],
@@ -114,7 +118,7 @@ impl OutputStore {
 
     /// Record one chunk.
     pub fn append(&mut self, stream: Stream, data: &[u8], unix_ns: u64) {
-        if self.file.is_none() || data.is_empty() {
+        if !self.reopen() || data.is_empty() {
             return;
         }
         let s = stream_index(stream);
@@ -139,6 +143,36 @@ impl OutputStore {
         if self.buf.len() >= FLUSH_AT {
             self.flush();
         }
+    }
+
+    /// The job's output is complete: write what is buffered and let the file go. A session keeps every
+    /// job it ran, and two open files per ended job ran the front out of descriptors after ~10,000 jobs;
+    /// reads open the file by path anyway, and retention reopens it when it punches.
+    pub fn close(&mut self) {
+        self.flush();
+        if self.file.take().is_some() {
+            self.closed = true;
+        }
+        self.release_buffer();
+    }
+
+    /// Whether the file is open, reopening one [`OutputStore::close`] let go.
+    fn reopen(&mut self) -> bool {
+        if self.file.is_none() && self.closed {
+            match OpenOptions::new().read(true).write(true).open(&self.path) {
+                Ok(f) => (self.file, self.closed) = (Some(f), false),
+                Err(e) => {
+                    self.closed = false;
+                    self.fail(e);
+                }
+            }
+        }
+        self.file.is_some()
+    }
+
+    /// True while the file is held open (tests and the descriptor accounting).
+    pub fn is_open(&self) -> bool {
+        self.file.is_some()
     }
 
     /// True when buffered bytes wait for a flush.
@@ -370,6 +404,18 @@ impl OutputStore {
         if self.kept_len() <= keep {
             return false;
         }
+        let was_closed = self.closed;
+        if !self.reopen() {
+            return false;
+        }
+        let removed = self.remove_oldest_open(keep, why);
+        if was_closed {
+            self.close();
+        }
+        removed
+    }
+
+    fn remove_oldest_open(&mut self, keep: u64, why: &str) -> bool {
         self.flush();
         let Some(file) = &self.file else { return false };
         let (mut off, mut removed) = (self.removed_file, self.removed);

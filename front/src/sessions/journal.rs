@@ -12,6 +12,9 @@
 //! published head: if the last batch's `to` is past it, the batch was not released, so its events are
 //! not applied and each job log is cut back to the length it had before the batch (`before`); the
 //! frames are then popped again. Otherwise the batch is complete. So no byte is lost or doubled.
+//! That comparison is only meaningful for batches of the ring being taken over: each batch belongs to
+//! the ring named by the last [`Entry::Ring`] before it, and a batch of any other (dead) ring is
+//! complete as far as it can ever be — it is kept, never cut.
 //!
 //! ```
 //! use front::sessions::journal::{Entry, Journal};
@@ -56,6 +59,12 @@ pub enum Entry {
     /// The session's worker died and a new one took over (with a new region): jobs up to `last_job`
     /// that had not ended are lost with `note`, and the batches before this entry were of the old ring.
     Revived { note: String, last_job: u64 },
+    /// The entries after this one were written while the session read the event ring `id` (the kernel's
+    /// inode number of the region's memfd: unique among live regions and out of the worker's reach).
+    /// Written when a front attaches a ring (open, revival, takeover) before any batch of it, so a
+    /// front that died between the supervisor starting a new worker and the journal hearing of it
+    /// leaves batches that a restarted front can tell apart from the new ring's.
+    Ring { id: u64 },
 }
 
 /// The journal file of one session (appends only; a failure is reported once and journaling stops).

@@ -117,6 +117,8 @@ pub struct SessionState {
     pub name: String,
     /// What a restarted front needs to take the session over (`sessions/journal.rs`).
     pub journal: crate::sessions::journal::Journal,
+    /// The identity of the event ring being read ([`crate::sessions::journal::Entry::Ring`]).
+    pub ring: u64,
     /// How the worker spawns jobs into their cgroups, in words (`None` until its first such job).
     pub spawn_path: Option<String>,
     /// What the session was opened with, so a new worker can be started for it (`kernel/revive.rs`);
@@ -384,6 +386,13 @@ impl SessionState {
 
 /// Map a worker's region: the command path, and the event end (its head held until a batch is journaled
 /// and its output written, see [`Session::drain_events`]). Writes our pid into the header.
+/// The identity of a session's event ring: the inode number the kernel gave the region's memfd (0 if
+/// it cannot be read, which only makes a restarted front treat the journal as it did before rings
+/// were named).
+fn ring_id(fds: &SessionFds) -> u64 {
+    nix::sys::stat::fstat(&fds.memfd).map_or(0, |st| st.st_ino)
+}
+
 fn map_rings(fds: SessionFds) -> Result<(CmdRing, EventEnd), AttachError> {
     let region = Region::attach(fds.memfd.as_fd())?;
     region.header().front_pid.store(std::process::id(), Ordering::Relaxed);
@@ -462,10 +471,11 @@ pub struct Session {
 impl Session {
     /// Map the region, take the front's ring ends, and write our pid into the header.
     pub fn attach(spec: SessionSpec, fds: SessionFds) -> Result<(std::sync::Arc<Session>, EventEnd), AttachError> {
+        let ring = ring_id(&fds);
         let (cmd, end) = map_rings(fds)?;
         let session = Session {
             cmd: Mutex::new(cmd),
-            state: Mutex::new(SessionState { name: spec.name.clone(), ..SessionState::default() }),
+            state: Mutex::new(SessionState { name: spec.name.clone(), ring, ..SessionState::default() }),
             changed: Condvar::new(),
             lost: AtomicBool::new(false),
             reviving: Mutex::new(()),
@@ -478,12 +488,15 @@ impl Session {
     /// (its jobs, output and shell state stay) and waits for the new worker's hello. The journal notes
     /// the switch so a restarted front replays the old ring's batches correctly (`kernel/recovery.rs`).
     pub fn replace_worker(&self, fds: SessionFds, worker: WorkerInfo) -> Result<EventEnd, AttachError> {
+        let ring = ring_id(&fds);
         let (cmd, end) = map_rings(fds)?;
         *self.cmd.lock().unwrap_or_else(|e| e.into_inner()) = cmd;
         let mut st = self.lock();
         let note = st.lost.take().map(|l| l.note).unwrap_or_default();
         let last_job = st.last_job();
         st.journal.append(&crate::sessions::journal::Entry::Revived { note, last_job });
+        st.ring = ring;
+        st.journal.append(&crate::sessions::journal::Entry::Ring { id: ring });
         st.shell = None;
         st.sandbox = None;
         st.worker = Some(worker);

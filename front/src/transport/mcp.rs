@@ -22,6 +22,7 @@
 //! ```
 
 use super::mcp_progress::Progress;
+use super::mcp_tasks::Tasks;
 use super::mcp_tools;
 use crate::kernel::{Client, Kernel};
 use crate::rpc::outbox::Outbox;
@@ -32,7 +33,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 /// The protocol versions this server speaks, newest first.
-pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2024-11-05"];
+pub const PROTOCOL_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// True when a plain connection's line starts MCP (`mcp.attach` or `initialize`). A byte search first,
 /// so plain JSON-RPC lines are not parsed twice.
@@ -61,6 +62,8 @@ struct AttachParams {
 pub struct McpConnection {
     session: Option<String>,
     close_on_exit: bool,
+    /// The tasks of task-augmented calls made on this connection.
+    tasks: Tasks,
 }
 
 /// What one line produced: the reply to write (none for a notification) and the session the call
@@ -84,7 +87,7 @@ impl McpConnection {
                 }
             }
             "initialize" => {
-                let mut conn = McpConnection { session: None, close_on_exit: false };
+                let mut conn = McpConnection { session: None, close_on_exit: false, tasks: Tasks::default() };
                 let answer = conn.serve(kernel, client, req, None);
                 Some((Some(conn), answer))
             }
@@ -126,6 +129,10 @@ impl McpConnection {
             "tools/list" => (Ok(mcp_tools::list()), None),
             "tools/call" => self.call_tool(kernel, client, req.params, out),
             "prompts/list" => (Ok(prompts_list()), None),
+            "tasks/get" => (self.tasks.get(kernel, client, &req.params), None),
+            "tasks/list" => (Ok(self.tasks.list(kernel, client)), None),
+            "tasks/result" => (self.tasks.result(kernel, client, &req.params, tool_result), None),
+            "tasks/cancel" => (self.tasks.cancel(kernel, client, &req.params), None),
             "prompts/get" => (prompts_get(&req.params), None),
             "mcp.attach" => (
                 Err(RpcError::new(
@@ -137,7 +144,7 @@ impl McpConnection {
             m => (
                 Err(RpcError::new(
                     ErrorKind::MethodNotFound,
-                    format!("heddle's MCP server has no method '{m}'; it serves initialize, ping, tools/list, tools/call, prompts/list and prompts/get"),
+                    format!("heddle's MCP server has no method '{m}'; it serves initialize, ping, tools/list, tools/call, prompts/list, prompts/get and tasks/get, tasks/list, tasks/result, tasks/cancel"),
                 )),
                 None,
             ),
@@ -177,6 +184,19 @@ impl McpConnection {
             Err(e) if e.message.starts_with("there is no tool") => return (Err(e), None),
             Err(e) => return (Ok(tool_error(&e)), None),
         };
+        if let Some(meta) = params.get("task").filter(|t| t.is_object()) {
+            // A task-augmented call: admit the job without waiting and answer `{task}` at once.
+            if !crate::transport::mcp_tasks::TASK_TOOLS.contains(&method) {
+                return (Err(crate::transport::mcp_tasks::not_a_task_tool(tool)), None);
+            }
+            let mut call_params = call_params;
+            call_params["yield_ms"] = json!(0);
+            let (result, named) = kernel.answer(client, method, call_params);
+            let admitted = result.and_then(|raw| {
+                serde_json::from_str::<Value>(raw.get()).map_err(|e| RpcError::internal(e.to_string()))
+            });
+            return (admitted.map(|v| self.tasks.admit(kernel, client, method, &v, meta)), named);
+        }
         let token = params.get("_meta").and_then(|m| m.get("progressToken")).filter(|t| t.is_string() || t.is_number());
         let (result, named) = match (token, out, method) {
             (Some(token), Some(out), "run" | "wait") => {
@@ -191,15 +211,11 @@ impl McpConnection {
             }
             _ => kernel.answer(client, method, call_params),
         };
-        let out = match result.map(|raw| serde_json::from_str::<Value>(raw.get())) {
-            Ok(Ok(v)) => {
-                let text = mcp_tools::text(method, &v);
-                json!({"content": [{"type": "text", "text": text}], "structuredContent": v, "isError": false})
-            }
-            Ok(Err(e)) => tool_error(&RpcError::internal(format!("the {method} result could not be read back: {e}"))),
-            Err(e) => tool_error(&e),
-        };
-        (Ok(out), named)
+        let read = result.and_then(|raw| {
+            serde_json::from_str::<Value>(raw.get())
+                .map_err(|e| RpcError::internal(format!("the {method} result could not be read back: {e}")))
+        });
+        (Ok(tool_result(method, read)), named)
     }
 
     fn session(&self) -> Option<String> {
@@ -229,7 +245,18 @@ fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnect
         "close_on_exit": p.close_on_exit,
         "note": opened["note"],
     });
-    Ok((McpConnection { session: Some(session), close_on_exit: p.close_on_exit }, result))
+    Ok((McpConnection { session: Some(session), close_on_exit: p.close_on_exit, tasks: Tasks::default() }, result))
+}
+
+/// A method's result as an MCP tool result: the text form for the model, the JSON beside it.
+fn tool_result(method: &'static str, result: Result<Value, RpcError>) -> Value {
+    match result {
+        Ok(v) => {
+            let text = mcp_tools::text(method, &v);
+            json!({"content": [{"type": "text", "text": text}], "structuredContent": v, "isError": false})
+        }
+        Err(e) => tool_error(&e),
+    }
 }
 
 /// A tool result that failed: the kernel's sentence, for the model to read.
@@ -246,7 +273,11 @@ fn initialize(params: &Value) -> Value {
     let version = PROTOCOL_VERSIONS.iter().find(|v| **v == asked).copied().unwrap_or(PROTOCOL_VERSIONS[0]);
     json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}, "prompts": {"listChanged": false}},
+        "capabilities": {
+            "tools": {"listChanged": false},
+            "prompts": {"listChanged": false},
+            "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}},
+        },
         "serverInfo": {"name": "heddle", "title": "heddle shell", "version": env!("CARGO_PKG_VERSION")},
         "instructions": mcp_tools::INSTRUCTIONS,
     })
@@ -361,5 +392,52 @@ mod tests {
         let r = reply(conn.answer(&h.kernel, &h.client, &call, None).0);
         assert_eq!(r["result"]["isError"], false, "{r}");
         assert!(conn.session().is_some());
+    }
+
+    #[test]
+    fn a_task_carries_the_job_to_its_result_and_loses_no_announcement() {
+        let mut h = Harness::new();
+        h.client.uid = nix::unistd::getuid().as_raw();
+        let first = line(json!({"jsonrpc": "2.0", "id": 0, "method": "mcp.attach", "params": {"session": "t"}}));
+        let mut conn = McpConnection::start(&h.kernel, &h.client, &first).unwrap().0.unwrap();
+        let ask = |conn: &mut McpConnection, v: Value| reply(conn.answer(&h.kernel, &h.client, &line(v), None).0);
+        let call = |id: u64, name: &str, args: Value| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                   "params": {"name": name, "arguments": args, "task": {"ttl": 1000}}})
+        };
+        // A job that ends unseen, so the task's admitting call takes its announcement.
+        let r = ask(
+            &mut conn,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "run", "arguments": {"cmd": "sleep 50", "yield_ms": 0}}}),
+        );
+        assert_eq!(r["result"]["structuredContent"]["state"], "running", "{r}");
+        let ended =
+            || h.kernel.session(&h.client, "t").is_ok_and(|s| s.lock().jobs.get(&1).is_some_and(|j| j.state().ended()));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !ended() {
+            assert!(std::time::Instant::now() < deadline, "job 1 ends");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let r = ask(&mut conn, call(2, "run", json!({"cmd": "echo tasked"})));
+        assert!(r["result"]["task"]["status"].as_str().is_some(), "{r}");
+        let task = &r["result"]["task"];
+        assert_eq!((task["taskId"].as_str(), task["ttl"].as_u64()), (Some("t/2"), Some(1000)), "{r}");
+        let r =
+            ask(&mut conn, json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": "t/2"}}));
+        let text = r["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("tasked") && text.contains("job 1 ended"), "the result tells job 1's end too: {text}");
+        assert_eq!(r["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], "t/2");
+        let r = ask(&mut conn, json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"taskId": "t/2"}}));
+        assert_eq!(r["result"]["status"], "completed", "{r}");
+        let r =
+            ask(&mut conn, json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/cancel", "params": {"taskId": "t/2"}}));
+        assert_eq!(r["error"]["code"], -32602, "an ended task cannot be cancelled: {r}");
+        let r = ask(&mut conn, json!({"jsonrpc": "2.0", "id": 6, "method": "tasks/get", "params": {"taskId": "t/99"}}));
+        assert!(r["error"]["message"].as_str().unwrap().contains("tasks/list"), "{r}");
+        let r = ask(&mut conn, call(7, "jobs", json!({})));
+        assert_eq!(r["error"]["code"], -32601, "only job-starting tools run as tasks: {r}");
+        let r = ask(&mut conn, json!({"jsonrpc": "2.0", "id": 8, "method": "tasks/list"}));
+        assert_eq!(r["result"]["tasks"].as_array().map(Vec::len), Some(1), "{r}");
     }
 }

@@ -43,6 +43,7 @@ pub fn list() -> Value {
         {
             "name": "run",
             "title": "Run a shell command",
+            "execution": {"taskSupport": "optional"},
             "description": format!("Run a bash command as a job and return its result: the first line is the outcome (`exit 2 · 1.4 s · job 7`, or `still running after 10 s · job 7`), then the output view, then notes (shell-state changes, processes left running, refusals, warnings), then other jobs that ended meanwhile.\n\n{INSTRUCTIONS}"),
             "inputSchema": {
                 "type": "object",
@@ -149,6 +150,7 @@ pub fn list() -> Value {
         {
             "name": "check",
             "title": "Run a check",
+            "execution": {"taskSupport": "optional"},
             "description": "Run one of the project's checks (its test suite or gate: from .heddle/checks.toml, else detected: cargo nextest/cargo test, pytest, go test, npm test) as a job. The result's first line names the check, the exact command and the parser; the view leads with the runner's own counts (passed, failed, skipped, errors) and each failing test with the first lines of its failure, then the usual output view. Yields like run (default 60 s or the check's timeout_ms hint); never kills. `args` are added as words, each quoted.",
             "inputSchema": {"type": "object", "properties": {
                 "name": {"type": "string", "description": "the check's name (see the checks tool); default: the first"},

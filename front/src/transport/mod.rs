@@ -3,11 +3,12 @@
 //!
 //! - [`socket`]: the control socket's server — accepts connections, reads JSON-RPC lines, answers
 //!   through each connection's outbox, and hands a connection that speaks MCP to [`mcp`].
-//! - [`mcp`]: the Model Context Protocol (2025-06-18, with 2025-03-26 and 2024-11-05 accepted), served
+//! - [`mcp`]: the Model Context Protocol (2025-11-25, with 2025-06-18, 2025-03-26 and 2024-11-05 accepted), served
 //!   on the control socket after `mcp.attach` (what `heddle mcp` sends) or a bare `initialize`. One MCP
 //!   connection is one heddle session.
 //! - [`mcp_tools`]: the tools, their JSON schemas and the descriptions a model reads.
 //! - [`mcp_progress`]: progress notifications while a tool call waits on a job.
+//! - [`mcp_tasks`]: task-augmented `run`/`check` calls: the job is the task.
 //! - [`http`]: the HTTP door (`heddle up --http`): `/rpc`, MCP's streamable HTTP on `/mcp`, and
 //!   `/events` (Server-Sent Events); the only place tokio runs.
 //!
@@ -18,5 +19,6 @@
 pub mod http;
 pub mod mcp;
 pub mod mcp_progress;
+pub mod mcp_tasks;
 pub mod mcp_tools;
 pub mod socket;

@@ -4,9 +4,11 @@
 //!
 //! - `POST /rpc`: one JSON-RPC request in the body, answered as the control socket answers it (the same
 //!   [`answer_line_on`] path); a notification is `202` with no body.
-//! - `POST /mcp`, `DELETE /mcp` (`GET /mcp` is `405`): MCP's streamable HTTP transport, every answer a
-//!   single `application/json` response. `initialize` issues an `Mcp-Session-Id`; each MCP session is
-//!   one [`McpConnection`] (one heddle session), kept here until `DELETE`.
+//! - `POST /mcp`, `DELETE /mcp` (`GET /mcp` is `405`): MCP's streamable HTTP transport, each answer a
+//!   single `application/json` response, except a `tools/call` with a progress token from a client
+//!   that accepts `text/event-stream`, answered as a stream of its progress and then its response
+//!   ([`mcp_stream`]). `initialize` issues an `Mcp-Session-Id`; each MCP session is one
+//!   [`McpConnection`] (one heddle session), kept here until `DELETE`.
 //! - `GET /events?session=S&job=J`: the job's `subscribe` notifications (raw) as Server-Sent Events,
 //!   each with `id: <stdout bytes>-<stderr bytes>` delivered so far; a client reconnecting with
 //!   `Last-Event-ID` resumes from there (the stored chunks are replayed first), so no chunk is lost or
@@ -21,6 +23,7 @@
 //! tokio lives here only: one thread runs a current-thread runtime; kernel calls (which block up to
 //! `yield_ms`) run on its blocking pool, event streams each on a thread of their own.
 
+mod mcp_stream;
 pub mod peer;
 pub mod tokens;
 
@@ -366,6 +369,13 @@ async fn post_rpc(door: &Door, client: Client, req: Request<Incoming>) -> Respon
     }
 }
 
+/// The database rows of the session a call named, after its reply, as on the socket: no client waits
+/// on them.
+fn after_answer_in_background(kernel: &Arc<Kernel>, s: Arc<crate::sessions::session::Session>) {
+    let kernel = kernel.clone();
+    tokio::task::spawn_blocking(move || after_answer(&kernel, &s));
+}
+
 fn reply_empty(status: StatusCode) -> Response<Body> {
     let mut r = Response::new(http_body_util::Either::Left(Full::new(Bytes::new())));
     *r.status_mut() = status;
@@ -403,6 +413,7 @@ async fn post_mcp(door: &Door, client: Client, req: Request<Incoming>) -> Respon
     }
     let session = req.headers().get(SESSION_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let attach = attach_params(req.uri().query().unwrap_or(""));
+    let accepts_stream = mcp_stream::accepts_stream(req.headers());
     let body = match body(req).await {
         Ok(b) => b,
         Err(r) => return r,
@@ -418,6 +429,9 @@ async fn post_mcp(door: &Door, client: Client, req: Request<Incoming>) -> Respon
                     "there is no MCP session with this Mcp-Session-Id (it was deleted, or the server restarted); send initialize again",
                 );
             };
+            if accepts_stream && mcp_stream::wants_progress(&body) {
+                return mcp_stream::answer(door, entry, client, body);
+            }
             let k = kernel.clone();
             let answered = blocking(move || {
                 let mut conn = entry.conn.lock().unwrap_or_else(|e| e.into_inner());
@@ -427,8 +441,7 @@ async fn post_mcp(door: &Door, client: Client, req: Request<Incoming>) -> Respon
             .await
             .map(|(reply, named)| {
                 if let Some(s) = named {
-                    // The database rows after the reply, as on the socket: no client waits on them.
-                    tokio::task::spawn_blocking(move || after_answer(&kernel, &s));
+                    after_answer_in_background(&kernel, s);
                 }
                 reply
             });
