@@ -175,6 +175,21 @@ pub struct JobResult {
 #[serde(default)]
 pub struct Effects {
     pub project: ProjectLedger,
+    /// The processes the job left running in its cgroup (the same as `survivors`, as a ledger part).
+    pub processes: ProcessLedger,
+}
+
+/// The processes part: what still runs in the job's cgroup once its main process ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProcessLedger {
+    pub scope: String,
+    /// `complete` once the worker counted the cgroup, `partial` before.
+    pub confidence: String,
+    pub reason: Option<String>,
+    /// The survivors' pids (details in the result's `survivors`).
+    pub survivors: Vec<u32>,
+    pub survivors_more: u32,
 }
 
 /// The project part: paths whose git status or content changed across the job.

@@ -568,6 +568,8 @@ pub(crate) struct JobEffects {
     pub before_us: u64,
     /// The job's environment (git runs with it).
     pub env: Vec<(String, String)>,
+    /// Other jobs of the session that could write while this one ran (running, or keeping survivors).
+    pub overlapped: BTreeSet<shm_proto::msg::JobId>,
 }
 
 #[cfg(test)]

@@ -33,6 +33,16 @@ impl<C: CgroupOps> Worker<C> {
 
     /// The job's "before", at launch: the last snapshot when still valid, else one taken now.
     pub(crate) fn effects_before(&mut self, spec: &RunSpec) -> Option<JobEffects> {
+        // Jobs that may write while this one runs (and this one, for their ledgers).
+        let mut overlapped = std::collections::BTreeSet::new();
+        for (id, j) in self.jobs.iter_mut() {
+            if *id != spec.job && !(j.exited_sent && j.emptied_sent) {
+                overlapped.insert(*id);
+                if let Some(fx) = j.effects.as_mut() {
+                    fx.overlapped.insert(spec.job);
+                }
+            }
+        }
         if spec.effects == EffectsMode::None {
             return None;
         }
@@ -55,7 +65,7 @@ impl<C: CgroupOps> Worker<C> {
         };
         self.ledger.generation += 1;
         let before_us = t.elapsed().as_micros() as u64;
-        Some(JobEffects { mode: spec.effects, root, before, before_how: how, before_us, env })
+        Some(JobEffects { mode: spec.effects, root, before, before_how: how, before_us, env, overlapped })
     }
 
     /// Just before `Exited`: the "after", compared with the "before", as `Event::Effects`.
@@ -96,6 +106,10 @@ impl<C: CgroupOps> Worker<C> {
                         }
                         self.ledger.links = links;
                         project.before = fx.before_how.clone();
+                        if !fx.overlapped.is_empty() {
+                            project.confidence = "partial".into();
+                            project.reasons.push(overlap_reason(&fx.overlapped));
+                        }
                         self.ledger.remember(after, quiet, format!("the after of job {job}"));
                     }
                 }
@@ -110,6 +124,15 @@ impl<C: CgroupOps> Worker<C> {
     pub(crate) fn effects_invalidate(&mut self) {
         self.ledger.generation += 1;
     }
+}
+
+/// Why other jobs of the session lower a ledger's confidence.
+fn overlap_reason(jobs: &std::collections::BTreeSet<JobId>) -> String {
+    let named: Vec<String> = jobs.iter().map(|j| format!("job {j}")).collect();
+    format!(
+        "{} of this session ran or kept processes while this job ran and may have written the same tree: the paths listed may be theirs, not this job's",
+        named.join(", ")
+    )
 }
 
 /// Cut the ledger until it encodes within `max` bytes (the diff first, then listed paths).

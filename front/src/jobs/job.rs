@@ -613,7 +613,9 @@ impl Job {
             state_conflicts: self.shell.conflicts.clone(),
             terminal: None,
             check: self.check.as_deref().cloned(),
-            effects: self.effects.as_deref().map(crate::rpc::results::effects),
+            effects: self.effects.as_deref().map(|p| {
+                crate::rpc::results::effects(p, &self.survivors(), self.survivors_more(), self.settled())
+            }),
         }
     }
 

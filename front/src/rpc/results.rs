@@ -192,7 +192,12 @@ pub struct DescribeResult {
 }
 
 /// The result's effects ledger from what the worker reported.
-pub fn effects(p: &shm_proto::msg::ProjectEffects) -> protocol::results::Effects {
+pub fn effects(
+    p: &shm_proto::msg::ProjectEffects,
+    survivors: &[protocol::results::Survivor],
+    survivors_more: u32,
+    counted: bool,
+) -> protocol::results::Effects {
     let reason = (!p.reasons.is_empty()).then(|| p.reasons.join("; "));
     protocol::results::Effects {
         project: protocol::results::ProjectLedger {
@@ -214,6 +219,13 @@ pub fn effects(p: &shm_proto::msg::ProjectEffects) -> protocol::results::Effects
             diff_note: p.diff_note.clone(),
             before: p.before.clone(),
             cost_us: p.cost_us,
+        },
+        processes: protocol::results::ProcessLedger {
+            scope: "the job's cgroup once its main process ended".into(),
+            confidence: if counted { "complete" } else { "partial" }.into(),
+            reason: (!counted).then(|| "the worker had not yet reported what is left in the job's cgroup".into()),
+            survivors: survivors.iter().map(|s| s.pid).collect(),
+            survivors_more,
         },
     }
 }
