@@ -42,7 +42,8 @@ fn repo_session(h: &Heddle, c: &mut Client, name: &str, init: &str) -> (Value, s
     (s, repo)
 }
 
-const INIT: &str = "git init -q . && printf 'a\\n' > f1 && printf 'b\\n' > f2 && printf 'c\\n' > f3 && printf 'd\\n' > dirty \
+const INIT: &str =
+    "git init -q . && printf 'a\\n' > f1 && printf 'b\\n' > f2 && printf 'c\\n' > f3 && printf 'd\\n' > dirty \
      && git add . && git -c user.email=t@t -c user.name=t commit -qm init && printf 'e\\n' >> dirty";
 
 #[test]
@@ -154,4 +155,33 @@ fn a_broken_index_gets_a_sentence() {
     let p = &r["effects"]["project"];
     assert_eq!(p["confidence"], "none", "{r}");
     assert!(reason(&r).contains("could not be read") && reason(&r).contains("index"), "{r}");
+}
+
+#[test]
+fn a_failed_command_followed_by_others_is_warned() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run(&mut c, &s, "cd /nowhere-at-all; echo went on\ntrue", None);
+    let w = r["warnings"].as_array().unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(w.len(), 1, "{r}");
+    let w = w[0].as_str().unwrap();
+    assert!(
+        w.starts_with("`cd /nowhere-at-all` failed with status 1")
+            && w.contains("`echo went on`, `true` ran after it anyway"),
+        "{r}"
+    );
+    assert_eq!(r["exit_code"], 0, "the status flow is the command's: {r}");
+    // `&&` stops at the failure: nothing to warn of.
+    let r = run(&mut c, &s, "cd /nowhere-at-all && echo never", None);
+    assert_eq!(r["warnings"], json!([]), "{r}");
+    // The text form shows the warning.
+    let out = std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
+        .arg("--socket")
+        .arg(&h.socket)
+        .args(["run", "false; echo x"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("warning: `false` failed with status 1"), "{text}");
 }

@@ -358,7 +358,9 @@ impl Job {
         data: &[u8],
         record: &mut crate::shell::record::StateRecord,
     ) -> Vec<(u64, String)> {
-        self.shell.captured(data, record, self.id)
+        let overridden = self.shell.captured(data, record, self.id);
+        self.warnings.extend(crate::shell::failures::warnings(&self.cmd, &self.shell.failures));
+        overridden
     }
 
     /// A later job overrode `items` this one changed.
@@ -613,9 +615,10 @@ impl Job {
             state_conflicts: self.shell.conflicts.clone(),
             terminal: None,
             check: self.check.as_deref().cloned(),
-            effects: self.effects.as_deref().map(|p| {
-                crate::rpc::results::effects(p, &self.survivors(), self.survivors_more(), self.settled())
-            }),
+            effects: self
+                .effects
+                .as_deref()
+                .map(|p| crate::rpc::results::effects(p, &self.survivors(), self.survivors_more(), self.settled())),
         }
     }
 
