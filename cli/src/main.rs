@@ -51,6 +51,9 @@ enum Cmd {
         /// Why the guard is overridden (recorded in the audit log).
         #[arg(long, value_name = "TEXT", requires = "override_rule")]
         reason: Option<String>,
+        /// The effects ledger: `paths` (default), `diff` (adds a bounded unified diff) or `none`.
+        #[arg(long, value_name = "MODE", value_parser = ["paths", "diff", "none"])]
+        effects: Option<String>,
         /// The command (several words are joined with spaces).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
@@ -251,8 +254,11 @@ fn real_main(cli: Cli) -> Result<i32> {
     let (result, is_job) = match cli.cmd {
         Cmd::Up(_) | Cmd::Kept { .. } | Cmd::Mcp { .. } => unreachable!("handled above"),
         Cmd::Keep { job, name } => (client.call("keep", json!({"session": session, "job": job, "name": name}))?, false),
-        Cmd::Run { yield_ms, cmd, override_rule, reason, .. } => {
+        Cmd::Run { yield_ms, cmd, override_rule, reason, effects, .. } => {
             let mut params = json!({"session": session, "cmd": cmd.join(" "), "yield_ms": yield_ms});
+            if let Some(mode) = effects {
+                params["effects"] = json!(mode);
+            }
             if let (Some(rule), Some(reason)) = (override_rule, reason) {
                 params["override"] = json!({"rule": rule, "reason": reason});
             }

@@ -165,6 +165,58 @@ pub struct JobResult {
     pub terminal: Option<TerminalScreen>,
     /// For a check's job (`check`): its routing and what the parser read; `null` for other jobs.
     pub check: Option<crate::checks::CheckReport>,
+    /// What the call changed (`run {effects}`): the project's git work tree, with scope and confidence;
+    /// `null` with `effects: "none"`, for checks, and until the job ended.
+    pub effects: Option<Effects>,
+}
+
+/// The effects ledger of a job (docs/protocol.md, "Effects").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Effects {
+    pub project: ProjectLedger,
+    /// The processes the job left running in its cgroup (the same as `survivors`, as a ledger part).
+    pub processes: ProcessLedger,
+}
+
+/// The processes part: what still runs in the job's cgroup once its main process ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProcessLedger {
+    pub scope: String,
+    /// `complete` once the worker counted the cgroup, `partial` before.
+    pub confidence: String,
+    pub reason: Option<String>,
+    /// The survivors' pids (details in the result's `survivors`).
+    pub survivors: Vec<u32>,
+    pub survivors_more: u32,
+}
+
+/// The project part: paths whose git status or content changed across the job.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProjectLedger {
+    pub root: Option<String>,
+    pub scope: String,
+    /// `complete`, `partial` or `none`.
+    pub confidence: String,
+    /// Why it is not `complete`.
+    pub reason: Option<String>,
+    pub changed: Vec<ChangedPath>,
+    pub changed_more: u32,
+    pub diff: Option<String>,
+    pub diff_note: Option<String>,
+    /// Where the "before" came from.
+    pub before: String,
+    pub cost_us: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ChangedPath {
+    pub path: String,
+    pub change: String,
+    pub from: Option<String>,
 }
 
 /// The headless terminal of a PTY job, as a model reads it.

@@ -26,6 +26,47 @@ use std::fmt::Write;
 const SURVIVORS_NAMED: usize = 8;
 
 /// The text form of a `run`, `wait` or `kill` result.
+/// The effects ledger in a line (a short list past five paths), then the confidence's reason and the diff.
+fn effects_lines(p: &crate::results::ProjectLedger) -> Vec<String> {
+    let mut v = Vec::new();
+    let Some(root) = &p.root else {
+        if let Some(why) = &p.reason {
+            v.push(format!("effects: none ({why})"));
+        }
+        return v;
+    };
+    let paths: Vec<String> = p
+        .changed
+        .iter()
+        .map(|c| match &c.from {
+            Some(f) => format!("{} ({} from {f})", c.path, c.change),
+            None => format!("{} ({})", c.path, c.change),
+        })
+        .collect();
+    let more = if p.changed_more > 0 { format!(" and {} more", p.changed_more) } else { String::new() };
+    match paths.len() {
+        0 => v.push(format!("effects: nothing changed in {root}")),
+        1..=5 => v.push(format!("effects: {}{more}", paths.join(", "))),
+        _ => {
+            v.push(format!("effects in {root}:"));
+            v.extend(paths.iter().map(|p| format!("  {p}")));
+            if !more.is_empty() {
+                v.push(format!("  …{more}"));
+            }
+        }
+    }
+    if p.confidence != "complete" {
+        v.push(format!("effects confidence {}: {}", p.confidence, p.reason.as_deref().unwrap_or("not said")));
+    }
+    if let Some(d) = p.diff.as_deref().filter(|d| !d.is_empty()) {
+        v.push(d.trim_end().to_owned());
+    }
+    if let Some(n) = &p.diff_note {
+        v.push(format!("diff: {n}"));
+    }
+    v
+}
+
 pub fn job_result(r: &JobResult) -> String {
     let mut out = String::with_capacity(r.view.len() + 256);
     if let Some(c) = &r.check {
@@ -169,6 +210,9 @@ pub fn notes(r: &JobResult) -> Vec<String> {
     }
     for w in &r.warnings {
         v.push(format!("warning: {w}"));
+    }
+    if let Some(fx) = &r.effects {
+        v.extend(effects_lines(&fx.project));
     }
     if r.oom_killed {
         v.push("out of memory: the kernel's OOM killer killed a process of this job".to_owned());

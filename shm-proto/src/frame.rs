@@ -47,6 +47,7 @@ mod tests {
             persistent: false,
             state_env: Vec::new(),
             capture_only: None,
+            effects: Default::default(),
             job: 7,
             cmd: "echo 'hi'\n$HOME".into(),
             cwd: b"/tmp/\xff dir".to_vec(),

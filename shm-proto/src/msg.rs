@@ -76,6 +76,57 @@ pub struct RunSpec {
     /// `declare -p`, `declare -f` and `alias -p`, most of bash's capture work. Each name is a shell
     /// identifier.
     pub capture_only: Option<Vec<String>>,
+    /// The effects ledger of the job (docs/architecture.md, "Effects"): what the worker compares
+    /// around it and reports in [`Event::Effects`] before `Exited`.
+    pub effects: EffectsMode,
+}
+
+/// How much of the effects ledger a job gets (`run {effects}`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EffectsMode {
+    /// No ledger: nothing is compared, no `Event::Effects`.
+    None,
+    /// The paths whose git status or content changed across the job.
+    #[default]
+    Paths,
+    /// The paths and a bounded unified diff of them.
+    Diff,
+}
+
+/// One path of the project ledger (paths relative to the work tree's top, lossy UTF-8).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathChange {
+    pub path: String,
+    /// `modified`, `added`, `deleted`, `renamed`, `untracked-new`, `modified-again` (already dirty
+    /// before, changed again), `reverted` (dirty before, clean after), `type-changed`, `conflicted`.
+    pub change: String,
+    /// A rename's old path.
+    pub from: Option<String>,
+}
+
+/// The project part of a job's effects, as the worker saw it (git status and content identities before
+/// and after the job).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectEffects {
+    /// The git work tree's top ("" when the cwd is in none).
+    pub root: String,
+    /// What was looked at, in words.
+    pub scope: String,
+    /// `complete`, `partial` or `none`.
+    pub confidence: String,
+    /// Why the confidence is not `complete` (sentences).
+    pub reasons: Vec<String>,
+    pub changed: Vec<PathChange>,
+    /// Changed paths beyond those listed, counted only.
+    pub changed_more: u32,
+    /// With `EffectsMode::Diff`: the unified diff, bounded.
+    pub diff: Option<String>,
+    /// What the diff left out, and the call that shows it.
+    pub diff_note: Option<String>,
+    /// Where the "before" came from: `after of job N`, `taken while idle`, `taken before launch`.
+    pub before: String,
+    /// Time the worker spent on the "after" (and on the "before" when taken at launch), µs.
+    pub cost_us: u64,
 }
 
 /// The variables a scoped capture lists, in order: `OLDPWD` (which `cd` sets), then `only` without it
@@ -305,4 +356,7 @@ pub enum Event {
     /// vfork-style (CLONE_VM|CLONE_VFORK), placed by CLONE_INTO_CGROUP"); sent before the `Started` of
     /// the first such job, and again only when it changes.
     SpawnPath { path: String },
+    /// The job's effects ledger (its project part), for a job run with an `EffectsMode` other than
+    /// `None`; sent before `Exited`.
+    Effects { job: JobId, project: ProjectEffects },
 }

@@ -84,6 +84,9 @@ struct Counts {
     killed_by_us: usize,
 }
 
+/// When a fatal kill happened, and whose worker it took (`None`: the supervisor, so every session's).
+type FatalKill = (Instant, Option<&'static str>);
+
 #[test]
 fn the_stack_keeps_its_promises_while_its_processes_are_killed_at_random() {
     let secs: u64 = std::env::var("HEDDLE_TORTURE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(40);
@@ -105,7 +108,7 @@ fn the_stack_keeps_its_promises_while_its_processes_are_killed_at_random() {
     let kills: Arc<Mutex<HashMap<&'static str, usize>>> = Arc::default();
     // When a worker (of a session) or the supervisor (`None`: every session) was killed: a job may be
     // lost only to such a kill after it was submitted.
-    let fatal: Arc<Mutex<Vec<(Instant, Option<&'static str>)>>> = Arc::default();
+    let fatal: Arc<Mutex<Vec<FatalKill>>> = Arc::default();
 
     // The chaos: every 2–5 s, SIGKILL the front, a session's worker, or (rarely) the supervisor.
     let chaos = std::thread::spawn({

@@ -119,6 +119,8 @@ pub struct Worker<C: CgroupOps> {
     pub(crate) spawn_path: Option<String>,
     /// The pre-started shell (see [`crate::spare`]).
     pub(crate) spares: crate::spare::Spares,
+    /// The effects ledger's last snapshot (see [`crate::effects`]).
+    pub(crate) ledger: crate::effects::Ledger,
 }
 
 /// Run a session's worker until `Shutdown` (`Ok`) or a fatal error.
@@ -163,6 +165,7 @@ impl<C: CgroupOps> Worker<C> {
             persistent: Default::default(),
             spawn_path: None,
             spares: Default::default(),
+            ledger: Default::default(),
         };
         if let Some(l) = settings.sandbox.as_ref().and_then(|s| s.listener.as_ref()) {
             w.poll

@@ -104,6 +104,8 @@ pub(crate) struct Job {
     pub input: Option<crate::input::Input>,
     /// Its socket calls the network-off filter refused ([`crate::network`]).
     pub net_refused: Option<crate::network::Refused>,
+    /// The effects ledger's "before" (`None`: no ledger for this job).
+    pub effects: Option<crate::effects::JobEffects>,
 }
 
 impl Job {
@@ -197,6 +199,7 @@ impl<C: CgroupOps> Worker<C> {
                     // Maybe a `cgroup.kill` from outside the worker: such a cgroup must not be reused.
                     self.cgroups.retire(job);
                 }
+                self.effects_after(job)?;
                 self.out.emit(&Event::Exited { job, code, signal, at_unix_ns, killed })?;
                 self.after_exit(job)?;
             }

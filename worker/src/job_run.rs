@@ -132,6 +132,7 @@ impl<C: CgroupOps> Worker<C> {
             let error = error_chain(&StartError::Duplicate(job));
             return Ok(self.out.emit(&Event::SpawnFailed { job, error })?);
         }
+        let effects = self.effects_before(&spec);
         if !spec.files.is_empty() {
             let files = self.write_files(&spec);
             self.out.emit(&Event::FilesWritten { job, files })?;
@@ -141,7 +142,7 @@ impl<C: CgroupOps> Worker<C> {
         }
         if let Some(j) = self.take_spare(&spec) {
             let pid = j.pid;
-            self.jobs.insert(job, j);
+            self.jobs.insert(job, Job { effects, ..j });
             return self.spare_started(job, pid);
         }
         self.retry_stale();
@@ -159,7 +160,7 @@ impl<C: CgroupOps> Worker<C> {
                 if let Some(child) = j.child.as_ref().filter(|_| placed) {
                     self.report_spawn_path(child.describe_spawn(true))?;
                 }
-                self.jobs.insert(job, j);
+                self.jobs.insert(job, Job { effects, ..j });
                 self.rearm(job);
                 self.out.emit(&Event::Started {
                     job,
@@ -309,6 +310,7 @@ impl<C: CgroupOps> Worker<C> {
             started: std::time::Instant::now(),
             input: None,
             net_refused: None,
+            effects: None,
         })
     }
 }

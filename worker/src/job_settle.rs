@@ -90,6 +90,7 @@ impl<C: CgroupOps> Worker<C> {
             }
             self.out.emit(&Event::Survivors { job, procs })?;
         }
+        self.effects_invalidate();
         Ok(())
     }
 

@@ -31,10 +31,12 @@
 #![deny(unsafe_code)]
 
 pub mod cgroup;
+pub mod effects;
 pub mod emit;
 pub mod event_loop;
 pub mod input;
 pub mod job;
+pub mod job_effects;
 pub mod job_kill;
 pub mod job_run;
 pub mod job_settle;

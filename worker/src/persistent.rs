@@ -89,6 +89,7 @@ impl Job {
         Job {
             input: None,
             net_refused: None,
+            effects: None,
             serial,
             pid: shell.child.pid,
             child: Some(shell.child),

@@ -78,7 +78,7 @@ macro_rules! heddle_capture_rest {
         concat!(
             " builtin printf '%s\\0' '' D \"${DIRSTACK[@]:1}\"",
             " '' S \"$__heddle_b\" \"$BASHOPTS\" '' U; builtin umask; builtin printf '\\0P\\0'; builtin pwd;",
-            " builtin printf '\\0E\\0'; } >&4;",
+            " builtin printf '%s\\0' '' R \"${__heddle_e[@]}\"; builtin printf '\\0E\\0'; } >&4;",
         )
     };
 }
@@ -110,6 +110,7 @@ macro_rules! wrapper_tail {
             heddle_echo_first_line!(),
             ";",
             " BASH_EXECUTION_STRING=$__heddle_c;",
+            heddle_err_trap!(),
             " builtin eval \"builtin unset __heddle_r __heddle_t __heddle_c __heddle_s;${__heddle_t:+builtin set -$__heddle_t;}$__heddle_c\" 4>&-",
             $stdin,
             ";",
@@ -119,6 +120,23 @@ macro_rules! wrapper_tail {
             " else ",
             heddle_state_capture!(),
             " fi; } 2>/dev/null; builtin exit \"$__heddle_rc\"\n",
+        )
+    };
+}
+
+/// The runtime-warning record: an `ERR` trap, set just before the command's `eval`, appends the status
+/// and `$BASH_COMMAND` of each failed command to the array `__heddle_e` (at most 16 failures; bash
+/// restores `$?` after a trap, so the command's status flow is unchanged), which the capture lists in its
+/// `R` section; the front keeps the failed simple commands of the top-level list that others followed
+/// (`front::shell::failures`). Not inherited by functions or subshells (no `set -E`), so it fires for the
+/// command's own list and the bodies of its compound commands; the wrapper's `eval` failing with the
+/// command's last status is not recorded. Costs nothing until a command fails (a trap and an array append,
+/// a few µs, then). The command sees the trap (`trap -p`) and may replace it: then nothing is recorded.
+macro_rules! heddle_err_trap {
+    () => {
+        concat!(
+            " __heddle_e=(); builtin trap '__heddle_x=$?; [[ ${#__heddle_e[@]} -lt 32 && $BASH_COMMAND != \"builtin eval \\\"builtin unset __heddle_r\"* ]]",
+            " && __heddle_e+=(\"$__heddle_x\" \"$BASH_COMMAND\")' ERR;",
         )
     };
 }
@@ -382,6 +400,24 @@ mod tests {
     }
 
     #[test]
+    fn failed_commands_are_recorded_with_their_status() {
+        let (out, state, st) =
+            run("", "false; echo ran; (exit 7)\nif false; then :; fi; x=$(false); grep -q zz /dev/null");
+        assert_eq!(out, "ran\n");
+        assert_eq!(st, launcher::Exit::Code(1));
+        let text = String::from_utf8_lossy(&state);
+        let r = text.split("\0R\0").nth(1).unwrap_or_else(|| panic!("no R section: {text:?}"));
+        let want = ["1", "false", "7", "( exit 7 )", "1", "x=$(false)", "1", "grep -q zz /dev/null", "", "E", ""];
+        assert_eq!(r, want.join("\0"), "{text:?}");
+        // None: an empty section; the command's own ERR trap replaces the record's.
+        let (_, state, _) = run("", "true");
+        assert!(String::from_utf8_lossy(&state).ends_with("\0R\0\0E\0"));
+        let (out, state, _) = run("", "trap 'echo mine' ERR; false; true");
+        assert_eq!(out, "mine\n");
+        assert!(String::from_utf8_lossy(&state).ends_with("\0R\0\0E\0"));
+    }
+
+    #[test]
     fn a_scoped_capture_lists_only_the_named_variables() {
         let only = ["X".to_owned(), "GONE".to_owned()];
         let restore = scoped_restore(b"GONE=1 KEPT=1", Some(&only)).into_owned();
@@ -391,7 +427,7 @@ mod tests {
         assert!(text.contains("\0N\0OLDPWD\0X\0GONE\0\0W\0declare -") && text.contains(" OLDPWD=\"/"), "{text:?}");
         assert!(text.contains("declare -- X=\"2\"\n\0D\0"), "{text:?}");
         assert!(!text.contains("Y=") && !text.contains("KEPT") && !text.contains("\0V\0"), "{text:?}");
-        assert!(text.ends_with("\0P\0/tmp\n\0E\0"), "{text:?}");
+        assert!(text.ends_with("\0P\0/tmp\n\0R\0\0E\0"), "{text:?}");
         assert_eq!(scope_line(Some(&["a b".to_owned()])), "", "a name that is no identifier: the full capture");
     }
 

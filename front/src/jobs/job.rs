@@ -79,6 +79,8 @@ pub struct Job {
     pub removed_why: Option<String>,
     /// A check's job (`kernel::check_run`): its routing, and what the parser read once it ended.
     pub check: Option<Box<protocol::checks::CheckReport>>,
+    /// The effects ledger's project part, as the worker reported it (`Event::Effects`).
+    pub effects: Option<Box<shm_proto::msg::ProjectEffects>>,
 }
 
 impl Job {
@@ -131,6 +133,7 @@ impl Job {
             cap: crate::output::retention::config().job_bytes,
             removed_why: None,
             check: None,
+            effects: None,
         }
     }
 
@@ -365,7 +368,9 @@ impl Job {
         data: &[u8],
         record: &mut crate::shell::record::StateRecord,
     ) -> Vec<(u64, String)> {
-        self.shell.captured(data, record, self.id)
+        let overridden = self.shell.captured(data, record, self.id);
+        self.warnings.extend(crate::shell::failures::warnings(&self.cmd, &self.shell.failures));
+        overridden
     }
 
     /// A later job overrode `items` this one changed.
@@ -620,6 +625,10 @@ impl Job {
             state_conflicts: self.shell.conflicts.clone(),
             terminal: None,
             check: self.check.as_deref().cloned(),
+            effects: self
+                .effects
+                .as_deref()
+                .map(|p| crate::rpc::results::effects(p, &self.survivors(), self.survivors_more(), self.settled())),
         }
     }
 

@@ -31,6 +31,8 @@ pub struct JobShellState {
     pub conflict_unannounced: bool,
     /// The variables the job's capture was scoped to (`RunSpec::capture_only`), `None` for the full one.
     pub scope: Option<Vec<String>>,
+    /// The commands the capture said failed while the job ran, with their status.
+    pub failures: Vec<(i32, String)>,
 }
 
 impl JobShellState {
@@ -42,7 +44,11 @@ impl JobShellState {
             (from, base) = record.snapshot();
         }
         let mut overridden = Vec::new();
-        match parse_capture(data).map_err(|e| e.to_string()).and_then(|c| self.whole(c, &base)) {
+        let parsed = parse_capture(data).map(|mut c| {
+            self.failures = std::mem::take(&mut c.failures);
+            c
+        });
+        match parsed.map_err(|e| e.to_string()).and_then(|c| self.whole(c, &base)) {
             Ok(items) => {
                 let applied = record.apply(from, &base, items, job);
                 overridden = applied.overridden;

@@ -57,6 +57,9 @@ struct Params {
     /// Let this call pass one guard's deny rule, with a stated reason (audited).
     #[serde(default, rename = "override")]
     overrides: Option<Override>,
+    /// The effects ledger: `"paths"` (default), `"diff"` or `"none"`.
+    #[serde(default)]
+    effects: Option<String>,
 }
 
 /// `run {override: {rule, reason}}`.
@@ -102,6 +105,17 @@ pub(crate) fn call_admitting(
             return Err(RpcError::invalid_params("run", "override needs the guard's `rule` and a `reason`"));
         }
     }
+    let effects = match p.effects.as_deref() {
+        None | Some("paths") => shm_proto::msg::EffectsMode::Paths,
+        Some("diff") => shm_proto::msg::EffectsMode::Diff,
+        Some("none") => shm_proto::msg::EffectsMode::None,
+        Some(other) => {
+            return Err(RpcError::invalid_params(
+                "run",
+                format!("effects must be \"paths\", \"diff\" or \"none\", not {other:?}"),
+            ))
+        }
+    };
     let (job, restore, mut capture_only) = admit_job(&s, &p.cmd)?;
     crate::kernel::terminal_io::register(&s, job, stdin);
     on_admit(&s, job);
@@ -141,6 +155,7 @@ pub(crate) fn call_admitting(
         persistent: s.spec().persistent,
         state_env: restore.env,
         capture_only,
+        effects,
     };
     let mut notes: Vec<String> = clamp_note.into_iter().collect();
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {

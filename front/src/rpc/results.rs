@@ -191,6 +191,45 @@ pub struct DescribeResult {
     pub announcements: Option<Vec<Announcement>>,
 }
 
+/// The result's effects ledger from what the worker reported.
+pub fn effects(
+    p: &shm_proto::msg::ProjectEffects,
+    survivors: &[protocol::results::Survivor],
+    survivors_more: u32,
+    counted: bool,
+) -> protocol::results::Effects {
+    let reason = (!p.reasons.is_empty()).then(|| p.reasons.join("; "));
+    protocol::results::Effects {
+        project: protocol::results::ProjectLedger {
+            root: (!p.root.is_empty()).then(|| p.root.clone()),
+            scope: p.scope.clone(),
+            confidence: p.confidence.clone(),
+            reason,
+            changed: p
+                .changed
+                .iter()
+                .map(|c| protocol::results::ChangedPath {
+                    path: c.path.clone(),
+                    change: c.change.clone(),
+                    from: c.from.clone(),
+                })
+                .collect(),
+            changed_more: p.changed_more,
+            diff: p.diff.as_deref().map(redacted),
+            diff_note: p.diff_note.clone(),
+            before: p.before.clone(),
+            cost_us: p.cost_us,
+        },
+        processes: protocol::results::ProcessLedger {
+            scope: "the job's cgroup once its main process ended".into(),
+            confidence: if counted { "complete" } else { "partial" }.into(),
+            reason: (!counted).then(|| "the worker had not yet reported what is left in the job's cgroup".into()),
+            survivors: survivors.iter().map(|s| s.pid).collect(),
+            survivors_more,
+        },
+    }
+}
+
 /// Model-facing text that did not come through the output renderer (a process's command line, a
 /// note, a command): secret-shaped strings redacted, line by line, as in the view.
 pub fn redacted(text: &str) -> String {

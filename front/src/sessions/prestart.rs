@@ -66,6 +66,7 @@ pub(crate) fn next_hint(s: &Session, st: &SessionState) -> Option<Hint> {
         persistent: false,
         state_env: restore.env,
         capture_only: None,
+        effects: Default::default(),
     };
     Some(Hint { spec, key })
 }

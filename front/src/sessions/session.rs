@@ -179,7 +179,8 @@ impl SessionState {
             | Event::PidsLimited { job, .. }
             | Event::NetworkRefused { job, .. }
             | Event::Forgotten { job }
-            | Event::FilesWritten { job, .. } => Some(*job),
+            | Event::FilesWritten { job, .. }
+            | Event::Effects { job, .. } => Some(*job),
             Event::Hello { .. }
             | Event::Warning { .. }
             | Event::Status { .. }
@@ -268,6 +269,7 @@ impl SessionState {
             (Event::Sandbox(info), _) => self.sandbox = Some(info),
             (Event::SpawnPath { path }, _) => self.spawn_path = Some(path),
             (Event::FilesWritten { files, .. }, Some(j)) => j.on_files(files),
+            (Event::Effects { project, .. }, Some(j)) => j.effects = Some(Box::new(project)),
             _ => {}
         }
         true

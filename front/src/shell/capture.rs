@@ -83,7 +83,7 @@ impl<'a> Cursor<'a> {
 /// Parse a complete capture (the full one; a scoped capture is an error here: see [`parse_capture`]).
 pub fn parse(data: &[u8]) -> Result<Items, CaptureError> {
     match parse_capture(data)? {
-        Capture { items, scope: None } => Ok(items),
+        Capture { items, scope: None, .. } => Ok(items),
         Capture { scope: Some(_), .. } => Err(CaptureError::Missing("declare -p")),
     }
 }
@@ -97,6 +97,9 @@ pub struct Capture {
     /// `Some(names)`: a scoped capture (`N` and `W` sections in place of `V`, `F`, `X`, `A`) of these
     /// variables (`worker::state::scope_line`).
     pub scope: Option<Vec<String>>,
+    /// The commands that failed while the command ran, with their status, in order (the `R` section:
+    /// `worker::state`'s `ERR` trap; at most 16), as `$BASH_COMMAND` wrote them.
+    pub failures: Vec<(i32, String)>,
 }
 
 /// Parse a complete capture, full or scoped.
@@ -126,11 +129,24 @@ pub fn parse_capture(data: &[u8]) -> Result<Capture, CaptureError> {
     items.insert("umask".into(), trim_newline(c.text()).to_vec());
     c.tag(b"P", "pwd")?;
     items.insert("cwd".into(), trim_newline(c.text()).to_vec());
+    let mut failures = Vec::new();
+    if c.at(b"R") {
+        c.tag(b"R", "failures")?;
+        while !c.at(b"E") {
+            let status = c.token("failures")?;
+            let cmd = c.token("failures")?;
+            let status = std::str::from_utf8(status).ok().and_then(|s| s.parse().ok());
+            let Some(status) = status.filter(|_| failures.len() < 16) else {
+                return Err(CaptureError::BadLine { section: "failures", line: lossy(cmd) });
+            };
+            failures.push((status, String::from_utf8_lossy(cmd).into_owned()));
+        }
+    }
     c.tag(b"E", "end")?;
     if !c.rest.is_empty() {
         return Err(CaptureError::BadLine { section: "end", line: lossy(c.rest) });
     }
-    Ok(Capture { items, scope })
+    Ok(Capture { items, scope, failures })
 }
 
 /// The full capture's variables, functions and aliases.

@@ -65,6 +65,7 @@ pub fn list() -> Value {
                     "stdin": {"type": "string", "enum": ["null", "pipe"], "description": "\"pipe\": give the job a stdin the write tool feeds (default: /dev/null)."},
                     "idempotency_key": {"type": "string", "description": "A retry with the same key returns the first call's receipt and never runs the command twice."},
                     "max_output_tokens": budget,
+                    "effects": {"type": "string", "enum": ["paths", "diff", "none"], "description": "What the call changed in the project's git work tree: \"paths\" (default) lists them, \"diff\" adds a bounded unified diff, \"none\" turns the ledger off."},
                     "override": {"type": "object", "description": "Pass one guard that refused this command, with your reason (audited): use only when the refusal's note shows the command is what you mean.",
                         "properties": {"rule": {"type": "string"}, "reason": {"type": "string"}}, "required": ["rule", "reason"], "additionalProperties": false},
                     "session": session

@@ -107,6 +107,7 @@ pub fn spec(job: JobId, cmd: &str, cwd: &str, env: &[(&str, &str)]) -> RunSpec {
         persistent: false,
         state_env: Vec::new(),
         capture_only: None,
+        effects: Default::default(),
     }
 }
 

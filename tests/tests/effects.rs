@@ -1,0 +1,187 @@
+//! The effects ledger through the real stack: a job's result names what it changed in the project's git
+//! work tree (the repository is made by a job, so it is owned by the jobs' uid as a user's would be).
+
+use heddle_tests::{Client, Heddle};
+use serde_json::{json, Value};
+
+fn run(c: &mut Client, s: &Value, cmd: &str, effects: Option<&str>) -> Value {
+    let mut p = json!({"session": s, "cmd": cmd, "yield_ms": 20_000});
+    if let Some(m) = effects {
+        p["effects"] = json!(m);
+    }
+    c.call("run", p).unwrap()
+}
+
+fn changed(r: &Value) -> Vec<(String, String)> {
+    r["effects"]["project"]["changed"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ledger: {r}"))
+        .iter()
+        .map(|c| (c["path"].as_str().unwrap().to_owned(), c["change"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+fn reason(r: &Value) -> String {
+    r["effects"]["project"]["reason"].as_str().unwrap_or_default().to_owned()
+}
+
+/// A session whose cwd is `name` under the project dir, owned by the jobs' uid, a repo made by `init`.
+fn repo_session(h: &Heddle, c: &mut Client, name: &str, init: &str) -> (Value, std::path::PathBuf) {
+    let first = h.open_session(c);
+    let uid: u32 = run(c, &first, "id -u", Some("none"))["view"].as_str().unwrap().trim().parse().unwrap();
+    let repo = h.project.join(name);
+    std::fs::create_dir(&repo).unwrap();
+    std::os::unix::fs::chown(&repo, Some(uid), None).unwrap();
+    let opened = c.call("session.open", json!({"name": name, "cwd": repo})).unwrap();
+    let s = opened["session"].clone();
+    if !init.is_empty() {
+        let r = run(c, &s, init, Some("none"));
+        assert_eq!(r["exit_code"], 0, "{r}");
+        assert!(r["effects"].is_null(), "effects: none gives no ledger: {r}");
+    }
+    (s, repo)
+}
+
+const INIT: &str =
+    "git init -q . && printf 'a\\n' > f1 && printf 'b\\n' > f2 && printf 'c\\n' > f3 && printf 'd\\n' > dirty \
+     && git add . && git -c user.email=t@t -c user.name=t commit -qm init && printf 'e\\n' >> dirty";
+
+#[test]
+fn sed_over_three_files_lists_them_and_diffs_them() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "repo", INIT);
+    let r = run(&mut c, &s, "sed -i s/a/A/ f1 && sed -i s/b/B/ f2 && sed -i s/c/C/ f3", Some("diff"));
+    let got = changed(&r);
+    assert_eq!(
+        got,
+        [("f1".into(), "modified".into()), ("f2".into(), "modified".into()), ("f3".into(), "modified".into())],
+        "{r}"
+    );
+    let diff = r["effects"]["project"]["diff"].as_str().unwrap();
+    assert!(diff.contains("-a\n+A\n") && diff.contains("+++ b/f3") && diff.contains("-c\n+C\n"), "{diff}");
+    assert_eq!(r["effects"]["project"]["confidence"], "complete", "{r}");
+    assert_eq!(r["effects"]["processes"]["confidence"], "complete", "{r}");
+    assert_eq!(r["effects"]["processes"]["survivors"], json!([]), "{r}");
+    // The default is the path list, without a diff.
+    let r = run(&mut c, &s, "sed -i s/A/a/ f1", None);
+    assert_eq!(changed(&r), [("f1".into(), "reverted".into())], "{r}");
+    assert!(r["effects"]["project"]["diff"].is_null(), "{r}");
+    let r = run(&mut c, &s, "sed -i s/B/b/ f2", Some("none"));
+    assert!(r["effects"].is_null(), "effects: none gives no ledger: {r}");
+}
+
+#[test]
+fn a_dirty_file_edited_again_an_untracked_file_and_git_mv() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "repo", INIT);
+    let r = run(&mut c, &s, "printf 'again\\n' >> dirty; echo new > untracked", None);
+    assert_eq!(
+        changed(&r),
+        [("dirty".into(), "modified-again".into()), ("untracked".into(), "untracked-new".into())],
+        "{r}"
+    );
+    let r = run(&mut c, &s, "git mv f1 g1", None);
+    assert_eq!(changed(&r), [("g1".into(), "renamed".into())], "{r}");
+    assert_eq!(r["effects"]["project"]["changed"][0]["from"], "f1", "{r}");
+}
+
+#[test]
+fn a_codemod_over_a_hundred_files_lists_them_all() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let init = "git init -q . && for i in $(seq 1 100); do echo \"old $i\" > m$i.txt; done && git add . \
+                && git -c user.email=t@t -c user.name=t commit -qm init";
+    let (s, _) = repo_session(&h, &mut c, "codemod", init);
+    let r = run(&mut c, &s, "sed -i s/old/new/ m*.txt", Some("diff"));
+    let p = &r["effects"]["project"];
+    let n = p["changed"].as_array().unwrap().len() as u64 + p["changed_more"].as_u64().unwrap();
+    assert_eq!(n, 100, "{r}");
+    assert!(changed(&r).iter().all(|(_, ch)| ch == "modified"), "{r}");
+    assert!(p["diff"].as_str().unwrap().contains("-old 1\n+new 1\n"), "{r}");
+}
+
+#[test]
+fn a_write_through_a_symlink_out_of_the_repo_lowers_confidence() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "repo", INIT);
+    // A directory the job may write, outside the repository (its temp dir).
+    let r = run(&mut c, &s, "d=$(mktemp -d) && ln -s \"$d\" out && echo \"$d\"", Some("none"));
+    let outside = std::path::PathBuf::from(r["view"].as_str().unwrap().trim());
+    let r = run(&mut c, &s, "echo secret > out/escaped", None);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert!(outside.join("escaped").exists(), "the write went out of the repo");
+    assert_eq!(r["effects"]["project"]["confidence"], "partial", "{r}");
+    assert!(reason(&r).contains("symlink(s) leading out of it (out)"), "{r}");
+}
+
+#[test]
+fn a_job_outside_any_repo_says_so() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "plain", "");
+    let r = run(&mut c, &s, "echo hi > f", None);
+    assert_eq!(r["effects"]["project"]["confidence"], "none", "{r}");
+    assert!(reason(&r).contains("in no git work tree"), "{r}");
+    assert_eq!(r["effects"]["project"]["changed"], json!([]), "{r}");
+}
+
+#[test]
+fn a_kept_job_writing_meanwhile_is_named() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "repo", INIT);
+    let writer = c
+        .call("run", json!({"session": s, "cmd": "while :; do date >> kept.log; sleep 0.02; done", "yield_ms": 0}))
+        .unwrap();
+    c.call("keep", json!({"session": s, "job": writer["job"], "name": "scribbler"})).unwrap();
+    let r = run(&mut c, &s, "sleep 0.2; echo mine > mine", None);
+    let got = changed(&r);
+    assert!(got.contains(&("mine".into(), "untracked-new".into())), "{r}");
+    assert_eq!(r["effects"]["project"]["confidence"], "partial", "{r}");
+    let job = writer["job"].as_u64().unwrap();
+    assert!(reason(&r).contains(&format!("job {job} ")), "the writer is named: {r}");
+    c.call("kill", json!({"session": s, "job": writer["job"]})).unwrap();
+}
+
+#[test]
+fn a_broken_index_gets_a_sentence() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "repo", INIT);
+    let r = run(&mut c, &s, "printf garbage > .git/index; echo x > f1", None);
+    let p = &r["effects"]["project"];
+    assert_eq!(p["confidence"], "none", "{r}");
+    assert!(reason(&r).contains("could not be read") && reason(&r).contains("index"), "{r}");
+}
+
+#[test]
+fn a_failed_command_followed_by_others_is_warned() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run(&mut c, &s, "cd /nowhere-at-all; echo went on\ntrue", None);
+    let w = r["warnings"].as_array().unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(w.len(), 1, "{r}");
+    let w = w[0].as_str().unwrap();
+    assert!(
+        w.starts_with("`cd /nowhere-at-all` failed with status 1")
+            && w.contains("`echo went on`, `true` ran after it anyway"),
+        "{r}"
+    );
+    assert_eq!(r["exit_code"], 0, "the status flow is the command's: {r}");
+    // `&&` stops at the failure: nothing to warn of.
+    let r = run(&mut c, &s, "cd /nowhere-at-all && echo never", None);
+    assert_eq!(r["warnings"], json!([]), "{r}");
+    // The text form shows the warning.
+    let out = std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
+        .arg("--socket")
+        .arg(&h.socket)
+        .args(["run", "false; echo x"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("warning: `false` failed with status 1"), "{text}");
+}

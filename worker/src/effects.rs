@@ -1,0 +1,625 @@
+//! The effects ledger's project part: what a job changed in the git work tree around its cwd.
+//!
+//! A [`Snapshot`] is `git status --porcelain=v2 -z --untracked-files=all` of the work tree plus a content
+//! identity (lstat, then a hash of the bytes) of every path the status lists as dirty or untracked, so a
+//! second edit of an already-dirty file shows (the status letters alone would not change). The job's
+//! ledger is the difference between its "before" and "after" snapshots ([`compare`]).
+//!
+//! Who runs git: the worker, through the launcher, as the jobs' uid and under the job's Landlock
+//! ruleset and seccomp filter (the front is unprivileged and must not read the project as itself). git
+//! runs with `--no-optional-locks` (it never writes the index: no race with the job's own git) and
+//! uses what the repository configured to go faster (`core.untrackedCache`, `core.fsmonitor`, split
+//! index). Its output goes to a memfd (no pipe to drain, no deadlock), read once it exited.
+//!
+//! The "before": the previous job's "after" when nothing else of the session ran since it was taken
+//! ([`Ledger::cached_before`]); else a snapshot taken at launch (the job waits for it).
+//!
+//! Bounds: hashing reads at most [`HASH_BYTES`] per file (larger files: stat only) and
+//! [`MAX_HASHED`] files (more: confidence `partial`); content is kept for the diff up to
+//! [`KEEP_BYTES`] per file and [`KEEP_TOTAL`] in all; the ledger lists [`MAX_LISTED`] paths and the
+//! diff is at most [`DIFF_BYTES`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+use std::hash::Hasher;
+use std::io::{Read, Seek, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use shm_proto::msg::{EffectsMode, PathChange, ProjectEffects};
+
+/// Bytes of one file hashed for its identity (larger files are compared by stat only).
+pub const HASH_BYTES: u64 = 8 << 20;
+/// Dirty or untracked files hashed per snapshot; beyond, stat only and confidence `partial`.
+pub const MAX_HASHED: usize = 20_000;
+/// Content kept per file for a later diff, and in all per snapshot.
+pub const KEEP_BYTES: usize = 256 << 10;
+pub const KEEP_TOTAL: usize = 16 << 20;
+/// Paths listed in one ledger (the rest counted).
+pub const MAX_LISTED: usize = 200;
+/// Bytes of unified diff in one result.
+pub const DIFF_BYTES: usize = 16 << 10;
+
+/// A path's content identity in the work tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Ident {
+    /// `None`: the path is gone.
+    stat: Option<(u64, i64, i64, u64, u32)>,
+    /// Hash of the bytes (a symlink: of its target), `None` when not hashed (too large, over budget).
+    hash: Option<u64>,
+}
+
+/// One entry of `git status --porcelain=v2`.
+#[derive(Clone, Debug)]
+struct Entry {
+    /// `1`, `2`, `u` or `?`.
+    kind: u8,
+    xy: [u8; 2],
+    /// The index's mode and object id (empty for untracked).
+    index: Vec<u8>,
+    /// A rename's or copy's source.
+    orig: Option<Vec<u8>>,
+    ident: Option<Ident>,
+    /// The bytes at snapshot time, for a diff.
+    content: Option<Arc<Vec<u8>>>,
+}
+
+impl Entry {
+    fn same(&self, other: &Entry) -> bool {
+        self.kind == other.kind
+            && self.xy == other.xy
+            && self.index == other.index
+            && self.orig == other.orig
+            && self.ident == other.ident
+    }
+}
+
+/// The state of a work tree at one moment.
+#[derive(Clone, Debug)]
+pub(crate) struct Snapshot {
+    pub root: PathBuf,
+    /// `HEAD`'s object id (`None`: no commit yet).
+    head: Option<String>,
+    entries: BTreeMap<Vec<u8>, Entry>,
+    /// Why this snapshot is incomplete.
+    pub partial: Vec<String>,
+    /// Symlinks in the work tree (tracked or untracked) whose target is outside it.
+    links_out: Vec<String>,
+}
+
+/// The top of the git work tree containing `cwd`: the nearest ancestor holding `.git` (a directory, or a
+/// file naming a separate git dir).
+pub(crate) fn work_tree(cwd: &Path) -> Option<PathBuf> {
+    cwd.ancestors().find(|d| std::fs::symlink_metadata(d.join(".git")).is_ok()).map(Path::to_path_buf)
+}
+
+/// Runs git as the job would be run: the job's environment, Landlock ruleset and seccomp filter.
+pub(crate) struct Git<'a> {
+    pub program: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub ruleset: Option<std::os::fd::BorrowedFd<'a>>,
+    pub seccomp: Option<&'a [launcher::seccomp::sock_filter]>,
+}
+
+impl Git<'_> {
+    /// `git ARGS` in `dir`, `input` on its stdin: its stdout, or a sentence with its stderr.
+    fn run(&self, dir: &Path, args: &[&str], input: Option<&[u8]>) -> Result<Vec<u8>, String> {
+        let mem = |name| {
+            nix::sys::memfd::memfd_create(name, nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+                .map_err(|e| format!("cannot make a memfd for git's output: {e}"))
+        };
+        let (out, err) = (mem(c"heddle-git-out")?, mem(c"heddle-git-err")?);
+        let stdin: OwnedFd = match input {
+            None => std::fs::File::open("/dev/null").map_err(|e| format!("cannot open /dev/null: {e}"))?.into(),
+            Some(bytes) => {
+                let fd = mem(c"heddle-git-in")?;
+                let mut f = std::fs::File::from(fd);
+                f.write_all(bytes).and_then(|()| f.rewind()).map_err(|e| format!("cannot feed git: {e}"))?;
+                f.into()
+            }
+        };
+        let dup = |fd: &OwnedFd| fd.try_clone().map_err(|e| format!("cannot dup a memfd: {e}"));
+        let stdio = launcher::Stdio { stdin, stdout: dup(&out)?, stderr: dup(&err)? };
+        let mut argv = vec!["git", "--no-optional-locks", "-c", "core.quotepath=off"];
+        argv.extend_from_slice(args);
+        let mut p = launcher::Prepared::new(&self.program, &argv, &self.env, Some(dir), stdio)
+            .map_err(|e| format!("cannot prepare git: {e}"))?;
+        if let Some(rs) = self.ruleset {
+            p = p.with_landlock(rs).map_err(|e| format!("cannot prepare git's sandbox: {e}"))?;
+        }
+        if let Some(prog) = self.seccomp {
+            p = p.with_seccomp(prog);
+        }
+        let child = launcher::spawn(&p).map_err(|e| format!("cannot start git: {e}"))?;
+        drop(p);
+        let exit = child.wait().map_err(|e| format!("cannot wait for git: {e}"))?;
+        let read_all = |fd: OwnedFd| {
+            let mut f = std::fs::File::from(fd);
+            let mut v = Vec::new();
+            let _ = f.rewind().and_then(|_| f.read_to_end(&mut v));
+            v
+        };
+        let (out, err) = (read_all(out), read_all(err));
+        if exit.code() == Some(0) {
+            return Ok(out);
+        }
+        let err = String::from_utf8_lossy(&err);
+        let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("no message").trim().to_owned();
+        Err(format!("`git {}` failed ({exit:?}): {first}", args.join(" ")))
+    }
+}
+
+/// The git program the job's `PATH` finds.
+pub(crate) fn find_git(env: &[(String, String)]) -> Option<PathBuf> {
+    let path = env.iter().find(|(k, _)| k == "PATH").map_or("/usr/local/bin:/usr/bin:/bin", |(_, v)| v.as_str());
+    launcher::resolve_program(OsStr::new("git"), OsStr::new(path))
+}
+
+/// Take a snapshot of the work tree at `root`; `keep`: keep dirty files' bytes for a diff.
+pub(crate) fn snapshot(git: &Git<'_>, root: &Path, keep: bool) -> Result<Snapshot, String> {
+    let out = git.run(root, &["status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all"], None)?;
+    let mut snap = Snapshot {
+        root: root.to_path_buf(),
+        head: None,
+        entries: BTreeMap::new(),
+        partial: Vec::new(),
+        links_out: Vec::new(),
+    };
+    parse_status(&out, &mut snap);
+    let (mut hashed, mut kept) = (0usize, 0usize);
+    let mut over = 0usize;
+    for (path, e) in snap.entries.iter_mut() {
+        let dirty = e.kind == b'?' || e.xy[1] != b'.' || e.kind == b'u';
+        if !dirty {
+            continue;
+        }
+        let full = root.join(OsStr::from_bytes(path));
+        let hash_it = hashed < MAX_HASHED;
+        hashed += 1;
+        if !hash_it {
+            over += 1;
+        }
+        let (ident, content) = identify(&full, hash_it, keep && kept < KEEP_TOTAL);
+        if let Some(c) = &content {
+            kept += c.len();
+        }
+        if e.kind == b'?' && is_link_out(root, &full) {
+            snap.links_out.push(String::from_utf8_lossy(path).into_owned());
+        }
+        e.ident = Some(ident);
+        e.content = content;
+    }
+    if over > 0 {
+        snap.partial.push(format!(
+            "the work tree has {hashed} dirty or untracked files, over the budget of {MAX_HASHED}: {over} were compared by stat only"
+        ));
+    }
+    Ok(snap)
+}
+
+/// Parse `git status --porcelain=v2 -z --branch` (untrusted bytes: unknown or short records are
+/// skipped, never a panic).
+fn parse_status(out: &[u8], snap: &mut Snapshot) {
+    let mut fields = out.split(|b| *b == 0);
+    while let Some(rec) = fields.next() {
+        if rec.is_empty() {
+            continue;
+        }
+        if let Some(oid) = rec.strip_prefix(b"# branch.oid ") {
+            snap.head = (oid != b"(initial)").then(|| String::from_utf8_lossy(oid).into_owned());
+            continue;
+        }
+        let kind = rec[0];
+        // Space-separated fields before the path: `1` has 8, `2` has 9, `u` has 10, `?` has 1.
+        let n = match kind {
+            b'1' => 8,
+            b'2' => 9,
+            b'u' => 10,
+            b'?' => 1,
+            _ => continue,
+        };
+        let mut parts = rec.splitn(n + 1, |b| *b == b' ');
+        let head: Vec<&[u8]> = parts.by_ref().take(n).collect();
+        let Some(path) = parts.next().filter(|_| head.len() == n) else { continue };
+        let xy = match kind {
+            b'?' => *b"??",
+            _ => match head.get(1) {
+                Some(v) if v.len() == 2 => [v[0], v[1]],
+                _ => continue,
+            },
+        };
+        let index = match kind {
+            b'1' | b'2' => [head[4], b" ", head[7]].concat(),
+            b'u' => [head[5], b" ", head[9]].concat(),
+            _ => Vec::new(),
+        };
+        let orig = match kind {
+            b'2' => fields.next().map(<[u8]>::to_vec),
+            _ => None,
+        };
+        snap.entries.insert(path.to_vec(), Entry { kind, xy, index, orig, ident: None, content: None });
+    }
+}
+
+/// lstat, then hash (a symlink: its target's text), keeping the bytes when asked.
+fn identify(p: &Path, hash_it: bool, keep: bool) -> (Ident, Option<Arc<Vec<u8>>>) {
+    let Ok(m) = std::fs::symlink_metadata(p) else { return (Ident { stat: None, hash: None }, None) };
+    let stat = Some((m.size(), m.mtime(), m.mtime_nsec(), m.ino(), m.mode()));
+    if !hash_it || m.size() > HASH_BYTES || m.is_dir() {
+        return (Ident { stat, hash: None }, None);
+    }
+    let bytes = match m.file_type().is_symlink() {
+        true => std::fs::read_link(p).map(|t| t.as_os_str().as_bytes().to_vec()),
+        false => std::fs::read(p),
+    };
+    let Ok(bytes) = bytes else { return (Ident { stat, hash: None }, None) };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    h.write(&bytes);
+    let content = (keep && bytes.len() <= KEEP_BYTES).then(|| Arc::new(bytes));
+    (Ident { stat, hash: Some(h.finish()) }, content)
+}
+
+/// A symlink whose target resolves outside the work tree (or nowhere inside it).
+fn is_link_out(root: &Path, p: &Path) -> bool {
+    let Ok(m) = std::fs::symlink_metadata(p) else { return false };
+    if !m.file_type().is_symlink() {
+        return false;
+    }
+    let Ok(target) = std::fs::read_link(p) else { return false };
+    let joined = match target.is_absolute() {
+        true => target,
+        false => p.parent().unwrap_or(root).join(target),
+    };
+    let resolved = std::fs::canonicalize(&joined).unwrap_or(joined);
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    !resolved.starts_with(root)
+}
+
+/// The tracked symlinks leading out of the work tree (`git ls-files -s`, mode 120000), cached per index
+/// identity: listing the index is paid again only when the index changed.
+#[derive(Default)]
+pub(crate) struct TrackedLinks {
+    key: Option<(PathBuf, u64, i64, i64, u64)>,
+    out: Vec<String>,
+}
+
+impl TrackedLinks {
+    fn get(&mut self, git: &Git<'_>, root: &Path) -> Result<Vec<String>, String> {
+        let index = git_dir(root).join("index");
+        let key =
+            std::fs::metadata(&index).ok().map(|m| (root.to_path_buf(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()));
+        if key.is_some() && key == self.key {
+            return Ok(self.out.clone());
+        }
+        let listed = git.run(root, &["ls-files", "-s", "-z"], None)?;
+        let mut out = Vec::new();
+        for rec in listed.split(|b| *b == 0) {
+            let Some(rest) = rec.strip_prefix(b"120000 ") else { continue };
+            let Some(tab) = rest.iter().position(|b| *b == b'\t') else { continue };
+            let path = &rest[tab + 1..];
+            if is_link_out(root, &root.join(OsStr::from_bytes(path))) {
+                out.push(String::from_utf8_lossy(path).into_owned());
+            }
+        }
+        self.key = key;
+        self.out = out.clone();
+        Ok(out)
+    }
+}
+
+/// The work tree's git dir (`.git`, or what a `.git` file names).
+fn git_dir(root: &Path) -> PathBuf {
+    let dot = root.join(".git");
+    match std::fs::read_to_string(&dot) {
+        Ok(s) => match s.trim().strip_prefix("gitdir: ") {
+            Some(d) => root.join(d),
+            None => dot,
+        },
+        Err(_) => dot,
+    }
+}
+
+/// The project ledger of a job: `after` against `before`.
+pub(crate) fn compare(
+    git: &Git<'_>,
+    links: &mut TrackedLinks,
+    before: &Snapshot,
+    after: &Snapshot,
+    mode: EffectsMode,
+) -> ProjectEffects {
+    let mut changed: Vec<(Vec<u8>, PathChange)> = Vec::new();
+    let keys: BTreeSet<&Vec<u8>> = before.entries.keys().chain(after.entries.keys()).collect();
+    let renamed_from: BTreeSet<&Vec<u8>> = after.entries.values().filter_map(|e| e.orig.as_ref()).collect();
+    for k in keys {
+        let (b, a) = (before.entries.get(k), after.entries.get(k));
+        let change = match (b, a) {
+            (Some(b), Some(a)) if b.same(a) => continue,
+            (None, None) => continue,
+            // The source of a rename staged during the job is named with the rename.
+            (None, Some(_)) | (Some(_), None) if renamed_from.contains(k) && a.is_none() => continue,
+            (b, Some(a)) => label(b, a),
+            (Some(b), None) => match b.kind == b'?' {
+                true => "deleted",
+                false => match std::fs::symlink_metadata(after.root.join(OsStr::from_bytes(k))) {
+                    Ok(_) => "reverted",
+                    Err(_) => "deleted",
+                },
+            },
+        };
+        let from = a.and_then(|a| a.orig.as_ref()).map(|o| String::from_utf8_lossy(o).into_owned());
+        changed.push((
+            k.clone(),
+            PathChange { path: String::from_utf8_lossy(k).into_owned(), change: change.to_owned(), from },
+        ));
+    }
+    let mut reasons: Vec<String> = before.partial.iter().chain(&after.partial).cloned().collect();
+    reasons.dedup();
+    let mut out: Vec<String> = after.links_out.clone();
+    match links.get(git, &after.root) {
+        Ok(tracked) => out.extend(tracked),
+        Err(e) => reasons.push(format!("tracked symlinks could not be listed ({e})")),
+    }
+    if !out.is_empty() {
+        out.sort();
+        out.dedup();
+        let shown: Vec<&str> = out.iter().take(5).map(String::as_str).collect();
+        reasons.push(format!(
+            "the work tree has {} symlink(s) leading out of it ({}{}): writes through them change files outside the work tree, which this ledger does not see",
+            out.len(),
+            shown.join(", "),
+            if out.len() > 5 { ", …" } else { "" }
+        ));
+    }
+    let (diff, diff_note) = match mode {
+        EffectsMode::Diff => {
+            let (d, n) = diff(git, before, after, &changed);
+            (Some(d), n)
+        }
+        _ => (None, None),
+    };
+    let total = changed.len();
+    let listed: Vec<PathChange> = changed.into_iter().take(MAX_LISTED).map(|(_, c)| c).collect();
+    ProjectEffects {
+        root: after.root.to_string_lossy().into_owned(),
+        scope: format!(
+            "git work tree {}: git status and content of changed files, before vs after the job",
+            after.root.display()
+        ),
+        confidence: if reasons.is_empty() { "complete" } else { "partial" }.to_owned(),
+        reasons,
+        changed_more: (total - listed.len()) as u32,
+        changed: listed,
+        diff,
+        diff_note,
+        before: String::new(),
+        cost_us: 0,
+    }
+}
+
+/// The change of a path listed after the job (`b`: how it was listed before, if it was).
+fn label(b: Option<&Entry>, a: &Entry) -> &'static str {
+    let dirty_before = b.is_some_and(|b| b.kind == b'?' || b.xy[1] != b'.');
+    match a.kind {
+        b'?' if b.is_none() => "untracked-new",
+        b'?' => "modified-again",
+        b'2' => "renamed",
+        b'u' => "conflicted",
+        _ if a.xy.contains(&b'D') => "deleted",
+        _ if a.xy.contains(&b'T') => "type-changed",
+        _ if a.xy[0] == b'A' && b.is_none() => "added",
+        _ if dirty_before => "modified-again",
+        _ => "modified",
+    }
+}
+
+/// Where a changed path's "before" bytes are.
+enum Old {
+    Kept(Arc<Vec<u8>>),
+    NotKept,
+    /// A `git cat-file` name (`HEAD:path`, or the index's object id for a path staged before).
+    Blob(Vec<u8>),
+}
+
+fn old_source(before: &Snapshot, src: &[u8]) -> Old {
+    match before.entries.get(src) {
+        Some(e) if e.kind == b'?' || e.xy[1] != b'.' => e.content.clone().map_or(Old::NotKept, Old::Kept),
+        Some(e) => Old::Blob(e.index.rsplit(|b| *b == b' ').next().unwrap_or_default().to_vec()),
+        None => match &before.head {
+            Some(h) => Old::Blob([h.as_bytes(), b":", src].concat()),
+            None => Old::Kept(Arc::new(Vec::new())),
+        },
+    }
+}
+
+/// A bounded unified diff of the changed paths: text files line by line, binaries named with their sizes.
+fn diff(
+    git: &Git<'_>,
+    before: &Snapshot,
+    after: &Snapshot,
+    changed: &[(Vec<u8>, PathChange)],
+) -> (String, Option<String>) {
+    let olds: Vec<Old> = changed
+        .iter()
+        .map(|(k, c)| old_source(before, c.from.as_ref().map_or(k.as_slice(), |f| f.as_bytes())))
+        .collect();
+    // Blobs are read in one `git cat-file --batch`.
+    let names: Vec<Vec<u8>> =
+        olds.iter().filter_map(|o| if let Old::Blob(n) = o { Some(n.clone()) } else { None }).collect();
+    let mut blobs: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    if !names.is_empty() {
+        let input: Vec<u8> = names.iter().flat_map(|n| n.iter().copied().chain([b'\n'])).collect();
+        if let Ok(out) = git.run(&after.root, &["cat-file", "--batch"], Some(&input)) {
+            blobs = parse_batch(&out, &names);
+        }
+    }
+    let mut text = String::new();
+    let mut omitted: Vec<String> = Vec::new();
+    for ((k, c), old) in changed.iter().zip(olds) {
+        let old: Option<Vec<u8>> = match old {
+            Old::Kept(b) => Some(b.to_vec()),
+            Old::NotKept => None,
+            Old::Blob(n) => Some(blobs.get(&n).cloned().unwrap_or_default()),
+        };
+        let full = after.root.join(OsStr::from_bytes(k));
+        let new = match std::fs::symlink_metadata(&full) {
+            Ok(m) if m.file_type().is_symlink() => {
+                std::fs::read_link(&full).ok().map(|t| t.as_os_str().as_bytes().to_vec())
+            }
+            Ok(m) if m.size() as usize > KEEP_BYTES => None,
+            Ok(_) => std::fs::read(&full).ok(),
+            Err(_) => Some(Vec::new()),
+        };
+        let part = match (old, new) {
+            (Some(o), Some(n)) if is_binary(&o) || is_binary(&n) => {
+                format!("Binary file {} changed ({} → {} bytes)\n", c.path, o.len(), n.len())
+            }
+            (Some(o), Some(n)) => {
+                let (o, n) = (String::from_utf8_lossy(&o), String::from_utf8_lossy(&n));
+                let from = c.from.as_deref().unwrap_or(&c.path);
+                similar::TextDiff::from_lines(o.as_ref(), n.as_ref())
+                    .unified_diff()
+                    .context_radius(3)
+                    .header(&format!("a/{from}"), &format!("b/{}", c.path))
+                    .to_string()
+            }
+            _ => format!(
+                "{}: its bytes before or after were not kept (files over {} KiB are not)\n",
+                c.path,
+                KEEP_BYTES >> 10
+            ),
+        };
+        if text.len() + part.len() > DIFF_BYTES {
+            omitted.push(c.path.clone());
+            continue;
+        }
+        text.push_str(&part);
+    }
+    let note = (!omitted.is_empty()).then(|| {
+        let shown: Vec<&str> = omitted.iter().take(20).map(String::as_str).collect();
+        format!(
+            "the diff is bounded to {} KiB; left out: {}{}; see them with run {{cmd: \"git diff -- {}\"}} (against the index, so for files already dirty before it shows more than this job changed)",
+            DIFF_BYTES >> 10,
+            shown.join(", "),
+            if omitted.len() > 20 { format!(" and {} more", omitted.len() - 20) } else { String::new() },
+            shown.join(" ")
+        )
+    });
+    (text, note)
+}
+
+/// `git cat-file --batch` output: `<oid> blob <size>\n<bytes>\n` or `<name> missing\n` per input line.
+fn parse_batch(out: &[u8], names: &[Vec<u8>]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut blobs = BTreeMap::new();
+    let mut at = 0usize;
+    for name in names {
+        let Some(nl) = out[at.min(out.len())..].iter().position(|b| *b == b'\n') else { break };
+        let line = &out[at..at + nl];
+        at += nl + 1;
+        let size = line.rsplit(|b| *b == b' ').next().and_then(|s| std::str::from_utf8(s).ok()?.parse::<usize>().ok());
+        match size {
+            Some(n) if line.ends_with(b"missing") => {
+                let _ = n;
+            }
+            Some(n) if at + n <= out.len() => {
+                blobs.insert(name.clone(), out[at..at + n].to_vec());
+                at += n + 1;
+            }
+            _ => {}
+        }
+    }
+    blobs
+}
+
+fn is_binary(b: &[u8]) -> bool {
+    b[..b.len().min(8000)].contains(&0)
+}
+
+/// The worker's memory of the last snapshot: a valid "before" for the next job when nothing ran since.
+#[derive(Default)]
+pub(crate) struct Ledger {
+    /// The last snapshot, the job generation it was taken in, and where it came from.
+    last: Option<(Arc<Snapshot>, u64, String)>,
+    /// Bumped at every job start and every main-process exit.
+    pub generation: u64,
+    pub links: TrackedLinks,
+}
+
+impl Ledger {
+    /// The last snapshot, if it is a valid "before" for a job in `root` now.
+    pub(crate) fn cached_before(&self, root: &Path, quiet: bool) -> Option<(Arc<Snapshot>, String)> {
+        let (s, generation, how) = self.last.as_ref()?;
+        (quiet && *generation == self.generation && s.root == root).then(|| (Arc::clone(s), how.clone()))
+    }
+
+    pub(crate) fn remember(&mut self, s: Arc<Snapshot>, quiet: bool, how: String) {
+        self.last = quiet.then_some((s, self.generation, how));
+    }
+}
+
+/// One job's "before".
+pub(crate) struct JobEffects {
+    pub mode: EffectsMode,
+    pub root: Option<PathBuf>,
+    pub before: Result<Arc<Snapshot>, String>,
+    pub before_how: String,
+    pub before_us: u64,
+    /// The job's environment (git runs with it).
+    pub env: Vec<(String, String)>,
+    /// Other jobs of the session that could write while this one ran (running, or keeping survivors).
+    pub overlapped: BTreeSet<shm_proto::msg::JobId>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn empty() -> Snapshot {
+        Snapshot {
+            root: PathBuf::from("/r"),
+            head: None,
+            entries: BTreeMap::new(),
+            partial: Vec::new(),
+            links_out: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn status_records_are_read() {
+        let mut s = empty();
+        let out = b"# branch.oid abc\0# branch.head main\x001 .M N... 100644 100644 100644 h1 h2 a b.txt\x002 R. N... 100644 100644 100644 h1 h1 R100 new\0old\0? un tracked\0";
+        parse_status(out, &mut s);
+        assert_eq!(s.head.as_deref(), Some("abc"));
+        assert_eq!(s.entries[b"a b.txt".as_slice()].xy, *b".M");
+        assert_eq!(s.entries[b"new".as_slice()].orig.as_deref(), Some(&b"old"[..]));
+        assert!(s.entries.contains_key(b"un tracked".as_slice()));
+        assert_eq!(s.entries.len(), 3);
+    }
+
+    #[test]
+    fn batch_output_is_split_per_name() {
+        let out = b"o1 blob 3\nabc\nx:gone missing\no3 blob 0\n\n";
+        let names = vec![b"a".to_vec(), b"gone".to_vec(), b"e".to_vec()];
+        let m = parse_batch(out, &names);
+        assert_eq!(m.get(b"a".as_slice()).map(Vec::as_slice), Some(&b"abc"[..]));
+        assert!(!m.contains_key(b"gone".as_slice()));
+        assert_eq!(m.get(b"e".as_slice()).map(Vec::len), Some(0));
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_status_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let mut s = empty();
+            parse_status(&bytes, &mut s);
+        }
+
+        #[test]
+        fn garbage_batch_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let names = vec![b"a".to_vec(), b"b".to_vec()];
+            let _ = parse_batch(&bytes, &names);
+        }
+    }
+}

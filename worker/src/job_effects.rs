@@ -1,0 +1,152 @@
+//! The effects ledger around a job (see [`crate::effects`]): the "before" at launch, the "after" and the
+//! comparison just before `Exited`.
+
+use crate::cgroup::CgroupOps;
+use crate::effects::{self, Git, JobEffects};
+use crate::event_loop::WorkerError;
+use crate::Worker;
+use shm_proto::msg::{EffectsMode, Event, JobId, ProjectEffects, RunSpec};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+impl<C: CgroupOps> Worker<C> {
+    /// True when a job other than `except` may still write: running, or ended with processes left.
+    pub(crate) fn others_running(&self, except: Option<JobId>) -> bool {
+        self.jobs.iter().any(|(id, j)| Some(*id) != except && !(j.exited_sent && j.emptied_sent))
+    }
+
+    fn git_for(&self, env: &[(String, String)]) -> Option<Git<'_>> {
+        let mut env = env.to_vec();
+        env.retain(|(k, _)| !k.starts_with("GIT_") && k != "LC_ALL");
+        env.push(("GIT_OPTIONAL_LOCKS".into(), "0".into()));
+        env.push(("LC_ALL".into(), "C".into()));
+        Some(Git {
+            program: effects::find_git(&env)?,
+            env,
+            ruleset: self.sandbox.as_ref().and_then(|s| s.job_ruleset()),
+            seccomp: self.sandbox.as_ref().and_then(|s| s.job_seccomp()),
+        })
+    }
+
+    /// The job's "before", at launch: the last snapshot when still valid, else one taken now.
+    pub(crate) fn effects_before(&mut self, spec: &RunSpec) -> Option<JobEffects> {
+        // Jobs that may write while this one runs (and this one, for their ledgers).
+        let mut overlapped = std::collections::BTreeSet::new();
+        for (id, j) in self.jobs.iter_mut() {
+            if *id != spec.job && !(j.exited_sent && j.emptied_sent) {
+                overlapped.insert(*id);
+                if let Some(fx) = j.effects.as_mut() {
+                    fx.overlapped.insert(spec.job);
+                }
+            }
+        }
+        if spec.effects == EffectsMode::None {
+            return None;
+        }
+        let cwd = Path::new(OsStr::from_bytes(&spec.cwd));
+        let root = effects::work_tree(cwd);
+        let env = self.spec_env(spec);
+        let t = Instant::now();
+        let (before, how) = match &root {
+            None => (Err(String::new()), String::new()),
+            Some(root) => match self.ledger.cached_before(root, !self.others_running(None)) {
+                Some((s, how)) => (Ok(s), how),
+                None => match self.git_for(&env) {
+                    None => (Err("no git program on the job's PATH".to_owned()), String::new()),
+                    Some(git) => (
+                        effects::snapshot(&git, root, true).map(Arc::new),
+                        "taken at launch (the job waited for it)".to_owned(),
+                    ),
+                },
+            },
+        };
+        self.ledger.generation += 1;
+        let before_us = t.elapsed().as_micros() as u64;
+        Some(JobEffects { mode: spec.effects, root, before, before_how: how, before_us, env, overlapped })
+    }
+
+    /// Just before `Exited`: the "after", compared with the "before", as `Event::Effects`.
+    pub(crate) fn effects_after(&mut self, job: JobId) -> Result<(), WorkerError> {
+        self.ledger.generation += 1;
+        let Some(fx) = self.jobs.get_mut(&job).and_then(|j| j.effects.take()) else { return Ok(()) };
+        let t = Instant::now();
+        let quiet = !self.others_running(Some(job));
+        let mut project = ProjectEffects { confidence: "none".into(), ..Default::default() };
+        match (&fx.root, &fx.before) {
+            (None, _) => {
+                project.scope = "no git work tree contains the job's working directory".into();
+                project.reasons.push(
+                    "the job's cwd is in no git work tree, so no project ledger was taken (the paths it changed are unknown)"
+                        .into(),
+                );
+            }
+            (Some(root), Err(why)) => {
+                project.root = root.to_string_lossy().into_owned();
+                project.scope = format!("git work tree {}", root.display());
+                project.reasons.push(format!("the state before the job could not be read: {why}"));
+            }
+            (Some(root), Ok(before)) => {
+                let after = match self.git_for(&fx.env) {
+                    None => Err("no git program on the job's PATH".to_owned()),
+                    Some(git) => effects::snapshot(&git, root, true).map(Arc::new),
+                };
+                match after {
+                    Err(why) => {
+                        project.root = root.to_string_lossy().into_owned();
+                        project.scope = format!("git work tree {}", root.display());
+                        project.reasons.push(format!("the state after the job could not be read: {why}"));
+                    }
+                    Ok(after) => {
+                        let mut links = std::mem::take(&mut self.ledger.links);
+                        if let Some(git) = self.git_for(&fx.env) {
+                            project = effects::compare(&git, &mut links, before, &after, fx.mode);
+                        }
+                        self.ledger.links = links;
+                        project.before = fx.before_how.clone();
+                        if !fx.overlapped.is_empty() {
+                            project.confidence = "partial".into();
+                            project.reasons.push(overlap_reason(&fx.overlapped));
+                        }
+                        self.ledger.remember(after, quiet, format!("the after of job {job}"));
+                    }
+                }
+            }
+        }
+        project.cost_us = fx.before_us + t.elapsed().as_micros() as u64;
+        shrink_to(&mut project, self.out.max_frame().saturating_sub(512));
+        Ok(self.out.emit(&Event::Effects { job, project })?)
+    }
+
+    /// A job's processes outlived it: the last "after" may not stay a valid "before".
+    pub(crate) fn effects_invalidate(&mut self) {
+        self.ledger.generation += 1;
+    }
+}
+
+/// Why other jobs of the session lower a ledger's confidence.
+fn overlap_reason(jobs: &std::collections::BTreeSet<JobId>) -> String {
+    let named: Vec<String> = jobs.iter().map(|j| format!("job {j}")).collect();
+    format!(
+        "{} of this session ran or kept processes while this job ran and may have written the same tree: the paths listed may be theirs, not this job's",
+        named.join(", ")
+    )
+}
+
+/// Cut the ledger until it encodes within `max` bytes (the diff first, then listed paths).
+fn shrink_to(p: &mut ProjectEffects, max: usize) {
+    let size = |p: &ProjectEffects| postcard::to_stdvec(p).map_or(usize::MAX, |v| v.len());
+    if size(p) <= max {
+        return;
+    }
+    if p.diff.take().is_some() {
+        p.diff_note = Some("the diff did not fit the worker's event frame; run `git diff` as a job to see it".into());
+    }
+    while size(p) > max && !p.changed.is_empty() {
+        let cut = p.changed.len().div_ceil(2);
+        p.changed.truncate(p.changed.len() - cut);
+        p.changed_more += cut as u32;
+    }
+}
