@@ -111,6 +111,16 @@ pub(crate) fn answer_when(
     if !st.terminals.by_job.contains_key(&job) {
         crate::kernel::terminal_io::point_to_tty(&mut result);
     }
+    explain_refusals(s, &st, &mut result);
+    result.announcements = st.take_announcements(now);
+    drop(st);
+    crate::kernel::check_run::complete(k, s, job, &mut result);
+    Ok(result)
+}
+
+/// For a job that ended non-zero in a sandboxed session, the sentences saying which rule refused which
+/// path its output names.
+fn explain_refusals(s: &Session, st: &crate::sessions::session::SessionState, result: &mut JobResult) {
     if let (Some(info), Some(code)) = (&st.sandbox, result.exit_code) {
         if code != 0 {
             let user = st.worker.as_ref().map(|w| crate::sessions::refusal::JobUser::of_worker(w.pid, w.uid));
@@ -118,9 +128,18 @@ pub(crate) fn answer_when(
             result.refusals.extend(more);
         }
     }
-    result.announcements = st.take_announcements(now);
-    drop(st);
-    crate::kernel::check_run::complete(k, s, job, &mut result);
+}
+
+/// A job's result as it stands, for an onlooker (the cockpit): it neither waits nor probes, and it
+/// marks nothing reported, so the session's next call still announces the job.
+pub(crate) fn look(k: &Kernel, client: &Client, session: &str, job: JobId) -> Result<JobResult, RpcError> {
+    let s = k.session(client, session)?;
+    let mut st = s.lock();
+    let Some(j) = st.jobs.get_mut(&job) else {
+        return Err(unknown_job(session, job));
+    };
+    let mut result = j.result(s.name(), Instant::now(), Vec::new(), false, view::MIN_BUDGET);
+    explain_refusals(&s, &st, &mut result);
     Ok(result)
 }
 

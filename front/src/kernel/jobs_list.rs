@@ -23,7 +23,13 @@ struct Params {
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobsResult, RpcError> {
     let p: Params = rpc::params("jobs", params)?;
-    let s = k.session(client, &p.session)?;
+    listing(k, client, p.session, true)
+}
+
+/// The listing; with `announce` false (an onlooker such as the cockpit page) it takes no announcements,
+/// so the session's next call still carries them.
+pub(crate) fn listing(k: &Kernel, client: &Client, session: String, announce: bool) -> Result<JobsResult, RpcError> {
+    let s = k.session(client, &session)?;
     let running: Vec<u64> = s.lock().jobs.values().filter(|j| j.worth_probing()).map(|j| j.id()).collect();
     let probes: Vec<_> = running.iter().map(|&id| (id, crate::kernel::job_probe::probe(k, &s, id))).collect();
     let mut st = s.lock();
@@ -39,6 +45,6 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobsRes
             row
         })
         .collect();
-    let announcements = st.take_announcements(now);
-    Ok(JobsResult { session: p.session, jobs, announcements })
+    let announcements = if announce { st.take_announcements(now) } else { Vec::new() };
+    Ok(JobsResult { session, jobs, announcements })
 }

@@ -126,8 +126,21 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Value, 
     let encode = |v: Result<Value, serde_json::Error>| v.map_err(|e| RpcError::internal(e.to_string()));
     match sel {
         Selector::Raw { offset, len } => encode(serde_json::to_value(raw(k, client, &p, offset, len)?)),
-        other => encode(serde_json::to_value(line_view(k, client, &p, other)?)),
+        other => encode(serde_json::to_value(line_view(k, client, &p, other, true)?)),
     }
+}
+
+/// The last `n` lines of a job's model view for an onlooker (the cockpit page): it takes no
+/// announcements, so the session's next call still carries them.
+pub(crate) fn look_tail(
+    k: &Kernel,
+    client: &Client,
+    session: &str,
+    job: u64,
+    n: u64,
+) -> Result<OutputViewResult, RpcError> {
+    let p: Params = rpc::params("output", serde_json::json!({"session": session, "job": job, "tail": n}))?;
+    line_view(k, client, &p, Selector::Tail(n), false)
 }
 
 fn raw(k: &Kernel, client: &Client, p: &Params, offset: u64, len: Option<u64>) -> Result<OutputResult, RpcError> {
@@ -193,7 +206,13 @@ fn raw(k: &Kernel, client: &Client, p: &Params, offset: u64, len: Option<u64>) -
     })
 }
 
-fn line_view(k: &Kernel, client: &Client, p: &Params, sel: Selector) -> Result<OutputViewResult, RpcError> {
+fn line_view(
+    k: &Kernel,
+    client: &Client,
+    p: &Params,
+    sel: Selector,
+    announce: bool,
+) -> Result<OutputViewResult, RpcError> {
     let stream = p.stream.unwrap_or_default();
     let budget = p.max_output_bytes.map_or(DEFAULT_BUDGET, |b| (b as usize).clamp(1000, MAX_BUDGET));
     let s = k.session(client, &p.session)?;
@@ -238,7 +257,7 @@ fn line_view(k: &Kernel, client: &Client, p: &Params, sel: Selector) -> Result<O
             found.matches
         ));
     }
-    let announcements = s.lock().take_announcements(Instant::now());
+    let announcements = if announce { s.lock().take_announcements(Instant::now()) } else { Vec::new() };
     Ok(OutputViewResult {
         session: p.session.clone(),
         job: p.job,

@@ -166,6 +166,16 @@ pub struct CheckRunRow {
     pub counts: Option<String>,
 }
 
+/// The columns of an audit line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditRow {
+    pub at_ms: u64,
+    pub op: String,
+    pub session: Option<String>,
+    pub job: Option<u64>,
+    pub detail: String,
+}
+
 /// The columns of a receipt.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReceiptRow {
@@ -315,6 +325,19 @@ impl Db {
                 duration_ms: r.get(8)?,
                 counts: r.get(9)?,
             })
+        })?;
+        rows.collect()
+    }
+
+    /// The last `limit` audit lines of operation `op` by `uid`, newest first (flush first with
+    /// [`Db::sync`] to see the latest).
+    pub fn audit_lines(&self, uid: u32, op: &str, limit: u32) -> rusqlite::Result<Vec<AuditRow>> {
+        let conn = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stmt = conn.prepare(
+            "SELECT at_ms, op, session, job, detail FROM audit WHERE uid = ?1 AND op = ?2 ORDER BY seq DESC LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![uid, op, limit], |r| {
+            Ok(AuditRow { at_ms: r.get(0)?, op: r.get(1)?, session: r.get(2)?, job: r.get(3)?, detail: r.get(4)? })
         })?;
         rows.collect()
     }
@@ -514,6 +537,27 @@ mod tests {
         let db = Db::open(&path).unwrap();
         let rows = db.load_receipts().unwrap();
         assert_eq!(rows, [receipt("r1", Some("k")), receipt("r2", None)]);
+    }
+
+    #[test]
+    fn audit_lines_are_the_uids_own_of_one_operation_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("heddle.db")).unwrap();
+        let line = |uid, op: &str, detail: &str| Write::Audit {
+            uid,
+            op: op.into(),
+            session: Some("s".into()),
+            job: Some(1),
+            detail: detail.into(),
+        };
+        db.write(line(1000, "override", "first"));
+        db.write(line(1001, "override", "another uid's"));
+        db.write(line(1000, "kill", "not an override"));
+        db.write(line(1000, "override", "second"));
+        db.sync();
+        let got: Vec<String> = db.audit_lines(1000, "override", 10).unwrap().into_iter().map(|r| r.detail).collect();
+        assert_eq!(got, ["second", "first"]);
+        assert_eq!(db.audit_lines(1000, "override", 1).unwrap().len(), 1);
     }
 
     #[test]
