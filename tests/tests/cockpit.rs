@@ -94,3 +94,67 @@ fn the_page_and_its_streams_refuse_a_foreign_origin() {
         .unwrap();
     assert_eq!(r.status, 403, "{}", r.text());
 }
+
+#[test]
+fn the_page_shows_what_a_call_changed_what_was_refused_and_the_override_audit() {
+    let driver = repo().join("tests/cockpit-js/facts.cjs");
+    let h = Heddle::start_with(&["--http", "127.0.0.1:0"]);
+    let addr = door_address(&h.state_dir);
+    let mut c = h.client();
+    let first = h.open_session(&mut c);
+    let run = |c: &mut heddle_tests::Client, s: &Value, p: Value| {
+        let mut p = p;
+        p["session"] = s.clone();
+        c.call("run", p).unwrap()
+    };
+    // A git work tree owned by the jobs' uid, as a user's project would be.
+    let uid =
+        run(&mut c, &first, json!({"cmd": "id -u", "yield_ms": 20_000}))["view"].as_str().unwrap().trim().to_owned();
+    let repo = h.project.join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    std::os::unix::fs::chown(&repo, Some(uid.parse().unwrap()), None).unwrap();
+    let s = c.call("session.open", json!({"name": "repo", "cwd": repo})).unwrap()["session"].clone();
+    let init =
+        "git init -q . && printf 'a\\n' > f1 && git add . && git -c user.email=t@t -c user.name=t commit -qm init";
+    let r = run(&mut c, &s, json!({"cmd": init, "yield_ms": 20_000, "effects": "none"}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+
+    // A write the sandbox refuses, an override, and a call that changes f1 once the page is watching it.
+    let r = run(&mut c, &s, json!({"cmd": "echo x > /etc/heddle-cockpit-probe", "yield_ms": 20_000}));
+    assert!(!r["refusals"].as_array().unwrap().is_empty(), "the refused write is explained in the result: {r}");
+    let refused = r["job"].as_u64().unwrap();
+    let over = json!({"rule": "chmod-777-root", "reason": "scratch space for the cockpit test"});
+    let r =
+        run(&mut c, &first, json!({"cmd": "chmod -R 777 . 2>/dev/null; true", "yield_ms": 20_000, "override": over}));
+    assert_eq!(r["state"], "exited", "{r}");
+    let changing =
+        run(&mut c, &s, json!({"cmd": "sleep 3; printf 'X\\n' > f1", "yield_ms": 0}))["job"].as_u64().unwrap();
+
+    let out = Command::new("node")
+        .arg(&driver)
+        .args([&format!("http://{addr}"), "repo", &changing.to_string(), &refused.to_string()])
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let seen: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("the driver printed no JSON ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr))
+    });
+    assert!(seen.get("error").is_none(), "the page did not show what it should: {seen}");
+    assert!(seen["changing_facts"].as_str().unwrap().contains("effects: f1 (modified)"), "{seen}");
+    let refusal = seen["refused_facts"].as_str().unwrap();
+    assert!(refusal.contains("refused:") && refusal.contains("/etc/heddle-cockpit-probe"), "{seen}");
+    let rows = seen["overrides"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{seen}");
+    let row: Vec<&str> = rows[0].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(
+        row[3..],
+        ["chmod-777-root", "scratch space for the cockpit test", "chmod -R 777 . 2>/dev/null; true", "overridden"],
+        "{seen}"
+    );
+
+    // Looking from the page reported nothing: the agent's next call still hears of the changing job.
+    let jobs = c.call("jobs", json!({"session": s})).unwrap();
+    let announced: Vec<u64> =
+        jobs["announcements"].as_array().unwrap().iter().filter_map(|a| a["job"].as_u64()).collect();
+    assert!(announced.contains(&changing), "the page's look took the announcement: {jobs}");
+}

@@ -12,6 +12,14 @@
 //!   terminal emulator ([`crate::terminal::html::RawScreen`]) as escaped HTML, one `screen` event per
 //!   batch of output and a final `settled`.
 //!
+//! - `GET /cockpit/job?session=S&job=J`: the job's result as it stands (its effects, refusals, warnings
+//!   and state changes), read without reporting the job, so its announcement still reaches the agent.
+//!
+//! - `GET /cockpit/model?session=S&job=J`: the last 200 lines of the job's model view.
+//!
+//! Everything the page reads, it reads as an onlooker: no listing or view of the page takes the
+//! announcements meant for the agent's next call. The `sessions` event also carries the audit of the uid's guard overrides (newest 50).
+//!
 //! Killing a job or closing a session is the page's `POST /rpc` of `kill` / `session.close`, through the
 //! same door, the same `Origin` check and the same receipts as any client.
 
@@ -78,11 +86,94 @@ fn snapshot(kernel: &Kernel, client: &Client) -> Value {
     let mut sessions = Vec::new();
     for facts in described["sessions"].as_array().into_iter().flatten() {
         let name = facts["session"].as_str().unwrap_or_default();
-        let (jobs, _) = kernel.answer(client, "jobs", json!({"session": name}));
-        let jobs: Value = jobs.ok().and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or(Value::Null);
-        sessions.push(json!({"facts": facts, "jobs": jobs["jobs"]}));
+        // Listed as an onlooker: the page must not take the announcements meant for the agent's next call.
+        let jobs = crate::kernel::jobs_list::listing(kernel, client, name.to_owned(), false)
+            .ok()
+            .and_then(|r| serde_json::to_value(r.jobs).ok())
+            .unwrap_or(Value::Null);
+        sessions.push(json!({"facts": facts, "jobs": jobs}));
     }
-    json!({"uid": client.uid, "sessions": sessions})
+    json!({"uid": client.uid, "sessions": sessions, "overrides": overrides(kernel, client)})
+}
+
+/// How many of the uid's guard overrides the page lists, newest first.
+const OVERRIDES_SHOWN: u32 = 50;
+
+/// The audit of the uid's guard overrides: when, which session and job, the rule, the reason given, the
+/// command (redacted as every command shown is) and whether the rule had refused it at all.
+fn overrides(kernel: &Kernel, client: &Client) -> Value {
+    let rows = match kernel.db.audit_lines(client.uid, "override", OVERRIDES_SHOWN) {
+        Ok(rows) => rows,
+        Err(e) => return json!({"error": format!("the audit log could not be read: {e}")}),
+    };
+    let lines: Vec<Value> = rows
+        .into_iter()
+        .map(|r| {
+            let d: Value = serde_json::from_str(&r.detail).unwrap_or(Value::Null);
+            let cmd = d["cmd"].as_str().map(crate::rpc::results::redacted);
+            json!({"at_ms": r.at_ms, "session": r.session, "job": r.job, "rule": d["rule"],
+                   "reason": d["reason"], "cmd": cmd, "matched": d["matched"]})
+        })
+        .collect();
+    json!({"lines": lines})
+}
+
+/// `GET /cockpit/job?session=S&job=J`: the job's result as it stands (effects, refusals, warnings,
+/// state changes), read without reporting it, so the agent's next call still announces the job.
+pub(super) async fn job(door: &Door, client: Client, query: &str) -> Response<Body> {
+    let Some((session, job)) = session_and_job(query) else {
+        return refuse(StatusCode::BAD_REQUEST, "GET /cockpit/job needs ?session=NAME&job=N: the job to show");
+    };
+    let kernel = door.kernel.clone();
+    match blocking(move || crate::kernel::job_wait::look(&kernel, &client, &session, job)).await {
+        Ok(Ok(result)) => match serde_json::to_vec(&result) {
+            Ok(body) => super::reply(StatusCode::OK, "application/json", body),
+            Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &format!("the job's result could not be written: {e}")),
+        },
+        Ok(Err(e)) => refuse(not_found_or_bad(&e), &e.message),
+        Err(r) => r,
+    }
+}
+
+/// How many lines of the model view the page shows.
+const MODEL_TAIL: u64 = 200;
+
+/// `GET /cockpit/model?session=S&job=J`: the last lines of the job's model view (what an agent reads:
+/// redacted, numbered), read as an onlooker.
+pub(super) async fn model(door: &Door, client: Client, query: &str) -> Response<Body> {
+    let Some((session, job)) = session_and_job(query) else {
+        return refuse(StatusCode::BAD_REQUEST, "GET /cockpit/model needs ?session=NAME&job=N: the job to show");
+    };
+    let kernel = door.kernel.clone();
+    match blocking(move || crate::kernel::output_read::look_tail(&kernel, &client, &session, job, MODEL_TAIL)).await {
+        Ok(Ok(view)) => match serde_json::to_vec(&view) {
+            Ok(body) => super::reply(StatusCode::OK, "application/json", body),
+            Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &format!("the job's view could not be written: {e}")),
+        },
+        Ok(Err(e)) => refuse(not_found_or_bad(&e), &e.message),
+        Err(r) => r,
+    }
+}
+
+/// `session` and `job` of a query string.
+fn session_and_job(query: &str) -> Option<(String, u64)> {
+    let mut session = None;
+    let mut job = None;
+    for (k, v) in super::form_pairs(query) {
+        match k.as_str() {
+            "session" => session = Some(v),
+            "job" => job = v.parse::<u64>().ok(),
+            _ => {}
+        }
+    }
+    Some((session?, job?))
+}
+
+fn not_found_or_bad(e: &crate::rpc::RpcError) -> StatusCode {
+    match e.kind {
+        crate::rpc::ErrorKind::UnknownSession | crate::rpc::ErrorKind::UnknownJob => StatusCode::NOT_FOUND,
+        _ => StatusCode::BAD_REQUEST,
+    }
 }
 
 /// `GET /cockpit/sessions`.
@@ -123,16 +214,7 @@ pub(super) fn sessions(door: &Door, client: Client) -> Response<Body> {
 
 /// `GET /cockpit/screen?session=S&job=J`.
 pub(super) async fn screen(door: &Door, client: Client, query: &str) -> Response<Body> {
-    let mut session = None;
-    let mut job = None;
-    for (k, v) in super::form_pairs(query) {
-        match k.as_str() {
-            "session" => session = Some(v),
-            "job" => job = v.parse::<u64>().ok(),
-            _ => {}
-        }
-    }
-    let (Some(session), Some(job)) = (session, job) else {
+    let Some((session, job)) = session_and_job(query) else {
         return refuse(
             StatusCode::BAD_REQUEST,
             "GET /cockpit/screen needs ?session=NAME&job=N: the job whose output to draw",
@@ -150,13 +232,7 @@ pub(super) async fn screen(door: &Door, client: Client, query: &str) -> Response
     .await;
     match subscribed {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            let status = match e.kind {
-                crate::rpc::ErrorKind::UnknownSession | crate::rpc::ErrorKind::UnknownJob => StatusCode::NOT_FOUND,
-                _ => StatusCode::BAD_REQUEST,
-            };
-            return refuse(status, &e.message);
-        }
+        Ok(Err(e)) => return refuse(not_found_or_bad(&e), &e.message),
         Err(r) => return r,
     }
     let (tx, rx) = tokio::sync::mpsc::channel(4);

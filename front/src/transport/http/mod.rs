@@ -225,6 +225,8 @@ async fn handle(door: &Door, socket_uid: Option<u32>, req: Request<Incoming>) ->
                 }
                 (Method::GET, "/events") => events(door, client, &parts).await,
                 (Method::GET, "/cockpit/sessions") => cockpit::sessions(door, client),
+                (Method::GET, "/cockpit/model") => cockpit::model(door, client, parts.uri.query().unwrap_or("")).await,
+                (Method::GET, "/cockpit/job") => cockpit::job(door, client, parts.uri.query().unwrap_or("")).await,
                 (Method::GET, "/cockpit/screen") => cockpit::screen(door, client, parts.uri.query().unwrap_or("")).await,
                 (Method::GET, p) if cockpit::asset(p).is_some() => cockpit::asset(p).expect("checked"),
                 (_, "/rpc" | "/mcp" | "/events") => refuse(

@@ -90,8 +90,62 @@ async function closeSession(session) {
   }
 }
 
+function renderOverrides(audit) {
+  const box = $("overrides");
+  box.replaceChildren(el("h2", {}, "Guard overrides (audit)"));
+  if (audit?.error) return box.append(el("p", { class: "facts warn" }, audit.error));
+  const lines = audit?.lines || [];
+  if (!lines.length) return box.append(el("p", { class: "quiet" }, "None."));
+  const t = el("table", {}, el("tr", {}, ...["when", "session", "job", "rule", "reason", "command", ""].map((h) => el("th", {}, h))));
+  for (const o of lines) {
+    t.append(el("tr", { class: "override" },
+      el("td", {}, new Date(o.at_ms).toLocaleString()),
+      el("td", {}, o.session ?? ""),
+      el("td", {}, o.job != null ? `#${o.job}` : ""),
+      el("td", { class: "rule" }, o.rule ?? ""),
+      el("td", { class: "reason" }, o.reason ?? ""),
+      el("td", { class: "cmd" }, o.cmd ?? ""),
+      el("td", {}, o.matched ? "overridden" : "the rule had not refused it"),
+    ));
+  }
+  box.append(t);
+}
+
+// What the selected job's call changed and what was refused: its result read without reporting it.
+async function refreshFacts(session, job) {
+  const box = $("job-facts");
+  let r;
+  try {
+    const a = await fetch(`/cockpit/job?session=${encodeURIComponent(session)}&job=${job}`);
+    if (!a.ok) throw new Error(await a.text());
+    r = await a.json();
+  } catch (e) {
+    box.replaceChildren(el("p", { class: "facts warn" }, `the job's result could not be read: ${e.message}`));
+    return;
+  }
+  if (!selected || selected.session !== session || selected.job !== job) return;
+  const parts = [];
+  const fx = r.effects?.project;
+  if (fx) {
+    const changed = (fx.changed || []).map((c) => `${c.path} (${c.change}${c.from ? ` from ${c.from}` : ""})`);
+    let line = changed.length ? `effects: ${changed.join(", ")}` : "effects: nothing changed";
+    if (fx.changed_more) line += ` and ${fx.changed_more} more`;
+    if (fx.confidence !== "complete") line = `effects (${fx.confidence}): ${changed.join(", ") || "unknown"}${fx.reason ? ` — ${fx.reason}` : ""}`;
+    parts.push(el("p", { class: "facts effects" }, line));
+    if (fx.diff) parts.push(el("pre", { class: "diff" }, fx.diff));
+  } else if (r.state !== "running") {
+    parts.push(el("p", { class: "facts effects quiet" }, "effects: not recorded for this call"));
+  }
+  for (const x of r.refusals || []) parts.push(el("p", { class: "facts warn refusal" }, `refused: ${x}`));
+  for (const w of r.warnings || []) parts.push(el("p", { class: "facts warn" }, `warning: ${w}`));
+  if (r.state_changes?.length) parts.push(el("p", { class: "facts" }, `shell state changed: ${r.state_changes.join(", ")}`));
+  if (r.note) parts.push(el("p", { class: "facts" }, r.note));
+  box.replaceChildren(...parts);
+}
+
 function renderSessions(snap) {
   lastSnapshot = snap;
+  renderOverrides(snap.overrides);
   $("who").textContent = `uid ${snap.uid}`;
   const box = $("sessions");
   box.replaceChildren();
@@ -123,7 +177,12 @@ function renderSessions(snap) {
         el("td", {}, j.state === "running" ? el("button", { class: "kill", onclick: () => killJob(name, j.job, j.cmd) }, "Kill…") : ""),
       );
       t.append(row);
-      if (isSel) $("job-phase").textContent = `${phase(j)} · ${liveness(j)}`;
+      if (isSel) {
+        const was = $("job-phase").dataset.state;
+        $("job-phase").textContent = `${phase(j)} · ${liveness(j)}`;
+        $("job-phase").dataset.state = j.state;
+        if (was !== j.state) refreshFacts(name, j.job);
+      }
     }
     sec.append(t);
     box.append(sec);
@@ -132,9 +191,10 @@ function renderSessions(snap) {
 
 async function refreshModel(session, job) {
   try {
-    // The redacted, numbered lines an agent reads (`output {tail}`), as text.
-    const r = await rpc("output", { session, job, tail: 200 });
-    $("model").textContent = r.text;
+    // The redacted, numbered lines an agent reads (`output {tail}`), as text, read as an onlooker.
+    const a = await fetch(`/cockpit/model?session=${encodeURIComponent(session)}&job=${job}`);
+    if (!a.ok) throw new Error(await a.text());
+    $("model").textContent = (await a.json()).text;
   } catch (e) {
     $("model").textContent = `the model view could not be read: ${e.message}`;
   }
@@ -147,6 +207,8 @@ function select(session, job) {
   $("job-title").textContent = `job ${job} of session ${session}`;
   $("raw").replaceChildren();
   $("model").textContent = "";
+  $("job-facts").replaceChildren();
+  delete $("job-phase").dataset.state;
   if (lastSnapshot) renderSessions(lastSnapshot);
   screen = new EventSource(`/cockpit/screen?session=${encodeURIComponent(session)}&job=${job}`);
   screen.addEventListener("screen", (e) => {
@@ -159,6 +221,7 @@ function select(session, job) {
     screen.close();
     $("raw").dataset.settled = "true";
     refreshModel(session, job);
+    refreshFacts(session, job);
   });
 }
 
