@@ -163,6 +163,15 @@ fn print(s: Samples) {
     );
     println!("{:<44} {:>10.1}", "cgroup cost at p50 (subject - baseline) µs", placed.p50 - bare.p50);
     let fresh = Summary::of(s.fresh);
+    let base = "bare launcher spawn of /bin/true + wait";
+    heddle_bench::record(
+        "per-job cgroup, a fresh one (pool off)",
+        base,
+        bare.p50,
+        fresh.p50,
+        Some(fresh.p99 / bare.p99),
+        "µs",
+    );
     println!(
         "{:<44} {:>10.1}   (cgroup cost: {:+.1})",
         "same, a fresh cgroup per job (pool off)",

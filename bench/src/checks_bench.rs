@@ -45,6 +45,24 @@ pub fn run(mib: usize, rounds: usize) -> anyhow::Result<()> {
             std::hint::black_box((big_out.clone(), big_err.clone()));
             copy_s = copy_s.min(t.elapsed().as_secs_f64());
         }
+        let figure = format!("checks: parsing {name} output");
+        heddle_bench::record(
+            &figure,
+            "copying the same bytes",
+            copy_s * 1e6 / size,
+            parse_s * 1e6 / size,
+            None,
+            "µs/MiB",
+        );
+        let figure = format!("checks: {name} summary block, tokens");
+        heddle_bench::record(
+            &figure,
+            "the raw output of one run",
+            raw_tokens as f64,
+            view_tokens as f64,
+            None,
+            "tokens",
+        );
         println!(
             "{name:<16} {:>11.0} {:>12.0} {:>7.0}× {raw_tokens:>12} {view_tokens:>13} {:>9.2}",
             size / parse_s,

@@ -15,6 +15,7 @@ mod cgroup_bench;
 mod checks_bench;
 mod db_bench;
 mod doors;
+mod fleet;
 mod long;
 mod spare;
 mod state;
@@ -29,6 +30,24 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Bench {
+    /// Every subcommand below in a size that fits about four minutes, then all their figures as one table
+    /// of ratios (Markdown, as docs/performance.md keeps it), with the load average before and after.
+    All {
+        /// Sessions in the fleet burst.
+        #[arg(long, default_value_t = 200)]
+        fleet_sessions: usize,
+    },
+    /// A fleet arriving at once: open N sessions, run one `true` in each, close them, over `--parallel`
+    /// connections; jobs/s vs `xargs -P`, each phase's p50/p99, and the CPU of an idle stretch after.
+    Fleet {
+        #[arg(long, default_value_t = 100)]
+        sessions: usize,
+        #[arg(long, default_value_t = 64)]
+        parallel: usize,
+        /// Seconds of idleness measured with the sessions open and again after they closed (0: none).
+        #[arg(long, default_value_t = 60)]
+        idle_secs: u64,
+    },
     /// Parsing test runners' output per MiB vs copying it, and a check view's tokens vs the raw output.
     Checks {
         #[arg(long, default_value_t = 16)]
@@ -36,10 +55,15 @@ enum Bench {
         #[arg(long, default_value_t = 5)]
         rounds: usize,
     },
-    /// `run("true")` end to end through the socket vs a bare spawn of `bash --noprofile --norc -c true`.
+    /// `run("true")` end to end through the socket vs a bare spawn of `bash --noprofile --norc -c true`,
+    /// each call after a pause as an agent's are (so the worker can start the next pre-started shell).
     Spawn {
-        #[arg(long, default_value_t = 500)]
+        #[arg(long, default_value_t = 300)]
         iterations: usize,
+        /// The pause before every call and every bare spawn; 0 measures the back-to-back loop, where a
+        /// call finds a pre-started shell ready or not by chance.
+        #[arg(long, default_value_t = 40)]
+        pause_ms: u64,
     },
     /// `run("true")` at the start of a session and again after `jobs` more jobs in it, each vs a bare spawn:
     /// a call should cost the same late in a long session as early in it.
@@ -86,6 +110,9 @@ enum Bench {
     Latency {
         #[arg(long, default_value_t = 2000)]
         lines: usize,
+        /// Lines per round: each round runs the pipe, the socket and heddle once, in turn.
+        #[arg(long, default_value_t = 100)]
+        batch: usize,
         /// Experiment: keep every CPU out of its idle halt with one idle-priority busy loop per CPU
         /// (`chrt -i 0 taskset -c N`) for the whole run, to show what waking halted CPUs costs.
         #[arg(long)]
@@ -124,8 +151,10 @@ enum Bench {
 
 fn main() -> Result<()> {
     match Args::parse().bench {
+        Bench::All { fleet_sessions } => all(fleet_sessions),
+        Bench::Fleet { sessions, parallel, idle_secs } => fleet::run(sessions, parallel, idle_secs),
         Bench::Checks { mib, rounds } => checks_bench::run(mib, rounds),
-        Bench::Spawn { iterations } => spawn(iterations),
+        Bench::Spawn { iterations, pause_ms } => spawn(iterations, pause_ms),
         Bench::Long { jobs, iterations } => long::run(jobs, iterations),
         Bench::State { iterations } => state::run(iterations),
         Bench::Spare { iterations, pause_ms } => spare::run(iterations, pause_ms),
@@ -133,12 +162,63 @@ fn main() -> Result<()> {
         Bench::Sandbox { iterations } => sandbox::run(iterations),
         Bench::SandboxChild { cgroup } => sandbox::child(cgroup),
         Bench::Throughput { mib, rounds } => output::throughput(mib, rounds),
-        Bench::Latency { lines, idle_spinners } => output::latency(lines, idle_spinners),
+        Bench::Latency { lines, batch, idle_spinners } => output::latency(lines, batch, idle_spinners),
         Bench::View { mib, rounds } => output::view(mib, rounds),
         Bench::Db { iterations } => db_bench::run(iterations),
         Bench::Doors { iterations, pause_ms } => doors::run(iterations, pause_ms),
         Bench::Tty { iterations, mib } => tty::run(iterations, mib),
     }
+}
+
+type Run = Box<dyn FnOnce() -> Result<()>>;
+
+/// `heddle-bench all`: every bench in one run, sized to fit about four minutes on a 2-vCPU host.
+fn all(fleet_sessions: usize) -> Result<()> {
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_owned();
+    let load_before = load();
+    let started = std::time::Instant::now();
+    let benches: Vec<(&str, &str, Run)> = vec![
+        ("spawn", "--iterations 150 --pause-ms 20", Box::new(|| spawn(150, 20))),
+        ("spare", "--iterations 40 --pause-ms 20", Box::new(|| spare::run(40, 20))),
+        ("long", "--jobs 1500 --iterations 100", Box::new(|| long::run(1500, 100))),
+        ("state", "--iterations 100", Box::new(|| state::run(100))),
+        ("cgroup", "--iterations 500", Box::new(|| cgroup_bench::run(500))),
+        ("sandbox", "--iterations 150", Box::new(|| sandbox::run(150))),
+        ("latency", "--lines 1000 --batch 100", Box::new(|| output::latency(1000, 100, false))),
+        ("throughput", "--mib 256 --rounds 3", Box::new(|| output::throughput(256, 3))),
+        ("view", "--mib 16 --rounds 3", Box::new(|| output::view(16, 3))),
+        ("db", "--iterations 200", Box::new(|| db_bench::run(200))),
+        ("doors", "--iterations 60 --pause-ms 20", Box::new(|| doors::run(60, 20))),
+        ("tty", "--iterations 300 --mib 8", Box::new(|| tty::run(300, 8))),
+        ("checks", "--mib 4 --rounds 3", Box::new(|| checks_bench::run(4, 3))),
+        ("fleet", "--sessions N --parallel 64 --idle-secs 5", Box::new(move || fleet::run(fleet_sessions, 64, 5))),
+    ];
+    let mut failed = Vec::new();
+    let mut took = Vec::new();
+    for (name, args, run) in benches {
+        heddle_bench::set_bench(name);
+        println!("\n######## heddle-bench {name} {args}");
+        let t = std::time::Instant::now();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failed.push(format!("{name}: {e:#}")),
+            Err(_) => failed.push(format!("{name}: panicked (its message is above)")),
+        }
+        took.push(format!("{name} {:.0} s", t.elapsed().as_secs_f64()));
+    }
+    let (rows, notes) = heddle_bench::take();
+    println!("\n######## heddle-bench all: {} figures in {:.0} s", rows.len(), started.elapsed().as_secs_f64());
+    println!("load average (1, 5, 15 min; runnable/total; last pid) before: {load_before}; after: {}", load());
+    println!("time per bench: {}", took.join(", "));
+    println!("\n{}", heddle_bench::markdown(&rows));
+    for n in notes {
+        println!("- {n}");
+    }
+    for f in &failed {
+        println!("FAILED {f}");
+    }
+    anyhow::ensure!(failed.is_empty(), "{} bench(es) failed: see FAILED above", failed.len());
+    Ok(())
 }
 
 pub(crate) fn bare_bash_true() {
@@ -151,25 +231,36 @@ pub(crate) fn bare_bash_true() {
     assert!(st.success());
 }
 
-fn spawn(iterations: usize) -> Result<()> {
+fn spawn(iterations: usize, pause_ms: u64) -> Result<()> {
     let h = heddle_tests::Heddle::start();
     let mut c = h.client();
     let s = h.open_session(&mut c);
     let mut call = || {
         let r = c.call("run", json!({"session": s, "cmd": "true"})).expect("run");
         assert_eq!(r["exit_code"], 0, "{r}");
+        r["prestarted"] == true
     };
-    for _ in 0..20 {
+    let pause = std::time::Duration::from_millis(pause_ms);
+    for _ in 0..10 {
+        std::thread::sleep(pause);
         bare_bash_true();
+        std::thread::sleep(pause);
         call();
     }
-    let (mut bare, mut heddle) = (Vec::new(), Vec::new());
+    let (mut bare, mut heddle, mut prestarted) = (Vec::new(), Vec::new(), 0);
     for _ in 0..iterations {
+        std::thread::sleep(pause);
         bare.push(time_us(bare_bash_true));
-        heddle.push(time_us(&mut call));
+        std::thread::sleep(pause);
+        let mut hot = false;
+        heddle.push(time_us(|| hot = call()));
+        prestarted += usize::from(hot);
     }
+    heddle_bench::note(format!(
+        "{prestarted} of {iterations} calls ran on a pre-started shell (pause before every call and spawn: {pause_ms} ms)"
+    ));
     report(
-        "run(\"true\") through the socket vs bare bash spawn+wait",
+        &format!("run(\"true\") at an agent's pace ({pause_ms} ms pause) vs bare bash spawn+wait"),
         "bare posix_spawn(bash -c true) + wait",
         Summary::of(bare),
         "heddle run(\"true\"), client kept connected",

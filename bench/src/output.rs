@@ -49,6 +49,8 @@ pub fn throughput(mib: u64, rounds: usize) -> Result<()> {
     println!("{:<52} {:>8.3}", "raw pipe: bash → pipe → this process", p.p50);
     println!("{:<52} {:>8.3}", "heddle: job → worker → ring → front → store (run)", hd.p50);
     println!("{:<52} {:>8.3}", "ratio heddle / pipe (target ≥ 0.5)", hd.p50 / p.p50);
+    let figure = format!("throughput into the store, {mib} MiB of 'a' (run)");
+    heddle_bench::record(&figure, "the same bytes from a pipe", p.p50, hd.p50, None, "GB/s");
     Ok(())
 }
 
@@ -92,20 +94,20 @@ impl Drop for IdleSpinners {
     }
 }
 
-/// A job prints `$EPOCHREALTIME` every ~2 ms; a subscribed client measures receive time − that stamp.
-/// With `idle_spinners`, every CPU runs an idle-priority busy loop meanwhile (see [`IdleSpinners`]).
-pub fn latency(n: usize, idle_spinners: bool) -> Result<()> {
-    let _spinners = if idle_spinners { Some(IdleSpinners::start()?) } else { None };
+/// The pipe baseline: the stamping loop writing `n` lines into a pipe this process reads.
+fn pipe_batch(n: usize, out: &mut Vec<f64>) -> Result<()> {
     let script = STAMPER.replace('N', &n.to_string());
-    // Baseline 1: the same bash loop writing into a pipe read by this process.
     let mut child =
         Command::new("bash").args(["--noprofile", "--norc", "-c", &script]).stdout(Stdio::piped()).spawn()?;
-    let mut pipe = Vec::new();
     for line in BufReader::new(child.stdout.take().context("stdout")?).lines() {
-        pipe.extend(stamp_latency(&line?, now_us()));
+        out.extend(stamp_latency(&line?, now_us()));
     }
     child.wait()?;
-    // Baseline 2: one Unix-socket hop between two threads, stamps taken the same way.
+    Ok(())
+}
+
+/// The socket baseline: `n` stamps, one per ~2 ms, over one Unix-socket hop between two threads.
+fn socket_batch(n: usize, out: &mut Vec<f64>) -> Result<()> {
     let (mut a, b) = std::os::unix::net::UnixStream::pair()?;
     let writer = std::thread::spawn(move || {
         for _ in 0..n {
@@ -113,49 +115,91 @@ pub fn latency(n: usize, idle_spinners: bool) -> Result<()> {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
     });
-    let mut sock = Vec::new();
     for line in BufReader::new(b).lines().take(n) {
-        sock.extend(stamp_latency(&line?, now_us()));
+        out.extend(stamp_latency(&line?, now_us()));
     }
     let _ = writer.join();
-    // heddle: subscribe, run, measure every stamped line as its notification arrives.
+    Ok(())
+}
+
+/// heddle's samples: one stamping job of `n` lines in `session`, every line timed as its notification
+/// reaches the subscribed client `sub`.
+struct HeddleSamples {
+    total: Vec<f64>,
+    to_front: Vec<f64>,
+    from_front: Vec<f64>,
+}
+
+fn heddle_batch(
+    c: &mut heddle_tests::Client,
+    sub: &mut heddle_tests::Client,
+    s: &serde_json::Value,
+    n: usize,
+    out: &mut HeddleSamples,
+) -> Result<()> {
+    let script = STAMPER.replace('N', &n.to_string());
+    let job = c.call("run", json!({"session": s, "cmd": script, "yield_ms": 0}))?["job"].clone();
+    let mut partial = String::new();
+    let mut got = 0;
+    loop {
+        let note = sub.next_notification()?;
+        let at = now_us();
+        match note["method"].as_str() {
+            Some("output") if note["params"]["job"] == job => {
+                partial.push_str(note["params"]["data"].as_str().unwrap_or(""));
+                let pumped = note["params"]["at_unix_ns"].as_f64().unwrap_or(0.0) / 1e3;
+                while let Some(i) = partial.find('\n') {
+                    out.total.extend(stamp_latency(&partial[..i], at));
+                    out.to_front.extend(stamp_latency(&partial[..i], pumped));
+                    out.from_front.push(at - pumped);
+                    got += 1;
+                    partial.drain(..=i);
+                }
+            }
+            Some("job.settled") if note["params"]["job"] == job => break,
+            _ => {}
+        }
+    }
+    ensure!(got == n, "received {got} of {n} stamps");
+    Ok(())
+}
+
+/// A job prints `$EPOCHREALTIME` every ~2 ms; a subscribed client measures receive time − that stamp.
+/// The baselines (the same loop into a pipe; a socket hop between threads) run in the same rounds of
+/// `batch` lines, interleaved with heddle's, so the host's drift hits all three alike.
+/// With `idle_spinners`, every CPU runs an idle-priority busy loop meanwhile (see [`IdleSpinners`]).
+pub fn latency(n: usize, batch: usize, idle_spinners: bool) -> Result<()> {
+    let _spinners = if idle_spinners { Some(IdleSpinners::start()?) } else { None };
     let h = heddle_tests::Heddle::start();
     let mut c = h.client();
     let s = h.open_session(&mut c);
     let mut sub = h.client();
     sub.call("subscribe", json!({"session": s, "raw": true}))?;
-    c.call("run", json!({"session": s, "cmd": script, "yield_ms": 0}))?;
-    let (mut heddle, mut to_front, mut from_front) = (Vec::new(), Vec::new(), Vec::new());
-    let mut partial = String::new();
-    loop {
-        let note = sub.next_notification()?;
-        let at = now_us();
-        match note["method"].as_str() {
-            Some("output") => {
-                partial.push_str(note["params"]["data"].as_str().unwrap_or(""));
-                let pumped = note["params"]["at_unix_ns"].as_f64().unwrap_or(0.0) / 1e3;
-                while let Some(i) = partial.find('\n') {
-                    heddle.extend(stamp_latency(&partial[..i], at));
-                    to_front.extend(stamp_latency(&partial[..i], pumped));
-                    from_front.push(at - pumped);
-                    partial.drain(..=i);
-                }
-            }
-            Some("job.settled") => break,
-            _ => {}
-        }
+    let (mut pipe, mut sock) = (Vec::new(), Vec::new());
+    let mut hd = HeddleSamples { total: Vec::new(), to_front: Vec::new(), from_front: Vec::new() };
+    let batch = batch.max(1);
+    let mut left = n;
+    while left > 0 {
+        let k = batch.min(left);
+        pipe_batch(k, &mut pipe)?;
+        socket_batch(k, &mut sock)?;
+        heddle_batch(&mut c, &mut sub, &s, k, &mut hd)?;
+        left -= k;
     }
-    ensure!(heddle.len() == n, "received {} of {n} stamps", heddle.len());
     let show = |name: &str, s: Summary| println!("{name:<48} {:>9.1} {:>9.1} {:>9.1}", s.p50, s.p99, s.p999);
-    println!("== capture latency: write → visible to the reader (µs), n = {n}, one line per ~2 ms");
+    println!("== capture latency: write → visible to the reader (µs), n = {n}, one line per ~2 ms, rounds of {batch}");
     println!("{:<48} {:>9} {:>9} {:>9}", "", "p50", "p99", "p99.9");
-    let (p, so, hd) = (Summary::of(pipe), Summary::of(sock), Summary::of(heddle));
+    let (p, so, total) = (Summary::of(pipe), Summary::of(sock), Summary::of(hd.total));
     show("baseline: Unix socket hop (thread → thread)", so);
     show("baseline: bash → pipe → this process", p);
-    show("heddle: job → ring → front → subscriber socket", hd);
-    show("  of which job → worker → ring → front pump", Summary::of(to_front));
-    show("  of which front pump → subscriber", Summary::of(from_front));
-    println!("{:<48} {:>9.2} {:>9.2} {:>9.2}", "ratio heddle / pipe", hd.p50 / p.p50, hd.p99 / p.p99, hd.p999 / p.p999);
+    show("heddle: job → ring → front → subscriber socket", total);
+    show("  of which job → worker → ring → front pump", Summary::of(hd.to_front));
+    show("  of which front pump → subscriber", Summary::of(hd.from_front));
+    let (r50, r99, r999) = (total.p50 / p.p50, total.p99 / p.p99, total.p999 / p.p999);
+    println!("{:<48} {r50:>9.2} {r99:>9.2} {r999:>9.2}", "ratio heddle / pipe");
+    let figure = "capture latency: a job's line → subscribed client";
+    heddle_bench::record(figure, "bash → pipe → reader", p.p50, total.p50, Some(r99), "µs");
+    heddle_bench::record(figure, "Unix-socket hop, thread → thread", so.p50, total.p50, Some(total.p99 / so.p99), "µs");
     Ok(())
 }
 

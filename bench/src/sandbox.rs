@@ -158,6 +158,10 @@ fn print(bare: Summary, launch: Summary, sandbox: Summary, bwrap: Option<Summary
     println!("{:<58} {:>9} {:>9} {:>9} {:>9}", "", "p50 µs", "p90 µs", "p99 µs", "p50 ratio");
     let row = |name: &str, s: Summary| {
         println!("{name:<58} {:>9.1} {:>9.1} {:>9.1} {:>9.3}", s.p50, s.p90, s.p99, s.p50 / bare.p50);
+        if s != bare {
+            let base = "bare posix_spawn(bash -c true) + wait";
+            heddle_bench::record(name, base, bare.p50, s.p50, Some(s.p99 / bare.p99), "µs");
+        }
     };
     row("bare posix_spawn + wait (baseline)", bare);
     row("launcher, nothing added", launch);

@@ -96,7 +96,7 @@ pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
     println!("pause before every call: {pause_ms} ms; bare spawn p50 {:.1} µs", base.p50);
     let mut p50 = Vec::new();
     for v in &variants {
-        println!("{}: {} of {iterations} calls ran on a pre-started shell", v.name, v.prestarted);
+        heddle_bench::note(format!("{}: {} of {iterations} calls ran on a pre-started shell", v.name, v.prestarted));
         let s = Summary::of(v.times.clone());
         p50.push(s.p50);
         report(

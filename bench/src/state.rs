@@ -180,7 +180,7 @@ pub fn run(iterations: usize) -> Result<()> {
     handover(spare, false);
     let sums: Vec<Summary> = samples.into_iter().map(Summary::of).collect();
     for (i, v) in variants.iter().enumerate().skip(1) {
-        report("shell state around one spawn", variants[0].0, sums[0], v.0, sums[i]);
+        report(&format!("shell state: {}", v.0), variants[0].0, sums[0], v.0, sums[i]);
         println!(
             "incremental p50 cost: {:+.1} µs = {:.1}% of the bare spawn",
             sums[i].p50 - sums[0].p50,
@@ -194,10 +194,11 @@ pub fn run(iterations: usize) -> Result<()> {
         );
     }
     let pre = Summary::of(handovers);
-    report("shell state around one spawn", variants[0].0, sums[0], "pre-started shell, typical: command → exit", pre);
+    let label = "pre-started shell, typical: command → exit";
+    report(&format!("shell state: {label}"), variants[0].0, sums[0], label, pre);
     let pre = Summary::of(scoped_handovers);
     let label = "pre-started shell, typical, capture scoped: command → exit";
-    report("shell state around one spawn", variants[0].0, sums[0], label, pre);
+    report(&format!("shell state: {label}"), variants[0].0, sums[0], label, pre);
     println!("(the spare design in isolation: restore and spawn happen before the command arrives; `spare` measures it through the stack)");
     front_side(&captured, iterations, sums[0].p50)?;
     scope_cost(&items, iterations, sums[0].p50);
@@ -219,6 +220,8 @@ fn scope_cost(items: &front::shell::capture::Items, iterations: usize, bare_p50:
             })
             .collect();
         let s = Summary::of(samples);
+        let figure = format!("front: reading {cmd:?} for its capture scope");
+        heddle_bench::record(&figure, "bare bash -c true, spawn + wait", bare_p50, s.p50, None, "µs");
         println!(
             "front: reading {cmd:?} for its capture scope ({:?}): p50 {:.1} µs, p99 {:.1} µs = {:.2}% of the bare spawn",
             front::shell::scope::scope(cmd, items),
@@ -257,6 +260,8 @@ fn front_side(captured: &[u8], iterations: usize, bare_p50: f64) -> Result<()> {
             result?;
         }
         let s = Summary::of(samples);
+        let figure = format!("front: parse + apply of the typical capture, {label}");
+        heddle_bench::record(&figure, "bare bash -c true, spawn + wait", bare_p50, s.p50, None, "µs");
         println!(
             "front: parse + apply of the typical capture ({label}, {} bytes): p50 {:.1} µs, p99 {:.1} µs = {:.2}% of the bare spawn",
             cap.len(),
