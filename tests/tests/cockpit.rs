@@ -158,3 +158,54 @@ fn the_page_shows_what_a_call_changed_what_was_refused_and_the_override_audit() 
         jobs["announcements"].as_array().unwrap().iter().filter_map(|a| a["job"].as_u64()).collect();
     assert!(announced.contains(&changing), "the page's look took the announcement: {jobs}");
 }
+
+/// `curl` as uid 65534 (nobody) against the door: `(HTTP status, body)`. `--max-time` ends a stream
+/// after its first events.
+fn curl_as_nobody(url: &str) -> (u16, String) {
+    use std::os::unix::process::CommandExt;
+    let out = Command::new("curl")
+        .args(["-s", "-N", "--max-time", "3", "-w", "\n%{http_code}", url])
+        .uid(65534)
+        .gid(65534)
+        .current_dir("/")
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (status.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+#[test]
+fn another_uid_sees_none_of_roots_sessions_on_the_page() {
+    let h = Heddle::start_with(&["--http", "127.0.0.1:0"]);
+    let addr = door_address(&h.state_dir);
+    let mut c = h.client();
+    let s = c.call("session.open", json!({"cwd": h.project, "name": "roots-cockpit"})).unwrap()["session"].clone();
+    let job = c.call("run", json!({"session": s, "cmd": "echo root-secret-line", "yield_ms": 20_000})).unwrap()["job"]
+        .as_u64()
+        .unwrap();
+    // Root's own page reads them: the paths and names below are right, so a refusal is the uid's.
+    let own = HttpConn::connect(addr)
+        .unwrap()
+        .request("GET", &format!("/cockpit/job?session=roots-cockpit&job={job}"), &[], b"")
+        .unwrap();
+    assert_eq!(own.status, 200, "{}", own.text());
+    assert!(own.text().contains("root-secret-line"), "{}", own.text());
+
+    // Another local uid gets the page itself, but none of root's sessions, jobs, output or screen.
+    let base = format!("http://{addr}");
+    let (status, page) = curl_as_nobody(&format!("{base}/"));
+    assert_eq!(status, 200, "{page}");
+    let (status, snapshot) = curl_as_nobody(&format!("{base}/cockpit/sessions"));
+    assert_eq!(status, 200, "{snapshot}");
+    let data =
+        snapshot.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or_else(|| panic!("no event: {snapshot}"));
+    let v: Value = serde_json::from_str(data).unwrap();
+    assert_eq!(v["uid"], 65534, "{v}");
+    assert!(!snapshot.contains("roots-cockpit"), "nobody's snapshot lists root's session: {snapshot}");
+    for path in ["job", "model", "screen"] {
+        let (status, body) = curl_as_nobody(&format!("{base}/cockpit/{path}?session=roots-cockpit&job={job}"));
+        assert_eq!(status, 404, "/cockpit/{path} as nobody: {body}");
+        assert!(!body.contains("root-secret-line"), "/cockpit/{path} as nobody: {body}");
+    }
+}
