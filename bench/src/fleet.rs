@@ -10,7 +10,7 @@ use anyhow::{ensure, Context, Result};
 use heddle_bench::{record, Summary};
 use heddle_tests::{Client, Heddle};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -81,7 +81,7 @@ fn cgroup_cpu_ms(root: &Path) -> f64 {
 }
 
 /// CPU of the front, the supervisor and the cgroup tree over `secs` of idleness; printed and noted.
-fn idle(what: &str, secs: u64, front: u64, supervisor: u64, tree: &PathBuf) {
+fn idle(what: &str, secs: u64, front: u64, supervisor: u64, tree: &Path) {
     let before = (process_cpu_ms(front), process_cpu_ms(supervisor), cgroup_cpu_ms(tree));
     std::thread::sleep(Duration::from_secs(secs));
     let after = (process_cpu_ms(front), process_cpu_ms(supervisor), cgroup_cpu_ms(tree));
