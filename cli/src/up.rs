@@ -46,6 +46,10 @@ pub struct UpArgs {
     /// repeatable [default: none].
     #[arg(long, value_name = "DIR")]
     pub allow_writable: Vec<PathBuf>,
+    /// A directory holding projects another uid owns (root's, in a container): sessions opened by root
+    /// in a project beneath it see it as their jobs' uid's (an idmapped mount); repeatable [default: none].
+    #[arg(long, value_name = "DIR")]
+    pub allow_owned_projects: Vec<PathBuf>,
     /// Memory limit of a session, bytes [default: the session's policy profile's].
     #[arg(long, value_name = "BYTES")]
     pub memory_max: Option<u64>,
@@ -88,6 +92,9 @@ impl UpArgs {
         }
         for dir in &self.allow_writable {
             v.extend(["--allow-writable".into(), dir.clone().into_os_string()]);
+        }
+        for dir in &self.allow_owned_projects {
+            v.extend(["--allow-owned-projects".into(), dir.clone().into_os_string()]);
         }
         if let Some(m) = self.memory_max {
             v.extend(["--memory-max".into(), m.to_string().into()]);

@@ -60,6 +60,12 @@ pub struct Args {
     /// repeatable [default: none, sessions write only their profile's roots].
     #[arg(long, value_name = "DIR")]
     pub allow_writable: Vec<PathBuf>,
+    /// A directory holding projects other uids own (root's, in a container): a session opened by root
+    /// (or by a project's owner) in a project beneath it sees the project as its jobs' uid's, through an
+    /// idmapped mount in the worker's mount namespace; what jobs create is stored as the owner's.
+    /// Repeatable [default: none].
+    #[arg(long, value_name = "DIR")]
+    pub allow_owned_projects: Vec<PathBuf>,
     /// Serve the HTTP door on this TCP address (`127.0.0.1:8080`; port 0 picks a free one, written to
     /// `<state-dir>/http-address`) [default: no door].
     #[arg(long, value_name = "ADDR")]

@@ -32,6 +32,7 @@ pub mod http_door;
 pub mod kept;
 pub mod kept_output;
 pub mod limits;
+pub mod owned_project;
 pub mod recovery;
 pub mod session;
 pub mod session_close;

@@ -110,6 +110,8 @@ pub struct WorkerPolicy {
     pub writable: Vec<PathBuf>,
     /// The server's `--allow-writable` directories, for the worker's own re-check.
     pub allow_writable: Vec<PathBuf>,
+    /// The project, when it is mapped for the jobs' uid (`--allow-owned-projects`).
+    pub owned_project: Option<crate::owned_project::OwnedProject>,
 }
 
 impl Default for WorkerPolicy {
@@ -120,6 +122,7 @@ impl Default for WorkerPolicy {
             project: "/".into(),
             writable: Vec::new(),
             allow_writable: Vec::new(),
+            owned_project: None,
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct Sessions<C: CgroupOps, P: ProcessOps> {
     pub(crate) adopted: BTreeSet<String>,
     /// `--allow-writable`: the directories beneath which sessions may add writable roots.
     pub(crate) allow_writable: Vec<PathBuf>,
+    /// `--allow-owned-projects`: the directories beneath which a project another uid owns is mapped.
+    pub(crate) allow_owned: Vec<PathBuf>,
     /// Pure v2 with `memory`/`pids` enabled under the root: limits go on the session cgroups.
     pub(crate) v2_limits: bool,
     /// The hold of the cgroup root and state directory (`None` in tests over fake cgroups).
@@ -87,6 +89,7 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
             defaults: SessionLimits::default(),
             adopted: BTreeSet::new(),
             allow_writable: Vec::new(),
+            allow_owned: Vec::new(),
             v2_limits: false,
             claims: None,
             uids: None,
@@ -124,6 +127,12 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
     /// Keep the hold of the cgroup root and the state directory; the root is checked before each open.
     pub fn with_claims(mut self, claims: crate::exclusive::Claims) -> Self {
         self.claims = Some(claims);
+        self
+    }
+
+    /// Map projects beneath `dirs` for the jobs' uid (`--allow-owned-projects`; resolved by the caller).
+    pub fn with_allow_owned_projects(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.allow_owned = dirs;
         self
     }
 
@@ -192,7 +201,10 @@ impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
                     Err(e) => return Outgoing::plain(FromSupervisor::Error { req, error: e.to_string() }),
                 };
                 let allow_writable = self.allow_writable.clone();
-                let policy = crate::session::WorkerPolicy { policy, network, project, writable, allow_writable };
+                let owned_project =
+                    crate::owned_project::decide(std::path::Path::new(&project), &self.allow_owned, client_uid);
+                let policy =
+                    crate::session::WorkerPolicy { policy, network, project, writable, allow_writable, owned_project };
                 self.handle_open(req, session, client_uid, &policy, limits)
             }
             ToSupervisor::KeepJob { req, session, job, cgroup, name, owner_uid } => {

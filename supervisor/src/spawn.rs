@@ -34,6 +34,10 @@ pub enum SpawnError {
     Spawn(&'static str, #[source] io::Error),
     #[error("cannot open a pidfd for the new {0}")]
     Pidfd(&'static str, #[source] io::Error),
+    #[error(
+        "cannot map the project {0} for the session's uid (an idmapped mount; the file system must support one: ext4, xfs, btrfs, tmpfs)"
+    )]
+    ProjectMount(PathBuf, #[source] io::Error),
 }
 
 /// A child we started and have not reaped.
@@ -166,6 +170,15 @@ impl ProcessOps for RealProcesses {
             let p = dir.join("cgroup.procs");
             v1.push(std::fs::OpenOptions::new().write(true).open(&p).map_err(|e| SpawnError::CgroupProcs(p, e))?);
         }
+        // A project another uid owns, mapped for the jobs' uid (crate::owned_project); none when the
+        // jobs' uid owns it already.
+        let mount = match spec.policy.owned_project.as_ref().filter(|p| p.owner_uid != spec.user.uid) {
+            Some(p) => Some(
+                crate::owned_project::prepare(p, spec.user.uid, spec.user.gid)
+                    .map_err(|e| SpawnError::ProjectMount(p.path.clone(), e))?,
+            ),
+            None => None,
+        };
         let setup = ChildSetup {
             exe: self.worker_exe.as_fd(),
             arg0: "heddle-worker",
@@ -177,6 +190,7 @@ impl ProcessOps for RealProcesses {
             cgroup_procs: Some(procs.as_fd()),
             fds: spec.fds.iter().zip(3..).map(|(fd, n)| (*fd, n)).collect(),
             v1_procs: v1.iter().map(AsFd::as_fd).collect(),
+            project_mount: mount.as_ref(),
         };
         start(&setup, "heddle-worker")
     }
@@ -313,6 +327,7 @@ impl RealProcesses {
             cgroup_procs: Some(procs.as_fd()),
             fds,
             v1_procs: Vec::new(),
+            project_mount: None,
         };
         let mut child = sys::spawn_child(&setup)?;
         child.wait()?;
@@ -465,6 +480,7 @@ pub fn spawn_front(spec: &FrontSpec<'_>) -> Result<Spawned, SpawnError> {
         cgroup_procs: None,
         fds,
         v1_procs: Vec::new(),
+        project_mount: None,
     };
     start(&setup, "heddle-front")
 }

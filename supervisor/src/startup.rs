@@ -69,6 +69,8 @@ pub enum StartError {
     Claim(#[from] crate::exclusive::ClaimError),
     #[error(transparent)]
     SessionUids(#[from] crate::session_uids::UidError),
+    #[error("{0}")]
+    AllowOwned(String),
 }
 
 /// The resolved, checked configuration (nothing changed yet).
@@ -86,6 +88,7 @@ struct Plan {
     socket: PathBuf,
     defaults: shm_proto::control::SessionLimits,
     allow_writable: Vec<PathBuf>,
+    allow_owned: Vec<PathBuf>,
     socket_gid: u32,
     http: Option<(String, Option<PathBuf>)>,
     /// `--delegated`: the delegated cgroup whose processes move into its `supervisor` leaf.
@@ -204,6 +207,7 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
         None => 0,
     };
     let allow_writable = args.allow_writable.clone();
+    let allow_owned = crate::owned_project::allowed_dirs(&args.allow_owned_projects).map_err(StartError::AllowOwned)?;
     let http = match (&args.http, &args.http_token_dir) {
         (Some(a), dir) => Some((a.clone(), dir.as_deref().map(absolute).transpose()?)),
         (None, _) => None,
@@ -223,6 +227,7 @@ fn plan(args: &Args) -> Result<Plan, StartError> {
         defaults,
         socket_gid,
         allow_writable,
+        allow_owned,
         delegated,
     })
 }
@@ -343,6 +348,7 @@ fn start_created(
         .with_limits(v1, plan.defaults)
         .with_adopted(adopted)
         .with_allow_writable(plan.allow_writable)
+        .with_allow_owned_projects(plan.allow_owned)
         .with_v2_limits(v2_limits)
         .with_claims(claims);
     if let Some(pool) = pool {

@@ -62,6 +62,9 @@ pub struct ChildSetup<'a> {
     pub fds: Vec<(BorrowedFd<'a>, RawFd)>,
     /// Open `cgroup.procs` files of v1 cgroups the child joins too (hybrid hosts' memory/pids limits).
     pub v1_procs: Vec<BorrowedFd<'a>>,
+    /// A detached idmapped tree the child moves onto its target in a mount namespace of its own, while
+    /// still root (`crate::owned_project`).
+    pub project_mount: Option<&'a crate::owned_project::ProjectMount>,
 }
 
 /// Set the extended attribute `name` of `path` (tests label directories with it, as the worker does).
@@ -155,6 +158,109 @@ pub fn fork_detached() -> io::Result<bool> {
     }
 }
 
+// <linux/mount.h>
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// A detached copy of the mount at `path` (`open_tree(OPEN_TREE_CLONE)`, not recursive), close-on-exec.
+pub fn open_tree_clone(path: &std::ffi::CStr) -> io::Result<OwnedFd> {
+    // SAFETY: open_tree takes a dirfd, a NUL-terminated path that outlives the call and a flags word, and
+    // returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: the kernel just installed `fd` (close-on-exec); nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Give the detached `tree` the idmapping of the user namespace `userns`, `nosuid` and `nodev`
+/// (`mount_setattr`).
+pub fn idmap_tree(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: u64::try_from(userns.as_raw_fd()).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?,
+    };
+    // SAFETY: mount_setattr on an fd open for this call, a static empty path, and a pointer to a live
+    // struct of the size given.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A user namespace with exactly `uid_map` and `gid_map` (lines of `/proc/PID/uid_map`), held by an fd:
+/// a forked child unshares it and waits while we map it from here; then it exits and is reaped.
+pub fn mapping_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
+    let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (go_r, go_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // SAFETY: the child calls only async-signal-safe functions (unshare, write, read, _exit) on fds and
+    // integers made before the fork and never returns into Rust code, so a lock held by another of our
+    // threads cannot bite it.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            // Its copy of the go pipe's write end must go, or its read would never see the end.
+            libc::close(go_w.as_raw_fd());
+            let b = [u8::from(libc::unshare(libc::CLONE_NEWUSER) == 0)];
+            libc::write(ready_w.as_raw_fd(), b.as_ptr().cast(), 1);
+            let mut x = [0u8; 1];
+            libc::read(go_r.as_raw_fd(), x.as_mut_ptr().cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop((ready_w, go_r));
+    let made = (|| {
+        let mut b = [0u8; 1];
+        if nix::unistd::read(&ready_r, &mut b)? != 1 || b[0] != 1 {
+            return Err(io::Error::other("the helper child could not make a user namespace"));
+        }
+        std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)?;
+        std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)?;
+        Ok(OwnedFd::from(std::fs::File::open(format!("/proc/{pid}/ns/user"))?))
+    })();
+    drop(go_w);
+    let mut status = 0;
+    // SAFETY: waiting for our own child by its pid; `status` is a live int.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    made
+}
+
 /// Spawn a child as described by `setup`: cwd `/`, stdin `/dev/null`, stdout and stderr inherited;
 /// between fork and exec it starts a new session (so terminal signals to our process group miss it),
 /// joins its cgroup, sets groups, gid, uid and no_new_privs, and places its fds, in that order. Every
@@ -179,6 +285,7 @@ pub fn spawn_child(setup: &ChildSetup<'_>) -> io::Result<Child> {
         cgroup_procs: setup.cgroup_procs.map(|fd| fd.as_raw_fd()),
         fds: copies.iter().map(|(fd, t)| (fd.as_raw_fd(), *t)).collect(),
         v1_procs: setup.v1_procs.iter().map(|fd| fd.as_raw_fd()).collect(),
+        mount: setup.project_mount.map(|m| (m.tree.as_raw_fd(), m.target.clone())),
     };
     let mut cmd = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
     cmd.arg0(setup.arg0).args(&setup.args).env_clear().envs(setup.env.iter().map(|(k, v)| (k, v)));
@@ -222,6 +329,8 @@ struct ChildPlan {
     cgroup_procs: Option<RawFd>,
     fds: Vec<(RawFd, RawFd)>,
     v1_procs: Vec<RawFd>,
+    /// The tree fd (held open by the parent's `ChildSetup` across the fork) and its target.
+    mount: Option<(RawFd, std::ffi::CString)>,
 }
 
 impl ChildPlan {
@@ -248,6 +357,34 @@ impl ChildPlan {
             // buffer is a static one-byte string.
             let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
             check(if n == 1 { 0 } else { -1 })?;
+        }
+        if let Some((tree, target)) = &self.mount {
+            // SAFETY: integer flags. A mount namespace of the child's own, which receives the host's
+            // later mounts but sends none back.
+            check(unsafe { libc::unshare(libc::CLONE_NEWNS) })?;
+            // SAFETY: static NUL-terminated strings and integer flags.
+            check(unsafe {
+                libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_SLAVE | libc::MS_REC,
+                    std::ptr::null(),
+                )
+            })?;
+            // SAFETY: move_mount of the tree fd (open across the fork) onto `target`, a NUL-terminated
+            // string made before the fork; the empty path is static.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_move_mount,
+                    *tree,
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    target.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                )
+            };
+            check(if r < 0 { -1 } else { 0 })?;
         }
         let groups = [self.gid as libc::gid_t];
         // SAFETY: `groups` is a live one-element array for the duration of the call.
