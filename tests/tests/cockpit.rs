@@ -209,3 +209,55 @@ fn another_uid_sees_none_of_roots_sessions_on_the_page() {
         assert!(!body.contains("root-secret-line"), "/cockpit/{path} as nobody: {body}");
     }
 }
+
+/// The front's threads whose name starts with `prefix`.
+fn threads_named(pid: u64, prefix: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix)))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_page_closed_mid_stream_leaves_nothing_running_in_the_front() {
+    use std::io::{Read, Write};
+    let h = Heddle::start_with(&["--http", "127.0.0.1:0"]);
+    let addr = door_address(&h.state_dir);
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let front = c.call("describe", json!({})).unwrap()["front"]["pid"].as_u64().unwrap();
+    let job = c
+        .call("run", json!({"session": s, "cmd": "while :; do echo tick; sleep 0.2; done", "yield_ms": 0}))
+        .unwrap()["job"]
+        .as_u64()
+        .unwrap();
+    let s = s.as_str().unwrap();
+    assert_eq!(threads_named(front, "cockpit-"), 0, "no page is open yet");
+    // A browser tab: the sessions stream and a job's screen, read until their first event, then gone.
+    let mut tabs = Vec::new();
+    for path in ["/cockpit/sessions".to_owned(), format!("/cockpit/screen?session={s}&job={job}")] {
+        let mut t = std::net::TcpStream::connect(addr).unwrap();
+        write!(t, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains("data: ") {
+            let n = t.read(&mut buf).unwrap();
+            assert!(n > 0, "{path} ended before its first event: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        tabs.push(t);
+    }
+    assert_eq!(threads_named(front, "cockpit-"), 2, "one thread per open stream");
+    drop(tabs);
+    // Each ends at its next write: the screen at the job's next line, the sessions stream at its next
+    // change or keepalive (15 s).
+    assert!(
+        heddle_tests::eventually(std::time::Duration::from_secs(30), || threads_named(front, "cockpit-") == 0),
+        "a closed page left {} cockpit threads in the front",
+        threads_named(front, "cockpit-")
+    );
+    c.call("kill", json!({"session": s, "job": job})).unwrap();
+}
