@@ -241,6 +241,29 @@ fn with_a_token_dir_every_request_needs_a_valid_token() {
         )
         .unwrap();
     assert!(r.text().contains("65534"), "{}", r.text());
+
+    // The cockpit's reads are requests like any: nothing without a token, the uid's own with one.
+    let r = c
+        .post(
+            "/rpc",
+            &[root],
+            &json!({"jsonrpc": "2.0", "id": 5, "method": "run", "params": {"session": "tok", "cmd": "echo cockpit-line", "yield_ms": 20_000}}),
+        )
+        .unwrap();
+    let job = r.json()["result"]["job"].as_u64().unwrap_or_else(|| panic!("{}", r.text()));
+    for path in ["job", "model", "screen"] {
+        let path = format!("/cockpit/{path}?session=tok&job={job}");
+        let r = c.request("GET", &path, &[], b"").unwrap();
+        assert_eq!(r.status, 401, "{path} without a token: {}", r.text());
+        assert!(!r.text().contains("cockpit-line"), "{path}: {}", r.text());
+        let r = c.request("GET", &path, &[nobody], b"").unwrap();
+        assert_eq!(r.status, 404, "{path} with nobody's token: {}", r.text());
+    }
+    let r = c.request("GET", "/cockpit/sessions", &[], b"").unwrap();
+    assert_eq!(r.status, 401, "{}", r.text());
+    let r = c.request("GET", &format!("/cockpit/job?session=tok&job={job}"), &[root], b"").unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("cockpit-line"), "{}", r.text());
 }
 
 fn mcp(c: &mut HttpConn, session: Option<&str>, v: Value) -> Response {
