@@ -144,3 +144,80 @@ fn a_command_not_found_under_a_root_only_path_says_which_uid_jobs_run_as() {
     assert!(why.contains(&format!("{} is owned by uid 0 with mode 0700", home.display())), "{r}");
     assert!(text_form(&r).contains("the cause may be the uid"), "{}", text_form(&r));
 }
+
+/// A server-like process left running by a job: it waits for `crash` to appear in the project, then dies
+/// with a Python traceback on the job's stderr (what a kept web server that crashes does).
+const CRASHING_SERVER: &str = "python3 -c 'import os, time\nwhile not os.path.exists(\"crash\"):\n    time.sleep(0.05)\nraise KeyError(\"user_id\")' &\necho started";
+
+/// Create `crash` (the call's own result may already carry the announcement), then poll `jobs` (any
+/// call carries announcements) until one for `job` arrives; returns it and every announcement seen.
+fn crash_and_wait_for_announcement(
+    c: &mut heddle_tests::Client,
+    s: &Value,
+    job: &Value,
+) -> (Option<Value>, Vec<Value>) {
+    let r = run_to_end(c, s, "touch crash");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let mut seen = r["announcements"].as_array().cloned().unwrap_or_default();
+    let found = heddle_tests::eventually(std::time::Duration::from_secs(10), || {
+        let r = c.call("jobs", json!({"session": s})).unwrap();
+        seen.extend(r["announcements"].as_array().cloned().unwrap_or_default());
+        seen.iter().any(|a| &a["job"] == job)
+    });
+    (found.then(|| seen.iter().find(|a| &a["job"] == job).cloned()).flatten(), seen)
+}
+
+#[test]
+fn a_survivor_that_dies_after_its_job_was_reported_is_announced_with_its_traceback() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run_to_end(&mut c, &s, CRASHING_SERVER);
+    assert_eq!(r["survivors"].as_array().map(Vec::len), Some(1), "the server outlives its job: {r}");
+    let job = r["job"].clone();
+    let (a, seen) = crash_and_wait_for_announcement(&mut c, &s, &job);
+    let a = a.unwrap_or_else(|| panic!("the survivor's death is announced on a later call: {seen:?}"));
+    assert_eq!(a["survivors_ended"], true, "{a}");
+    let last = a["last_lines"].to_string();
+    assert!(last.contains("KeyError: 'user_id'"), "the traceback's last line is in it: {a}");
+    let text = protocol::text::announcements(&[serde_json::from_value(a.clone()).unwrap()]);
+    assert!(text.contains("left running ended") && text.contains("KeyError"), "{text}");
+    // Once: the next call does not carry it again.
+    let r = c.call("jobs", json!({"session": s})).unwrap();
+    assert!(r["announcements"].as_array().unwrap().iter().all(|x| x["job"] != job), "{r}");
+}
+
+#[test]
+fn a_kept_server_that_crashes_is_announced_on_the_next_call() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run_to_end(&mut c, &s, CRASHING_SERVER);
+    let job = r["job"].clone();
+    let k = c.call("keep", json!({"session": s, "job": job, "name": "webserver"})).unwrap();
+    assert_eq!(k["procs"].as_array().map(Vec::len), Some(1), "{k}");
+    let (a, seen) = crash_and_wait_for_announcement(&mut c, &s, &job);
+    let a = a.unwrap_or_else(|| panic!("the kept server's crash is announced on a later call: {seen:?}"));
+    assert_eq!(a["survivors_ended"], true, "{a}");
+    assert!(a["last_lines"].to_string().contains("KeyError: 'user_id'"), "{a}");
+}
+
+#[test]
+fn a_kept_server_ended_by_kept_kill_is_not_announced() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run_to_end(&mut c, &s, "sleep 300 & echo started");
+    let job = r["job"].clone();
+    c.call("keep", json!({"session": s, "job": job, "name": "sleeper"})).unwrap();
+    let k = c.call("kept.kill", json!({"name": "sleeper"})).unwrap();
+    assert_eq!(k["verified_empty"], true, "{k}");
+    // The end was asked for: no call in the next 2 s announces it.
+    let mut seen = Vec::new();
+    heddle_tests::eventually(std::time::Duration::from_secs(2), || {
+        let r = c.call("jobs", json!({"session": s})).unwrap();
+        seen.extend(r["announcements"].as_array().cloned().unwrap_or_default());
+        false
+    });
+    assert!(seen.iter().all(|a| a["job"] != job), "{seen:?}");
+}

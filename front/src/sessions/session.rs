@@ -346,7 +346,7 @@ impl SessionState {
             if j.needs_announcement() {
                 out.push(j.announce(now));
             }
-            quiet &= j.state().ended() && j.reported();
+            quiet &= j.quiet();
             if quiet {
                 floor = id + 1;
             }
