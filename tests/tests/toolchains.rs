@@ -221,3 +221,18 @@ fn a_kept_server_ended_by_kept_kill_is_not_announced() {
     });
     assert!(seen.iter().all(|a| a["job"] != job), "{seen:?}");
 }
+
+#[test]
+fn session_open_with_a_cwd_that_does_not_exist_is_refused_with_a_sentence() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let missing = h.project.join("no-such-dir");
+    let e = c.call("session.open", json!({"cwd": missing})).expect_err("a missing cwd is refused");
+    let msg = e.to_string();
+    assert!(msg.contains(&format!("{} does not exist", missing.display())), "{msg}");
+    assert!(msg.contains("mkdir -p"), "says what to do: {msg}");
+    let file = h.project.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let msg = c.call("session.open", json!({"cwd": file})).expect_err("a file is no cwd").to_string();
+    assert!(msg.contains("is not a directory"), "{msg}");
+}
