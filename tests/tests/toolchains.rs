@@ -236,3 +236,15 @@ fn session_open_with_a_cwd_that_does_not_exist_is_refused_with_a_sentence() {
     let msg = c.call("session.open", json!({"cwd": file})).expect_err("a file is no cwd").to_string();
     assert!(msg.contains("is not a directory"), "{msg}");
 }
+
+#[test]
+fn runs_of_blank_lines_are_named_as_blank_lines() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run_to_end(&mut c, &s, "printf 'a\\n\\n\\n\\nb\\n\\nc\\n'");
+    let view = r["view"].as_str().unwrap();
+    assert_eq!(view, "a\n<3 blank lines>\nb\n\nc\n", "{r}");
+    let v = c.call("output", json!({"session": s, "job": r["job"], "lines": [1, 7]})).unwrap();
+    assert_eq!(v["text"], "1: a\n2–4: <3 blank lines>\n5: b\n6: \n7: c\n", "{v}");
+}
