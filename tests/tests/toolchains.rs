@@ -248,3 +248,36 @@ fn runs_of_blank_lines_are_named_as_blank_lines() {
     let v = c.call("output", json!({"session": s, "job": r["job"], "lines": [1, 7]})).unwrap();
     assert_eq!(v["text"], "1: a\n2–4: <3 blank lines>\n5: b\n6: \n7: c\n", "{v}");
 }
+
+#[test]
+fn a_line_view_carries_its_text_once() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    // 35 KB of text: 500 lines of 70 bytes.
+    let r = run_to_end(
+        &mut c,
+        &s,
+        "for i in $(seq 1 500); do printf 'line %03d %s\\n' $i $(printf 'x%.0s' $(seq 1 60)); done",
+    );
+    let v = c
+        .call("output", json!({"session": s, "job": r["job"], "lines": [1, 500], "max_output_bytes": 400000}))
+        .unwrap();
+    let text = v["text"].as_str().unwrap();
+    let reply = v.to_string().len();
+    assert!(text.len() > 35_000, "{}", text.len());
+    assert!(reply < text.len() + text.len() / 5, "reply {reply} bytes for {} bytes of text: {v:.300}", text.len());
+    // The per-line form, asked for, carries the text there instead.
+    let l = c
+        .call(
+            "output",
+            json!({"session": s, "job": r["job"], "lines": [1, 500], "max_output_bytes": 400000, "format": "lines"}),
+        )
+        .unwrap();
+    assert_eq!(l["lines"].as_array().map(Vec::len), Some(500), "{l:.300}");
+    assert!(l["lines"][0]["text"].as_str().unwrap().starts_with("line 001 xxx"), "{l:.300}");
+    assert!(l.get("text").is_none_or(Value::is_null), "{l:.300}");
+    assert!(l.to_string().len() < text.len() * 2, "{}", l.to_string().len());
+    let e = c.call("output", json!({"session": s, "job": r["job"], "tail": 1, "format": "both"}));
+    assert!(e.expect_err("an unknown format is refused").to_string().contains("invalid params"), "{r}");
+}
