@@ -281,3 +281,30 @@ fn a_line_view_carries_its_text_once() {
     let e = c.call("output", json!({"session": s, "job": r["job"], "tail": 1, "format": "both"}));
     assert!(e.expect_err("an unknown format is refused").to_string().contains("invalid params"), "{r}");
 }
+
+#[test]
+fn calls_that_change_no_state_leave_state_version_alone() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    // The first job records the state (version 0 → 1): from there on, only a change bumps the version.
+    let first = run_to_end(&mut c, &s, "true");
+    assert_eq!(first["state_version"]["to"], 1, "{first}");
+    let unchanged = |c: &mut heddle_tests::Client, cmds: &[&str], v: &Value| {
+        for cmd in cmds {
+            let r = run_to_end(c, &s, cmd);
+            assert_eq!(&r["state_version"]["to"], v, "{cmd} changed nothing: {r}");
+            assert_eq!(r["state_changes"], json!([]), "{cmd}: {r}");
+        }
+    };
+    // `OLDPWD` is declared without a value until the first `cd`.
+    unchanged(&mut c, &["true", "true", "echo hi", "false"], &json!(1));
+    // The first `cd` sets `OLDPWD`: a change, though not worth a line of `state_changes`.
+    let v = run_to_end(&mut c, &s, "cd .")["state_version"]["to"].clone();
+    let cmds =
+        ["true", "true", "echo hi", "cd .", "cd \"$PWD\"", "(cd /tmp)", "false", "sh -c 'exit 3'", "ls /no-such-path"];
+    unchanged(&mut c, &cmds, &v);
+    unchanged(&mut c, &["export PATH", "true"], &v);
+    let r = run_to_end(&mut c, &s, "X=1");
+    assert_ne!(r["state_version"]["to"], v, "a change still bumps it: {r}");
+}
