@@ -247,9 +247,11 @@ impl Job {
         }
     }
 
-    /// True when nothing about the job remains to be announced, now or later.
+    /// True when nothing about the job remains to be announced now. What it left running may still end
+    /// later: the session lowers its mark to the job then (`SessionState::quiet_below`), so a server
+    /// that runs for days does not make every call walk the jobs after it.
     pub fn quiet(&self) -> bool {
-        self.state.ended() && self.reported && !self.rest_watched && !self.rest_unannounced
+        self.state.ended() && self.reported && !self.rest_unannounced
     }
 
     /// The kernel refused the job something (a sentence from [`crate::sessions::sandbox`]).
