@@ -96,7 +96,8 @@ pub struct Survivor {
     pub cpu_ms: Option<u64>,
 }
 
-/// A job that ended and had not been reported, told once.
+/// A job that ended and had not been reported, told once; or, told once too, the end of what a reported
+/// job left running (`survivors_ended`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Announcement {
@@ -109,6 +110,9 @@ pub struct Announcement {
     pub last_lines: Vec<String>,
     /// Later jobs that overrode shell state this job changed (see `JobResult::state_conflicts`).
     pub state_conflicts: Vec<String>,
+    /// The job had been reported with processes still running (survivors, or a kept job's processes);
+    /// they have ended since, and `last_lines` are the job's last lines now.
+    pub survivors_ended: bool,
 }
 
 /// The result of `run`, `wait` and `kill`.

@@ -261,14 +261,18 @@ pub fn survivors(s: &[Survivor]) -> String {
 pub fn announcements(a: &[Announcement]) -> String {
     let mut out = String::new();
     for x in a {
-        let _ = writeln!(
-            out,
-            "job {} ended: {} · {} · {}",
-            x.job,
-            ending(x.state, x.exit_code, x.signal),
-            duration(x.duration_ms),
-            one_line(&x.cmd, 120)
-        );
+        if x.survivors_ended {
+            let _ = writeln!(out, "job {}: the processes it left running ended · {}", x.job, one_line(&x.cmd, 120));
+        } else {
+            let _ = writeln!(
+                out,
+                "job {} ended: {} · {} · {}",
+                x.job,
+                ending(x.state, x.exit_code, x.signal),
+                duration(x.duration_ms),
+                one_line(&x.cmd, 120)
+            );
+        }
         for l in &x.last_lines {
             let _ = writeln!(out, "  {l}");
         }

@@ -48,7 +48,7 @@ fn back_to_back_calls_racing_the_making_keep_every_byte() {
     for (i, job) in ids {
         let want: String = (1..=200).map(|l| format!("job {i} line {l}\n")).collect();
         assert_eq!(String::from_utf8(read_stream(&mut c, &s, &job, "stdout")).unwrap(), want, "job {job}");
-        let r = c.call("output", json!({"session": s, "job": job, "lines": [200, 200]})).unwrap();
+        let r = c.call("output", json!({"session": s, "job": job, "lines": [200, 200], "format": "lines"})).unwrap();
         assert_eq!(r["lines"][0]["text"], format!("job {i} line 200"), "{r}");
     }
 }

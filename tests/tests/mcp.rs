@@ -147,6 +147,13 @@ fn the_mcp_bridge_serves_raw_json_lines_and_survives_bad_input() {
     assert_eq!(first["structuredContent"]["receipt"]["id"], again["structuredContent"]["receipt"]["id"], "{again}");
     let ledger = std::fs::read_to_string(h.project.join("ledger")).unwrap();
     assert_eq!(ledger, "ran\n", "ran once");
+    // A line view carries its text once: in the content, not again in `structuredContent`.
+    let v = b.tool(20, "output", json!({"job": 1, "lines": [1, 2]}));
+    let text = v["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("1: one\n") && text.contains("2: two\n"), "{v}");
+    let structured = &v["structuredContent"];
+    assert!(structured.get("text").is_none() && structured.get("lines").is_none(), "{v}");
+    assert_eq!((structured["view"].as_str(), structured["total_lines"].as_u64()), (Some("lines"), Some(2)), "{v}");
     // stdin closed in the middle of a call: the bridge still delivers its answer, then exits.
     b.send(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": "sleep 0.5; echo late"}}}).to_string());
     drop(b.stdin.take());

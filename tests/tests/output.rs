@@ -138,17 +138,18 @@ fn two_hundred_mib_view_fits_the_budget_and_every_line_is_reachable() {
     );
     // Every line is reachable: ranges anywhere, grep anywhere, the tail.
     for n in [1u64, 2, 777_777, 999_999, 1_000_001, 1_999_999, 2_000_000] {
-        let got = output(&mut c, &s, &r["job"], json!({"lines": [n, n]}));
+        let got = output(&mut c, &s, &r["job"], json!({"lines": [n, n], "format": "lines"}));
         assert_eq!(got["lines"][0]["text"].as_str().unwrap(), format!("line {n:07} {}", "x".repeat(90)));
     }
-    let g = output(&mut c, &s, &r["job"], json!({"grep": {"pattern": "panicked", "context": 1}}));
+    let g = output(&mut c, &s, &r["job"], json!({"grep": {"pattern": "panicked", "context": 1}, "format": "lines"}));
     assert_eq!(g["matches"], 1);
     assert_eq!(g["lines"][1]["line"], 1_000_000);
-    let g = output(&mut c, &s, &r["job"], json!({"grep": {"pattern": "^line 1234567 ", "context": 0}}));
+    let g =
+        output(&mut c, &s, &r["job"], json!({"grep": {"pattern": "^line 1234567 ", "context": 0}, "format": "lines"}));
     assert_eq!(g["lines"][0]["line"], 1_234_567);
-    let e = output(&mut c, &s, &r["job"], json!({"errors": true}));
+    let e = output(&mut c, &s, &r["job"], json!({"errors": true, "format": "lines"}));
     assert_eq!((e["matches"].as_u64(), e["lines"][2]["line"].as_u64()), (Some(1), Some(1_000_000)));
-    let t = output(&mut c, &s, &r["job"], json!({"tail": 3}));
+    let t = output(&mut c, &s, &r["job"], json!({"tail": 3, "format": "lines"}));
     assert_eq!(
         t["lines"].as_array().unwrap().iter().map(|l| l["line"].as_u64().unwrap()).collect::<Vec<_>>(),
         [1_999_998, 1_999_999, 2_000_000]
@@ -333,7 +334,8 @@ fn binary_stretches_are_named_with_their_size_and_the_text_around_them_stays_sea
         ],
         "{v}"
     );
-    let g = output(&mut c, &s, &r["job"], json!({"grep": {"pattern": "finished fine", "context": 0}}));
+    let g =
+        output(&mut c, &s, &r["job"], json!({"grep": {"pattern": "finished fine", "context": 0}, "format": "lines"}));
     assert_eq!((g["matches"].as_u64(), g["lines"][0]["line"].as_u64()), (Some(1), Some(2)), "{g}");
     assert_eq!(g["lines"][0]["text"], "the build finished fine", "{g}");
 }

@@ -60,7 +60,7 @@ fn a_job_over_its_cap_loses_its_oldest_bytes_and_every_view_says_so() {
     }
 
     // Line views: removed lines are said, kept lines are exact.
-    let r = output(&mut c, &s, &job, json!({"lines": [1, 3]})).unwrap();
+    let r = output(&mut c, &s, &job, json!({"lines": [1, 3], "format": "lines"})).unwrap();
     let note = r["note"].as_str().unwrap_or_default();
     assert!(note.contains("were removed by retention (max 256.0 KiB per job)"), "{r}");
     assert_eq!(r["lines"].as_array().unwrap().len(), 0, "{r}");

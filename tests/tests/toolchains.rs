@@ -144,3 +144,167 @@ fn a_command_not_found_under_a_root_only_path_says_which_uid_jobs_run_as() {
     assert!(why.contains(&format!("{} is owned by uid 0 with mode 0700", home.display())), "{r}");
     assert!(text_form(&r).contains("the cause may be the uid"), "{}", text_form(&r));
 }
+
+/// A server-like process left running by a job: it waits for `crash` to appear in the project, then dies
+/// with a Python traceback on the job's stderr (what a kept web server that crashes does).
+const CRASHING_SERVER: &str = "python3 -c 'import os, time\nwhile not os.path.exists(\"crash\"):\n    time.sleep(0.05)\nraise KeyError(\"user_id\")' &\necho started";
+
+/// Create `crash` (the call's own result may already carry the announcement), then poll `jobs` (any
+/// call carries announcements) until one for `job` arrives; returns it and every announcement seen.
+fn crash_and_wait_for_announcement(
+    c: &mut heddle_tests::Client,
+    s: &Value,
+    job: &Value,
+) -> (Option<Value>, Vec<Value>) {
+    let r = run_to_end(c, s, "touch crash");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let mut seen = r["announcements"].as_array().cloned().unwrap_or_default();
+    let found = heddle_tests::eventually(std::time::Duration::from_secs(10), || {
+        let r = c.call("jobs", json!({"session": s})).unwrap();
+        seen.extend(r["announcements"].as_array().cloned().unwrap_or_default());
+        seen.iter().any(|a| &a["job"] == job)
+    });
+    (found.then(|| seen.iter().find(|a| &a["job"] == job).cloned()).flatten(), seen)
+}
+
+#[test]
+fn a_survivor_that_dies_after_its_job_was_reported_is_announced_with_its_traceback() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run_to_end(&mut c, &s, CRASHING_SERVER);
+    assert_eq!(r["survivors"].as_array().map(Vec::len), Some(1), "the server outlives its job: {r}");
+    let job = r["job"].clone();
+    let (a, seen) = crash_and_wait_for_announcement(&mut c, &s, &job);
+    let a = a.unwrap_or_else(|| panic!("the survivor's death is announced on a later call: {seen:?}"));
+    assert_eq!(a["survivors_ended"], true, "{a}");
+    let last = a["last_lines"].to_string();
+    assert!(last.contains("KeyError: 'user_id'"), "the traceback's last line is in it: {a}");
+    let text = protocol::text::announcements(&[serde_json::from_value(a.clone()).unwrap()]);
+    assert!(text.contains("left running ended") && text.contains("KeyError"), "{text}");
+    // Once: the next call does not carry it again.
+    let r = c.call("jobs", json!({"session": s})).unwrap();
+    assert!(r["announcements"].as_array().unwrap().iter().all(|x| x["job"] != job), "{r}");
+}
+
+#[test]
+fn a_kept_server_that_crashes_is_announced_on_the_next_call() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run_to_end(&mut c, &s, CRASHING_SERVER);
+    let job = r["job"].clone();
+    let k = c.call("keep", json!({"session": s, "job": job, "name": "webserver"})).unwrap();
+    assert_eq!(k["procs"].as_array().map(Vec::len), Some(1), "{k}");
+    let (a, seen) = crash_and_wait_for_announcement(&mut c, &s, &job);
+    let a = a.unwrap_or_else(|| panic!("the kept server's crash is announced on a later call: {seen:?}"));
+    assert_eq!(a["survivors_ended"], true, "{a}");
+    assert!(a["last_lines"].to_string().contains("KeyError: 'user_id'"), "{a}");
+}
+
+#[test]
+fn a_kept_server_ended_by_kept_kill_is_not_announced() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run_to_end(&mut c, &s, "sleep 300 & echo started");
+    let job = r["job"].clone();
+    c.call("keep", json!({"session": s, "job": job, "name": "sleeper"})).unwrap();
+    let k = c.call("kept.kill", json!({"name": "sleeper"})).unwrap();
+    assert_eq!(k["verified_empty"], true, "{k}");
+    // The end was asked for: no call in the next 2 s announces it.
+    let mut seen = Vec::new();
+    heddle_tests::eventually(std::time::Duration::from_secs(2), || {
+        let r = c.call("jobs", json!({"session": s})).unwrap();
+        seen.extend(r["announcements"].as_array().cloned().unwrap_or_default());
+        false
+    });
+    assert!(seen.iter().all(|a| a["job"] != job), "{seen:?}");
+}
+
+#[test]
+fn session_open_with_a_cwd_that_does_not_exist_is_refused_with_a_sentence() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let missing = h.project.join("no-such-dir");
+    let e = c.call("session.open", json!({"cwd": missing})).expect_err("a missing cwd is refused");
+    let msg = e.to_string();
+    assert!(msg.contains(&format!("{} does not exist", missing.display())), "{msg}");
+    assert!(msg.contains("mkdir -p"), "says what to do: {msg}");
+    let file = h.project.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let msg = c.call("session.open", json!({"cwd": file})).expect_err("a file is no cwd").to_string();
+    assert!(msg.contains("is not a directory"), "{msg}");
+}
+
+#[test]
+fn runs_of_blank_lines_are_named_as_blank_lines() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run_to_end(&mut c, &s, "printf 'a\\n\\n\\n\\nb\\n\\nc\\n'");
+    let view = r["view"].as_str().unwrap();
+    assert_eq!(view, "a\n<3 blank lines>\nb\n\nc\n", "{r}");
+    let v = c.call("output", json!({"session": s, "job": r["job"], "lines": [1, 7]})).unwrap();
+    assert_eq!(v["text"], "1: a\n2–4: <3 blank lines>\n5: b\n6: \n7: c\n", "{v}");
+}
+
+#[test]
+fn a_line_view_carries_its_text_once() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    // 35 KB of text: 500 lines of 70 bytes.
+    let r = run_to_end(
+        &mut c,
+        &s,
+        "for i in $(seq 1 500); do printf 'line %03d %s\\n' $i $(printf 'x%.0s' $(seq 1 60)); done",
+    );
+    let v = c
+        .call("output", json!({"session": s, "job": r["job"], "lines": [1, 500], "max_output_bytes": 400000}))
+        .unwrap();
+    let text = v["text"].as_str().unwrap();
+    let reply = v.to_string().len();
+    assert!(text.len() > 35_000, "{}", text.len());
+    assert!(reply < text.len() + text.len() / 5, "reply {reply} bytes for {} bytes of text: {v:.300}", text.len());
+    // The per-line form, asked for, carries the text there instead.
+    let l = c
+        .call(
+            "output",
+            json!({"session": s, "job": r["job"], "lines": [1, 500], "max_output_bytes": 400000, "format": "lines"}),
+        )
+        .unwrap();
+    assert_eq!(l["lines"].as_array().map(Vec::len), Some(500), "{l:.300}");
+    assert!(l["lines"][0]["text"].as_str().unwrap().starts_with("line 001 xxx"), "{l:.300}");
+    assert!(l.get("text").is_none_or(Value::is_null), "{l:.300}");
+    assert!(l.to_string().len() < text.len() * 2, "{}", l.to_string().len());
+    let e = c.call("output", json!({"session": s, "job": r["job"], "tail": 1, "format": "both"}));
+    assert!(e.expect_err("an unknown format is refused").to_string().contains("invalid params"), "{r}");
+}
+
+#[test]
+fn calls_that_change_no_state_leave_state_version_alone() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    // The first job records the state (version 0 → 1): from there on, only a change bumps the version.
+    let first = run_to_end(&mut c, &s, "true");
+    assert_eq!(first["state_version"]["to"], 1, "{first}");
+    let unchanged = |c: &mut heddle_tests::Client, cmds: &[&str], v: &Value| {
+        for cmd in cmds {
+            let r = run_to_end(c, &s, cmd);
+            assert_eq!(&r["state_version"]["to"], v, "{cmd} changed nothing: {r}");
+            assert_eq!(r["state_changes"], json!([]), "{cmd}: {r}");
+        }
+    };
+    // `OLDPWD` is declared without a value until the first `cd`.
+    unchanged(&mut c, &["true", "true", "echo hi", "false"], &json!(1));
+    // The first `cd` sets `OLDPWD`: a change, though not worth a line of `state_changes`.
+    let v = run_to_end(&mut c, &s, "cd .")["state_version"]["to"].clone();
+    let cmds =
+        ["true", "true", "echo hi", "cd .", "cd \"$PWD\"", "(cd /tmp)", "false", "sh -c 'exit 3'", "ls /no-such-path"];
+    unchanged(&mut c, &cmds, &v);
+    unchanged(&mut c, &["export PATH", "true"], &v);
+    let r = run_to_end(&mut c, &s, "X=1");
+    assert_ne!(r["state_version"]["to"], v, "a change still bumps it: {r}");
+}

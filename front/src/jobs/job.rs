@@ -52,6 +52,11 @@ pub struct Job {
     streams_closed: bool,
     kill_requested: bool,
     reported: bool,
+    /// Processes of the job still ran when it was reported (survivors, or a kept job's processes
+    /// holding its pipes): their end is announced too, once.
+    rest_watched: bool,
+    /// What the job left running ended after it was reported, and no response has said so yet.
+    rest_unannounced: bool,
     notes: Vec<String>,
     /// What the kernel refused the job, in sentences (network off: its refused sockets).
     kernel_refusals: Vec<String>,
@@ -118,6 +123,8 @@ impl Job {
             streams_closed: false,
             kill_requested: false,
             reported: false,
+            rest_watched: false,
+            rest_unannounced: false,
             notes: Vec::new(),
             kernel_refusals: Vec::new(),
             shell: Default::default(),
@@ -212,6 +219,39 @@ impl Job {
     pub fn on_emptied(&mut self, at_unix_ns: u64, usage: JobUsage) {
         self.emptied.get_or_insert((at_unix_ns, usage));
         self.notes.retain(|n| !n.contains("outlived its main process"));
+        self.check_rest();
+    }
+
+    /// Something of the job still runs after it ended: survivors in its cgroup, or a kept job's
+    /// processes that still hold its pipes.
+    fn rest_running(&self) -> bool {
+        match self.kept {
+            Some(_) => !self.streams_closed,
+            None => self.survivors.as_ref().is_some_and(|p| p.total() > 0) && self.emptied.is_none(),
+        }
+    }
+
+    /// Called as the job is reported: watch what it left running, so its end is announced.
+    fn watch_rest(&mut self) {
+        self.rest_unannounced = false;
+        self.rest_watched = self.state.ended() && self.rest_running();
+    }
+
+    /// What the job left running ended (its cgroup emptied and its pipes closed; for a kept job, whose
+    /// cgroup left the session, its pipes closed): announce it, unless a kill asked for that end.
+    fn check_rest(&mut self) {
+        let done = self.streams_closed && (self.emptied.is_some() || self.kept.is_some());
+        if self.rest_watched && done {
+            self.rest_watched = false;
+            self.rest_unannounced = !self.kill_requested;
+        }
+    }
+
+    /// True when nothing about the job remains to be announced now. What it left running may still end
+    /// later: the session lowers its mark to the job then (`SessionState::quiet_below`), so a server
+    /// that runs for days does not make every call walk the jobs after it.
+    pub fn quiet(&self) -> bool {
+        self.state.ended() && self.reported && !self.rest_unannounced
     }
 
     /// The kernel refused the job something (a sentence from [`crate::sessions::sandbox`]).
@@ -228,6 +268,15 @@ impl Job {
 
     pub fn set_kept(&mut self, name: String) {
         self.kept = Some(name);
+        // Its processes left the session: only its pipes can still tell their end.
+        if self.streams_closed {
+            self.rest_watched = false;
+        }
+    }
+
+    /// `kept.kill` ends what the kept job left running: an end asked for, not announced.
+    pub fn on_kept_kill(&mut self) {
+        self.rest_watched = false;
     }
 
     pub fn kept(&self) -> Option<&str> {
@@ -387,6 +436,7 @@ impl Job {
         self.rendered.finish();
         self.store.flush();
         self.release_buffers();
+        self.check_rest();
     }
 
     /// A job that can write no more gives its write buffers back once they are flushed (they grow to
@@ -585,6 +635,7 @@ impl Job {
         if final_result && self.state.ended() {
             self.reported = true;
             self.shell.conflict_unannounced = false;
+            self.watch_rest();
         }
         let mut rendered = view::render(&self.rendered, budget, session, self.id);
         if let Some(line) = self.retention_line() {
@@ -634,9 +685,12 @@ impl Job {
 
     /// The announcement of this ended job; marks it reported.
     pub fn announce(&mut self, now: Instant) -> Announcement {
+        let survivors_ended = self.reported && self.rest_unannounced;
         self.reported = true;
         self.shell.conflict_unannounced = false;
+        self.watch_rest();
         Announcement {
+            survivors_ended,
             job: self.id,
             cmd: crate::rpc::results::redacted(&self.cmd),
             state: self.state,
@@ -650,7 +704,7 @@ impl Job {
 
     /// True when the job ended and no response has carried that yet.
     pub fn needs_announcement(&self) -> bool {
-        self.state.ended() && (!self.reported || self.shell.conflict_unannounced)
+        self.state.ended() && (!self.reported || self.shell.conflict_unannounced || self.rest_unannounced)
     }
 
     /// The command as submitted.

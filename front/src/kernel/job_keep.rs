@@ -276,6 +276,12 @@ struct KillParams {
 pub(crate) fn call_kill(k: &Kernel, client: &Client, params: Value) -> Result<KeptKillResult, RpcError> {
     let p: KillParams = rpc::params("kept.kill", params)?;
     check_own("kept.kill", k, client, &p.name)?;
+    // The end of its processes is asked for here: the job's session does not announce it.
+    for s in k.open_sessions() {
+        for j in s.lock().jobs.values_mut().filter(|j| j.kept() == Some(p.name.as_str())) {
+            j.on_kept_kill();
+        }
+    }
     let (killed, verified_empty) = k
         .link
         .kill_kept(&p.name)

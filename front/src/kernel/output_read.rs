@@ -2,7 +2,8 @@
 //!
 //! - `lines: [a, b]`, `tail: n`, `grep: {pattern, context?, max?}`, `errors: true` — rendered,
 //!   redacted, numbered lines (see [`crate::output::views`]); `stream` is `stdout`, `stderr` or `both`
-//!   (default); the text is bounded by `max_output_bytes` (default 40000).
+//!   (default); the text is bounded by `max_output_bytes` (default 40000). `format: "text"` (default)
+//!   answers them as one `text`, `format: "lines"` as `lines` objects: the text is carried once.
 //! - `raw: {offset?, len?, unredacted: true}` — stored bytes of one stream (`stream` `stdout` default
 //!   or `stderr`), UNREDACTED, so the flag is required; `len` at most 4 MiB (clamped with a note).
 //! - no selector, with `unredacted: true` (and `offset`/`len` at the top level): the raw form of the
@@ -69,10 +70,22 @@ struct Params {
     errors: Option<bool>,
     #[serde(default)]
     max_output_bytes: Option<u64>,
+    /// How a line view carries its lines: `text` (default, `N: text` in one string) or `lines` (one
+    /// object per line). Never both: a reply carries its text once.
+    #[serde(default)]
+    format: Format,
     /// The one way to unredacted bytes (also accepted inside `raw`): `output` with no view and this flag
     /// reads raw bytes; without it, no view is an error, never raw bytes by default.
     #[serde(default)]
     unredacted: bool,
+}
+
+#[derive(Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Format {
+    #[default]
+    Text,
+    Lines,
 }
 
 enum Selector {
@@ -264,11 +277,11 @@ fn line_view(
         view,
         stream: stream.name(),
         // A check's errors view leads with its failures' sections (`kernel::check_run`).
-        text: match check.filter(|c| view == "errors" && !c.failures.is_empty()) {
+        text: (p.format == Format::Text).then(|| match check.filter(|c| view == "errors" && !c.failures.is_empty()) {
             Some(c) => protocol::checks::summary_block(Some(&c), None) + &views::as_text(&found.lines),
             None => views::as_text(&found.lines),
-        },
-        lines: found.lines,
+        }),
+        lines: (p.format == Format::Lines).then_some(found.lines),
         total_lines: total,
         matches: matches!(view, "grep" | "errors").then_some(found.matches),
         next,
@@ -300,7 +313,11 @@ fn tail(src: &Source, n: u64, total: u64, stream: StreamSel, budget: usize) -> R
 
 fn next_call(p: &Params, from: u64) -> Value {
     let last = p.lines.map_or(u64::MAX, |l| l[1]);
-    json!({"session": p.session, "job": p.job, "stream": p.stream.unwrap_or_default().name(), "lines": [from, last]})
+    let mut call = json!({"session": p.session, "job": p.job, "stream": p.stream.unwrap_or_default().name(), "lines": [from, last]});
+    if p.format == Format::Lines {
+        call["format"] = json!("lines");
+    }
+    call
 }
 
 #[cfg(test)]

@@ -95,6 +95,12 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Session
     match claim(k, client, p.name.as_deref())? {
         Claim::Existing(s) => attach_existing(k, &s, gave || p.limits.is_some()),
         Claim::New(name) => {
+            if p.cwd.is_some() {
+                if let Err(e) = cwd_exists(&cwd) {
+                    k.release(&name, None);
+                    return Err(e);
+                }
+            }
             let l = p.limits.unwrap_or_default();
             let limits = SessionLimits { memory_max: l.memory_max, pids_max: l.pids_max, ..Default::default() };
             open_new(k, client, name, NewSession { cwd, env, persistent: p.persistent }, &sandbox, &limits)
@@ -122,6 +128,24 @@ fn validate_cwd(cwd: &str) -> Result<(), RpcError> {
         return Err(RpcError::invalid_params("session.open", format!("cwd {cwd:?} must be an absolute path")));
     }
     Ok(())
+}
+
+/// A new session's cwd must be a directory that exists: every job starts there, and a job that cannot
+/// would fail with an unrelated hint. Only what the front can see is refused (a directory the front's
+/// uid may not look into is left for the job's uid to find).
+fn cwd_exists(cwd: &str) -> Result<(), RpcError> {
+    let why = match std::fs::metadata(cwd) {
+        Ok(m) if m.is_dir() => return Ok(()),
+        Ok(_) => format!("cwd {cwd} is not a directory; open the session in a directory (its parent, say)"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            format!("cwd {cwd} does not exist; create it first (mkdir -p {cwd}) or open the session in a directory that exists")
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            format!("cwd {cwd} does not exist (a part of it is not a directory); open the session in a directory that exists")
+        }
+        Err(_) => return Ok(()),
+    };
+    Err(RpcError::invalid_params("session.open", why))
 }
 
 /// Environment entries: names non-empty without `=` or NUL, values without NUL, and never a `BASH_FUNC_`

@@ -70,10 +70,13 @@ impl Placed {
 
     /// `display().len()`, without building the line (it is asked for every run on the output path).
     pub fn display_len(&self) -> usize {
+        let digits = |n: u32| n.checked_ilog10().unwrap_or(0) as usize + 1;
         match self.run.count {
             0 | 1 => self.run.text.len(),
+            // "<" and " blank lines>" around the digits.
+            n if blank(&self.run.text) => 1 + digits(n) + 13,
             // " (×" is 4 bytes, then the digits and ")".
-            n => self.run.text.len() + 4 + n.checked_ilog10().unwrap_or(0) as usize + 1 + 1,
+            n => self.run.text.len() + 4 + digits(n) + 1,
         }
     }
 }
@@ -97,13 +100,19 @@ impl ViewRuns<'_> {
     }
 }
 
-/// One run as the model sees it.
+/// One run as the model sees it: `text (×3)` for repeated lines, `<3 blank lines>` for a run of blank
+/// (empty or whitespace-only) lines, whose text would leave only ` (×3)`.
 pub fn display(run: &Run) -> String {
-    if run.count > 1 {
-        format!("{} (×{})", run.text, run.count)
-    } else {
-        run.text.clone()
+    match run.count {
+        0 | 1 => run.text.clone(),
+        n if blank(&run.text) => format!("<{n} blank lines>"),
+        n => format!("{} (×{n})", run.text),
     }
+}
+
+/// True for a line with nothing but whitespace.
+pub fn blank(text: &str) -> bool {
+    text.trim().is_empty()
 }
 
 /// A job's rendered output.
@@ -457,7 +466,7 @@ mod tests {
     #[test]
     fn display_len_is_the_display_lines_length() {
         for count in [0, 1, 2, 9, 10, 99, 100, 1_000_000, u32::MAX] {
-            for text in ["", "x", "héllo wörld"] {
+            for text in ["", "  ", "x", "héllo wörld"] {
                 let p = Placed { run: Run { stream: 0, first: 1, count, text: text.to_owned() }, bytes_before: 0 };
                 assert_eq!(p.display_len(), p.display().len(), "{count} {text:?}");
             }

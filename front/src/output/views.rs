@@ -188,7 +188,8 @@ pub fn is_error(r: &Run) -> bool {
     r.stream == 1 || error_shaped().is_match(&r.text)
 }
 
-/// The view's lines as text: `N: text` (`N–M: text (×k)` for runs), `--` between separate groups.
+/// The view's lines as text: `N: text` (`N–M: text (×k)` for runs, `N–M: <k blank lines>` for runs of
+/// blank lines), `--` between separate groups.
 pub fn as_text(lines: &[ViewLine]) -> String {
     let mut out = String::new();
     let mut prev_end: Option<u64> = None;
@@ -197,7 +198,9 @@ pub fn as_text(lines: &[ViewLine]) -> String {
             out.push_str("--\n");
         }
         let end = l.line + u64::from(l.count) - 1;
-        if l.count > 1 {
+        if l.count > 1 && crate::output::rendered::blank(&l.text) {
+            out.push_str(&format!("{}–{}: <{} blank lines>\n", l.line, end, l.count));
+        } else if l.count > 1 {
             out.push_str(&format!("{}–{}: {} (×{})\n", l.line, end, l.text, l.count));
         } else {
             out.push_str(&format!("{}: {}\n", l.line, l.text));

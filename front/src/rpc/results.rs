@@ -85,9 +85,12 @@ pub struct OutputViewResult {
     pub job: u64,
     pub view: &'static str,
     pub stream: &'static str,
-    /// The lines as `N: text`, redacted.
-    pub text: String,
-    pub lines: Vec<ViewLine>,
+    /// The lines as `N: text`, redacted (`format: "text"`, the default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The lines one by one, redacted (`format: "lines"`); the text is carried once, here or in `text`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lines: Option<Vec<ViewLine>>,
     /// Lines numbered so far.
     pub total_lines: u64,
     /// grep/errors: matching lines in all (also past `max`).

@@ -133,7 +133,8 @@ pub struct SessionState {
     /// The next job's output files, made ahead (see [`crate::jobs::files`]).
     pub files_ahead: crate::jobs::files::Ahead,
     /// Every job below this id has ended and been reported on, and has no conflict left to announce:
-    /// announcements need not look at it again (a conflict noted on it lowers the mark).
+    /// announcements need not look at it again (a conflict noted on it, or the end of what it left
+    /// running, lowers the mark).
     quiet_below: JobId,
     /// Jobs whose stdin the front feeds: terminals (with their screens) and stdin pipes.
     pub terminals: crate::terminal::Terminals,
@@ -245,6 +246,10 @@ impl SessionState {
                     self.dirty.push(j.id());
                 }
                 publish_end(&mut self.subscribers, &self.name, j, true);
+                if j.needs_announcement() {
+                    // What a reported job left running ended: announce it (see `quiet_below`).
+                    self.quiet_below = self.quiet_below.min(j.id());
+                }
             }
             (Event::StateCaptured { data, .. }, Some(j)) => {
                 let by = j.id();
@@ -253,7 +258,12 @@ impl SessionState {
             }
             (Event::StateUnknown { reason, .. }, Some(j)) => j.on_state_unknown(&reason),
             (Event::Survivors { procs, .. }, Some(j)) => j.on_survivors(procs),
-            (Event::Emptied { at_unix_ns, usage, .. }, Some(j)) => j.on_emptied(at_unix_ns, usage),
+            (Event::Emptied { at_unix_ns, usage, .. }, Some(j)) => {
+                j.on_emptied(at_unix_ns, usage);
+                if j.needs_announcement() {
+                    self.quiet_below = self.quiet_below.min(j.id());
+                }
+            }
             (Event::OomKilled { .. }, Some(j)) => j.on_oom_killed(),
             (Event::PidsLimited { limit, failures, .. }, Some(j)) => j.note(format!(
                 "{failures} fork(s) of the session failed on its process limit (pids.max {limit}) while the job ran"
@@ -346,7 +356,7 @@ impl SessionState {
             if j.needs_announcement() {
                 out.push(j.announce(now));
             }
-            quiet &= j.state().ended() && j.reported();
+            quiet &= j.quiet();
             if quiet {
                 floor = id + 1;
             }

@@ -254,6 +254,13 @@ fn script(items: &Items, borne: &crate::shell::env::EnvBorne, fresh: bool) -> Ve
         }
         if v.is_empty() {
             s.extend_from_slice(format!("builtin unset -v {}\n", &k[4..]).as_bytes());
+        } else if !v.contains(&b'=') {
+            // Declared without a value (`declare -x OLDPWD`): a `declare` keeps a value set earlier in
+            // this restore (the `cd` above sets `OLDPWD`), so unset it first, or every job would
+            // capture a value the record never had and bump the version with no change.
+            s.extend_from_slice(format!("builtin unset -v {}\n", &k[4..]).as_bytes());
+            s.extend_from_slice(v);
+            s.push(b'\n');
         } else {
             // Plain `declare`: `builtin declare` is not parsed as an assignment builtin (its `(…)` would
             // be a syntax error), and no user function exists yet at this point of the restore.

@@ -251,8 +251,14 @@ fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnect
 /// A method's result as an MCP tool result: the text form for the model, the JSON beside it.
 fn tool_result(method: &'static str, result: Result<Value, RpcError>) -> Value {
     match result {
-        Ok(v) => {
+        Ok(mut v) => {
             let text = mcp_tools::text(method, &v);
+            // A line view's text is the content already: carried once, not again beside it.
+            if method == "output" {
+                if let Some(m) = v.as_object_mut() {
+                    m.remove("text");
+                }
+            }
             json!({"content": [{"type": "text", "text": text}], "structuredContent": v, "isError": false})
         }
         Err(e) => tool_error(&e),
