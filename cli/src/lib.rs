@@ -12,6 +12,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod calls;
 pub mod client;
 pub mod mcp_bridge;
 pub mod paths;

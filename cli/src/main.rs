@@ -370,7 +370,12 @@ fn print_job(r: &Value) -> Result<i32> {
     let r: protocol::results::JobResult =
         serde_json::from_value(r.clone()).context("the job result is not in the protocol's shape")?;
     let mut out = std::io::stdout().lock();
-    out.write_all(protocol::text::job_result(&r).as_bytes())?;
+    let mut text = cli::calls::for_the_cli(&protocol::text::job_result(&r), &r.session);
+    // A person's prompt comes next: never glued to the last line.
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(match r.state {
         protocol::results::JobState::Running => EXIT_STILL_RUNNING,

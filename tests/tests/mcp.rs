@@ -255,6 +255,19 @@ fn the_cli_follows_the_views_a_marker_names() {
         "seq 1 50000; echo 'token=ghp_0123456789abcdefghijklmnopqrstuvwxyzAB' >&2; echo 'error: boom' >&2",
     ]);
     assert!(ran.contains("omitted (lines"), "a marker: {}", &ran[..ran.len().min(400)]);
+    assert!(ran.ends_with('\n'), "the person's prompt is not glued to the last line");
+    // The marker names the command a person types, and typed, it shows exactly the lines omitted.
+    let marker = ran.lines().find(|l| l.starts_with("[… heddle:")).unwrap();
+    let typed = marker.split('`').nth(1).unwrap_or_else(|| panic!("a command in backquotes: {marker}"));
+    let span = marker.split("(lines ").nth(1).unwrap().split(')').next().unwrap();
+    let (from, to) = span.split_once('–').unwrap();
+    assert_eq!(typed, format!("heddle --session viewer output 1 --lines {from}:{to}"), "{marker}");
+    // (`cli` gives `--session viewer` itself.)
+    let words: Vec<&str> = typed.split(' ').skip(3).collect();
+    let shown = cli(&words);
+    assert!(shown.starts_with(&format!("{from}: {from}\n")), "{}", &shown[..200]);
+    let waiting = cli(&["run", "--yield", "0", "--", "sleep 5"]);
+    assert!(waiting.contains("wait with `heddle --session viewer wait 2`"), "{waiting}");
     let lines = cli(&["output", "1", "--lines", "25000:25002"]);
     assert!(lines.contains("25000") && lines.contains("25002") && !lines.contains("24999"), "{lines}");
     let tail = cli(&["output", "1", "--tail", "1", "--stream", "stderr"]);
