@@ -278,6 +278,11 @@ pub struct JobLiveness {
 }
 
 /// Worker → front.
+///
+/// **New variants go at the end, and no variant's fields change**: sessions' journals on disk hold these
+/// events in postcard, by variant index, and a newer heddle replays an earlier one's journals
+/// (tests/tests/upgrade.rs reads a fixture written by an earlier build). A variant put in the middle
+/// shifts every later one, and the replay stops at the first event it can no longer read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
     /// First event of every worker.
@@ -338,10 +343,6 @@ pub enum Event {
     Emptied { job: JobId, at_unix_ns: u64, usage: JobUsage },
     /// The kernel's OOM killer killed a process of the job (precedes its `Exited`).
     OomKilled { job: JobId },
-    /// The session's network is off and the job's processes asked for sockets of these families
-    /// (`AF_INET`, …), `count` calls in all, each refused `EPERM` by the seccomp filter (precedes its
-    /// `Exited`).
-    NetworkRefused { job: JobId, count: u32, families: Vec<String> },
     /// Forks in the session failed because of its process limit (`pids.max`) while the job ran.
     PidsLimited { job: JobId, limit: u64, failures: u64 },
     /// Answer to `Command::Probe` (`None`: the job is not running or is unknown).
@@ -359,4 +360,8 @@ pub enum Event {
     /// The job's effects ledger (its project part), for a job run with an `EffectsMode` other than
     /// `None`; sent before `Exited`.
     Effects { job: JobId, project: ProjectEffects },
+    /// The session's network is off and the job's processes asked for sockets of these families
+    /// (`AF_INET`, …), `count` calls in all, each refused `EPERM` by the seccomp filter (precedes its
+    /// `Exited`).
+    NetworkRefused { job: JobId, count: u32, families: Vec<String> },
 }
