@@ -364,9 +364,11 @@ impl LineLog {
 }
 
 impl LineLog {
-    /// Bytes of the file not removed by retention (buffered and open ones included).
+    /// Bytes of the file not removed by retention (sealed blocks not yet written included; the open
+    /// block is memory, at most [`BLOCK`] plus one run, and costs the file a fraction of that once
+    /// sealed).
     pub fn kept_len(&self) -> u64 {
-        (self.durable + self.buf.len() as u64 + self.open.plain.len() as u64).saturating_sub(self.removed_file)
+        (self.durable + self.buf.len() as u64).saturating_sub(self.removed_file)
     }
 
     /// Bytes of the file on disk not removed by retention.
