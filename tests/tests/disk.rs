@@ -1,8 +1,13 @@
-//! Disk through the real stack: the line log costs a fraction of the output it indexes.
+//! Disk through the real stack: the line log costs a fraction of the output it indexes, and the
+//! server's disk budget (`heddle up --disk-budget`, or `HEDDLE_RETAIN_DISK_BYTES`) holds: ended
+//! jobs' output goes first, the job that ended first first, and running jobs over it keep their newest
+//! output and are told.
 
 use heddle_tests::{Client, Heddle};
 use serde_json::{json, Value};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 fn run(c: &mut Client, s: &Value, cmd: &str) -> Value {
     let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 300_000})).expect("run");
@@ -78,4 +83,96 @@ fn the_line_log_costs_a_fraction_of_the_output_it_indexes() {
         let last = if name == "build log" { "[100%] Built target all" } else { "5000000" };
         assert!(t["text"].as_str().unwrap().ends_with(&format!(": {last}\n")), "{t}");
     }
+}
+
+/// Bytes the job files (`jobs/<N>.log` and `jobs/<N>.lines`) under `dir` take on disk (punched
+/// holes excluded).
+fn stored(dir: &Path) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            n += stored(&p);
+        } else if p.extension().is_some_and(|x| x == "log" || x == "lines")
+            && p.parent().is_some_and(|d| d.ends_with("jobs"))
+        {
+            n += std::fs::metadata(&p).unwrap().blocks() * 512;
+        }
+    }
+    n
+}
+
+fn raw(c: &mut Client, s: &Value, job: &Value, offset: u64) -> Result<Value, String> {
+    c.call("output", json!({"session": s, "job": job, "raw": {"offset": offset, "len": 13, "unredacted": true}}))
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn at_the_disk_budget_the_job_that_ended_first_loses_its_oldest_output_whatever_its_session() {
+    let budget: u64 = 4 << 20;
+    // Through `heddle up`'s flag (the other test sets the variable the flag sets).
+    let h = Heddle::start_with(&["--disk-budget", "4M"]);
+    let mut c = h.client();
+    let (s1, s2) = (h.open_session(&mut c), h.open_session(&mut c));
+    // Each job writes 1.56 MB (120,000 lines) and keeps about that (raw log and line log): the third
+    // puts the server over 4 MiB.
+    let seq = "seq -f 'line %07g' 1 120000";
+    // The oldest is in the other session than the one that writes last.
+    let a = run(&mut c, &s2, seq)["job"].clone();
+    let b = run(&mut c, &s1, seq)["job"].clone();
+    assert!(raw(&mut c, &s2, &a, 0).is_ok(), "under the budget everything is kept");
+    let third = run(&mut c, &s1, seq)["job"].clone();
+    let why = "removed by retention (server disk budget 4.0 MiB; oldest ended output first)";
+    let evicted =
+        heddle_tests::eventually(Duration::from_secs(10), || raw(&mut c, &s2, &a, 0).is_err_and(|e| e.contains(why)));
+    assert!(evicted, "the job that ended first loses its output: {:?}", raw(&mut c, &s2, &a, 0));
+    // Its view says so (its oldest records went, as many as needed); the later jobs, of the session
+    // that wrote last, keep theirs whole.
+    let w = c.call("wait", json!({"session": s2, "job": a})).unwrap();
+    let first = w["view"].as_str().unwrap().lines().next().unwrap().to_owned();
+    assert!(first.starts_with("[… heddle: first ") && first.contains(why), "{first}");
+    assert_eq!(w["stdout_bytes"], 1_560_000, "the counts keep counting everything");
+    for (s, job) in [(&s1, &b), (&s1, &third)] {
+        assert_eq!(raw(&mut c, s, job, 0).unwrap()["data"], "line 0000001\n", "job {job} keeps its output");
+    }
+    // Give or take the file system's blocks at the punched ranges' edges.
+    let on_disk = stored(&h.state_dir);
+    println!("job files on disk: {on_disk} bytes, budget {budget}");
+    assert!(
+        on_disk <= budget + (16 << 10),
+        "the job files take {on_disk} bytes on disk, over the {budget}-byte budget"
+    );
+}
+
+#[test]
+fn running_jobs_over_the_disk_budget_keep_their_newest_output_and_are_told() {
+    let budget: u64 = 2 << 20;
+    let h = Heddle::start_with_env(&[], &[("HEDDLE_RETAIN_DISK_BYTES", &budget.to_string())]);
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    // 13 MB, alone: nothing ended to remove, so the running job keeps its newest output.
+    let expect: String = (1..=999_999).map(|i| format!("line {i:07}\n")).collect();
+    let r = run(&mut c, &s, "seq -f 'line %07g' 1 999999");
+    assert_eq!(r["stdout_bytes"].as_u64(), Some(expect.len() as u64), "{r}");
+    let view = r["view"].as_str().unwrap();
+    let first = view.lines().next().unwrap();
+    assert!(first.starts_with("[… heddle: first "), "{first}");
+    // Removed while it ran (`reached by running jobs`), or, for the last part, once it had ended and
+    // was the oldest ended output: then it keeps what fits, its newest.
+    assert!(first.contains("removed by retention (server disk budget 2.0 MiB"), "{first}");
+    assert!(view.ends_with("line 0999999\n"), "the newest output stays: {view}");
+    let note = r["note"].as_str().unwrap_or_default();
+    assert!(note.contains("the server's disk budget was reached while this job ran"), "the job is told: {r}");
+    let e = raw(&mut c, &s, &r["job"], 0).unwrap_err();
+    assert!(e.contains("removed by retention (server disk budget 2.0 MiB"), "{e}");
+    let t = c.call("output", json!({"session": s, "job": r["job"], "tail": 1})).unwrap();
+    assert_eq!(t["text"], "999999: line 0999999\n", "{t}");
+    // The end of the job's output wakes the check: the budget holds, give or take the file system
+    // block at the punched range's edge (4 KiB for each of the two files).
+    let slack = 16 << 10;
+    let within = heddle_tests::eventually(Duration::from_secs(10), || stored(&h.state_dir) <= budget + slack);
+    let on_disk = stored(&h.state_dir);
+    println!("job files on disk after a 13 MB job: {on_disk} bytes, budget {budget}");
+    assert!(within, "{on_disk} bytes on disk, budget {budget}");
+    assert!(on_disk > budget / 2, "what fits is kept: {on_disk} bytes on disk, budget {budget}");
 }

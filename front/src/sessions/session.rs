@@ -245,6 +245,8 @@ impl SessionState {
                     self.dirty.push(j.id());
                 }
                 publish_end(&mut self.subscribers, &self.name, j, true);
+                // What it wrote since the disk budget's last check is checked now, not at the next write.
+                crate::output::retention::wake();
             }
             (Event::StateCaptured { data, .. }, Some(j)) => {
                 let by = j.id();
