@@ -64,6 +64,36 @@ pub struct UpArgs {
     /// a non-loopback ADDR, and given, every request needs one.
     #[arg(long, value_name = "DIR", requires = "http")]
     pub http_token_dir: Option<PathBuf>,
+    /// The server's disk budget for job output, all open sessions together (bytes, or with a K, M, G
+    /// or T suffix): over it the output of ended jobs goes first, the job that ended first first, then
+    /// running jobs lose their oldest output and are told [default: 32G, or half the state
+    /// directory's file system when smaller].
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub disk_budget: Option<u64>,
+}
+
+/// `1048576`, `512K`, `64M`, `20G`, `1T` (powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, shift) = match s.char_indices().last() {
+        Some((at, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("{s:?}: the suffix must be K, M, G or T")),
+            };
+            (&s[..at], shift)
+        }
+        _ => (s, 0),
+    };
+    let n: u64 = num.trim().parse().map_err(|_| format!("{s:?} is not a byte count (e.g. 20G)"))?;
+    match n.checked_mul(1 << shift) {
+        Some(b) if b > 0 => Ok(b),
+        Some(_) => Err("the disk budget must be more than 0 bytes".to_owned()),
+        None => Err(format!("{s:?} is too large")),
+    }
 }
 
 impl UpArgs {
@@ -160,10 +190,13 @@ fn supervise(sup: &Path, args: &UpArgs, current: &AtomicI32, stopping: &AtomicBo
     let mut backoff = RESTART_MIN;
     let mut first = true;
     loop {
-        let mut child = Command::new(sup)
-            .args(args.supervisor_args())
-            .spawn()
-            .with_context(|| format!("starting {}", sup.display()))?;
+        let mut cmd = Command::new(sup);
+        cmd.args(args.supervisor_args());
+        if let Some(b) = args.disk_budget {
+            // The supervisor passes `HEDDLE_RETAIN_*` on to the front, which enforces the budget.
+            cmd.env("HEDDLE_RETAIN_DISK_BYTES", b.to_string());
+        }
+        let mut child = cmd.spawn().with_context(|| format!("starting {}", sup.display()))?;
         current.store(child.id() as i32, Ordering::SeqCst);
         let started = Instant::now();
         if stopping.load(Ordering::SeqCst) {
@@ -260,4 +293,21 @@ pub fn start_background(socket: &Path) -> Result<PathBuf> {
         socket.display(),
         log_path.display()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn disk_budgets_read_plain_and_suffixed_sizes() {
+        assert_eq!(parse_bytes("1048576"), Ok(1 << 20));
+        assert_eq!(parse_bytes("512K"), Ok(512 << 10));
+        assert_eq!(parse_bytes("20g"), Ok(20 << 30));
+        assert_eq!(parse_bytes("1T"), Ok(1 << 40));
+        assert!(parse_bytes("0").unwrap_err().contains("more than 0"));
+        assert!(parse_bytes("5X").unwrap_err().contains("suffix"));
+        assert!(parse_bytes("1.5G").unwrap_err().contains("not a byte count"));
+        assert!(parse_bytes("99999999999T").unwrap_err().contains("too large"));
+    }
 }

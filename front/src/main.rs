@@ -44,6 +44,11 @@ struct Args {
     /// Output retention: seconds an ended job's output is kept.
     #[arg(long, env = "HEDDLE_RETAIN_AGE_SECS", default_value_t = 7 * 24 * 3600)]
     retain_age_secs: u64,
+    /// Output retention: the server's disk budget, bytes, all open sessions' output together; ended
+    /// jobs' output goes first (the job that ended first first), then running jobs lose their oldest
+    /// output, and are told. 0: 32 GiB, or half the state directory's file system when smaller.
+    #[arg(long, env = "HEDDLE_RETAIN_DISK_BYTES", default_value_t = 0)]
+    retain_disk_bytes: u64,
     /// Pre-start each session's next bash, state restored, before its command arrives (see
     /// `front::sessions::prestart`); `false`: every job's bash is spawned when its `run` arrives.
     #[arg(long, env = "HEDDLE_SPARES", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
@@ -74,6 +79,10 @@ fn run(args: Args) -> anyhow::Result<i32> {
         job_bytes: args.retain_job_bytes,
         session_bytes: args.retain_session_bytes,
         max_age: std::time::Duration::from_secs(args.retain_age_secs),
+        disk_bytes: match args.retain_disk_bytes {
+            0 => front::output::retention::default_disk_bytes(&args.state_dir),
+            n => n,
+        },
     });
     front::sessions::prestart::set(args.spares);
     let http = match args.http_fd {

@@ -30,8 +30,9 @@ fn a_job_over_its_cap_loses_its_oldest_bytes_and_every_view_says_so() {
     let h = Heddle::start_with_env(&[], &[("HEDDLE_RETAIN_JOB_BYTES", "262144")]);
     let mut c = h.client();
     let s = h.open_session(&mut c);
-    let expect: String = (1..=200_000).map(|i| format!("line {i:07}\n")).collect();
-    let r = run(&mut c, &s, "seq -f 'line %07g' 1 200000");
+    // About a million lines: the line log (compressed, about 0.08× the output) exceeds the cap too.
+    let expect: String = (1..=999_999).map(|i| format!("line {i:07}\n")).collect();
+    let r = run(&mut c, &s, "seq -f 'line %07g' 1 999999");
     let job = r["job"].clone();
     assert_eq!(r["stdout_bytes"].as_u64(), Some(expect.len() as u64), "the byte count keeps counting everything");
     let view = r["view"].as_str().unwrap();
@@ -40,7 +41,7 @@ fn a_job_over_its_cap_loses_its_oldest_bytes_and_every_view_says_so() {
     assert!(first.ends_with("removed by retention (max 256.0 KiB per job) …]"), "{first}");
     let removed = removed_stdout(view);
     assert!(removed >= expect.len() as u64 - 262_144 && removed < expect.len() as u64, "{first}");
-    assert!(view.ends_with("line 0200000\n"), "the view's tail is the output's last line: {view}");
+    assert!(view.ends_with("line 0999999\n"), "the view's tail is the output's last line: {view}");
 
     // A raw read of a removed offset is an error naming what was removed and why.
     let e =
@@ -65,7 +66,7 @@ fn a_job_over_its_cap_loses_its_oldest_bytes_and_every_view_says_so() {
     assert!(note.contains("were removed by retention (max 256.0 KiB per job)"), "{r}");
     assert_eq!(r["lines"].as_array().unwrap().len(), 0, "{r}");
     let r = output(&mut c, &s, &job, json!({"tail": 2})).unwrap();
-    assert_eq!(r["text"], "199999: line 0199999\n200000: line 0200000\n", "{r}");
+    assert_eq!(r["text"], "999998: line 0999998\n999999: line 0999999\n", "{r}");
 }
 
 #[test]
@@ -73,9 +74,9 @@ fn a_session_over_its_cap_loses_its_oldest_ended_jobs_output_first() {
     let h = Heddle::start_with_env(&[], &[("HEDDLE_RETAIN_SESSION_BYTES", "3145728")]);
     let mut c = h.client();
     let s = h.open_session(&mut c);
-    let a = run(&mut c, &s, "seq -f 'line %07g' 1 40000")["job"].clone();
-    let b = run(&mut c, &s, "seq -f 'line %07g' 1 40000")["job"].clone();
-    // Each job keeps about 2 MiB (raw log and line log); the next job touches the session.
+    let a = run(&mut c, &s, "seq -f 'line %07g' 1 160000")["job"].clone();
+    let b = run(&mut c, &s, "seq -f 'line %07g' 1 160000")["job"].clone();
+    // Each job keeps about 2.2 MiB (raw log and line log); the next job touches the session.
     run(&mut c, &s, "true");
     let e = output(&mut c, &s, &a, json!({"raw": {"offset": 0, "len": 10, "unredacted": true}})).unwrap_err();
     assert!(e.contains("removed by retention (max 3.0 MiB per session; oldest ended jobs first)"), "{e}");
@@ -107,8 +108,8 @@ fn a_front_restarted_over_a_punched_log_keeps_the_exact_removed_counts() {
     let h = Heddle::start_with_env(&[], &[("HEDDLE_RETAIN_JOB_BYTES", "262144")]);
     let mut c = h.client();
     let s = h.open_session(&mut c);
-    let expect: String = (1..=100_000).map(|i| format!("line {i:07}\n")).collect();
-    let r = run(&mut c, &s, "seq -f 'line %07g' 1 100000");
+    let expect: String = (1..=999_999).map(|i| format!("line {i:07}\n")).collect();
+    let r = run(&mut c, &s, "seq -f 'line %07g' 1 999999");
     let job = r["job"].clone();
     let before = r["view"].as_str().unwrap().lines().next().unwrap().to_owned();
     let removed = removed_stdout(r["view"].as_str().unwrap());
@@ -132,7 +133,7 @@ fn a_front_restarted_over_a_punched_log_keeps_the_exact_removed_counts() {
     let after = view.lines().next().unwrap();
     assert_eq!(bytes_part(after), bytes_part(&before), "the same exact removed bytes after the restart: {after}");
     assert!(after.ends_with("removed by retention (max 256.0 KiB per job) …]"), "{after}");
-    assert!(view.ends_with("line 0100000\n"), "{view}");
+    assert!(view.ends_with("line 0999999\n"), "{view}");
     assert_eq!(w["stdout_bytes"].as_u64(), Some(expect.len() as u64), "counts still count everything");
     let text = w.to_string();
     assert!(text.contains("byte counts and raw offsets are exact, line numbers start again"), "{w}");

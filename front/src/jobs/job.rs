@@ -360,6 +360,7 @@ impl Job {
     pub fn on_output(&mut self, stream: Stream, data: &[u8], now: Instant, unix_ns: u64) {
         let s = stream_index(stream);
         self.counts[s] += data.len() as u64;
+        crate::output::retention::wrote(data.len() as u64);
         self.rendered.push(s, data);
         self.store.append(stream, data, unix_ns);
         self.last_output = Some(now);
@@ -599,6 +600,11 @@ impl Job {
     /// Bytes of output kept on disk (raw log and line log).
     pub fn kept_bytes(&self) -> u64 {
         self.store.kept_len() + self.rendered.kept_len()
+    }
+
+    /// Bytes of the line log kept (part of [`Job::kept_bytes`]).
+    pub fn kept_lines_bytes(&self) -> u64 {
+        self.rendered.kept_len()
     }
 
     /// When the job ended, by our clock.

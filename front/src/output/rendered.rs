@@ -237,7 +237,7 @@ impl RenderedOutput {
         if let Some(p) = self.pending.take() {
             self.place(p);
         }
-        self.log.flush();
+        self.log.sync();
     }
 
     fn commit(&mut self, stream: u8, raw_line: &str) {
@@ -423,7 +423,7 @@ impl RenderedOutput {
 
     /// Flush and plan a scan of the log from line `from`; also returns the pending run (not in the log).
     pub fn plan(&mut self, from: u64) -> (LinePlan, Option<Run>) {
-        self.log.flush();
+        self.log.sync();
         (self.log.plan(from), self.pending.as_ref().map(|p| p.run.clone()))
     }
 

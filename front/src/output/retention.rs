@@ -1,7 +1,7 @@
 //! Output retention: how much of a job's stored output the front keeps, and what it says when it
 //! removed some.
 //!
-//! Three limits, set by `heddle-front` flags (or `HEDDLE_RETAIN_*` variables, which the supervisor
+//! Four limits, set by `heddle-front` flags (or `HEDDLE_RETAIN_*` variables, which the supervisor
 //! passes through to the front, so `heddle up` and the e2e fixture can set them):
 //!
 //! - `--retain-job-bytes` (default 4 GiB): a job's raw log (`<job>.log`) and its line log
@@ -10,6 +10,16 @@
 //! - `--retain-session-bytes` (default 16 GiB): when a session's jobs keep more than this, the output
 //!   of its ended jobs is removed, oldest job first, until it fits (running jobs keep theirs).
 //! - `--retain-age-secs` (default 7 days): ended jobs' output older than this is removed.
+//! - `--retain-disk-bytes` (`heddle up --disk-budget`; default 32 GiB, or half the state directory's
+//!   file system when that is smaller): the server's disk budget, all open sessions' raw logs and line
+//!   logs together. Over it, the output of ended jobs goes first, the job that ended first first
+//!   (whole, or its oldest records when that is enough; its views say `removed by retention (server
+//!   disk budget …)`). When the running jobs alone still keep more, each running job over its equal
+//!   share of what is left loses its OLDEST output like a job over `--retain-job-bytes` (the tail
+//!   stays exact), and is told: the view's first line says what was removed and why, and the result
+//!   carries a note. Output is never dropped unsaid. Checked by the timer thread, woken whenever a
+//!   32nd of the budget was written since its last check and when a job's output ends (so the disk
+//!   can exceed the budget by about a 32nd of it, plus what is written during one check).
 //!
 //! The session limit and the age are checked when the session is touched (a job is added or ends),
 //! and the age also by a timer thread ([`start_timer`]) every quarter of the age (between 100 ms and a
@@ -27,6 +37,8 @@
 use crate::output::sniff::human_bytes;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -36,11 +48,25 @@ pub struct Retention {
     pub job_bytes: u64,
     pub session_bytes: u64,
     pub max_age: Duration,
+    /// The server's disk budget (all open sessions' output together).
+    pub disk_bytes: u64,
+}
+
+/// The default disk budget: 32 GiB, or half the file system of `dir` when that is smaller.
+pub fn default_disk_bytes(dir: &Path) -> u64 {
+    let fs =
+        nix::sys::statvfs::statvfs(dir).map(|v| v.blocks().saturating_mul(v.fragment_size()) / 2).unwrap_or(u64::MAX);
+    fs.clamp(64 << 20, 32 << 30)
 }
 
 impl Default for Retention {
     fn default() -> Retention {
-        Retention { job_bytes: 4 << 30, session_bytes: 16 << 30, max_age: Duration::from_secs(7 * 24 * 3600) }
+        Retention {
+            job_bytes: 4 << 30,
+            session_bytes: 16 << 30,
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            disk_bytes: 32 << 30,
+        }
     }
 }
 
@@ -54,6 +80,40 @@ pub fn set(r: Retention) {
 /// The process's limits (the defaults unless [`set`]).
 pub fn config() -> Retention {
     CONFIG.get().copied().unwrap_or_default()
+}
+
+static WRITTEN: AtomicU64 = AtomicU64::new(0);
+static WAKE: OnceLock<SyncSender<()>> = OnceLock::new();
+
+/// The disk check's wake-up: [`wrote`] sends on it (never blocking) once a 32nd of the disk budget was
+/// written since the last [`take_written`]; the timer thread receives.
+pub fn wake_channel() -> Option<Receiver<()>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    WAKE.set(tx).ok().map(|()| rx)
+}
+
+/// `n` bytes of output arrived (called on the output path: an atomic add, at most a `try_send`).
+pub fn wrote(n: u64) {
+    let total = WRITTEN.fetch_add(n, Ordering::Relaxed) + n;
+    if total >= (config().disk_bytes / 32).max(1) {
+        if let Some(tx) = WAKE.get() {
+            let _ = tx.try_send(());
+        }
+    }
+}
+
+/// Ask for a disk check now (a job's output ended): never blocks.
+pub fn wake() {
+    if WRITTEN.load(Ordering::Relaxed) > 0 {
+        if let Some(tx) = WAKE.get() {
+            let _ = tx.try_send(());
+        }
+    }
+}
+
+/// Bytes written since the last call (the disk check starts with it).
+pub fn take_written() -> u64 {
+    WRITTEN.swap(0, Ordering::Relaxed)
 }
 
 /// The model view's first line when retention removed output: what, how many lines, and why.

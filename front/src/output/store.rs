@@ -480,8 +480,12 @@ pub(crate) fn append_buffered(file: &File, buf: &mut Vec<u8>, durable: &mut u64)
     }
 }
 
+/// Punch out `from..to`, every byte below `to` being removed: the range starts at the 64 KiB
+/// boundary at or below `from`, so the file system block that held the previous punch's edge (only
+/// partly punched then, so still allocated) is freed now, and repeated punches leave no block behind.
 pub(crate) fn punch(file: &File, from: u64, to: u64) {
     use nix::fcntl::{fallocate, FallocateFlags};
+    let from = from & !0xffff;
     let mode = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
     let _ = fallocate(file, mode, from as i64, (to - from) as i64);
 }

@@ -30,8 +30,9 @@ impl Ledger {
     }
 }
 
-/// Apply the session limit and the age limit to a session's ended jobs (oldest first).
-pub fn enforce(st: &mut SessionState, r: Retention, now: Instant) {
+/// Apply the session limit and the age limit to a session's ended jobs (oldest first). Returns the
+/// bytes the session's jobs keep afterwards.
+pub fn enforce(st: &mut SessionState, r: Retention, now: Instant) -> u64 {
     let SessionState { jobs, retention: ledger, .. } = st;
     let age_why = || format!("output of ended jobs is kept {}", human_secs(r.max_age));
     let aged = |job: &Job| job.ended_at().is_some_and(|at| now.duration_since(at) >= r.max_age);
@@ -70,7 +71,7 @@ pub fn enforce(st: &mut SessionState, r: Retention, now: Instant) {
     }
     let mut total = ledger.settled + active_bytes;
     if total <= r.session_bytes {
-        return;
+        return total;
     }
     let why = format!("max {} per session; oldest ended jobs first", human_bytes(r.session_bytes));
     let mut ended: Vec<_> = jobs.values_mut().filter(|j| j.ended_at().is_some()).collect();
@@ -92,6 +93,114 @@ pub fn enforce(st: &mut SessionState, r: Retention, now: Instant) {
             ledger.by_end.insert((at, *id));
         }
     }
+    ledger.settled + active_bytes
+}
+
+/// The ended, counted jobs that still keep output, by when they ended (the disk budget's candidates).
+pub fn ended_keeping(st: &SessionState) -> Vec<(Instant, JobId)> {
+    st.retention.by_end.iter().copied().collect()
+}
+
+/// The disk budget removes ended job `id`'s oldest output, `excess` bytes of it or all it keeps if
+/// that is less (whole records); returns the bytes freed.
+pub fn evict(st: &mut SessionState, id: JobId, excess: u64, why: &str) -> u64 {
+    let SessionState { jobs, retention: ledger, .. } = st;
+    let Some(job) = jobs.get_mut(&id) else { return 0 };
+    if ledger.active.contains(&id) {
+        return 0;
+    }
+    let before = job.kept_bytes();
+    let freed = trim(job, before.saturating_sub(excess), why);
+    ledger.settled -= freed.min(ledger.settled);
+    if job.kept_bytes() == 0 {
+        ledger.by_end.retain(|(_, j)| *j != id);
+    }
+    freed
+}
+
+/// Remove `job`'s oldest output until it keeps at most `target` bytes (raw log and line log
+/// together); returns the bytes freed.
+fn trim(job: &mut Job, target: u64, why: &str) -> u64 {
+    let before = job.kept_bytes();
+    if before <= target {
+        return 0;
+    }
+    // `remove_output(keep)` keeps up to `keep` bytes of the raw log and of the line log each.
+    let lines = job.kept_lines_bytes().min(target / 2);
+    job.remove_output(target - lines, why);
+    before.saturating_sub(job.kept_bytes())
+}
+
+/// Jobs of the session still counted afresh (running, or not yet settled): `(id, kept bytes)`.
+pub fn unsettled(st: &SessionState) -> Vec<(JobId, u64)> {
+    st.retention.active.iter().filter_map(|id| Some((*id, st.jobs.get(id)?.kept_bytes()))).collect()
+}
+
+/// The disk budget, reached by running jobs alone: job `id` keeps at most `share` bytes, its oldest
+/// output removed (the tail stays) and the job told in a note. Returns the bytes freed.
+pub fn clamp_running(st: &mut SessionState, id: JobId, share: u64, why: &str) -> u64 {
+    let Some(job) = st.jobs.get_mut(&id) else { return 0 };
+    let freed = trim(job, share, why);
+    if freed > 0 {
+        job.note(format!(
+            "the server's disk budget was reached while this job ran ({why}): its oldest output was removed, the rest is kept; the view's first line says how much"
+        ));
+    }
+    freed
+}
+
+/// The server's disk budget over every open session: `lock(i)` locks session `i` of `n` (one at a
+/// time, never two at once) and `totals[i]` is what [`enforce`] returned for it. Ended jobs' output
+/// goes first, oldest first: the job that ended first first, whole, or its oldest records when less
+/// is enough; then running jobs over an equal share of the budget lose their oldest output. Returns
+/// the bytes kept afterwards.
+pub fn enforce_disk<G: std::ops::DerefMut<Target = SessionState>>(
+    totals: &[u64],
+    mut lock: impl FnMut(usize) -> Option<G>,
+    budget: u64,
+) -> u64 {
+    let mut total: u64 = totals.iter().sum();
+    if total <= budget {
+        return total;
+    }
+    let why = format!("server disk budget {}; oldest ended output first", human_bytes(budget));
+    let mut ended: Vec<(Instant, usize, JobId)> = Vec::new();
+    for i in 0..totals.len() {
+        if let Some(st) = lock(i) {
+            ended.extend(ended_keeping(&st).into_iter().map(|(at, id)| (at, i, id)));
+        }
+    }
+    ended.sort();
+    for (_, i, id) in ended {
+        if total <= budget {
+            return total;
+        }
+        if let Some(mut st) = lock(i) {
+            total -= evict(&mut st, id, total - budget, &why).min(total);
+        }
+    }
+    if total <= budget {
+        return total;
+    }
+    // What is left is the unsettled jobs' (mostly running) and what eviction could not free.
+    let mut running: Vec<(usize, JobId, u64)> = Vec::new();
+    for i in 0..totals.len() {
+        if let Some(st) = lock(i) {
+            running.extend(unsettled(&st).into_iter().map(|(id, n)| (i, id, n)));
+        }
+    }
+    let others = total.saturating_sub(running.iter().map(|r| r.2).sum());
+    let share = budget.saturating_sub(others) / (running.len().max(1) as u64);
+    let why =
+        format!("server disk budget {} reached by running jobs; each keeps its newest output", human_bytes(budget));
+    for (i, id, n) in running {
+        if n > share {
+            if let Some(mut st) = lock(i) {
+                total -= clamp_running(&mut st, id, share, &why).min(total);
+            }
+        }
+    }
+    total
 }
 
 fn human_secs(d: Duration) -> String {
@@ -189,5 +298,84 @@ mod tests {
         enforce(&mut st, cap, then);
         let kept: Vec<_> = st.jobs.values().map(|j| j.kept_bytes() > 0).collect();
         assert_eq!(kept, [false, true, true, true], "four jobs' worth over a three-job cap: job 1 goes");
+    }
+
+    /// Session `st` gets an ended job of `lines` lines, ended at `at`.
+    fn ended_job(st: &mut SessionState, dir: &std::path::Path, lines: usize, at: Instant) -> JobId {
+        let id = st.add_job(format!("job {lines}"), dir);
+        let job = st.jobs.get_mut(&id).unwrap();
+        let text: String = (0..lines).map(|l| format!("{id} line {l} {}\n", l * 7919 % 104729)).collect();
+        job.on_output(Stream::Stdout, text.as_bytes(), at, 0);
+        job.on_exited(Some(0), None, 0, false, at);
+        job.on_streams_closed();
+        id
+    }
+
+    fn disk(sessions: &[std::sync::Mutex<SessionState>], budget: u64, now: Instant) -> u64 {
+        let totals: Vec<u64> =
+            sessions.iter().map(|s| enforce(&mut s.lock().unwrap(), Retention::default(), now)).collect();
+        enforce_disk(&totals, |i| sessions.get(i).map(|s| s.lock().unwrap()), budget)
+    }
+
+    #[test]
+    fn the_disk_budget_removes_the_job_that_ended_first_whatever_its_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = Instant::now();
+        let (mut a, mut b) = (SessionState::default(), SessionState::default());
+        let (da, db) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir_all(&da).unwrap();
+        std::fs::create_dir_all(&db).unwrap();
+        // Ended in this order: b1, a1, b2, a2.
+        let b1 = ended_job(&mut b, &db, 3000, t0);
+        let a1 = ended_job(&mut a, &da, 3000, t0 + Duration::from_secs(1));
+        let b2 = ended_job(&mut b, &db, 3000, t0 + Duration::from_secs(2));
+        let a2 = ended_job(&mut a, &da, 3000, t0 + Duration::from_secs(3));
+        let per_job = a.jobs[&a1].kept_bytes();
+        assert!(per_job > 10_000);
+        let sessions = [std::sync::Mutex::new(a), std::sync::Mutex::new(b)];
+        let now = t0 + Duration::from_secs(4);
+        let all = disk(&sessions, 4 * per_job + 1000, now);
+        assert!(all > 4 * per_job - 1000, "{all}");
+        let untouched =
+            |s: &std::sync::Mutex<SessionState>| s.lock().unwrap().jobs.values().all(|j| j.retention_line().is_none());
+        assert!(sessions.iter().all(untouched), "under the budget nothing goes");
+        let kept = disk(&sessions, 2 * per_job + 100, now);
+        assert!(kept <= 2 * per_job + 100, "{kept}");
+        let (a, b) = (sessions[0].lock().unwrap(), sessions[1].lock().unwrap());
+        assert_eq!((b.jobs[&b1].kept_bytes(), a.jobs[&a1].kept_bytes()), (0, 0), "the two that ended first go");
+        assert!(a.jobs[&a2].kept_bytes() > 0 && b.jobs[&b2].kept_bytes() > 0, "the newer two stay");
+        let line = b.jobs[&b1].retention_line().unwrap();
+        assert!(line.contains("(lines 1–3000) removed by retention (server disk budget "), "{line}");
+        assert!(line.ends_with("; oldest ended output first) …]\n"), "{line}");
+        assert_eq!(b.retention.settled, b.jobs[&b2].kept_bytes(), "the ledger follows");
+    }
+
+    #[test]
+    fn running_jobs_over_the_disk_budget_keep_their_newest_output_and_are_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let mut st = SessionState::default();
+        let old = ended_job(&mut st, dir.path(), 2000, now);
+        let run = st.add_job("running".into(), dir.path());
+        let text: String = (0..200_000).map(|l| format!("running line {l} {}\n", l * 7919 % 104729)).collect();
+        // In chunks, as the pump delivers them (retention removes whole records).
+        for chunk in text.as_bytes().chunks(16 << 10) {
+            st.jobs.get_mut(&run).unwrap().on_output(Stream::Stdout, chunk, now, 0);
+        }
+        let budget = 1 << 20;
+        let sessions = [std::sync::Mutex::new(st)];
+        let kept = disk(&sessions, budget, now);
+        assert!(kept <= budget, "{kept}");
+        let mut st = sessions[0].lock().unwrap();
+        assert_eq!(st.jobs[&old].kept_bytes(), 0, "the ended job's output goes first");
+        let job = st.jobs.get_mut(&run).unwrap();
+        assert!(job.kept_bytes() > budget / 2 && job.kept_bytes() <= budget, "{}", job.kept_bytes());
+        let line = job.retention_line().unwrap();
+        assert!(line.contains("removed by retention (server disk budget 1.0 MiB reached by running jobs"), "{line}");
+        let r = job.result("s", now, Vec::new(), false, 40_000);
+        assert!(r.view.starts_with(&line), "{}", r.view);
+        assert!(r.view.ends_with("running line 199999 80143\n"), "the tail stays: {}", r.view);
+        let note = r.note.unwrap_or_default();
+        assert!(note.contains("the server's disk budget was reached while this job ran"), "{note}");
     }
 }

@@ -250,6 +250,8 @@ impl SessionState {
                     // What a reported job left running ended: announce it (see `quiet_below`).
                     self.quiet_below = self.quiet_below.min(j.id());
                 }
+                // What it wrote since the disk budget's last check is checked now, not at the next write.
+                crate::output::retention::wake();
             }
             (Event::StateCaptured { data, .. }, Some(j)) => {
                 let by = j.id();
