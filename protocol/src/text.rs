@@ -44,6 +44,11 @@ fn effects_lines(p: &crate::results::ProjectLedger) -> Vec<String> {
         })
         .collect();
     let more = if p.changed_more > 0 { format!(" and {} more", p.changed_more) } else { String::new() };
+    if p.confidence == "none" {
+        // Nothing was compared: the ledger knows nothing, so it must not say nothing changed.
+        v.push(format!("effects: unknown in {root}: {}", p.reason.as_deref().unwrap_or("the ledger could not be taken")));
+        return v;
+    }
     match paths.len() {
         0 => v.push(format!("effects: nothing changed in {root}")),
         1..=5 => v.push(format!("effects: {}{more}", paths.join(", "))),

@@ -185,3 +185,45 @@ fn a_failed_command_followed_by_others_is_warned() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("warning: `false` failed with status 1"), "{text}");
 }
+
+#[test]
+fn a_dirty_file_edited_again_keeps_its_diff_among_many_untracked_files() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "repo", INIT);
+    // 70 untracked text files of 250,000 bytes (17.5 MB) that sort before the dirty file: more than the
+    // bytes a snapshot keeps for diffs in all.
+    let noise = "mkdir build && for i in $(seq 10 79); do head -c 250000 /dev/zero | tr '\\0' a > build/o$i; done";
+    assert_eq!(run(&mut c, &s, noise, Some("none"))["exit_code"], 0);
+    let r = run(&mut c, &s, "sed -i s/d/D/ dirty", Some("diff"));
+    assert_eq!(changed(&r), [("dirty".into(), "modified-again".into())], "{r}");
+    let diff = r["effects"]["project"]["diff"].as_str().unwrap_or_default();
+    assert!(diff.contains("-d\n+D\n"), "the diff of the dirty file is shown: {r}");
+    // An untracked file over the budget: its diff is not invented, and the reason is the real one.
+    let r = run(&mut c, &s, "echo more >> build/o79", Some("diff"));
+    assert_eq!(changed(&r), [("build/o79".into(), "modified-again".into())], "{r}");
+    let diff = r["effects"]["project"]["diff"].as_str().unwrap_or_default();
+    assert!(diff.contains("build/o79") && diff.contains("MiB"), "the budget is named: {r}");
+}
+
+#[test]
+fn a_ledger_that_could_not_be_read_never_says_nothing_changed() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (_, repo) = repo_session(&h, &mut c, "repo", INIT);
+    // The repository now belongs to another user than the jobs' uid: git refuses to read it.
+    std::os::unix::fs::chown(&repo, Some(0), None).unwrap();
+    let out = std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
+        .arg("--socket")
+        .arg(&h.socket)
+        .args(["--session", "text", "run", "echo more >> f1"])
+        .current_dir(&repo)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("nothing changed"), "confidence none must not claim nothing changed: {text}");
+    assert!(text.contains("effects: unknown"), "{text}");
+    assert!(text.contains("dubious ownership"), "git's own line is the reason: {text}");
+    assert!(!text.contains("Code("), "no Rust value in a sentence: {text}");
+    assert!(text.contains("exit status 128"), "{text}");
+}
