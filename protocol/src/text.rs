@@ -46,7 +46,10 @@ fn effects_lines(p: &crate::results::ProjectLedger) -> Vec<String> {
     let more = if p.changed_more > 0 { format!(" and {} more", p.changed_more) } else { String::new() };
     if p.confidence == "none" {
         // Nothing was compared: the ledger knows nothing, so it must not say nothing changed.
-        v.push(format!("effects: unknown in {root}: {}", p.reason.as_deref().unwrap_or("the ledger could not be taken")));
+        v.push(format!(
+            "effects: unknown in {root}: {}",
+            p.reason.as_deref().unwrap_or("the ledger could not be taken")
+        ));
         return v;
     }
     match paths.len() {

@@ -262,7 +262,7 @@ fn parse_status(out: &[u8], snap: &mut Snapshot) {
 fn identify(p: &Path, hash_it: bool, room: Option<usize>) -> (Ident, Option<Kept>) {
     let Ok(m) = std::fs::symlink_metadata(p) else { return (Ident { stat: None, hash: None }, None) };
     let stat = Some((m.size(), m.mtime(), m.mtime_nsec(), m.ino(), m.mode()));
-    let too_big = |size: u64| room.map(|_| Kept::NotKept(not_kept_reason(size, KEEP_BYTES)));
+    let too_big = |size: u64| room.map(|_| Kept::Skipped(not_kept_reason(size, KEEP_BYTES)));
     if m.is_dir() {
         return (Ident { stat, hash: None }, None);
     }
@@ -278,8 +278,8 @@ fn identify(p: &Path, hash_it: bool, room: Option<usize>) -> (Ident, Option<Kept
     h.write(&bytes);
     let content = room.map(|room| match bytes.len() {
         _ if is_binary(&bytes) => Kept::Binary(bytes.len() as u64),
-        n if n > KEEP_BYTES => Kept::NotKept(not_kept_reason(n as u64, KEEP_BYTES)),
-        n if n > room => Kept::NotKept(format!(
+        n if n > KEEP_BYTES => Kept::Skipped(not_kept_reason(n as u64, KEEP_BYTES)),
+        n if n > room => Kept::Skipped(format!(
             "its bytes before the job were not kept: the snapshot keeps {} MiB in all for diffs, spent on other changed files",
             KEEP_TOTAL >> 20
         )),
@@ -299,7 +299,7 @@ enum Kept {
     /// A binary file: its size only.
     Binary(u64),
     /// Not kept, and why (a sentence).
-    NotKept(String),
+    Skipped(String),
 }
 
 /// A symlink whose target resolves outside the work tree (or nowhere inside it).
@@ -501,7 +501,7 @@ fn diff(
         let old: Result<Body, String> = match old {
             Old::Kept(Kept::Bytes(b)) => Ok(Body::of(b.to_vec())),
             Old::Kept(Kept::Binary(n)) => Ok(Body::Binary(n)),
-            Old::Kept(Kept::NotKept(why)) => Err(why),
+            Old::Kept(Kept::Skipped(why)) => Err(why),
             Old::NotKept => Err("its bytes before the job could not be read".to_owned()),
             Old::Blob(n) => Ok(Body::of(blobs.get(&n).cloned().unwrap_or_default())),
         };
