@@ -42,9 +42,12 @@ fn repo_session(h: &Heddle, c: &mut Client, name: &str, init: &str) -> (Value, s
     (s, repo)
 }
 
+/// The repository every ledger test starts from. `maintenance.auto=false`: git 2.47's `commit` leaves
+/// `git maintenance run --auto --detach` running in the job's cgroup, and the next job's ledger then
+/// rightly names job 1 as a job that may have written meanwhile.
 const INIT: &str =
     "git init -q . && printf 'a\\n' > f1 && printf 'b\\n' > f2 && printf 'c\\n' > f3 && printf 'd\\n' > dirty \
-     && git add . && git -c user.email=t@t -c user.name=t commit -qm init && printf 'e\\n' >> dirty";
+     && git add . && git -c user.email=t@t -c user.name=t -c maintenance.auto=false commit -qm init && printf 'e\\n' >> dirty";
 
 #[test]
 fn sed_over_three_files_lists_them_and_diffs_them() {
@@ -92,7 +95,7 @@ fn a_codemod_over_a_hundred_files_lists_them_all() {
     let h = Heddle::start();
     let mut c = h.client();
     let init = "git init -q . && for i in $(seq 1 100); do echo \"old $i\" > m$i.txt; done && git add . \
-                && git -c user.email=t@t -c user.name=t commit -qm init";
+                && git -c user.email=t@t -c user.name=t -c maintenance.auto=false commit -qm init";
     let (s, _) = repo_session(&h, &mut c, "codemod", init);
     let r = run(&mut c, &s, "sed -i s/old/new/ m*.txt", Some("diff"));
     let p = &r["effects"]["project"];
