@@ -158,6 +158,31 @@ fn a_broken_index_gets_a_sentence() {
     let p = &r["effects"]["project"];
     assert_eq!(p["confidence"], "none", "{r}");
     assert!(reason(&r).contains("could not be read") && reason(&r).contains("index"), "{r}");
+    assert_eq!(p["changed"], json!([]), "{r}");
+    // git's failure (exit 128) in words, never a Rust value; and the next job, whose "before" git cannot
+    // read either, says so too and never that nothing changed.
+    assert!(reason(&r).contains("exit status 128") && !reason(&r).contains("Code("), "{r}");
+    let r = run(&mut c, &s, "echo y > f2", None);
+    assert_eq!(r["effects"]["project"]["confidence"], "none", "{r}");
+    assert!(reason(&r).contains("before the job could not be read") && !reason(&r).contains("Code("), "{r}");
+    assert!(reason(&r).contains("exit status 128"), "{r}");
+}
+
+/// A second `sed -i` on a file the previous job made dirty: its "before" is that job's "after", which
+/// must have kept the file's bytes, so the path is listed and the diff is of this job's change alone.
+#[test]
+fn a_second_sed_on_an_already_dirty_file_lists_it_and_keeps_its_diff() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "repo", INIT);
+    let r = run(&mut c, &s, "sed -i s/a/A/ f1", Some("diff"));
+    assert_eq!(changed(&r), [("f1".into(), "modified".into())], "{r}");
+    let r = run(&mut c, &s, "sed -i s/A/Z/ f1", Some("diff"));
+    assert_eq!(changed(&r), [("f1".into(), "modified-again".into())], "{r}");
+    let p = &r["effects"]["project"];
+    assert_eq!(p["diff"], "--- a/f1\n+++ b/f1\n@@ -1 +1 @@\n-A\n+Z\n", "{r}");
+    assert_eq!(p["confidence"], "complete", "{r}");
+    assert!(p["before"].as_str().unwrap().contains("after of job"), "the last after was reused: {r}");
 }
 
 #[test]
