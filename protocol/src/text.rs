@@ -75,6 +75,35 @@ fn effects_lines(p: &crate::results::ProjectLedger) -> Vec<String> {
     v
 }
 
+/// The watched part: the changed paths, and its confidence when not complete (an empty complete part
+/// says nothing changed there: every entry was compared).
+fn watched_lines(w: &crate::results::WatchedLedger) -> Vec<String> {
+    let roots = w.roots.join(", ");
+    let mut v = Vec::new();
+    let paths: Vec<String> = w.changed.iter().map(|c| format!("{} ({})", c.path, c.change)).collect();
+    let more = if w.changed_more > 0 { format!(" and {} more", w.changed_more) } else { String::new() };
+    match paths.len() {
+        0 if w.confidence == "complete" => v.push(format!("effects: nothing changed in {roots}")),
+        0 => {}
+        1..=5 => v.push(format!("effects: {}{more}", paths.join(", "))),
+        _ => {
+            v.push(format!("effects in {roots}:"));
+            v.extend(paths.iter().map(|p| format!("  {p}")));
+            if !more.is_empty() {
+                v.push(format!("  …{more}"));
+            }
+        }
+    }
+    if w.confidence != "complete" {
+        v.push(format!(
+            "effects confidence {} in {roots}: {}",
+            w.confidence,
+            w.reason.as_deref().unwrap_or("not said")
+        ));
+    }
+    v
+}
+
 pub fn job_result(r: &JobResult) -> String {
     let mut out = String::with_capacity(r.view.len() + 256);
     if let Some(c) = &r.check {
@@ -220,7 +249,16 @@ pub fn notes(r: &JobResult) -> Vec<String> {
         v.push(format!("warning: {w}"));
     }
     if let Some(fx) = &r.effects {
-        v.extend(effects_lines(&fx.project));
+        // Outside any work tree the watched part (the cwd) speaks for the project; inside one, the
+        // watched roots (temp dir, home) are shown only when they changed or could not all be compared.
+        let outside = fx.project.root.is_none() && fx.watched.is_some();
+        if !outside {
+            v.extend(effects_lines(&fx.project));
+        }
+        if let Some(w) = fx.watched.as_ref().filter(|w| outside || !w.changed.is_empty() || w.confidence != "complete")
+        {
+            v.extend(watched_lines(w));
+        }
     }
     if r.oom_killed {
         v.push("out of memory: the kernel's OOM killer killed a process of this job".to_owned());

@@ -255,3 +255,41 @@ fn a_ledger_that_could_not_be_read_never_says_nothing_changed() {
     assert!(!text.contains("Code("), "no Rust value in a sentence: {text}");
     assert!(text.contains("exit status 128"), "{text}");
 }
+
+/// Outside any repository the cwd is watched: what a job creates, modifies and deletes there is listed
+/// (absolute paths), with the walk's bound; over the bound the part is partial and says where it stopped.
+#[test]
+fn a_job_outside_any_repo_lists_what_it_changed_in_its_cwd() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, dir) = repo_session(&h, &mut c, "plain", "");
+    let r = run(&mut c, &s, "echo a > old && echo b > gone && mkdir sub", Some("none"));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let r = run(&mut c, &s, "echo more >> old && rm gone && echo new > sub/new && ln -s old link", None);
+    let w = &r["effects"]["watched"];
+    let dir = dir.display().to_string();
+    let got: Vec<(String, String)> = w["changed"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no watched part: {r}"))
+        .iter()
+        .map(|c| (c["path"].as_str().unwrap().replace(&dir, "."), c["change"].as_str().unwrap().to_owned()))
+        .collect();
+    let want = [("./gone", "deleted"), ("./link", "added"), ("./old", "modified"), ("./sub/new", "added")];
+    assert_eq!(got, want.map(|(p, c)| (p.to_owned(), c.to_owned())), "{r}");
+    assert_eq!(w["confidence"], "complete", "{r}");
+    assert!(w["roots"].as_array().unwrap().contains(&json!(dir)), "{r}");
+    let limit = c.call("describe", json!({})).unwrap()["effects"]["watched_entries_max"].as_u64().unwrap();
+    assert_eq!(w["limit"].as_u64(), Some(limit), "the bound is the one describe states: {r}");
+    // Nothing done: nothing listed, and said so.
+    let r = run(&mut c, &s, "true", None);
+    assert_eq!(r["effects"]["watched"]["changed"], json!([]), "{r}");
+    // Past the bound: partial, with the reason, and nothing invented beyond it.
+    let many = format!("mkdir many && (cd many && seq -w 1 {} | xargs touch)", limit + 10);
+    assert_eq!(run(&mut c, &s, &many, Some("none"))["exit_code"], 0);
+    let r = run(&mut c, &s, "echo x > aaa-first; echo y > many/zzz-past-the-bound", None);
+    let w = &r["effects"]["watched"];
+    assert_eq!(w["confidence"], "partial", "{r}");
+    assert!(w["reason"].as_str().unwrap().contains(&format!("more than {limit} entries")), "{r}");
+    let listed = w["changed"].to_string();
+    assert!(listed.contains("aaa-first") && !listed.contains("zzz-past-the-bound"), "{r}");
+}

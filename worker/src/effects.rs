@@ -436,6 +436,7 @@ pub(crate) fn compare(
         diff_note,
         before: String::new(),
         cost_us: 0,
+        watched: None,
     }
 }
 
@@ -645,6 +646,8 @@ pub(crate) struct JobEffects {
     pub env: Vec<(String, String)>,
     /// Other jobs of the session that could write while this one ran (running, or keeping survivors).
     pub overlapped: BTreeSet<shm_proto::msg::JobId>,
+    /// The watched paths' "before" ([`crate::effects_watch`]); `None` when nothing is watched.
+    pub watched: Option<crate::effects_watch::Watch>,
 }
 
 #[cfg(test)]
