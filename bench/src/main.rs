@@ -15,6 +15,7 @@ mod cgroup_bench;
 mod checks_bench;
 mod db_bench;
 mod doors;
+mod effects_bench;
 mod long;
 mod spare;
 mod state;
@@ -71,6 +72,16 @@ enum Bench {
     Sandbox {
         #[arg(long, default_value_t = 500)]
         iterations: usize,
+    },
+    /// `run("true")` with the effects ledger vs `effects: "none"`, in a clean repo of 10,000 files and in
+    /// one with 100 dirty files, each vs a bare bash spawn; the guard linter's cost per call.
+    Effects {
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
+        #[arg(long, default_value_t = 20)]
+        pause_ms: u64,
+        #[arg(long, default_value_t = 2000)]
+        lint_rounds: usize,
     },
     /// Internal: the sandboxed loop of `sandbox`, in its own process (the filter is installed on it).
     #[command(hide = true)]
@@ -138,6 +149,7 @@ fn main() -> Result<()> {
         Bench::Db { iterations } => db_bench::run(iterations),
         Bench::Doors { iterations, pause_ms } => doors::run(iterations, pause_ms),
         Bench::Tty { iterations, mib } => tty::run(iterations, mib),
+        Bench::Effects { iterations, pause_ms, lint_rounds } => effects_bench::run(iterations, pause_ms, lint_rounds),
     }
 }
 
