@@ -17,10 +17,13 @@ use heddle_tests::{Client, Heddle};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// 10,000 files in 100 directories, committed (no auto-maintenance left running).
+/// 10,000 files in 100 directories, committed (no auto-maintenance left running); then, a second later,
+/// the index refreshed, so its entries are not "racily clean" (written in the index's own second, which
+/// makes every `git status` read them all), as in a repository whose files were not all just written.
 const INIT: &str = "git init -q . && for d in $(seq 0 99); do mkdir d$d; for f in $(seq 0 99); do \
      echo \"file $d $f\" > d$d/f$f; done; done && git add . \
-     && git -c user.email=b@b -c user.name=b -c maintenance.auto=false commit -qm init";
+     && git -c user.email=b@b -c user.name=b -c maintenance.auto=false commit -qm init \
+     && sleep 1.1 && git update-index -q --really-refresh";
 /// 100 tracked files made dirty.
 const DIRTY: &str = "for f in $(seq 0 99); do echo changed >> d7/f$f; done";
 
