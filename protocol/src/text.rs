@@ -467,6 +467,34 @@ mod tests {
     }
 
     #[test]
+    fn the_watched_part_speaks_outside_a_repository_and_only_when_it_has_news_inside_one() {
+        use crate::results::{ChangedPath, Effects, ProjectLedger, WatchedLedger};
+        let watched = |changed: Vec<ChangedPath>| WatchedLedger {
+            roots: vec!["/w".into()],
+            confidence: "complete".into(),
+            changed,
+            ..Default::default()
+        };
+        let gone = ChangedPath { path: "/w/gone".into(), change: "deleted".into(), from: None };
+        let outside =
+            ProjectLedger { confidence: "none".into(), reason: Some("no work tree".into()), ..Default::default() };
+        let mut r = exited(0, "");
+        r.effects = Some(Effects {
+            project: outside.clone(),
+            watched: Some(watched(vec![gone.clone()])),
+            ..Default::default()
+        });
+        assert_eq!(job_result(&r), "exit 0 · 1.4 s · job 7\neffects: /w/gone (deleted)\n");
+        r.effects = Some(Effects { project: outside, watched: Some(watched(vec![])), ..Default::default() });
+        assert_eq!(job_result(&r), "exit 0 · 1.4 s · job 7\neffects: nothing changed in /w\n");
+        let inside = ProjectLedger { root: Some("/p".into()), confidence: "complete".into(), ..Default::default() };
+        r.effects = Some(Effects { project: inside.clone(), watched: Some(watched(vec![])), ..Default::default() });
+        assert_eq!(job_result(&r), "exit 0 · 1.4 s · job 7\neffects: nothing changed in /p\n");
+        r.effects = Some(Effects { project: inside, watched: Some(watched(vec![gone])), ..Default::default() });
+        assert!(job_result(&r).ends_with("effects: nothing changed in /p\neffects: /w/gone (deleted)\n"));
+    }
+
+    #[test]
     fn an_ended_job_leads_with_its_exit_and_ends_with_a_newline() {
         assert_eq!(job_result(&exited(2, "boom")), "exit 2 · 1.4 s · job 7\nboom\n");
         assert_eq!(job_result(&exited(0, "")), "exit 0 · 1.4 s · job 7\n");
