@@ -15,6 +15,7 @@ mod cgroup_bench;
 mod checks_bench;
 mod db_bench;
 mod doors;
+mod effects_bench;
 mod fleet;
 mod long;
 mod spare;
@@ -96,6 +97,16 @@ enum Bench {
         #[arg(long, default_value_t = 500)]
         iterations: usize,
     },
+    /// `run("true")` with the effects ledger vs `effects: "none"`, in a clean repo of 10,000 files and in
+    /// one with 100 dirty files, each vs a bare bash spawn; the guard linter's cost per call.
+    Effects {
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
+        #[arg(long, default_value_t = 20)]
+        pause_ms: u64,
+        #[arg(long, default_value_t = 2000)]
+        lint_rounds: usize,
+    },
     /// Internal: the sandboxed loop of `sandbox`, in its own process (the filter is installed on it).
     #[command(hide = true)]
     SandboxChild { cgroup: std::path::PathBuf },
@@ -167,6 +178,7 @@ fn main() -> Result<()> {
         Bench::Db { iterations } => db_bench::run(iterations),
         Bench::Doors { iterations, pause_ms } => doors::run(iterations, pause_ms),
         Bench::Tty { iterations, mib } => tty::run(iterations, mib),
+        Bench::Effects { iterations, pause_ms, lint_rounds } => effects_bench::run(iterations, pause_ms, lint_rounds),
     }
 }
 
@@ -191,6 +203,7 @@ fn all(fleet_sessions: usize) -> Result<()> {
         ("doors", "--iterations 60 --pause-ms 20", Box::new(|| doors::run(60, 20))),
         ("tty", "--iterations 300 --mib 8", Box::new(|| tty::run(300, 8))),
         ("checks", "--mib 4 --rounds 3", Box::new(|| checks_bench::run(4, 3))),
+        ("effects", "--iterations 60 --pause-ms 20 --lint-rounds 2000", Box::new(|| effects_bench::run(60, 20, 2000))),
         ("fleet", "--sessions N --parallel 64 --idle-secs 5", Box::new(move || fleet::run(fleet_sessions, 64, 5))),
     ];
     let mut failed = Vec::new();

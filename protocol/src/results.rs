@@ -181,6 +181,28 @@ pub struct Effects {
     pub project: ProjectLedger,
     /// The processes the job left running in its cgroup (the same as `survivors`, as a ledger part).
     pub processes: ProcessLedger,
+    /// The paths no git status covers: the cwd outside any work tree, the session's writable roots
+    /// outside it. Absent when there are none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watched: Option<WatchedLedger>,
+}
+
+/// The watched part: entries under the watched roots compared by lstat (and content near the walk).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WatchedLedger {
+    pub roots: Vec<String>,
+    pub scope: String,
+    /// `complete` or `partial`.
+    pub confidence: String,
+    pub reason: Option<String>,
+    /// Absolute paths; `change` is `added`, `deleted`, `modified` or `type-changed`.
+    pub changed: Vec<ChangedPath>,
+    pub changed_more: u32,
+    /// Entries the walk saw, and the most one walk looks at (`describe`'s `effects.watched_entries_max`).
+    pub entries: u32,
+    pub limit: u32,
+    pub cost_us: u64,
 }
 
 /// The processes part: what still runs in the job's cgroup once its main process ended.

@@ -44,6 +44,14 @@ fn effects_lines(p: &crate::results::ProjectLedger) -> Vec<String> {
         })
         .collect();
     let more = if p.changed_more > 0 { format!(" and {} more", p.changed_more) } else { String::new() };
+    if p.confidence == "none" {
+        // Nothing was compared: the ledger knows nothing, so it must not say nothing changed.
+        v.push(format!(
+            "effects: unknown in {root}: {}",
+            p.reason.as_deref().unwrap_or("the ledger could not be taken")
+        ));
+        return v;
+    }
     match paths.len() {
         0 => v.push(format!("effects: nothing changed in {root}")),
         1..=5 => v.push(format!("effects: {}{more}", paths.join(", "))),
@@ -63,6 +71,35 @@ fn effects_lines(p: &crate::results::ProjectLedger) -> Vec<String> {
     }
     if let Some(n) = &p.diff_note {
         v.push(format!("diff: {n}"));
+    }
+    v
+}
+
+/// The watched part: the changed paths, and its confidence when not complete (an empty complete part
+/// says nothing changed there: every entry was compared).
+fn watched_lines(w: &crate::results::WatchedLedger) -> Vec<String> {
+    let roots = w.roots.join(", ");
+    let mut v = Vec::new();
+    let paths: Vec<String> = w.changed.iter().map(|c| format!("{} ({})", c.path, c.change)).collect();
+    let more = if w.changed_more > 0 { format!(" and {} more", w.changed_more) } else { String::new() };
+    match paths.len() {
+        0 if w.confidence == "complete" => v.push(format!("effects: nothing changed in {roots}")),
+        0 => {}
+        1..=5 => v.push(format!("effects: {}{more}", paths.join(", "))),
+        _ => {
+            v.push(format!("effects in {roots}:"));
+            v.extend(paths.iter().map(|p| format!("  {p}")));
+            if !more.is_empty() {
+                v.push(format!("  …{more}"));
+            }
+        }
+    }
+    if w.confidence != "complete" {
+        v.push(format!(
+            "effects confidence {} in {roots}: {}",
+            w.confidence,
+            w.reason.as_deref().unwrap_or("not said")
+        ));
     }
     v
 }
@@ -212,7 +249,16 @@ pub fn notes(r: &JobResult) -> Vec<String> {
         v.push(format!("warning: {w}"));
     }
     if let Some(fx) = &r.effects {
-        v.extend(effects_lines(&fx.project));
+        // Outside any work tree the watched part (the cwd) speaks for the project; inside one, the
+        // watched roots (temp dir, home) are shown only when they changed or could not all be compared.
+        let outside = fx.project.root.is_none() && fx.watched.is_some();
+        if !outside {
+            v.extend(effects_lines(&fx.project));
+        }
+        if let Some(w) = fx.watched.as_ref().filter(|w| outside || !w.changed.is_empty() || w.confidence != "complete")
+        {
+            v.extend(watched_lines(w));
+        }
     }
     if r.oom_killed {
         v.push("out of memory: the kernel's OOM killer killed a process of this job".to_owned());
@@ -422,6 +468,34 @@ mod tests {
             view: view.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_watched_part_speaks_outside_a_repository_and_only_when_it_has_news_inside_one() {
+        use crate::results::{ChangedPath, Effects, ProjectLedger, WatchedLedger};
+        let watched = |changed: Vec<ChangedPath>| WatchedLedger {
+            roots: vec!["/w".into()],
+            confidence: "complete".into(),
+            changed,
+            ..Default::default()
+        };
+        let gone = ChangedPath { path: "/w/gone".into(), change: "deleted".into(), from: None };
+        let outside =
+            ProjectLedger { confidence: "none".into(), reason: Some("no work tree".into()), ..Default::default() };
+        let mut r = exited(0, "");
+        r.effects = Some(Effects {
+            project: outside.clone(),
+            watched: Some(watched(vec![gone.clone()])),
+            ..Default::default()
+        });
+        assert_eq!(job_result(&r), "exit 0 · 1.4 s · job 7\neffects: /w/gone (deleted)\n");
+        r.effects = Some(Effects { project: outside, watched: Some(watched(vec![])), ..Default::default() });
+        assert_eq!(job_result(&r), "exit 0 · 1.4 s · job 7\neffects: nothing changed in /w\n");
+        let inside = ProjectLedger { root: Some("/p".into()), confidence: "complete".into(), ..Default::default() };
+        r.effects = Some(Effects { project: inside.clone(), watched: Some(watched(vec![])), ..Default::default() });
+        assert_eq!(job_result(&r), "exit 0 · 1.4 s · job 7\neffects: nothing changed in /p\n");
+        r.effects = Some(Effects { project: inside, watched: Some(watched(vec![gone])), ..Default::default() });
+        assert!(job_result(&r).ends_with("effects: nothing changed in /p\neffects: /w/gone (deleted)\n"));
     }
 
     #[test]

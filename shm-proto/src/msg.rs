@@ -127,6 +127,31 @@ pub struct ProjectEffects {
     pub before: String,
     /// Time the worker spent on the "after" (and on the "before" when taken at launch), µs.
     pub cost_us: u64,
+    /// The paths no git status covers (the cwd outside any work tree, writable roots outside it).
+    pub watched: Option<WatchedEffects>,
+}
+
+/// Entries one walk of the watched paths looks at, at most (`describe` states it).
+pub const WATCH_LIMIT: u32 = 5_000;
+
+/// The watched part of a job's effects: an lstat (and, near the walk, content) comparison of every
+/// entry under the watched roots, before and after the job.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchedEffects {
+    pub roots: Vec<String>,
+    pub scope: String,
+    /// `complete` or `partial`.
+    pub confidence: String,
+    pub reasons: Vec<String>,
+    /// Absolute paths: `added`, `deleted`, `modified`, `type-changed`.
+    pub changed: Vec<PathChange>,
+    pub changed_more: u32,
+    /// Entries the larger of the two walks saw.
+    pub entries: u32,
+    /// The walk's limit ([`WATCH_LIMIT`]).
+    pub limit: u32,
+    /// Both walks, µs.
+    pub cost_us: u64,
 }
 
 /// The variables a scoped capture lists, in order: `OLDPWD` (which `cd` sets), then `only` without it

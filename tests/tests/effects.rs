@@ -42,9 +42,12 @@ fn repo_session(h: &Heddle, c: &mut Client, name: &str, init: &str) -> (Value, s
     (s, repo)
 }
 
+/// The repository every ledger test starts from. `maintenance.auto=false`: git 2.47's `commit` leaves
+/// `git maintenance run --auto --detach` running in the job's cgroup, and the next job's ledger then
+/// rightly names job 1 as a job that may have written meanwhile.
 const INIT: &str =
     "git init -q . && printf 'a\\n' > f1 && printf 'b\\n' > f2 && printf 'c\\n' > f3 && printf 'd\\n' > dirty \
-     && git add . && git -c user.email=t@t -c user.name=t commit -qm init && printf 'e\\n' >> dirty";
+     && git add . && git -c user.email=t@t -c user.name=t -c maintenance.auto=false commit -qm init && printf 'e\\n' >> dirty";
 
 #[test]
 fn sed_over_three_files_lists_them_and_diffs_them() {
@@ -92,7 +95,7 @@ fn a_codemod_over_a_hundred_files_lists_them_all() {
     let h = Heddle::start();
     let mut c = h.client();
     let init = "git init -q . && for i in $(seq 1 100); do echo \"old $i\" > m$i.txt; done && git add . \
-                && git -c user.email=t@t -c user.name=t commit -qm init";
+                && git -c user.email=t@t -c user.name=t -c maintenance.auto=false commit -qm init";
     let (s, _) = repo_session(&h, &mut c, "codemod", init);
     let r = run(&mut c, &s, "sed -i s/old/new/ m*.txt", Some("diff"));
     let p = &r["effects"]["project"];
@@ -155,6 +158,31 @@ fn a_broken_index_gets_a_sentence() {
     let p = &r["effects"]["project"];
     assert_eq!(p["confidence"], "none", "{r}");
     assert!(reason(&r).contains("could not be read") && reason(&r).contains("index"), "{r}");
+    assert_eq!(p["changed"], json!([]), "{r}");
+    // git's failure (exit 128) in words, never a Rust value; and the next job, whose "before" git cannot
+    // read either, says so too and never that nothing changed.
+    assert!(reason(&r).contains("exit status 128") && !reason(&r).contains("Code("), "{r}");
+    let r = run(&mut c, &s, "echo y > f2", None);
+    assert_eq!(r["effects"]["project"]["confidence"], "none", "{r}");
+    assert!(reason(&r).contains("before the job could not be read") && !reason(&r).contains("Code("), "{r}");
+    assert!(reason(&r).contains("exit status 128"), "{r}");
+}
+
+/// A second `sed -i` on a file the previous job made dirty: its "before" is that job's "after", which
+/// must have kept the file's bytes, so the path is listed and the diff is of this job's change alone.
+#[test]
+fn a_second_sed_on_an_already_dirty_file_lists_it_and_keeps_its_diff() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "repo", INIT);
+    let r = run(&mut c, &s, "sed -i s/a/A/ f1", Some("diff"));
+    assert_eq!(changed(&r), [("f1".into(), "modified".into())], "{r}");
+    let r = run(&mut c, &s, "sed -i s/A/Z/ f1", Some("diff"));
+    assert_eq!(changed(&r), [("f1".into(), "modified-again".into())], "{r}");
+    let p = &r["effects"]["project"];
+    assert_eq!(p["diff"], "--- a/f1\n+++ b/f1\n@@ -1 +1 @@\n-A\n+Z\n", "{r}");
+    assert_eq!(p["confidence"], "complete", "{r}");
+    assert!(p["before"].as_str().unwrap().contains("after of job"), "the last after was reused: {r}");
 }
 
 #[test]
@@ -184,4 +212,84 @@ fn a_failed_command_followed_by_others_is_warned() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("warning: `false` failed with status 1"), "{text}");
+}
+
+#[test]
+fn a_dirty_file_edited_again_keeps_its_diff_among_many_untracked_files() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "repo", INIT);
+    // 70 untracked text files of 250,000 bytes (17.5 MB) that sort before the dirty file: more than the
+    // bytes a snapshot keeps for diffs in all.
+    let noise = "mkdir build && for i in $(seq 10 79); do head -c 250000 /dev/zero | tr '\\0' a > build/o$i; done";
+    assert_eq!(run(&mut c, &s, noise, Some("none"))["exit_code"], 0);
+    let r = run(&mut c, &s, "sed -i s/d/D/ dirty", Some("diff"));
+    assert_eq!(changed(&r), [("dirty".into(), "modified-again".into())], "{r}");
+    let diff = r["effects"]["project"]["diff"].as_str().unwrap_or_default();
+    assert!(diff.contains("-d\n+D\n"), "the diff of the dirty file is shown: {r}");
+    // An untracked file over the budget: its diff is not invented, and the reason is the real one.
+    let r = run(&mut c, &s, "echo more >> build/o79", Some("diff"));
+    assert_eq!(changed(&r), [("build/o79".into(), "modified-again".into())], "{r}");
+    let diff = r["effects"]["project"]["diff"].as_str().unwrap_or_default();
+    assert!(diff.contains("build/o79") && diff.contains("MiB"), "the budget is named: {r}");
+}
+
+#[test]
+fn a_ledger_that_could_not_be_read_never_says_nothing_changed() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (_, repo) = repo_session(&h, &mut c, "repo", INIT);
+    // The repository now belongs to another user than the jobs' uid: git refuses to read it.
+    std::os::unix::fs::chown(&repo, Some(0), None).unwrap();
+    let out = std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
+        .arg("--socket")
+        .arg(&h.socket)
+        .args(["--session", "text", "run", "echo more >> f1"])
+        .current_dir(&repo)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("nothing changed"), "confidence none must not claim nothing changed: {text}");
+    assert!(text.contains("effects: unknown"), "{text}");
+    assert!(text.contains("dubious ownership"), "git's own line is the reason: {text}");
+    assert!(!text.contains("Code("), "no Rust value in a sentence: {text}");
+    assert!(text.contains("exit status 128"), "{text}");
+}
+
+/// Outside any repository the cwd is watched: what a job creates, modifies and deletes there is listed
+/// (absolute paths), with the walk's bound; over the bound the part is partial and says where it stopped.
+#[test]
+fn a_job_outside_any_repo_lists_what_it_changed_in_its_cwd() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, dir) = repo_session(&h, &mut c, "plain", "");
+    let r = run(&mut c, &s, "echo a > old && echo b > gone && mkdir sub", Some("none"));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let r = run(&mut c, &s, "echo more >> old && rm gone && echo new > sub/new && ln -s old link", None);
+    let w = &r["effects"]["watched"];
+    let dir = dir.display().to_string();
+    let got: Vec<(String, String)> = w["changed"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no watched part: {r}"))
+        .iter()
+        .map(|c| (c["path"].as_str().unwrap().replace(&dir, "."), c["change"].as_str().unwrap().to_owned()))
+        .collect();
+    let want = [("./gone", "deleted"), ("./link", "added"), ("./old", "modified"), ("./sub/new", "added")];
+    assert_eq!(got, want.map(|(p, c)| (p.to_owned(), c.to_owned())), "{r}");
+    assert_eq!(w["confidence"], "complete", "{r}");
+    assert!(w["roots"].as_array().unwrap().contains(&json!(dir)), "{r}");
+    let limit = c.call("describe", json!({})).unwrap()["effects"]["watched_entries_max"].as_u64().unwrap();
+    assert_eq!(w["limit"].as_u64(), Some(limit), "the bound is the one describe states: {r}");
+    // Nothing done: nothing listed, and said so.
+    let r = run(&mut c, &s, "true", None);
+    assert_eq!(r["effects"]["watched"]["changed"], json!([]), "{r}");
+    // Past the bound: partial, with the reason, and nothing invented beyond it.
+    let many = format!("mkdir many && (cd many && seq -w 1 {} | xargs touch)", limit + 10);
+    assert_eq!(run(&mut c, &s, &many, Some("none"))["exit_code"], 0);
+    let r = run(&mut c, &s, "echo x > aaa-first; echo y > many/zzz-past-the-bound", None);
+    let w = &r["effects"]["watched"];
+    assert_eq!(w["confidence"], "partial", "{r}");
+    assert!(w["reason"].as_str().unwrap().contains(&format!("more than {limit} entries")), "{r}");
+    let listed = w["changed"].to_string();
+    assert!(listed.contains("aaa-first") && !listed.contains("zzz-past-the-bound"), "{r}");
 }

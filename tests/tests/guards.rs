@@ -159,3 +159,20 @@ fn the_cli_shows_a_refusal_and_passes_an_override() {
     assert_eq!(passed.status.code(), Some(0), "{text}");
     assert!(text.contains("done\n") && text.contains("guard chmod-777-root overridden"), "{text}");
 }
+
+/// tree-sitter-bash 0.25.1 read C's `isdigit` table out of bounds on a code point above U+00FF after
+/// `{`: the front, which reads every command before launch, died with SIGSEGV and took every session
+/// with it. The command now runs, is guarded, and the front keeps answering.
+#[test]
+fn a_wide_code_point_after_a_brace_does_not_kill_the_front() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run(&mut c, &s, json!({"cmd": "echo {\u{10ffff} {12\u{31860} done"}));
+    assert_eq!((r["state"].as_str(), r["exit_code"].as_i64()), (Some("exited"), Some(0)), "{r}");
+    assert!(r["view"].as_str().unwrap().contains("done"), "{r}");
+    let r = run(&mut c, &s, json!({"cmd": "echo {\u{10ffff}; pkill -f heddle-guard-test-wide"}));
+    assert_eq!(r["state"], "refused", "a command after wide text is still read: {r}");
+    let r = run(&mut c, &s, json!({"cmd": "echo still-here"}));
+    assert!(r["view"].as_str().unwrap().contains("still-here"), "{r}");
+}

@@ -63,8 +63,8 @@ struct Entry {
     /// A rename's or copy's source.
     orig: Option<Vec<u8>>,
     ident: Option<Ident>,
-    /// The bytes at snapshot time, for a diff.
-    content: Option<Arc<Vec<u8>>>,
+    /// What was kept of the bytes at snapshot time, for a diff.
+    content: Option<Kept>,
 }
 
 impl Entry {
@@ -148,7 +148,15 @@ impl Git<'_> {
         }
         let err = String::from_utf8_lossy(&err);
         let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("no message").trim().to_owned();
-        Err(format!("`git {}` failed ({exit:?}): {first}", args.join(" ")))
+        let how = match exit {
+            launcher::Exit::Code(c) => format!("exit status {c}"),
+            launcher::Exit::Signal(n) => format!("signal {n}"),
+        };
+        let hint = match first.contains("dubious ownership") {
+            true => " (the repository belongs to another user than the one jobs run as; open the session with that user, or mark the directory safe in git's configuration for the jobs' user)",
+            false => "",
+        };
+        Err(format!("`git {}` failed with {how}: {first}{hint}", args.join(" ")))
     }
 }
 
@@ -171,23 +179,28 @@ pub(crate) fn snapshot(git: &Git<'_>, root: &Path, keep: bool) -> Result<Snapsho
     parse_status(&out, &mut snap);
     let (mut hashed, mut kept) = (0usize, 0usize);
     let mut over = 0usize;
-    for (path, e) in snap.entries.iter_mut() {
-        let dirty = e.kind == b'?' || e.xy[1] != b'.' || e.kind == b'u';
-        if !dirty {
-            continue;
-        }
-        let full = root.join(OsStr::from_bytes(path));
+    // Tracked files first, then untracked ones: the bytes kept for a diff go first to the files the
+    // project tracks (a few edited sources), not to build outputs that happen to sort before them.
+    let dirty = |e: &Entry| e.kind == b'?' || e.xy[1] != b'.' || e.kind == b'u';
+    let order: Vec<Vec<u8>> = {
+        let (tracked, untracked): (Vec<_>, Vec<_>) =
+            snap.entries.iter().filter(|(_, e)| dirty(e)).partition(|(_, e)| e.kind != b'?');
+        tracked.into_iter().chain(untracked).map(|(k, _)| k.clone()).collect()
+    };
+    for path in order {
+        let Some(e) = snap.entries.get_mut(&path) else { continue };
+        let full = root.join(OsStr::from_bytes(&path));
         let hash_it = hashed < MAX_HASHED;
         hashed += 1;
         if !hash_it {
             over += 1;
         }
-        let (ident, content) = identify(&full, hash_it, keep && kept < KEEP_TOTAL);
-        if let Some(c) = &content {
+        let (ident, content) = identify(&full, hash_it, keep.then_some(KEEP_TOTAL.saturating_sub(kept)));
+        if let Some(Kept::Bytes(c)) = &content {
             kept += c.len();
         }
         if e.kind == b'?' && is_link_out(root, &full) {
-            snap.links_out.push(String::from_utf8_lossy(path).into_owned());
+            snap.links_out.push(String::from_utf8_lossy(&path).into_owned());
         }
         e.ident = Some(ident);
         e.content = content;
@@ -244,12 +257,17 @@ fn parse_status(out: &[u8], snap: &mut Snapshot) {
     }
 }
 
-/// lstat, then hash (a symlink: its target's text), keeping the bytes when asked.
-fn identify(p: &Path, hash_it: bool, keep: bool) -> (Ident, Option<Arc<Vec<u8>>>) {
+/// lstat, then hash (a symlink: its target's text), keeping the bytes when asked (`room`: the bytes
+/// the snapshot may still keep). A binary file keeps only its size (a diff names binaries with sizes).
+fn identify(p: &Path, hash_it: bool, room: Option<usize>) -> (Ident, Option<Kept>) {
     let Ok(m) = std::fs::symlink_metadata(p) else { return (Ident { stat: None, hash: None }, None) };
     let stat = Some((m.size(), m.mtime(), m.mtime_nsec(), m.ino(), m.mode()));
-    if !hash_it || m.size() > HASH_BYTES || m.is_dir() {
+    let too_big = |size: u64| room.map(|_| Kept::Skipped(not_kept_reason(size, KEEP_BYTES)));
+    if m.is_dir() {
         return (Ident { stat, hash: None }, None);
+    }
+    if !hash_it || m.size() > HASH_BYTES {
+        return (Ident { stat, hash: None }, too_big(m.size()));
     }
     let bytes = match m.file_type().is_symlink() {
         true => std::fs::read_link(p).map(|t| t.as_os_str().as_bytes().to_vec()),
@@ -258,8 +276,30 @@ fn identify(p: &Path, hash_it: bool, keep: bool) -> (Ident, Option<Arc<Vec<u8>>>
     let Ok(bytes) = bytes else { return (Ident { stat, hash: None }, None) };
     let mut h = std::collections::hash_map::DefaultHasher::new();
     h.write(&bytes);
-    let content = (keep && bytes.len() <= KEEP_BYTES).then(|| Arc::new(bytes));
+    let content = room.map(|room| match bytes.len() {
+        _ if is_binary(&bytes) => Kept::Binary(bytes.len() as u64),
+        n if n > KEEP_BYTES => Kept::Skipped(not_kept_reason(n as u64, KEEP_BYTES)),
+        n if n > room => Kept::Skipped(format!(
+            "its bytes before the job were not kept: the snapshot keeps {} MiB in all for diffs, spent on other changed files",
+            KEEP_TOTAL >> 20
+        )),
+        _ => Kept::Bytes(Arc::new(bytes)),
+    });
     (Ident { stat, hash: Some(h.finish()) }, content)
+}
+
+fn not_kept_reason(size: u64, limit: usize) -> String {
+    format!("its bytes before the job were not kept: it has {size} bytes, over the {} KiB kept per file", limit >> 10)
+}
+
+/// What a snapshot kept of a file for a later diff.
+#[derive(Clone, Debug)]
+enum Kept {
+    Bytes(Arc<Vec<u8>>),
+    /// A binary file: its size only.
+    Binary(u64),
+    /// Not kept, and why (a sentence).
+    Skipped(String),
 }
 
 /// A symlink whose target resolves outside the work tree (or nowhere inside it).
@@ -396,6 +436,7 @@ pub(crate) fn compare(
         diff_note,
         before: String::new(),
         cost_us: 0,
+        watched: None,
     }
 }
 
@@ -417,7 +458,7 @@ fn label(b: Option<&Entry>, a: &Entry) -> &'static str {
 
 /// Where a changed path's "before" bytes are.
 enum Old {
-    Kept(Arc<Vec<u8>>),
+    Kept(Kept),
     NotKept,
     /// A `git cat-file` name (`HEAD:path`, or the index's object id for a path staged before).
     Blob(Vec<u8>),
@@ -429,7 +470,7 @@ fn old_source(before: &Snapshot, src: &[u8]) -> Old {
         Some(e) => Old::Blob(e.index.rsplit(|b| *b == b' ').next().unwrap_or_default().to_vec()),
         None => match &before.head {
             Some(h) => Old::Blob([h.as_bytes(), b":", src].concat()),
-            None => Old::Kept(Arc::new(Vec::new())),
+            None => Old::Kept(Kept::Bytes(Arc::new(Vec::new()))),
         },
     }
 }
@@ -458,25 +499,16 @@ fn diff(
     let mut text = String::new();
     let mut omitted: Vec<String> = Vec::new();
     for ((k, c), old) in changed.iter().zip(olds) {
-        let old: Option<Vec<u8>> = match old {
-            Old::Kept(b) => Some(b.to_vec()),
-            Old::NotKept => None,
-            Old::Blob(n) => Some(blobs.get(&n).cloned().unwrap_or_default()),
+        let old: Result<Body, String> = match old {
+            Old::Kept(Kept::Bytes(b)) => Ok(Body::of(b.to_vec())),
+            Old::Kept(Kept::Binary(n)) => Ok(Body::Binary(n)),
+            Old::Kept(Kept::Skipped(why)) => Err(why),
+            Old::NotKept => Err("its bytes before the job could not be read".to_owned()),
+            Old::Blob(n) => Ok(Body::of(blobs.get(&n).cloned().unwrap_or_default())),
         };
-        let full = after.root.join(OsStr::from_bytes(k));
-        let new = match std::fs::symlink_metadata(&full) {
-            Ok(m) if m.file_type().is_symlink() => {
-                std::fs::read_link(&full).ok().map(|t| t.as_os_str().as_bytes().to_vec())
-            }
-            Ok(m) if m.size() as usize > KEEP_BYTES => None,
-            Ok(_) => std::fs::read(&full).ok(),
-            Err(_) => Some(Vec::new()),
-        };
+        let new = body_now(&after.root.join(OsStr::from_bytes(k)), &c.path);
         let part = match (old, new) {
-            (Some(o), Some(n)) if is_binary(&o) || is_binary(&n) => {
-                format!("Binary file {} changed ({} → {} bytes)\n", c.path, o.len(), n.len())
-            }
-            (Some(o), Some(n)) => {
+            (Ok(Body::Text(o)), Ok(Body::Text(n))) => {
                 let (o, n) = (String::from_utf8_lossy(&o), String::from_utf8_lossy(&n));
                 let from = c.from.as_deref().unwrap_or(&c.path);
                 similar::TextDiff::from_lines(o.as_ref(), n.as_ref())
@@ -485,11 +517,8 @@ fn diff(
                     .header(&format!("a/{from}"), &format!("b/{}", c.path))
                     .to_string()
             }
-            _ => format!(
-                "{}: its bytes before or after were not kept (files over {} KiB are not)\n",
-                c.path,
-                KEEP_BYTES >> 10
-            ),
+            (Ok(o), Ok(n)) => format!("Binary file {} changed ({} → {} bytes)\n", c.path, o.len(), n.len()),
+            (Err(why), _) | (_, Err(why)) => format!("{}: {why}\n", c.path),
         };
         if text.len() + part.len() > DIFF_BYTES {
             omitted.push(c.path.clone());
@@ -533,6 +562,53 @@ fn parse_batch(out: &[u8], names: &[Vec<u8>]) -> BTreeMap<Vec<u8>, Vec<u8>> {
     blobs
 }
 
+/// A file's bytes for a diff: text, or a binary's size.
+enum Body {
+    Text(Vec<u8>),
+    Binary(u64),
+}
+
+impl Body {
+    fn of(bytes: Vec<u8>) -> Body {
+        match is_binary(&bytes) {
+            true => Body::Binary(bytes.len() as u64),
+            false => Body::Text(bytes),
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            Body::Text(b) => b.len() as u64,
+            Body::Binary(n) => *n,
+        }
+    }
+}
+
+/// A path's bytes after the job (a symlink: its target; gone: empty).
+fn body_now(full: &Path, path: &str) -> Result<Body, String> {
+    match std::fs::symlink_metadata(full) {
+        Ok(m) if m.file_type().is_symlink() => {
+            std::fs::read_link(full).map(|t| Body::Text(t.as_os_str().as_bytes().to_vec())).map_err(|e| e.to_string())
+        }
+        Ok(m) if m.is_dir() => Err("it is a directory now".to_owned()),
+        Ok(m) if m.size() as usize > KEEP_BYTES => {
+            let mut head = Vec::new();
+            let _ = std::fs::File::open(full).and_then(|f| f.take(8000).read_to_end(&mut head));
+            match is_binary(&head) {
+                true => Ok(Body::Binary(m.size())),
+                false => Err(format!(
+                    "it has {} bytes now, over the {} KiB a diff shows per file; see it with run {{cmd: \"git diff -- {}\"}}",
+                    m.size(),
+                    KEEP_BYTES >> 10,
+                    path
+                )),
+            }
+        }
+        Ok(_) => std::fs::read(full).map(Body::of).map_err(|e| format!("it could not be read after the job: {e}")),
+        Err(_) => Ok(Body::Text(Vec::new())),
+    }
+}
+
 fn is_binary(b: &[u8]) -> bool {
     b[..b.len().min(8000)].contains(&0)
 }
@@ -570,6 +646,8 @@ pub(crate) struct JobEffects {
     pub env: Vec<(String, String)>,
     /// Other jobs of the session that could write while this one ran (running, or keeping survivors).
     pub overlapped: BTreeSet<shm_proto::msg::JobId>,
+    /// The watched paths' "before" ([`crate::effects_watch`]); `None` when nothing is watched.
+    pub watched: Option<crate::effects_watch::Watch>,
 }
 
 #[cfg(test)]

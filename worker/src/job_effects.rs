@@ -3,12 +3,13 @@
 
 use crate::cgroup::CgroupOps;
 use crate::effects::{self, Git, JobEffects};
+use crate::effects_watch::{self, Watch, WATCH_LIMIT};
 use crate::event_loop::WorkerError;
 use crate::Worker;
 use shm_proto::msg::{EffectsMode, Event, JobId, ProjectEffects, RunSpec};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -65,7 +66,28 @@ impl<C: CgroupOps> Worker<C> {
         };
         self.ledger.generation += 1;
         let before_us = t.elapsed().as_micros() as u64;
-        Some(JobEffects { mode: spec.effects, root, before, before_how: how, before_us, env, overlapped })
+        let roots = self.watched_roots(cwd, root.as_deref());
+        let watched = (!roots.is_empty()).then(|| Watch::take(&roots, WATCH_LIMIT as usize));
+        Some(JobEffects { mode: spec.effects, root, before, before_how: how, before_us, env, overlapped, watched })
+    }
+
+    /// The paths no git status covers: the cwd when it is in no work tree, and the session's writable
+    /// roots that neither lie in the work tree nor contain it.
+    fn watched_roots(&self, cwd: &Path, tree: Option<&Path>) -> Vec<PathBuf> {
+        let mut roots: Vec<PathBuf> = Vec::new();
+        if tree.is_none() {
+            roots.push(cwd.to_path_buf());
+        }
+        let writable = self.sandbox.as_ref().map(|s| s.info.writable.as_slice()).unwrap_or_default();
+        for r in writable {
+            let r = PathBuf::from(&r.path);
+            let apart = tree.is_none_or(|t| !r.starts_with(t) && !t.starts_with(&r));
+            // A root above the cwd would walk it again (and, outside a repository, its whole parent).
+            if apart && !cwd.starts_with(&r) && r.is_dir() {
+                roots.push(r);
+            }
+        }
+        roots
     }
 
     /// Just before `Exited`: the "after", compared with the "before", as `Event::Effects`.
@@ -116,6 +138,14 @@ impl<C: CgroupOps> Worker<C> {
             }
         }
         project.cost_us = fx.before_us + t.elapsed().as_micros() as u64;
+        if let Some(before) = &fx.watched {
+            let mut part = effects_watch::compare(before, &Watch::take(&before.roots, WATCH_LIMIT as usize));
+            if !fx.overlapped.is_empty() {
+                part.confidence = "partial".into();
+                part.reasons.push(overlap_reason(&fx.overlapped));
+            }
+            project.watched = Some(part);
+        }
         shrink_to(&mut project, self.out.max_frame().saturating_sub(512));
         Ok(self.out.emit(&Event::Effects { job, project })?)
     }
@@ -148,5 +178,11 @@ fn shrink_to(p: &mut ProjectEffects, max: usize) {
         let cut = p.changed.len().div_ceil(2);
         p.changed.truncate(p.changed.len() - cut);
         p.changed_more += cut as u32;
+    }
+    while size(p) > max && p.watched.as_ref().is_some_and(|w| !w.changed.is_empty()) {
+        let Some(w) = p.watched.as_mut() else { break };
+        let cut = w.changed.len().div_ceil(2);
+        w.changed.truncate(w.changed.len() - cut);
+        w.changed_more += cut as u32;
     }
 }

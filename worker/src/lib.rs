@@ -32,6 +32,7 @@
 
 pub mod cgroup;
 pub mod effects;
+pub mod effects_watch;
 pub mod emit;
 pub mod event_loop;
 pub mod input;

@@ -296,4 +296,80 @@ mod tests {
         let s = v.deny[0].sentence();
         assert!(s.starts_with("guard pattern-kill: ") && s.contains("matched `pkill -f 'my server'`"), "{s}");
     }
+
+    /// Any text at all, NUL bytes and control characters included, built from raw bytes (invalid UTF-8
+    /// replaced, as the front's JSON decoding would have) or from any Unicode.
+    fn garbage() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..400).prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+            any::<String>(),
+            proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "\0",
+                    "\0\0",
+                    "\u{1}",
+                    "\r",
+                    "\x7f",
+                    "\u{feff}",
+                    "\u{fffd}",
+                    "<<",
+                    "<<-",
+                    "'EOF'",
+                    "EOF",
+                    "\n",
+                    "$(",
+                    ")",
+                    "`",
+                    "${",
+                    "}",
+                    "rm -rf /",
+                    "pkill",
+                    "|",
+                    "sh",
+                    "curl x",
+                    "((",
+                    "))",
+                    "[[",
+                    "]]",
+                    "\\",
+                    "\"",
+                    "'",
+                    ";",
+                    "&",
+                    "#",
+                    "case",
+                    "esac",
+                    "{",
+                    "<(",
+                    ">(",
+                    "$'\\0'",
+                    "\u{10ffff}",
+                ]),
+                0..40
+            )
+            .prop_map(|v| v.concat()),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// The linter's whole path (tree-sitter parse, word reading, rule matching) over any bytes.
+        #[test]
+        fn any_text_never_panics_the_linter(cmd in garbage()) {
+            let p = policies::Policy::builtin("workspace").unwrap();
+            let v = check(&cmd, &p.guards, &ctx());
+            // A verdict is given only on what was read: a command bash's grammar cannot read in full gets
+            // the sentence saying so and no rule at all.
+            let unreadable = crate::shell::parse::parse(&cmd).is_none_or(|t| t.root_node().has_error());
+            if unreadable {
+                proptest::prop_assert!(v.unread.as_deref().is_some_and(|s| s.contains("could not read")), "{v:?}");
+                proptest::prop_assert!(v.deny.is_empty() && v.warn.is_empty(), "{v:?}");
+            }
+            proptest::prop_assert!(v.unread.is_none() || (v.deny.is_empty() && v.warn.is_empty()), "{v:?}");
+            for hit in v.deny.iter().chain(&v.warn) {
+                proptest::prop_assert!(!hit.words.is_empty() && !hit.rule.is_empty(), "{v:?}");
+            }
+        }
+    }
 }

@@ -13,7 +13,7 @@
 
 use crate::kernel::describe_session as ds;
 use crate::kernel::{Client, Kernel};
-use crate::rpc::results::{join_notes, DescribeResult, FrontInfo, SessionFacts, SessionLimitsInfo};
+use crate::rpc::results::{join_notes, DescribeResult, EffectsBounds, FrontInfo, SessionFacts, SessionLimitsInfo};
 use crate::rpc::{self, RpcError};
 use crate::sessions::session::Session;
 use crate::sessions::supervisor::error_chain;
@@ -66,6 +66,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Describ
                 f
             })
             .collect(),
+        effects: EffectsBounds { watched_entries_max: shm_proto::msg::WATCH_LIMIT },
         note,
         announcements,
     })

@@ -179,6 +179,14 @@ impl From<shm_proto::control::SessionLimits> for SessionLimitsInfo {
     }
 }
 
+/// The effects ledger's bounds, as `describe` states them.
+#[derive(Clone, Debug, Serialize)]
+pub struct EffectsBounds {
+    /// Entries one walk of the watched paths (outside the git work tree) looks at, at most; beyond,
+    /// the watched part is `partial` and names the last path compared.
+    pub watched_entries_max: u32,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct DescribeResult {
     pub version: &'static str,
@@ -188,6 +196,8 @@ pub struct DescribeResult {
     pub socket: String,
     pub state_dir: String,
     pub sessions: Vec<SessionFacts>,
+    /// The effects ledger's bounds.
+    pub effects: EffectsBounds,
     pub note: Option<String>,
     /// Present (possibly empty) only when `describe` named a session.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -230,6 +240,21 @@ pub fn effects(
             survivors: survivors.iter().map(|s| s.pid).collect(),
             survivors_more,
         },
+        watched: p.watched.as_ref().map(|w| protocol::results::WatchedLedger {
+            roots: w.roots.clone(),
+            scope: w.scope.clone(),
+            confidence: w.confidence.clone(),
+            reason: (!w.reasons.is_empty()).then(|| w.reasons.join("; ")),
+            changed: w
+                .changed
+                .iter()
+                .map(|c| protocol::results::ChangedPath { path: c.path.clone(), change: c.change.clone(), from: None })
+                .collect(),
+            changed_more: w.changed_more,
+            entries: w.entries,
+            limit: w.limit,
+            cost_us: w.cost_us,
+        }),
     }
 }
 

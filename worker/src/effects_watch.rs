@@ -1,0 +1,278 @@
+//! The effects ledger's watched part: what a job changed under the paths no git status covers — its
+//! cwd when that is in no git work tree, and the session's writable roots that lie outside the job's
+//! work tree (a root that contains the work tree is left to the project part).
+//!
+//! A [`Watch`] is an lstat of every entry under the roots, walked depth-first in sorted order (so the
+//! walk's order is [`PathBuf`]'s), at most [`WATCH_LIMIT`] entries. A file whose ctime or mtime lies
+//! within [`RACY`] of the walk is also hashed (its first [`HASH_BYTES`]): a write in the same clock
+//! tick as the "before" can leave size and times equal, and the hash still tells. Directories count
+//! for their existence only (their times move with every child).
+//!
+//! When a walk stops at the limit, only paths up to where both walks got are compared, and the part
+//! says so (`confidence: "partial"`, with the limit and the last path compared).
+//!
+//! ```
+//! let dir = tempfile::tempdir().unwrap();
+//! std::fs::write(dir.path().join("a"), "1").unwrap();
+//! let before = worker::effects_watch::Watch::take(&[dir.path().to_path_buf()], 100);
+//! std::fs::write(dir.path().join("b"), "2").unwrap();
+//! let after = worker::effects_watch::Watch::take(&[dir.path().to_path_buf()], 100);
+//! let part = worker::effects_watch::compare(&before, &after);
+//! assert_eq!(part.changed[0].change, "added");
+//! ```
+
+use std::collections::BTreeMap;
+use std::hash::Hasher;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use shm_proto::msg::{PathChange, WatchedEffects};
+
+pub use shm_proto::msg::WATCH_LIMIT;
+
+/// A file changed this close to a walk is hashed too.
+pub const RACY: Duration = Duration::from_secs(2);
+/// Bytes of one file hashed (beyond: stat only).
+pub const HASH_BYTES: u64 = 1 << 20;
+/// Paths listed in one part (the rest counted).
+const MAX_LISTED: usize = 200;
+
+/// One entry's identity: kind (`f`ile, `d`irectory, `l`ink, `o`ther), size, mtime, ctime (ns), inode,
+/// mode; and a hash of its bytes when it was changed close to the walk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stat {
+    kind: u8,
+    size: u64,
+    mtime: i128,
+    ctime: i128,
+    ino: u64,
+    mode: u32,
+}
+
+/// The entries under the watched roots at one moment.
+#[derive(Debug, Default)]
+pub struct Watch {
+    pub roots: Vec<PathBuf>,
+    entries: BTreeMap<PathBuf, (Stat, Option<u64>)>,
+    /// The walk stopped at the limit after this path.
+    stopped_after: Option<PathBuf>,
+    /// Directories that could not be listed.
+    unlisted: Vec<String>,
+    pub limit: usize,
+    pub cost_us: u64,
+}
+
+impl Watch {
+    /// Walk `roots` (nested ones are walked once), at most `limit` entries.
+    pub fn take(roots: &[PathBuf], limit: usize) -> Watch {
+        let started = std::time::Instant::now();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
+        let mut roots: Vec<PathBuf> = roots.to_vec();
+        roots.sort();
+        roots.dedup();
+        let outer: Vec<PathBuf> =
+            roots.iter().filter(|r| !roots.iter().any(|o| o != *r && r.starts_with(o))).cloned().collect();
+        let mut w = Watch { roots: outer.clone(), limit, ..Default::default() };
+        'roots: for root in &outer {
+            let mut stack = vec![root.clone()];
+            while let Some(p) = stack.pop() {
+                let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
+                if w.entries.len() >= limit {
+                    w.stopped_after = w.entries.keys().next_back().cloned();
+                    break 'roots;
+                }
+                let stat = stat_of(&m);
+                let racy = stat.kind == b'f' && (now - stat.ctime.max(stat.mtime)) < RACY.as_nanos() as i128;
+                let hash = racy.then(|| hash_of(&p)).flatten();
+                let is_dir = stat.kind == b'd';
+                w.entries.insert(p.clone(), (stat, hash));
+                if is_dir {
+                    match std::fs::read_dir(&p) {
+                        Ok(rd) => {
+                            let mut kids: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                            kids.sort();
+                            stack.extend(kids.into_iter().rev());
+                        }
+                        Err(e) => w.unlisted.push(format!("{} ({e})", p.display())),
+                    }
+                }
+            }
+        }
+        w.cost_us = started.elapsed().as_micros() as u64;
+        w
+    }
+}
+
+fn stat_of(m: &std::fs::Metadata) -> Stat {
+    let ft = m.file_type();
+    let kind = match () {
+        _ if ft.is_file() => b'f',
+        _ if ft.is_dir() => b'd',
+        _ if ft.is_symlink() => b'l',
+        _ => b'o',
+    };
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    Stat {
+        kind,
+        size: if kind == b'd' { 0 } else { m.size() },
+        mtime: if kind == b'd' { 0 } else { ns(m.mtime(), m.mtime_nsec()) },
+        ctime: if kind == b'd' { 0 } else { ns(m.ctime(), m.ctime_nsec()) },
+        ino: m.ino(),
+        mode: m.mode(),
+    }
+}
+
+fn hash_of(p: &Path) -> Option<u64> {
+    let f = std::fs::File::open(p).ok()?;
+    let mut buf = Vec::new();
+    f.take(HASH_BYTES).read_to_end(&mut buf).ok()?;
+    let mut h = std::hash::DefaultHasher::new();
+    h.write(&buf);
+    Some(h.finish())
+}
+
+/// The watched part of a job's ledger: `before` against `after`.
+pub fn compare(before: &Watch, after: &Watch) -> WatchedEffects {
+    // Compare only up to where both walks got.
+    let bound = match (&before.stopped_after, &after.stopped_after) {
+        (Some(a), Some(b)) => Some(a.min(b).clone()),
+        (a, b) => a.clone().or_else(|| b.clone()),
+    };
+    let within = |p: &PathBuf| bound.as_ref().is_none_or(|b| p <= b);
+    let mut changed: Vec<PathChange> = Vec::new();
+    let mut listed = |path: &Path, change: &str| {
+        changed.push(PathChange { path: path.to_string_lossy().into_owned(), change: change.into(), from: None })
+    };
+    let mut a = before.entries.iter().filter(|(p, _)| within(p)).peekable();
+    let mut b = after.entries.iter().filter(|(p, _)| within(p)).peekable();
+    loop {
+        match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some((p, _)), None) => {
+                listed(p, "deleted");
+                a.next();
+            }
+            (None, Some((p, _))) => {
+                listed(p, "added");
+                b.next();
+            }
+            (Some((pa, (sa, ha))), Some((pb, (sb, hb)))) => match pa.cmp(pb) {
+                std::cmp::Ordering::Less => {
+                    listed(pa, "deleted");
+                    a.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    listed(pb, "added");
+                    b.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    // Equal stat but another hash: written within the clock tick of the "before".
+                    let rehashed = || if hb.is_some() { *hb } else { hash_of(pb) };
+                    if sa.kind != sb.kind {
+                        listed(pa, "type-changed");
+                    } else if sa != sb || (ha.is_some() && rehashed() != *ha) {
+                        listed(pa, "modified");
+                    }
+                    a.next();
+                    b.next();
+                }
+            },
+        }
+    }
+    let mut reasons = Vec::new();
+    if let Some(b) = &bound {
+        reasons.push(format!(
+            "the watched paths hold more than {} entries, the most one walk looks at: paths after {} were not compared",
+            after.limit,
+            b.display()
+        ));
+    }
+    let unlisted: Vec<&String> = before.unlisted.iter().chain(&after.unlisted).collect();
+    if !unlisted.is_empty() {
+        let first: Vec<&str> = unlisted.iter().take(4).map(|s| s.as_str()).collect();
+        reasons.push(format!("{} director(ies) could not be listed: {}", unlisted.len(), first.join(", ")));
+    }
+    let changed_more = changed.len().saturating_sub(MAX_LISTED) as u32;
+    changed.truncate(MAX_LISTED);
+    let complete = bound.is_none() && unlisted.is_empty();
+    WatchedEffects {
+        roots: after.roots.iter().map(|r| r.to_string_lossy().into_owned()).collect(),
+        scope: format!(
+            "{}: every entry's lstat (size, times, inode, mode; files changed within 2 s of a walk also by \
+             content), before vs after the job, at most {} entries per walk",
+            after.roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", "),
+            after.limit
+        ),
+        confidence: if complete { "complete" } else { "partial" }.into(),
+        reasons,
+        changed,
+        changed_more,
+        entries: after.entries.len().max(before.entries.len()) as u32,
+        limit: after.limit as u32,
+        cost_us: before.cost_us + after.cost_us,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(p: &WatchedEffects, root: &Path) -> Vec<(String, String)> {
+        p.changed
+            .iter()
+            .map(|c| (Path::new(&c.path).strip_prefix(root).unwrap().display().to_string(), c.change.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn added_modified_deleted_and_a_same_size_rewrite_are_seen() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path().to_path_buf();
+        std::fs::write(r.join("keep"), "k").unwrap();
+        std::fs::write(r.join("edit"), "aaaa").unwrap();
+        std::fs::write(r.join("gone"), "g").unwrap();
+        let before = Watch::take(std::slice::from_ref(&r), 100);
+        std::fs::write(r.join("edit"), "bbbb").unwrap();
+        std::fs::remove_file(r.join("gone")).unwrap();
+        std::fs::create_dir(r.join("new")).unwrap();
+        std::fs::write(r.join("new/f"), "n").unwrap();
+        let p = compare(&before, &Watch::take(std::slice::from_ref(&r), 100));
+        assert_eq!(
+            names(&p, &r),
+            [
+                ("edit".into(), "modified".into()),
+                ("gone".into(), "deleted".into()),
+                ("new".into(), "added".into()),
+                ("new/f".into(), "added".into())
+            ]
+        );
+        assert_eq!(p.confidence, "complete", "{p:?}");
+    }
+
+    #[test]
+    fn a_walk_at_the_limit_compares_only_what_both_walks_saw() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path().to_path_buf();
+        for i in 0..10 {
+            std::fs::write(r.join(format!("f{i}")), "x").unwrap();
+        }
+        // The "before" walk stops after f3; a new `e` sorts first, so the "after" walk stops after f2.
+        let before = Watch::take(std::slice::from_ref(&r), 5);
+        std::fs::write(r.join("e"), "new").unwrap();
+        std::fs::write(r.join("f0"), "changed").unwrap();
+        std::fs::write(r.join("f9"), "changed").unwrap();
+        let p = compare(&before, &Watch::take(std::slice::from_ref(&r), 5));
+        assert_eq!(
+            names(&p, &r),
+            [("e".into(), "added".into()), ("f0".into(), "modified".into())],
+            "f3 (walked before, not after) is not called deleted; f9 lies past the limit"
+        );
+        assert_eq!(p.confidence, "partial");
+        assert!(
+            p.reasons[0].contains("more than 5 entries") && p.reasons[0].ends_with("f2 were not compared"),
+            "{p:?}"
+        );
+    }
+}
