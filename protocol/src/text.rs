@@ -404,6 +404,10 @@ pub fn command_name(cmdline: &str) -> String {
         let rest: Vec<&str> = words.collect();
         if let Some(i) = rest.iter().position(|w| *w == "-c") {
             let script = rest[i + 1..].join(" ");
+            // heddle's own wrapper around a job's command is no name a person can use.
+            if script.starts_with("__heddle_") {
+                return format!("{name} (the job's shell)");
+            }
             if !script.is_empty() {
                 return format!("{name} -c {}", one_line(&script, 40));
             }
@@ -588,6 +592,7 @@ mod tests {
         assert_eq!(command_name("/usr/bin/python3 -m http.server"), "python3");
         assert_eq!(command_name("bash -c sleep 100 && echo"), "bash -c sleep 100 && echo");
         assert_eq!(command_name(""), "?");
+        assert_eq!(command_name("bash -c __heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS;"), "bash (the job's shell)");
     }
 
     #[test]

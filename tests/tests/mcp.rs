@@ -244,7 +244,11 @@ fn the_cli_follows_the_views_a_marker_names() {
             .env("HEDDLE_SOCKET", &h.socket)
             .output()
             .unwrap();
-        assert!(out.status.success() || args[0] == "run", "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success() || matches!(args[0], "run" | "kill"),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let ran = cli(&[
@@ -268,6 +272,11 @@ fn the_cli_follows_the_views_a_marker_names() {
     assert!(shown.starts_with(&format!("{from}: {from}\n")), "{}", &shown[..200]);
     let waiting = cli(&["run", "--yield", "0", "--", "sleep 5"]);
     assert!(waiting.contains("wait with `heddle --session viewer wait 2`"), "{waiting}");
+    // A job busy in its own shell: liveness names the job's shell, never heddle's wrapper.
+    let busy = cli(&["run", "--yield", "300", "--", "while :; do :; done"]);
+    assert!(busy.contains("busy (running on a CPU): bash (pid "), "{busy}");
+    assert!(!busy.contains("__heddle"), "the wrapper's text reached the person: {busy}");
+    cli(&["kill", "3"]);
     let lines = cli(&["output", "1", "--lines", "25000:25002"]);
     assert!(lines.contains("25000") && lines.contains("25002") && !lines.contains("24999"), "{lines}");
     let tail = cli(&["output", "1", "--tail", "1", "--stream", "stderr"]);

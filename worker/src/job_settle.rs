@@ -244,7 +244,7 @@ impl<C: CgroupOps> Worker<C> {
             cpu_usec: self.cgroups.cpu_usec(job).unwrap_or(0),
             procs: pids.len() as u32,
             pid,
-            cmdline: procinfo::cmdline_cut(pid),
+            cmdline: procinfo::shown_cmdline(pid),
             state: st.state.to_string(),
             activity: match tty_poll {
                 true => "blocked reading stdin/tty (polling its terminal)".to_owned(),

@@ -79,6 +79,22 @@ pub fn proc_stats(pids: &[u32]) -> Vec<ProcStat> {
         .collect()
 }
 
+/// What a person should read for `pid`'s command: its command line, except for a job's own bash while
+/// it runs heddle's wrapper (`bash -c __heddle_o=…`: the restore, the command and the capture), which is
+/// named as the job's shell rather than shown as heddle's internals.
+pub fn shown_cmdline(pid: u32) -> String {
+    shown(cmdline_cut(pid))
+}
+
+fn shown(cmdline: String) -> String {
+    let mut words = cmdline.split(' ');
+    let bash = words.next().is_some_and(|w| w == "bash" || w.ends_with("/bash"));
+    if bash && words.any(|w| w.starts_with("__heddle_")) {
+        return "bash (the job's shell, running its command)".to_owned();
+    }
+    cmdline
+}
+
 /// The syscall a sleeping process is in (`/proc/PID/syscall`, first field), when readable.
 pub fn syscall(pid: u32) -> Option<i64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
@@ -172,6 +188,10 @@ mod tests {
     #[test]
     fn activities_in_words() {
         assert_eq!(activity('R', "", None, false), "busy (running on a CPU)");
+        let wrapper = "bash -c __heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS; builtin set +euvx".to_owned();
+        assert_eq!(shown(wrapper), "bash (the job's shell, running its command)");
+        assert_eq!(shown("sleep 300".into()), "sleep 300");
+        assert_eq!(shown("python3 -c print('__heddle_x')".into()), "python3 -c print('__heddle_x')");
         assert_eq!(activity('S', "", Some(230), false), "sleeping on a timer");
         assert_eq!(activity('S', "n_tty_read", Some(0), true), "blocked reading stdin/tty");
         assert_eq!(activity('S', "do_wait", Some(61), false), "waiting for a child process");
