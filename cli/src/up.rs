@@ -60,6 +60,14 @@ pub struct UpArgs {
     /// a non-loopback ADDR, and given, every request needs one.
     #[arg(long, value_name = "DIR", requires = "http")]
     pub http_token_dir: Option<PathBuf>,
+    /// Client connections open at once, from every user; one more is answered with
+    /// `too_many_connections` and closed [default: 8192, fewer if the open-file limit leaves no room].
+    #[arg(long, value_name = "N", env = "HEDDLE_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+    /// Client connections open at once from one user (uid); one more is answered with
+    /// `too_many_connections` and closed [default: 1024].
+    #[arg(long, value_name = "N", env = "HEDDLE_MAX_CONNECTIONS_PER_UID", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_uid: Option<u32>,
 }
 
 impl UpArgs {
@@ -100,6 +108,18 @@ impl UpArgs {
         }
         if let Some(d) = &self.http_token_dir {
             v.extend(["--http-token-dir".into(), d.clone().into_os_string()]);
+        }
+        v
+    }
+
+    /// The front's settings, passed on through the supervisor's environment.
+    fn front_env(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        if let Some(n) = self.max_connections {
+            v.push(("HEDDLE_MAX_CONNECTIONS", n.to_string()));
+        }
+        if let Some(n) = self.max_connections_per_uid {
+            v.push(("HEDDLE_MAX_CONNECTIONS_PER_UID", n.to_string()));
         }
         v
     }
@@ -155,6 +175,7 @@ fn supervise(sup: &Path, args: &UpArgs, current: &AtomicI32, stopping: &AtomicBo
     loop {
         let mut child = Command::new(sup)
             .args(args.supervisor_args())
+            .envs(args.front_env())
             .spawn()
             .with_context(|| format!("starting {}", sup.display()))?;
         current.store(child.id() as i32, Ordering::SeqCst);
