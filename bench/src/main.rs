@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 
 mod cgroup_bench;
 mod checks_bench;
+mod conns;
 mod db_bench;
 mod doors;
 mod long;
@@ -35,6 +36,18 @@ enum Bench {
         mib: usize,
         #[arg(long, default_value_t = 5)]
         rounds: usize,
+    },
+    /// The front's threads and fds with `idle` idle connections open, and `run("true")` on a raw socket
+    /// with and without them; with `--baseline-bins`, against another build's stack in the same run.
+    Conns {
+        #[arg(long, default_value_t = 300)]
+        iterations: usize,
+        #[arg(long, default_value_t = 1000)]
+        idle: usize,
+        /// A directory holding another build's `heddle`, `heddle-supervisor`, `heddle-front`,
+        /// `heddle-worker` and `heddle-launch`.
+        #[arg(long, value_name = "DIR")]
+        baseline_bins: Option<std::path::PathBuf>,
     },
     /// `run("true")` end to end through the socket vs a bare spawn of `bash --noprofile --norc -c true`.
     Spawn {
@@ -126,6 +139,7 @@ fn main() -> Result<()> {
     match Args::parse().bench {
         Bench::Checks { mib, rounds } => checks_bench::run(mib, rounds),
         Bench::Spawn { iterations } => spawn(iterations),
+        Bench::Conns { iterations, idle, baseline_bins } => conns::run(iterations, idle, baseline_bins.as_deref()),
         Bench::Long { jobs, iterations } => long::run(jobs, iterations),
         Bench::State { iterations } => state::run(iterations),
         Bench::Spare { iterations, pause_ms } => spare::run(iterations, pause_ms),
