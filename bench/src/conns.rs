@@ -26,14 +26,19 @@ impl Raw {
     }
 
     fn call(&mut self, method: &str, params: Value) -> Result<Value> {
+        let v = self.answer(method, params)?;
+        v.get("result").cloned().with_context(|| format!("{method} failed: {v}"))
+    }
+
+    /// The whole response line, result or error.
+    fn answer(&mut self, method: &str, params: Value) -> Result<Value> {
         self.id += 1;
         let mut line = json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params}).to_string();
         line.push('\n');
         self.w.write_all(line.as_bytes())?;
         let mut back = String::new();
         self.r.read_line(&mut back)?;
-        let v: Value = serde_json::from_str(&back).with_context(|| format!("not JSON: {back:?}"))?;
-        v.get("result").cloned().with_context(|| format!("{method} failed: {v}"))
+        serde_json::from_str(&back).with_context(|| format!("not JSON: {back:?}"))
     }
 }
 
@@ -67,6 +72,15 @@ impl Stack {
         })
     }
 
+    /// A call the transport answers without the kernel doing work: the socket's own cost.
+    fn unknown_method(&mut self) -> f64 {
+        let c = &mut self.c;
+        time_us(|| {
+            let r = c.answer("no.such.method", json!({})).expect("an answer");
+            assert_eq!(r["error"]["code"], -32601, "{r}");
+        })
+    }
+
     /// (threads, fds) of the front now.
     fn cost(&self) -> (usize, usize) {
         let count = |d: &str| std::fs::read_dir(format!("/proc/{}/{d}", self.front)).map_or(0, |e| e.count());
@@ -83,20 +97,28 @@ impl Stack {
     }
 }
 
-/// Round trips of every stack, interleaved, `iterations` each.
-fn round_trips(stacks: &mut [Stack], iterations: usize) -> Vec<Summary> {
+/// Round trips of `call` on every stack, interleaved, `iterations` each.
+fn round_trips(stacks: &mut [Stack], iterations: usize, call: fn(&mut Stack) -> f64) -> Vec<Summary> {
     for s in stacks.iter_mut() {
         for _ in 0..20 {
-            s.run_true();
+            call(s);
         }
     }
     let mut t: Vec<Vec<f64>> = stacks.iter().map(|_| Vec::new()).collect();
     for _ in 0..iterations {
         for (s, t) in stacks.iter_mut().zip(&mut t) {
-            t.push(s.run_true());
+            t.push(call(s));
         }
     }
     t.into_iter().map(Summary::of).collect()
+}
+
+/// The round trips of `run("true")` and of an unknown method, as (what, summaries per stack).
+fn both(stacks: &mut [Stack], iterations: usize) -> [(&'static str, Vec<Summary>); 2] {
+    [
+        ("run(\"true\")", round_trips(stacks, iterations, Stack::run_true)),
+        ("an unknown method (transport only)", round_trips(stacks, iterations, Stack::unknown_method)),
+    ]
 }
 
 pub fn run(iterations: usize, idle: usize, baseline_bins: Option<&Path>) -> Result<()> {
@@ -106,31 +128,28 @@ pub fn run(iterations: usize, idle: usize, baseline_bins: Option<&Path>) -> Resu
     }
     stacks.push(Stack::start("this build", None)?);
     let before: Vec<(usize, usize)> = stacks.iter().map(Stack::cost).collect();
-    let quiet = round_trips(&mut stacks, iterations);
+    let quiet = both(&mut stacks, iterations);
     for s in &mut stacks {
         s.open_idle(idle)?;
     }
     let after: Vec<(usize, usize)> = stacks.iter().map(Stack::cost).collect();
-    let loaded = round_trips(&mut stacks, iterations);
+    let loaded = both(&mut stacks, iterations);
     println!("== the front with {idle} idle connections (each served one `describe`)");
     for (s, ((t0, f0), (t1, f1))) in stacks.iter().zip(before.iter().zip(&after)) {
         println!("{:<44} threads {t0:>5} -> {t1:>5}   fds {f0:>5} -> {f1:>5}", s.name);
     }
     let last = stacks.len() - 1;
-    if last > 0 {
-        let base = &stacks[0].name;
-        report("run(\"true\"), raw socket, no idle connections", base, quiet[0], "this build", quiet[last]);
-        report(
-            &format!("run(\"true\"), raw socket, {idle} idle connections"),
-            base,
-            loaded[0],
-            "this build",
-            loaded[last],
-        );
-    }
-    for (i, s) in stacks.iter().enumerate() {
-        let title = format!("{}: run(\"true\") with {idle} idle connections vs none", s.name);
-        report(&title, "no idle connections", quiet[i], &format!("{idle} idle connections"), loaded[i]);
+    for ((what, quiet), (_, loaded)) in quiet.iter().zip(&loaded) {
+        if last > 0 {
+            let base = &stacks[0].name;
+            report(&format!("{what}, raw socket, no idle connections"), base, quiet[0], "this build", quiet[last]);
+            let title = format!("{what}, raw socket, {idle} idle connections");
+            report(&title, base, loaded[0], "this build", loaded[last]);
+        }
+        for (i, s) in stacks.iter().enumerate() {
+            let title = format!("{}: {what} with {idle} idle connections vs none", s.name);
+            report(&title, "no idle connections", quiet[i], &format!("{idle} idle connections"), loaded[i]);
+        }
     }
     Ok(())
 }
