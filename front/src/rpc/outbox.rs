@@ -39,6 +39,17 @@ struct State {
     busy: bool,
     /// No more lines will be sent (the connection ended or a write failed).
     closed: bool,
+    /// Called once a closed outbox has written its last line (or given up on it).
+    on_drained: Option<Drained>,
+}
+
+/// What [`Outbox::close_then`] runs once the last line is out.
+struct Drained(Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for Drained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Drained")
+    }
 }
 
 #[derive(Debug)]
@@ -143,6 +154,21 @@ impl Outbox {
         self.lock().closed = true;
         self.shared.ready.notify_one();
     }
+
+    /// [`Outbox::close`], then `done` once every queued line is written (or the peer is gone): now
+    /// when no writer thread is running, else on that thread as it ends. A connection's place under
+    /// the connection caps is given back this way, so a peer that stops reading keeps counting.
+    pub fn close_then(&self, done: impl FnOnce() + Send + 'static) {
+        let mut st = self.lock();
+        st.closed = true;
+        if st.busy {
+            st.on_drained = Some(Drained(Box::new(done)));
+            return;
+        }
+        drop(st);
+        self.shared.ready.notify_one();
+        done();
+    }
 }
 
 /// The taking side of a socketless outbox ([`Outbox::queued`]).
@@ -203,6 +229,11 @@ fn write_queued(shared: &Shared) {
         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.queue.is_empty() {
             st.busy = false;
+            let done = st.on_drained.take();
+            drop(st);
+            if let Some(Drained(f)) = done {
+                f();
+            }
             return;
         }
         batch.clear();
@@ -218,6 +249,11 @@ fn write_queued(shared: &Shared) {
             st.queue.clear();
             st.queued = 0;
             st.busy = false;
+            let done = st.on_drained.take();
+            drop(st);
+            if let Some(Drained(f)) = done {
+                f();
+            }
             return;
         }
     }

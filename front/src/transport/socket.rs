@@ -504,7 +504,7 @@ fn worker(shared: &Arc<Shared>, first: Box<Conn>) {
 
 /// Answer every complete line of `c`, reading on while more is there; then give it back to the loop,
 /// or end it.
-fn serve(shared: &Shared, mut c: Box<Conn>) {
+fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
     let kernel = &*shared.kernel;
     loop {
         while let Some(line) = c.lines.ready.pop_front() {
@@ -547,8 +547,9 @@ fn serve(shared: &Shared, mut c: Box<Conn>) {
 }
 
 /// The connection is gone: its subscriptions go with it (and its MCP session, when it asked to be
-/// closed with the connection); the socket closes once the outbox's last line is written.
-fn end(shared: &Shared, c: &Conn) {
+/// closed with the connection); the socket closes, and the connection's place under the caps is
+/// given back, once the outbox's last line is written (or its peer is gone).
+fn end(shared: &Arc<Shared>, c: &Conn) {
     if let Some(s) = c.outbox.socket() {
         let _ = shared.registry.deregister(&mut SourceFd(&s.as_fd().as_raw_fd()));
     }
@@ -559,9 +560,11 @@ fn end(shared: &Shared, c: &Conn) {
             tracing::warn!("closing an MCP connection's session failed unexpectedly");
         }
     }
-    c.outbox.close();
-    let _ = shared.back.send(Back::Ended { token: c.token, uid: c.uid });
-    let _ = shared.waker.wake();
+    let (s, token, uid) = (shared.clone(), c.token, c.uid);
+    c.outbox.close_then(move || {
+        let _ = s.back.send(Back::Ended { token, uid });
+        let _ = s.waker.wake();
+    });
 }
 
 /// One line in the connection's dialect: MCP once the connection spoke it (or this line starts it),
@@ -734,6 +737,41 @@ mod tests {
             }
             server.stop_accepting();
         }
+    }
+
+    #[test]
+    fn a_peer_that_stops_reading_keeps_its_place_until_its_answers_are_out_or_it_is_gone() {
+        let h = Harness::new();
+        let path = h.dir.path().join("sock");
+        let limits = Limits { total: 10, per_uid: 1 };
+        let server = Server::start_with(UnixListener::bind(&path).unwrap(), h.kernel.clone(), limits).unwrap();
+        let mut a = UnixStream::connect(&path).unwrap();
+        // Megabytes of answers it never reads, then the end of its requests: the connection ends with
+        // its answers still queued for a writer thread.
+        let id = "i".repeat(1000);
+        let reqs: String =
+            (0..2000).map(|n| format!("{{\"jsonrpc\":\"2.0\",\"id\":\"{id}{n}\",\"method\":\"nope\"}}\n")).collect();
+        a.write_all(reqs.as_bytes()).unwrap();
+        a.shutdown(std::net::Shutdown::Write).unwrap();
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            let v = refused(&path);
+            assert_eq!(v["error"]["data"]["kind"], "too_many_connections", "{v}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(a);
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let c = UnixStream::connect(&path).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let _ = c.try_clone().unwrap().write_all(b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"nope\"}\n");
+            if reply(&mut BufReader::new(c))["id"] == 3 {
+                break;
+            }
+            assert!(Instant::now() < until, "a gone peer never gave its place back");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server.stop_accepting();
     }
 
     #[test]
