@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 
 mod cgroup_bench;
 mod checks_bench;
+mod conns;
 mod db_bench;
 mod doors;
 mod effects_bench;
@@ -55,6 +56,18 @@ enum Bench {
         mib: usize,
         #[arg(long, default_value_t = 5)]
         rounds: usize,
+    },
+    /// The front's threads and fds with `idle` idle connections open, and `run("true")` on a raw socket
+    /// with and without them; with `--baseline-bins`, against another build's stack in the same run.
+    Conns {
+        #[arg(long, default_value_t = 300)]
+        iterations: usize,
+        #[arg(long, default_value_t = 1000)]
+        idle: usize,
+        /// A directory holding another build's `heddle`, `heddle-supervisor`, `heddle-front`,
+        /// `heddle-worker` and `heddle-launch`.
+        #[arg(long, value_name = "DIR")]
+        baseline_bins: Option<std::path::PathBuf>,
     },
     /// `run("true")` end to end through the socket vs a bare spawn of `bash --noprofile --norc -c true`,
     /// each call after a pause as an agent's are (so the worker can start the next pre-started shell).
@@ -166,6 +179,7 @@ fn main() -> Result<()> {
         Bench::Fleet { sessions, parallel, idle_secs } => fleet::run(sessions, parallel, idle_secs),
         Bench::Checks { mib, rounds } => checks_bench::run(mib, rounds),
         Bench::Spawn { iterations, pause_ms } => spawn(iterations, pause_ms),
+        Bench::Conns { iterations, idle, baseline_bins } => conns::run(iterations, idle, baseline_bins.as_deref()),
         Bench::Long { jobs, iterations } => long::run(jobs, iterations),
         Bench::State { iterations } => state::run(iterations),
         Bench::Spare { iterations, pause_ms } => spare::run(iterations, pause_ms),

@@ -59,6 +59,10 @@ impl Client {
         self.next_id += 1;
         let req = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let resp = self.send_line(&req.to_string())?;
+        if resp.get("id") == Some(&Value::Null) && resp.get("error").is_some() {
+            // The server refused the connection itself (too many connections), before any request.
+            return into_result(resp);
+        }
         if resp.get("id") != Some(&json!(id)) {
             return Err(CallError::BadResponse(format!("response id does not match request {id}: {resp}")));
         }
@@ -70,7 +74,10 @@ impl Client {
         let mut buf = Vec::with_capacity(line.len() + 1);
         buf.extend_from_slice(line.as_bytes());
         buf.push(b'\n');
-        self.writer.write_all(&buf)?;
+        if let Err(e) = self.writer.write_all(&buf) {
+            // A server that refused the connection closed it after saying why: read the why.
+            return self.read_response().map_err(|_| CallError::from(e));
+        }
         self.read_response()
     }
 

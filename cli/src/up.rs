@@ -70,6 +70,14 @@ pub struct UpArgs {
     /// directory's file system when smaller].
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub disk_budget: Option<u64>,
+    /// Client connections open at once, from every user; one more is answered with
+    /// `too_many_connections` and closed [default: 8192, fewer if the open-file limit leaves no room].
+    #[arg(long, value_name = "N", env = "HEDDLE_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+    /// Client connections open at once from one user (uid); one more is answered with
+    /// `too_many_connections` and closed [default: 1024].
+    #[arg(long, value_name = "N", env = "HEDDLE_MAX_CONNECTIONS_PER_UID", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_uid: Option<u32>,
 }
 
 /// `1048576`, `512K`, `64M`, `20G`, `1T` (powers of 1024).
@@ -140,6 +148,18 @@ impl UpArgs {
         }
         v
     }
+
+    /// The front's settings, passed on through the supervisor's environment.
+    fn front_env(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        if let Some(n) = self.max_connections {
+            v.push(("HEDDLE_MAX_CONNECTIONS", n.to_string()));
+        }
+        if let Some(n) = self.max_connections_per_uid {
+            v.push(("HEDDLE_MAX_CONNECTIONS_PER_UID", n.to_string()));
+        }
+        v
+    }
 }
 
 /// The directory holding heddle's binaries (the one this executable sits in).
@@ -191,7 +211,7 @@ fn supervise(sup: &Path, args: &UpArgs, current: &AtomicI32, stopping: &AtomicBo
     let mut first = true;
     loop {
         let mut cmd = Command::new(sup);
-        cmd.args(args.supervisor_args());
+        cmd.args(args.supervisor_args()).envs(args.front_env());
         if let Some(b) = args.disk_budget {
             // The supervisor passes `HEDDLE_RETAIN_*` on to the front, which enforces the budget.
             cmd.env("HEDDLE_RETAIN_DISK_BYTES", b.to_string());

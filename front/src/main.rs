@@ -53,6 +53,12 @@ struct Args {
     /// `front::sessions::prestart`); `false`: every job's bash is spawned when its `run` arrives.
     #[arg(long, env = "HEDDLE_SPARES", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     spares: bool,
+    /// Client connections open at once, from every uid; one more is refused with a sentence and closed.
+    #[arg(long, env = "HEDDLE_MAX_CONNECTIONS", default_value_t = front::transport::socket::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Client connections open at once from one uid; one more is refused with a sentence and closed.
+    #[arg(long, env = "HEDDLE_MAX_CONNECTIONS_PER_UID", default_value_t = front::transport::socket::DEFAULT_MAX_CONNECTIONS_PER_UID)]
+    max_connections_per_uid: usize,
 }
 
 fn main() {
@@ -85,6 +91,10 @@ fn run(args: Args) -> anyhow::Result<i32> {
         },
     });
     front::sessions::prestart::set(args.spares);
+    front::transport::socket::set_limits(front::transport::socket::Limits {
+        total: args.max_connections.max(1),
+        per_uid: args.max_connections_per_uid.max(1),
+    });
     let http = match args.http_fd {
         None => None,
         Some(fd) => {

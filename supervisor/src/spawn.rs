@@ -415,12 +415,14 @@ pub fn worker_env(
     env
 }
 
-/// The front's whole environment: `PATH`, `HEDDLE_LOG`, `RUST_LOG` and `RUST_BACKTRACE` from `inherited` when set.
+/// The front's whole environment: `PATH`, `HEDDLE_LOG`, `RUST_LOG`, `RUST_BACKTRACE` and the front's
+/// own settings (`HEDDLE_RETAIN_*`, `HEDDLE_SPARES`, `HEDDLE_MAX_CONNECTIONS*`) from `inherited` when set.
 pub fn front_env(inherited: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
     let keep = |k: &OsString| {
         let k = k.to_str().unwrap_or("");
         matches!(k, "PATH" | "HEDDLE_LOG" | "RUST_LOG" | "RUST_BACKTRACE")
             || k.starts_with("HEDDLE_RETAIN_")
+            || k.starts_with("HEDDLE_MAX_CONNECTIONS")
             || k == "HEDDLE_SPARES"
     };
     inherited.into_iter().filter(|(k, _)| keep(k)).collect()

@@ -92,8 +92,12 @@ impl Heddle {
     /// Start the stack after `prepare` filled its state directory (which does not exist yet): a state
     /// directory an earlier build wrote, say.
     pub fn start_prepared(extra: &[&str], env: &[(&str, &str)], prepare: impl FnOnce(&Path)) -> Heddle {
+        Self::start_from(&bin_dir(), extra, env, prepare)
+    }
+
+    /// Start the stack from the binaries in `bins` (another build's, for a benchmark's baseline).
+    pub fn start_from(bins: &Path, extra: &[&str], env: &[(&str, &str)], prepare: impl FnOnce(&Path)) -> Heddle {
         require_root();
-        let bins = bin_dir();
         let dir = tempfile::Builder::new().prefix("heddle-e2e-").tempdir_in("/tmp").expect("temp dir");
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let project = dir.path().join("project");
@@ -104,7 +108,7 @@ impl Heddle {
         let socket = dir.path().join("run/heddle.sock");
         let state_dir = dir.path().join("state");
         prepare(&state_dir);
-        let up = spawn_up(&bins, &socket, &state_dir, &cgroup_root, extra, env);
+        let up = spawn_up(bins, &socket, &state_dir, &cgroup_root, extra, env);
         let mut h = Heddle { dir, socket, state_dir, cgroup_root, project, up: Some(up) };
         h.wait_for_socket();
         h

@@ -1,8 +1,8 @@
 //! The front process as a whole: wires the supervisor link, the kernel (with its pump), the client
 //! server and signal handling together, then runs the control loop until shutdown.
 //!
-//! Threads: `supervisor-link` (reads fd 3), `pump` (all event rings), `accept` (fd 4) and one
-//! `conn-N` per client, `http` (the HTTP door on fd 5, with its blocking pool and `sse-N` streams), `signals` (SIGTERM/SIGINT), and the caller's thread running the control loop,
+//! Threads: `supervisor-link` (reads fd 3), `pump` (all event rings), `sockets` (fd 4: accepts and
+//! reads every client connection) and a `conn` worker per request in flight (a pool), `http` (the HTTP door on fd 5, with its blocking pool and `sse-N` streams), `signals` (SIGTERM/SIGINT), and the caller's thread running the control loop,
 //! which applies notices in order: `WorkerDied` marks the session lost; `Shutdown` or a signal stops
 //! accepting, refuses new work, wakes every waiting call so it answers at once, waits (≤ 3 s) for
 //! in-flight answers, flushes all output and returns exit status 0. The control socket closing (the
@@ -68,6 +68,7 @@ pub fn serve_with(
             }
         })
         .map_err(ServeError::Signals)?;
+    fit_connection_limits(raise_fd_limit());
     let link = ControlLink::start(control, tx.clone()).map_err(ServeError::Link)?;
     let kernel = Kernel::new(cfg, link).map_err(ServeError::Kernel)?;
     let mut early = take_over(&kernel, &notices);
@@ -123,6 +124,41 @@ pub fn serve_with(
     }
     kernel.db.sync();
     Ok(status)
+}
+
+/// File descriptors kept free of client connections: sessions' rings, logs and pipes need them.
+pub const FD_RESERVE: u64 = 1024;
+
+/// Raise the soft limit on open files to the hard one (a connection costs one); the soft limit now.
+pub fn raise_fd_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return 1024 };
+    if soft >= hard {
+        return soft;
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+        Ok(()) => hard,
+        Err(e) => {
+            tracing::warn!("could not raise the open-file limit from {soft} to {hard}: {e}");
+            soft
+        }
+    }
+}
+
+/// Lower the total connection cap to what `nofile` open files allow beside [`FD_RESERVE`].
+fn fit_connection_limits(nofile: u64) {
+    use crate::transport::socket::{limits, set_limits};
+    let mut l = limits();
+    let room = usize::try_from(nofile.saturating_sub(FD_RESERVE)).unwrap_or(usize::MAX).max(16);
+    if l.total > room {
+        tracing::warn!(
+            "the open-file limit ({nofile}) leaves room for {room} client connections, fewer than \
+             --max-connections ({}); serving at most {room}",
+            l.total
+        );
+        l.total = room;
+        set_limits(l);
+    }
 }
 
 /// How long a starting front waits for the supervisor to hand over the live sessions.

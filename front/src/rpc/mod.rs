@@ -44,6 +44,8 @@ pub enum ErrorKind {
     NotPermitted,
     /// The connection comes from one of heddle's own jobs (`peer_check`).
     JobPeerRefused,
+    /// The connection was over the server's connection limits (per uid or in total) and was closed.
+    TooManyConnections,
 }
 
 impl ErrorKind {
@@ -64,6 +66,7 @@ impl ErrorKind {
             ErrorKind::UnknownReceipt => -32011,
             ErrorKind::NotPermitted => -32012,
             ErrorKind::JobPeerRefused => -32013,
+            ErrorKind::TooManyConnections => -32014,
         }
     }
 
@@ -84,6 +87,7 @@ impl ErrorKind {
             ErrorKind::UnknownReceipt => "unknown_receipt",
             ErrorKind::NotPermitted => "not_permitted",
             ErrorKind::JobPeerRefused => "job_peer_refused",
+            ErrorKind::TooManyConnections => "too_many_connections",
         }
     }
 }

@@ -3,26 +3,25 @@
 //! The sender writes straight to the socket when nothing is waiting for it (one non-blocking `send`,
 //! `MSG_DONTWAIT`), so a notification leaves on the pump's own thread with no hand-off: a thread
 //! wake-up costs tens of µs on a busy 2-core host, the capture-latency budget is 100 µs. What the
-//! socket does not take at once (a full socket buffer: a slow reader) is queued, in order, for the
-//! connection's writer thread, which writes it blocking. While anything is queued or being written,
+//! socket does not take at once (a full socket buffer: a slow reader) is queued, in order, for a
+//! writer thread started for it, which writes it (waiting for the socket to take more) and ends once
+//! the queue is empty: an idle connection costs no thread. While anything is queued or being written,
 //! every later line is queued behind it, so lines never reorder. [`Outbox::over`] tells the pump a
 //! reader fell more than [`MAX_QUEUED`] bytes behind.
 //!
 //! ```no_run
 //! # fn demo(stream: std::os::unix::net::UnixStream) {
-//! let (out, writer) = front::rpc::outbox::Outbox::new(1, &stream).unwrap();
-//! let t = std::thread::spawn(move || writer.run(stream));
+//! let out = front::rpc::outbox::Outbox::owning(1, stream);
 //! out.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"hello\"}\n".to_vec());
 //! out.close();
-//! t.join().unwrap();
 //! # }
 //! ```
 
 use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{send, MsgFlags};
 use std::collections::VecDeque;
-use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -36,18 +35,28 @@ const BATCH: usize = 256 * 1024;
 struct State {
     queue: VecDeque<Vec<u8>>,
     queued: usize,
-    /// The writer took lines out and is writing them.
+    /// A writer thread is running: it took lines out and is writing them, or is about to.
     busy: bool,
     /// No more lines will be sent (the connection ended or a write failed).
     closed: bool,
+    /// Called once a closed outbox has written its last line (or given up on it).
+    on_drained: Option<Drained>,
+}
+
+/// What [`Outbox::close_then`] runs once the last line is out.
+struct Drained(Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for Drained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Drained")
+    }
 }
 
 #[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
     ready: Condvar,
-    /// A duplicate of the connection's socket, for the direct non-blocking sends; `None` for an outbox
-    /// read by an [`OutboxReader`] (every line queues).
+    /// The connection's socket; `None` for an outbox read by an [`OutboxReader`] (every line queues).
     sock: Option<OwnedFd>,
 }
 
@@ -58,17 +67,22 @@ pub struct Outbox {
     shared: Arc<Shared>,
 }
 
-/// The connection's writer thread body: writes what the socket did not take at once.
-pub struct OutboxWriter {
-    shared: Arc<Shared>,
-}
-
 impl Outbox {
-    /// An outbox for connection `conn` writing to `stream`, and the writer to run on its own thread.
-    pub fn new(conn: u64, stream: &UnixStream) -> std::io::Result<(Outbox, OutboxWriter)> {
-        let sock = Some(OwnedFd::from(stream.try_clone()?));
-        let shared = Arc::new(Shared { state: Mutex::default(), ready: Condvar::new(), sock });
-        Ok((Outbox { conn, shared: shared.clone() }, OutboxWriter { shared }))
+    /// An outbox for connection `conn` writing to a duplicate of `stream`.
+    pub fn new(conn: u64, stream: &UnixStream) -> std::io::Result<Outbox> {
+        Ok(Outbox::owning(conn, stream.try_clone()?))
+    }
+
+    /// An outbox for connection `conn` that holds the connection's socket itself (its only fd: the
+    /// socket server reads through [`Outbox::socket`]). The socket closes when the last clone is gone.
+    pub fn owning(conn: u64, stream: UnixStream) -> Outbox {
+        let sock = Some(OwnedFd::from(stream));
+        Outbox { conn, shared: Arc::new(Shared { state: Mutex::default(), ready: Condvar::new(), sock }) }
+    }
+
+    /// The socket this outbox writes to (none for a socketless one).
+    pub fn socket(&self) -> Option<BorrowedFd<'_>> {
+        self.shared.sock.as_ref().map(|s| s.as_fd())
     }
 
     /// An outbox for connection `conn` with no socket: its lines are taken by the [`OutboxReader`]
@@ -111,7 +125,22 @@ impl Outbox {
         let rest = if at == 0 { line } else { line[at..].to_vec() };
         st.queued += rest.len();
         st.queue.push_back(rest);
-        self.shared.ready.notify_one();
+        if self.shared.sock.is_none() {
+            self.shared.ready.notify_one();
+        } else if !st.busy {
+            // The socket is full: a writer thread waits on it until the queue is empty, then ends.
+            let shared = self.shared.clone();
+            let started =
+                std::thread::Builder::new().name(format!("conn-{}-w", self.conn)).spawn(move || write_queued(&shared));
+            if let Err(e) = started {
+                tracing::warn!("could not start a writer for connection {}: {e}; dropping it", self.conn);
+                st.closed = true;
+                st.queue.clear();
+                st.queued = 0;
+                return false;
+            }
+            st.busy = true;
+        }
         true
     }
 
@@ -120,10 +149,25 @@ impl Outbox {
         self.lock().queued > MAX_QUEUED
     }
 
-    /// No more lines: the writer writes what waits, then ends.
+    /// No more lines: a running writer writes what waits, then ends.
     pub fn close(&self) {
         self.lock().closed = true;
         self.shared.ready.notify_one();
+    }
+
+    /// [`Outbox::close`], then `done` once every queued line is written (or the peer is gone): now
+    /// when no writer thread is running, else on that thread as it ends. A connection's place under
+    /// the connection caps is given back this way, so a peer that stops reading keeps counting.
+    pub fn close_then(&self, done: impl FnOnce() + Send + 'static) {
+        let mut st = self.lock();
+        st.closed = true;
+        if st.busy {
+            st.on_drained = Some(Drained(Box::new(done)));
+            return;
+        }
+        drop(st);
+        self.shared.ready.notify_one();
+        done();
     }
 }
 
@@ -176,38 +220,63 @@ impl OutboxReader {
     }
 }
 
-impl OutboxWriter {
-    /// Write queued lines until the outbox is closed and empty (or a write fails).
-    pub fn run(self, mut stream: UnixStream) {
-        let mut batch = Vec::new();
-        loop {
-            let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+/// A writer thread's body: write queued lines, waiting for the socket to take them, until the queue
+/// is empty (or a write fails: the outbox is closed, later sends are refused).
+fn write_queued(shared: &Shared) {
+    let Some(sock) = shared.sock.as_ref() else { return };
+    let mut batch = Vec::new();
+    loop {
+        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.queue.is_empty() {
             st.busy = false;
-            while st.queue.is_empty() && !st.closed {
-                st = self.shared.ready.wait(st).unwrap_or_else(|e| e.into_inner());
-            }
-            if st.queue.is_empty() {
-                return;
-            }
-            batch.clear();
-            while batch.len() < BATCH {
-                let Some(line) = st.queue.pop_front() else { break };
-                st.queued -= line.len();
-                batch.extend_from_slice(&line);
-            }
-            st.busy = true;
+            let done = st.on_drained.take();
             drop(st);
-            if stream.write_all(&batch).is_err() {
-                // Reading goes on until the peer's EOF; later sends see `closed` and are dropped.
-                let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
-                st.closed = true;
-                st.queue.clear();
-                st.queued = 0;
-                st.busy = false;
-                return;
+            if let Some(Drained(f)) = done {
+                f();
             }
+            return;
+        }
+        batch.clear();
+        while batch.len() < BATCH {
+            let Some(line) = st.queue.pop_front() else { break };
+            st.queued -= line.len();
+            batch.extend_from_slice(&line);
+        }
+        drop(st);
+        if write_all(sock.as_fd(), &batch).is_err() {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.closed = true;
+            st.queue.clear();
+            st.queued = 0;
+            st.busy = false;
+            let done = st.on_drained.take();
+            drop(st);
+            if let Some(Drained(f)) = done {
+                f();
+            }
+            return;
         }
     }
+}
+
+/// Write all of `buf` to `sock`, waiting (poll) whenever it is full: the socket itself may be
+/// non-blocking, and is shared with the server's event loop.
+fn write_all(sock: BorrowedFd<'_>, mut buf: &[u8]) -> Result<(), Errno> {
+    while !buf.is_empty() {
+        match send(sock.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL) {
+            Ok(n) => buf = &buf[n..],
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                let mut fds = [PollFd::new(sock, PollFlags::POLLOUT)];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -218,14 +287,14 @@ mod tests {
     #[test]
     fn lines_arrive_in_order_through_direct_sends_and_the_queue() {
         let (a, b) = UnixStream::pair().unwrap();
-        let (out, writer) = Outbox::new(1, &a).unwrap();
-        let t = std::thread::spawn(move || writer.run(a));
+        let out = Outbox::owning(1, a);
         // Far more than a socket buffer holds while nobody reads: most of it queues.
         let n = 20_000;
         for i in 0..n {
             assert!(out.send(format!("line {i} {}\n", "x".repeat(100)).into_bytes()));
         }
         assert!(out.lock().queued > 0, "the socket filled and lines queued");
+        assert!(out.lock().busy, "a writer was started for them");
         out.close();
         let mut r = BufReader::new(b);
         for i in 0..n {
@@ -233,7 +302,11 @@ mod tests {
             r.read_line(&mut l).unwrap();
             assert!(l.starts_with(&format!("line {i} ")), "line {i}: {l}");
         }
-        t.join().unwrap();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while out.lock().busy && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!out.lock().busy, "the writer ends once the queue is empty");
         assert!(!out.send(b"late\n".to_vec()), "a closed outbox refuses lines");
     }
 
@@ -255,8 +328,7 @@ mod tests {
     #[test]
     fn a_gone_peer_closes_the_outbox() {
         let (a, b) = UnixStream::pair().unwrap();
-        let (out, writer) = Outbox::new(1, &a).unwrap();
-        let t = std::thread::spawn(move || writer.run(a));
+        let out = Outbox::owning(1, a);
         drop(b);
         let mut refused = false;
         for _ in 0..10 {
@@ -264,6 +336,5 @@ mod tests {
         }
         assert!(refused, "sends to a closed peer fail");
         out.close();
-        t.join().unwrap();
     }
 }

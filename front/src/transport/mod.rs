@@ -3,6 +3,7 @@
 //!
 //! - [`socket`]: the control socket's server — accepts connections, reads JSON-RPC lines, answers
 //!   through each connection's outbox, and hands a connection that speaks MCP to [`mcp`].
+//! - `lines`: a connection's input split into bounded lines, for [`socket`].
 //! - [`mcp`]: the Model Context Protocol (2025-11-25, with 2025-06-18, 2025-03-26 and 2024-11-05 accepted), served
 //!   on the control socket after `mcp.attach` (what `heddle mcp` sends) or a bare `initialize`. One MCP
 //!   connection is one heddle session.
@@ -17,6 +18,7 @@
 //! server and the HTTP door.
 
 pub mod http;
+mod lines;
 pub mod mcp;
 pub mod mcp_progress;
 pub mod mcp_tasks;

@@ -1,5 +1,19 @@
-//! The client transport: accept connections on the listening Unix socket and serve each on its own
-//! thread, one newline-delimited JSON-RPC request at a time, answered in order.
+//! The client transport: accept connections on the listening Unix socket and serve them all from one
+//! event loop (`sockets`, mio), one newline-delimited JSON-RPC request at a time per connection,
+//! answered in order.
+//!
+//! An idle connection costs no thread and one fd (its socket, held by its [`Outbox`]): the loop reads
+//! what arrives without blocking (`MSG_DONTWAIT`) and, once a connection has a complete line, hands
+//! the connection to a worker of a small pool that grows while requests are in flight and shrinks
+//! when idle ([`WORKER_IDLE`]). The worker answers every complete line, reads on while more is
+//! there, then gives the connection back to the loop. A long `wait` or `run` holds its worker only,
+//! never the loop or another connection. Answers and notifications leave through the connection's
+//! [`Outbox`] (which starts a writer thread only while a slow reader leaves lines queued).
+//!
+//! Connections are capped per uid and in total ([`Limits`], `heddle up --max-connections-per-uid`
+//! and `--max-connections`): one over a cap is answered with a `too_many_connections` error (id
+//! `null`) saying which limit and what to do, and closed. Accept errors (EMFILE when the fd limit is
+//! reached after all) are logged and retried after a pause; they never end the server.
 //!
 //! A line longer than [`MAX_LINE`] is answered with `invalid_request` and skipped up to its newline;
 //! a line that is not JSON is answered with `parse_error`; neither closes the connection. Blank lines
@@ -18,52 +32,157 @@
 use crate::kernel::subscribe;
 use crate::kernel::{Client, Kernel};
 use crate::rpc::outbox::Outbox;
-use crate::rpc::{self, RpcError, MAX_LINE};
+use crate::rpc::{self, ErrorKind, RpcError, MAX_LINE};
 use crate::sessions::session::Session;
+use crate::transport::lines::{Line, Lines};
 use crate::transport::mcp::{self, McpConnection};
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-use shm_proto::sys::EventFd;
-use std::io::{BufRead, BufReader};
-use std::os::fd::AsFd;
+use crossbeam_channel::{Receiver, Sender};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
+use nix::errno::Errno;
+use nix::sys::socket::{getsockopt, recv, send, sockopt::PeerCredentials, MsgFlags};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The accept loop's handle.
+/// Connections open at once, from every uid, unless `heddle up --max-connections` says otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
+/// Connections open at once from one uid, unless `heddle up --max-connections-per-uid` says otherwise.
+pub const DEFAULT_MAX_CONNECTIONS_PER_UID: usize = 1024;
+/// How long a pool worker with nothing to do waits for more before it ends.
+pub const WORKER_IDLE: Duration = Duration::from_secs(10);
+/// How long the loop waits before accepting again after an accept error (EMFILE, ENFILE, ENOMEM).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Most bytes read from one connection at a time.
+const CHUNK: usize = 64 * 1024;
+/// At most one log line about refused connections per this long.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+/// Most reads from one connection before the loop turns to the others.
+/// (Two in unit tests, so a test's long line surely takes the path that reads it again later.)
+const FILL_CHUNKS: usize = if cfg!(test) { 2 } else { 16 };
+
+/// The connection caps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections open at once, in total.
+    pub total: usize,
+    /// Connections open at once from one uid.
+    pub per_uid: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { total: DEFAULT_MAX_CONNECTIONS, per_uid: DEFAULT_MAX_CONNECTIONS_PER_UID }
+    }
+}
+
+static LIMITS: Mutex<Option<Limits>> = Mutex::new(None);
+
+/// Set the caps of servers started after this (the front's flags).
+pub fn set_limits(l: Limits) {
+    *LIMITS.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
+}
+
+/// The caps a server starting now uses.
+pub fn limits() -> Limits {
+    LIMITS.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or_default()
+}
+
+const LISTENER: Token = Token(usize::MAX);
+const WAKER: Token = Token(usize::MAX - 1);
+
+/// The server's handle.
 pub struct Server {
-    stop: Arc<EventFd>,
-    in_flight: Arc<AtomicUsize>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    shared: Arc<Shared>,
+    /// Told once the listening socket is closed.
+    closed: Mutex<Option<Receiver<()>>>,
+}
+
+/// What the loop and the workers share.
+struct Shared {
+    kernel: Arc<Kernel>,
+    in_flight: AtomicUsize,
+    registry: Registry,
+    waker: Waker,
+    /// Connections coming back to the loop (idle again, or ended).
+    back: Sender<Back>,
+    stop: AtomicBool,
+    /// Connections with requests to answer, for idle workers.
+    work: (Sender<Box<Conn>>, Receiver<Box<Conn>>),
+    /// Workers waiting on `work` and not yet promised a connection.
+    idle: AtomicUsize,
+    /// Workers running (busy or idle), for `describe`-style reports and tests.
+    workers: AtomicUsize,
+}
+
+enum Back {
+    Idle(Box<Conn>),
+    Ended { token: usize, uid: u32 },
 }
 
 impl Server {
-    /// Serve `listener` on a new accept thread.
+    /// Serve `listener` on a new event-loop thread, with the caps [`limits`] gives.
     pub fn start(listener: UnixListener, kernel: Arc<Kernel>) -> std::io::Result<Server> {
+        Server::start_with(listener, kernel, limits())
+    }
+
+    /// [`Server::start`] with these caps.
+    pub fn start_with(listener: UnixListener, kernel: Arc<Kernel>, limits: Limits) -> std::io::Result<Server> {
         listener.set_nonblocking(true)?;
-        let stop = Arc::new(EventFd::new()?);
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let (s, f) = (stop.clone(), in_flight.clone());
-        let thread =
-            std::thread::Builder::new().name("accept".into()).spawn(move || accept_loop(listener, kernel, s, f))?;
-        Ok(Server { stop, in_flight, thread: Mutex::new(Some(thread)) })
+        let poll = Poll::new()?;
+        let registry = poll.registry().try_clone()?;
+        registry.register(&mut SourceFd(&listener.as_raw_fd()), LISTENER, Interest::READABLE)?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        let (back, back_rx) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared {
+            kernel,
+            in_flight: AtomicUsize::new(0),
+            registry,
+            waker,
+            back,
+            stop: AtomicBool::new(false),
+            work: crossbeam_channel::unbounded(),
+            idle: AtomicUsize::new(0),
+            workers: AtomicUsize::new(0),
+        });
+        let (closed_tx, closed) = crossbeam_channel::bounded(1);
+        let mut lp = Loop {
+            shared: shared.clone(),
+            poll,
+            listener: Some(listener),
+            back: back_rx,
+            closed: Some(closed_tx),
+            limits,
+            conns: HashMap::new(),
+            per_uid: HashMap::new(),
+            ready: VecDeque::new(),
+            again: Vec::new(),
+            next: 0,
+            accept_after: None,
+            refused: 0,
+            refusal_logged: None,
+        };
+        std::thread::Builder::new().name("sockets".into()).spawn(move || lp.run())?;
+        Ok(Server { shared, closed: Mutex::new(Some(closed)) })
     }
 
     /// Stop accepting (the listening socket is closed); open connections go on being served.
     pub fn stop_accepting(&self) {
-        let _ = self.stop.notify();
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = t.join();
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let _ = self.shared.waker.wake();
+        if let Some(rx) = self.closed.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = rx.recv_timeout(Duration::from_secs(5));
         }
     }
 
     /// Wait until no request is being answered, at most `timeout`; true if idle.
     pub fn wait_idle(&self, timeout: Duration) -> bool {
         let until = Instant::now() + timeout;
-        while self.in_flight.load(Ordering::SeqCst) > 0 {
+        while self.shared.in_flight.load(Ordering::SeqCst) > 0 {
             if Instant::now() >= until {
                 return false;
             }
@@ -71,150 +190,381 @@ impl Server {
         }
         true
     }
+
+    /// Pool workers running now (answering a request or waiting for one).
+    pub fn workers(&self) -> usize {
+        self.shared.workers.load(Ordering::SeqCst)
+    }
 }
 
-fn accept_loop(listener: UnixListener, kernel: Arc<Kernel>, stop: Arc<EventFd>, in_flight: Arc<AtomicUsize>) {
-    let mut n = 0u64;
-    loop {
-        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN), PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => {
-                tracing::warn!("polling the listening socket failed: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
-            return;
-        }
+/// The event loop's own state.
+struct Loop {
+    shared: Arc<Shared>,
+    poll: Poll,
+    listener: Option<UnixListener>,
+    back: Receiver<Back>,
+    closed: Option<Sender<()>>,
+    limits: Limits,
+    /// Every open connection by token: `Some` while the loop holds it, `None` while a worker does.
+    conns: HashMap<usize, Option<Box<Conn>>>,
+    per_uid: HashMap<u32, usize>,
+    /// Connections to read from now.
+    ready: VecDeque<usize>,
+    /// Connections left with more to read, to read again after the next poll.
+    again: Vec<usize>,
+    next: u64,
+    /// Accepting paused after an accept error, until then.
+    accept_after: Option<Instant>,
+    /// Connections refused since the last log line saying so, and when that was.
+    refused: u64,
+    refusal_logged: Option<Instant>,
+}
+
+impl Loop {
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(1024);
         loop {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    n += 1;
-                    let (k, f) = (kernel.clone(), in_flight.clone());
-                    let spawned = std::thread::Builder::new()
-                        .name(format!("conn-{n}"))
-                        .spawn(move || serve_connection(stream, &k, &f, n));
-                    if let Err(e) = spawned {
-                        tracing::warn!("could not start a connection thread: {e}");
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            let timeout = match (self.again.is_empty(), self.accept_after) {
+                (false, _) => Some(Duration::ZERO),
+                (true, after) => after.map(|t| t.saturating_duration_since(Instant::now())),
+            };
+            match self.poll.poll(&mut events, timeout) {
+                Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
-                    std::thread::sleep(Duration::from_millis(100));
-                    break;
+                    tracing::warn!("polling the client sockets failed: {e}");
+                    std::thread::sleep(ACCEPT_BACKOFF);
+                    continue;
+                }
+            }
+            let mut accept = false;
+            self.ready.extend(self.again.drain(..));
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => accept = true,
+                    WAKER => {}
+                    Token(t) => {
+                        if matches!(self.conns.get(&t), Some(Some(_))) {
+                            self.ready.push_back(t);
+                        }
+                    }
+                }
+            }
+            if self.shared.stop.load(Ordering::SeqCst) {
+                if let Some(l) = self.listener.take() {
+                    let _ = self.shared.registry.deregister(&mut SourceFd(&l.as_raw_fd()));
+                    drop(l);
+                    if let Some(tx) = self.closed.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+            if self.accept_after.is_some_and(|t| Instant::now() >= t) {
+                self.accept_after = None;
+                accept = true;
+            }
+            if accept && self.accept_after.is_none() {
+                self.accept();
+            }
+            self.settle();
+        }
+    }
+
+    /// Take back what the workers returned and read every ready connection, until neither is left.
+    fn settle(&mut self) {
+        loop {
+            while let Ok(b) = self.back.try_recv() {
+                match b {
+                    Back::Idle(c) => {
+                        let t = c.token;
+                        self.conns.insert(t, Some(c));
+                        // What arrived while a worker held it raised no event the loop kept.
+                        self.ready.push_back(t);
+                    }
+                    Back::Ended { token, uid } => {
+                        self.conns.remove(&token);
+                        if let Some(n) = self.per_uid.get_mut(&uid) {
+                            *n -= 1;
+                            if *n == 0 {
+                                self.per_uid.remove(&uid);
+                            }
+                        }
+                    }
+                }
+            }
+            let Some(t) = self.ready.pop_front() else { return };
+            let Some(slot) = self.conns.get_mut(&t) else { continue };
+            let Some(mut c) = slot.take() else { continue };
+            let more = c.fill();
+            if c.lines.ready.is_empty() && !c.eof {
+                *slot = Some(c);
+                if more {
+                    // Edge-triggered: no new event comes for what is already there; read it again
+                    // after the next poll.
+                    self.again.push(t);
+                }
+            } else if c.lines.ready.is_empty() && c.mcp.is_none() {
+                // Nothing to answer and nothing slow to close: end it here.
+                end(&self.shared, &c);
+            } else {
+                dispatch(&self.shared, c);
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let Some(listener) = self.listener.as_ref() else { return };
+            match listener.accept() {
+                Ok((stream, _)) => self.admit(stream),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // EMFILE and friends: the connection stays in the backlog; try again shortly.
+                    tracing::warn!(
+                        "accepting a client connection failed: {e}; {} connections are open; retrying in {ACCEPT_BACKOFF:?}",
+                        self.conns.len()
+                    );
+                    self.accept_after = Some(Instant::now() + ACCEPT_BACKOFF);
+                    return;
                 }
             }
         }
     }
-}
 
-/// One line read from a connection.
-#[derive(Debug, PartialEq, Eq)]
-enum Line {
-    /// A complete line (newline stripped) in the buffer.
-    Data,
-    /// A line longer than the limit was skipped.
-    TooLong,
-    Eof,
-}
-
-/// Read one line into `buf`, never holding more than `max` bytes of it.
-fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Line> {
-    buf.clear();
-    let mut too_long = false;
-    loop {
-        let chunk = match r.fill_buf() {
+    fn admit(&mut self, stream: UnixStream) {
+        let cred = match getsockopt(&stream, PeerCredentials) {
             Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            Err(e) => {
+                tracing::warn!("dropping a connection without peer credentials: {e}");
+                return;
+            }
         };
-        if chunk.is_empty() {
-            return Ok(match (too_long, buf.is_empty()) {
-                (true, _) => Line::TooLong,
-                (false, true) => Line::Eof,
-                (false, false) => Line::Data,
-            });
+        let uid = cred.uid();
+        let mine = self.per_uid.get(&uid).copied().unwrap_or(0);
+        if mine >= self.limits.per_uid {
+            let why = format!(
+                "uid {uid} already has {mine} connections open to this server, its limit per user \
+                 (`heddle up --max-connections-per-uid`); this connection was closed. Close connections \
+                 you no longer use and connect again, or ask the operator to raise the limit"
+            );
+            return self.refuse(&stream, why);
         }
-        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
-            Some(i) => (i, true),
-            None => (chunk.len(), false),
+        if self.conns.len() >= self.limits.total {
+            let why = format!(
+                "the server already has {} connections open, its limit for all users \
+                 (`heddle up --max-connections`); this connection was closed. Connect again later, or ask \
+                 the operator to raise the limit",
+                self.conns.len()
+            );
+            return self.refuse(&stream, why);
+        }
+        let client = match catch_unwind(AssertUnwindSafe(|| self.shared.kernel.client_of(&stream, cred))) {
+            Ok(c) => c,
+            Err(_) => {
+                tracing::warn!("placing a connecting client failed unexpectedly; dropping the connection");
+                return;
+            }
         };
-        if !too_long && buf.len() + take <= max {
-            buf.extend_from_slice(&chunk[..take]);
-        } else {
-            too_long = true;
-            buf.clear();
+        self.next += 1;
+        let token = usize::try_from(self.next).unwrap_or(usize::MAX - 2);
+        let fd = stream.as_raw_fd();
+        if let Err(e) = self.shared.registry.register(&mut SourceFd(&fd), Token(token), Interest::READABLE) {
+            tracing::warn!("could not watch a client connection: {e}; dropping it");
+            return;
         }
-        r.consume(take + usize::from(done));
-        if done {
-            return Ok(if too_long { Line::TooLong } else { Line::Data });
+        let conn = Conn {
+            token,
+            uid,
+            client,
+            outbox: Outbox::owning(self.next, stream),
+            lines: Lines::new(MAX_LINE),
+            eof: false,
+            mcp: None,
+        };
+        self.conns.insert(token, Some(Box::new(conn)));
+        *self.per_uid.entry(uid).or_insert(0) += 1;
+        self.ready.push_back(token);
+    }
+
+    /// Answer a connection over a cap with `why` (id `null`), then close it. The log says so at most
+    /// once per [`REFUSAL_LOG_EVERY`], with a count: a flood must not flood the log too.
+    fn refuse(&mut self, stream: &UnixStream, why: String) {
+        self.refused += 1;
+        if self.refusal_logged.is_none_or(|t| t.elapsed() >= REFUSAL_LOG_EVERY) {
+            tracing::warn!("refused {} connection(s) since the last report; the last: {why}", self.refused);
+            self.refused = 0;
+            self.refusal_logged = Some(Instant::now());
+        }
+        refuse(stream, why);
+    }
+}
+
+/// Answer a connection over a cap with `why` (id `null`), then close it.
+fn refuse(stream: &UnixStream, why: String) {
+    let line = rpc::encode_error(None, &RpcError::new(ErrorKind::TooManyConnections, why));
+    // A new socket's buffer takes one short line; a client that cannot take it loses only the reason.
+    let _ = send(stream.as_raw_fd(), &line, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL);
+    let _ = nix::sys::socket::shutdown(stream.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+}
+
+/// One client connection, held by the loop while idle and by a worker while it has lines to answer.
+struct Conn {
+    token: usize,
+    uid: u32,
+    client: Client,
+    /// The write side, and the only holder of the socket.
+    outbox: Outbox,
+    lines: Lines,
+    /// The peer closed (or the socket failed): answer what is complete, then end.
+    eof: bool,
+    /// The connection's dialect: plain JSON-RPC until an MCP-shaped first request makes it MCP.
+    mcp: Option<McpConnection>,
+}
+
+impl Conn {
+    /// Read what the socket holds, without waiting, until a complete line is there or it would block;
+    /// true if it stopped after [`FILL_CHUNKS`] reads with more perhaps waiting (one client sending
+    /// an endless line must not hold the loop: read it again after the others).
+    fn fill(&mut self) -> bool {
+        let Some(fd) = self.outbox.socket().map(|s| s.as_raw_fd()) else {
+            self.eof = true;
+            return false;
+        };
+        let mut buf = vec![0u8; CHUNK];
+        let mut reads = 0;
+        while self.lines.ready.is_empty() && !self.eof {
+            if reads == FILL_CHUNKS {
+                return true;
+            }
+            reads += 1;
+            match recv(fd, &mut buf, MsgFlags::MSG_DONTWAIT) {
+                Ok(0) => self.end_of_input(),
+                Ok(n) => self.lines.feed(&buf[..n]),
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => return false,
+                Err(_) => self.end_of_input(),
+            }
+        }
+        false
+    }
+
+    fn end_of_input(&mut self) {
+        self.eof = true;
+        self.lines.finish();
+    }
+}
+
+/// Hand `c` to an idle worker, or to a new one.
+fn dispatch(shared: &Arc<Shared>, c: Box<Conn>) {
+    let claimed = shared.idle.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+    if claimed {
+        let _ = shared.work.0.send(c);
+        return;
+    }
+    let (s, (tx, rx)) = (shared.clone(), crossbeam_channel::bounded(1));
+    let _ = tx.send(c);
+    let theirs = rx.clone();
+    shared.workers.fetch_add(1, Ordering::SeqCst);
+    let spawned = std::thread::Builder::new().name("conn".into()).spawn(move || {
+        if let Ok(c) = theirs.recv() {
+            worker(&s, c);
+        }
+        s.workers.fetch_sub(1, Ordering::SeqCst);
+    });
+    if let Err(e) = spawned {
+        shared.workers.fetch_sub(1, Ordering::SeqCst);
+        tracing::warn!("could not start a connection worker: {e}; closing a connection");
+        // The connection is still in the channel: end it, so its place under the caps is given back.
+        if let Ok(c) = rx.try_recv() {
+            end(shared, &c);
         }
     }
 }
 
-fn serve_connection(stream: UnixStream, kernel: &Kernel, in_flight: &AtomicUsize, conn: u64) {
-    let client = match getsockopt(&stream, PeerCredentials) {
-        Ok(c) => kernel.client_of(&stream, c),
-        Err(e) => {
-            tracing::warn!("dropping a connection without peer credentials: {e}");
-            return;
-        }
-    };
-    let Ok(read_half) = stream.try_clone() else { return };
-    let mut reader = BufReader::with_capacity(64 * 1024, read_half);
-    let Ok((outbox, out_writer)) = Outbox::new(conn, &stream) else { return };
-    let writer = match std::thread::Builder::new().name(format!("conn-{conn}-w")).spawn(move || out_writer.run(stream))
-    {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::warn!("could not start a connection writer: {e}");
-            return;
-        }
-    };
-    let mut line = Vec::new();
-    // The connection's dialect: plain JSON-RPC until an MCP-shaped first request makes it MCP.
-    let mut mcp: Option<McpConnection> = None;
+/// A pool worker: serve `first`, then whatever the loop hands over, until idle for [`WORKER_IDLE`].
+fn worker(shared: &Arc<Shared>, first: Box<Conn>) {
+    let mut next = Some(first);
     loop {
-        let reply = match read_line(&mut reader, &mut line, MAX_LINE) {
-            Ok(Line::Eof) | Err(_) => break,
-            Ok(Line::TooLong) => Some(rpc::encode_error(None, &too_long())),
-            Ok(Line::Data) => {
-                in_flight.fetch_add(1, Ordering::SeqCst);
-                let (reply, named) = answer_in_dialect(kernel, &client, &line, &outbox, &mut mcp);
-                // The reply goes out first: no client waits on the database rows.
-                let sent = reply.is_none_or(|r| outbox.send(r));
-                if let Some(s) = named {
-                    after_answer(kernel, &s);
+        if let Some(c) = next.take() {
+            serve(shared, c);
+            shared.idle.fetch_add(1, Ordering::SeqCst);
+        }
+        match shared.work.1.recv_timeout(WORKER_IDLE) {
+            Ok(c) => next = Some(c),
+            Err(_) => {
+                // Leave only if no connection was promised to an idle worker meanwhile.
+                if shared.idle.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+                    return;
                 }
-                in_flight.fetch_sub(1, Ordering::SeqCst);
-                if !sent {
-                    break;
-                }
-                None
-            }
-        };
-        if let Some(reply) = reply {
-            if !outbox.send(reply) {
-                break;
             }
         }
-        // One huge request must not pin megabytes to the connection for its lifetime.
-        line.shrink_to(64 * 1024);
     }
-    // The connection is gone: its subscriptions go with it (and its MCP session, when it asked to be
-    // closed with the connection), then the writer drains and ends.
-    kernel.drop_subscriptions(conn, None);
-    if let Some(m) = &mcp {
-        if catch_unwind(AssertUnwindSafe(|| m.finish(kernel, &client))).is_err() {
+}
+
+/// Answer every complete line of `c`, reading on while more is there; then give it back to the loop,
+/// or end it.
+fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
+    let kernel = &*shared.kernel;
+    loop {
+        while let Some(line) = c.lines.ready.pop_front() {
+            let reply = match line {
+                Line::TooLong => Some(rpc::encode_error(None, &too_long())),
+                Line::Data(line) => {
+                    shared.in_flight.fetch_add(1, Ordering::SeqCst);
+                    let (reply, named) = answer_in_dialect(kernel, &c.client, &line, &c.outbox, &mut c.mcp);
+                    // The reply goes out first: no client waits on the database rows.
+                    let sent = reply.is_none_or(|r| c.outbox.send(r));
+                    if let Some(s) = named {
+                        after_answer(kernel, &s);
+                    }
+                    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    if !sent {
+                        c.eof = true;
+                        c.lines.ready.clear();
+                    }
+                    None
+                }
+            };
+            if let Some(reply) = reply {
+                if !c.outbox.send(reply) {
+                    c.eof = true;
+                    c.lines.ready.clear();
+                }
+            }
+        }
+        if c.eof {
+            return end(shared, &c);
+        }
+        let _ = c.fill();
+        if c.lines.ready.is_empty() && !c.eof {
+            // Given back, the loop reads it again first thing: whatever `fill` left is not lost.
+            let _ = shared.back.send(Back::Idle(c));
+            let _ = shared.waker.wake();
+            return;
+        }
+    }
+}
+
+/// The connection is gone: its subscriptions go with it (and its MCP session, when it asked to be
+/// closed with the connection); the socket closes, and the connection's place under the caps is
+/// given back, once the outbox's last line is written (or its peer is gone).
+fn end(shared: &Arc<Shared>, c: &Conn) {
+    if let Some(s) = c.outbox.socket() {
+        let _ = shared.registry.deregister(&mut SourceFd(&s.as_fd().as_raw_fd()));
+    }
+    let kernel = &*shared.kernel;
+    kernel.drop_subscriptions(c.outbox.conn, None);
+    if let Some(m) = &c.mcp {
+        if catch_unwind(AssertUnwindSafe(|| m.finish(kernel, &c.client))).is_err() {
             tracing::warn!("closing an MCP connection's session failed unexpectedly");
         }
     }
-    outbox.close();
-    let _ = writer.join();
+    let (s, token, uid) = (shared.clone(), c.token, c.uid);
+    c.outbox.close_then(move || {
+        let _ = s.back.send(Back::Ended { token, uid });
+        let _ = s.waker.wake();
+    });
 }
 
 /// One line in the connection's dialect: MCP once the connection spoke it (or this line starts it),
@@ -316,36 +666,7 @@ mod tests {
     use super::*;
     use crate::testing::Harness;
     use serde_json::Value;
-    use std::io::Write;
-
-    fn lines(input: &[u8], max: usize) -> Vec<(Line, Vec<u8>)> {
-        let mut r = BufReader::with_capacity(4, input);
-        let mut out = Vec::new();
-        let mut buf = Vec::new();
-        loop {
-            let l = read_line(&mut r, &mut buf, max).unwrap();
-            if l == Line::Eof {
-                return out;
-            }
-            out.push((l, buf.clone()));
-        }
-    }
-
-    #[test]
-    fn lines_are_split_capped_and_skipped() {
-        let got = lines(b"ab\nthis is too long\ncd\nlast", 5);
-        assert_eq!(
-            got,
-            [
-                (Line::Data, b"ab".to_vec()),
-                (Line::TooLong, vec![]),
-                (Line::Data, b"cd".to_vec()),
-                (Line::Data, b"last".to_vec()),
-            ]
-        );
-        assert_eq!(lines(b"12345\n", 5), [(Line::Data, b"12345".to_vec())]);
-        assert_eq!(lines(b"123456", 5), [(Line::TooLong, vec![])]);
-    }
+    use std::io::{BufRead, BufReader, Write};
 
     /// A server on a real socket in a temporary directory, with a connected client.
     fn connected(h: &Harness) -> (Server, BufReader<UnixStream>, UnixStream) {
@@ -360,6 +681,118 @@ mod tests {
         let mut line = String::new();
         r.read_line(&mut line).unwrap();
         serde_json::from_str(&line).unwrap()
+    }
+
+    /// The line a connection over a cap reads, and that it is closed after it.
+    fn refused(path: &std::path::Path) -> Value {
+        let c = UnixStream::connect(path).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut r = BufReader::new(c);
+        let v = reply(&mut r);
+        let mut rest = String::new();
+        assert_eq!(std::io::Read::read_to_string(&mut r, &mut rest).unwrap(), 0, "closed after: {rest}");
+        v
+    }
+
+    fn served(path: &std::path::Path) -> (BufReader<UnixStream>, UnixStream) {
+        let mut w = UnixStream::connect(path).unwrap();
+        w.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut r = BufReader::new(w.try_clone().unwrap());
+        w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"nope\"}\n").unwrap();
+        assert_eq!(reply(&mut r)["id"], 1);
+        (r, w)
+    }
+
+    #[test]
+    fn connections_over_a_cap_are_refused_with_a_sentence_and_places_come_back() {
+        let h = Harness::new();
+        for (limits, says) in [
+            (Limits { total: 10, per_uid: 2 }, "--max-connections-per-uid"),
+            (Limits { total: 2, per_uid: 10 }, "all users (`heddle up --max-connections`)"),
+        ] {
+            let path = h.dir.path().join(format!("sock-{}", limits.total));
+            let server = Server::start_with(UnixListener::bind(&path).unwrap(), h.kernel.clone(), limits).unwrap();
+            let mut open = vec![served(&path), served(&path)];
+            let v = refused(&path);
+            assert!(v["id"].is_null(), "{v}");
+            assert_eq!(v["error"]["code"], -32014, "{v}");
+            assert_eq!(v["error"]["data"]["kind"], "too_many_connections");
+            let msg = v["error"]["message"].as_str().unwrap();
+            assert!(msg.contains("2 connections") && msg.contains(says), "{msg}");
+            // The open ones are still served; closing one gives its place back.
+            open[1].1.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"nope\"}\n").unwrap();
+            assert_eq!(reply(&mut open[1].0)["id"], 2);
+            drop(open.pop());
+            let until = Instant::now() + Duration::from_secs(10);
+            loop {
+                let c = UnixStream::connect(&path).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let mut w = c.try_clone().unwrap();
+                let _ = w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"nope\"}\n");
+                if reply(&mut BufReader::new(c))["id"] == 3 {
+                    break;
+                }
+                assert!(Instant::now() < until, "a closed connection never gave its place back");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            server.stop_accepting();
+        }
+    }
+
+    #[test]
+    fn a_peer_that_stops_reading_keeps_its_place_until_its_answers_are_out_or_it_is_gone() {
+        let h = Harness::new();
+        let path = h.dir.path().join("sock");
+        let limits = Limits { total: 10, per_uid: 1 };
+        let server = Server::start_with(UnixListener::bind(&path).unwrap(), h.kernel.clone(), limits).unwrap();
+        let mut a = UnixStream::connect(&path).unwrap();
+        // Megabytes of answers it never reads, then the end of its requests: the connection ends with
+        // its answers still queued for a writer thread.
+        let id = "i".repeat(1000);
+        let reqs: String =
+            (0..2000).map(|n| format!("{{\"jsonrpc\":\"2.0\",\"id\":\"{id}{n}\",\"method\":\"nope\"}}\n")).collect();
+        a.write_all(reqs.as_bytes()).unwrap();
+        a.shutdown(std::net::Shutdown::Write).unwrap();
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            let v = refused(&path);
+            assert_eq!(v["error"]["data"]["kind"], "too_many_connections", "{v}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(a);
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let c = UnixStream::connect(&path).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let _ = c.try_clone().unwrap().write_all(b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"nope\"}\n");
+            if reply(&mut BufReader::new(c))["id"] == 3 {
+                break;
+            }
+            assert!(Instant::now() < until, "a gone peer never gave its place back");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server.stop_accepting();
+    }
+
+    #[test]
+    fn a_long_line_is_read_in_turns_and_answered_while_others_are_served() {
+        let h = Harness::new();
+        let (server, mut r, w) = connected(&h);
+        let pad = "x".repeat(4 * 1024 * 1024);
+        let long = format!("{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"nope\",\"params\":{{\"pad\":\"{pad}\"}}}}\n");
+        let mut w2 = w.try_clone().unwrap();
+        let writer = std::thread::spawn(move || w2.write_all(long.as_bytes()).unwrap());
+        // Meanwhile another connection is served.
+        let path = h.dir.path().join("sock");
+        for _ in 0..20 {
+            let _ = served(&path);
+        }
+        // The answer comes only once the whole line was read (so before the writer is joined: a server
+        // that stopped reading would leave the writer blocked, and this read times out instead).
+        let v = reply(&mut r);
+        assert_eq!((v["id"].as_u64(), v["error"]["code"].as_i64()), (Some(7), Some(-32601)), "the long line's answer");
+        writer.join().unwrap();
+        server.stop_accepting();
     }
 
     #[test]
