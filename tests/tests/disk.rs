@@ -135,13 +135,13 @@ fn at_the_disk_budget_the_job_that_ended_first_loses_its_oldest_output_whatever_
     for (s, job) in [(&s1, &b), (&s1, &third)] {
         assert_eq!(raw(&mut c, s, job, 0).unwrap()["data"], "line 0000001\n", "job {job} keeps its output");
     }
-    // Give or take the file system's blocks at the punched ranges' edges.
+    // Give or take the file system's blocks at the punched ranges' edges. The retention thread trims
+    // beside the output path, never in it: the budget holds once its pass is done (its evicting `a` is
+    // seen above before the pass ends).
+    let settled = heddle_tests::eventually(Duration::from_secs(10), || stored(&h.state_dir) <= budget + (16 << 10));
     let on_disk = stored(&h.state_dir);
     println!("job files on disk: {on_disk} bytes, budget {budget}");
-    assert!(
-        on_disk <= budget + (16 << 10),
-        "the job files take {on_disk} bytes on disk, over the {budget}-byte budget"
-    );
+    assert!(settled, "the job files take {on_disk} bytes on disk, over the {budget}-byte budget");
 }
 
 #[test]
