@@ -14,6 +14,17 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
+/// Run a page driver (`node DRIVER ARGS…`) and return what it saw: one JSON object, without `error`.
+fn drive(driver: &std::path::Path, args: &[&str]) -> Value {
+    let out = Command::new("node").arg(driver).args(args).output().expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let seen: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("the driver printed no JSON ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr))
+    });
+    assert!(seen.get("error").is_none(), "the page did not show what it should: {seen}");
+    seen
+}
+
 #[test]
 fn a_person_watches_a_job_stream_and_kills_another_from_the_page() {
     let driver = repo().join("tests/cockpit-js/drive.cjs");
@@ -31,17 +42,16 @@ fn a_person_watches_a_job_stream_and_kills_another_from_the_page() {
         c.call("run", json!({"session": s, "cmd": "sleep 300", "yield_ms": 0})).unwrap()["job"].as_u64().unwrap();
 
     let shot = repo().join("target/cockpit.png");
-    let out = Command::new("node")
-        .arg(&driver)
-        .args([&format!("http://{addr}"), s.as_str().unwrap(), &watched.to_string(), &victim.to_string()])
-        .arg(&shot)
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let seen: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!("the driver printed no JSON ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr))
-    });
-    assert!(seen.get("error").is_none(), "the page did not show what it should: {seen}");
+    let seen = drive(
+        &driver,
+        &[
+            &format!("http://{addr}"),
+            s.as_str().unwrap(),
+            &watched.to_string(),
+            &victim.to_string(),
+            shot.to_str().unwrap(),
+        ],
+    );
 
     // The output as drawn: its text, its color, the markup as text and nothing run.
     let raw = seen["raw_text"].as_str().unwrap();
@@ -130,16 +140,7 @@ fn the_page_shows_what_a_call_changed_what_was_refused_and_the_override_audit() 
     let changing =
         run(&mut c, &s, json!({"cmd": "sleep 3; printf 'X\\n' > f1", "yield_ms": 0}))["job"].as_u64().unwrap();
 
-    let out = Command::new("node")
-        .arg(&driver)
-        .args([&format!("http://{addr}"), "repo", &changing.to_string(), &refused.to_string()])
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let seen: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!("the driver printed no JSON ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr))
-    });
-    assert!(seen.get("error").is_none(), "the page did not show what it should: {seen}");
+    let seen = drive(&driver, &[&format!("http://{addr}"), "repo", &changing.to_string(), &refused.to_string()]);
     assert!(seen["changing_facts"].as_str().unwrap().contains("effects: f1 (modified)"), "{seen}");
     let refusal = seen["refused_facts"].as_str().unwrap();
     assert!(refusal.contains("refused:") && refusal.contains("/etc/heddle-cockpit-probe"), "{seen}");

@@ -4,52 +4,9 @@
 //! it succeeds — so a refusal here is the uid's, never a typo's; and after nobody's attempts root checks
 //! that everything nobody tried to touch is as it was.
 
-use heddle_tests::{eventually, require_root, Client, Heddle};
+use heddle_tests::{as_nobody, eventually, require_root, Client, Heddle};
 use serde_json::{json, Value};
-use std::io::Write;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::Duration;
-
-/// A line-for-line relay run as uid/gid 65534: each request line in, its answer line out. Python, so the
-/// connection is made by a process of that uid (`SO_PEERCRED` is taken at connect).
-const RELAY: &str = r#"
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-f = s.makefile("rwb")
-for line in sys.stdin.buffer:
-    f.write(line); f.flush()
-    sys.stdout.buffer.write(f.readline()); sys.stdout.flush()
-"#;
-
-/// Send `requests` (method, params) as nobody on one connection; the answers in order.
-fn as_nobody(h: &Heddle, requests: &[(&str, Value)]) -> Vec<Value> {
-    let mut child = Command::new("python3")
-        .arg("-c")
-        .arg(RELAY)
-        .arg(&h.socket)
-        .uid(65534)
-        .gid(65534)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs the relay");
-    let mut input = String::new();
-    for (i, (method, params)) in requests.iter().enumerate() {
-        input += &json!({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).to_string();
-        input.push('\n');
-    }
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let answers: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("an answer is one JSON line"))
-        .collect();
-    assert_eq!(answers.len(), requests.len(), "every request of nobody's was answered: {answers:?}");
-    answers
-}
 
 /// The same line root sends on its own connection: the raw answer (result or error).
 fn as_root(c: &mut Client, method: &str, params: &Value) -> Value {

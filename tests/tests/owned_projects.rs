@@ -4,11 +4,9 @@
 //! and what they write is stored as root's: nothing on disk carries the session's uid. Outside DIR, or
 //! for a client that does not own the project, nothing is mapped. Through the real stack, as root.
 
-use heddle_tests::{run_ok, run_to_end, Heddle};
-use serde_json::{json, Value};
-use std::io::Write;
+use heddle_tests::{as_nobody, run_ok, run_to_end, Heddle};
+use serde_json::json;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -74,37 +72,6 @@ fn a_root_opened_session_writes_a_root_owned_project_as_its_own_uid_and_leaves_r
     assert_eq!(std::fs::metadata(proj.join("t")).unwrap().mode() & 0o6000, 0);
     // The mount lives in the worker's namespace only: the host's table is as it was.
     assert!(!mounted(&proj), "the mapped project is not mounted on the host");
-}
-
-/// A line-for-line relay run as uid/gid 65534: a client of that uid (`SO_PEERCRED` at connect).
-const RELAY: &str = r#"
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-f = s.makefile("rwb")
-for line in sys.stdin.buffer:
-    f.write(line); f.flush()
-    sys.stdout.buffer.write(f.readline()); sys.stdout.flush()
-"#;
-
-fn as_nobody(h: &Heddle, requests: &[(&str, Value)]) -> Vec<Value> {
-    let mut child = Command::new("python3")
-        .args(["-c", RELAY])
-        .arg(&h.socket)
-        .uid(65534)
-        .gid(65534)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = String::new();
-    for (i, (method, params)) in requests.iter().enumerate() {
-        input += &json!({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).to_string();
-        input.push('\n');
-    }
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 #[test]

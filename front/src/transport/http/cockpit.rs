@@ -23,7 +23,7 @@
 //! Killing a job or closing a session is the page's `POST /rpc` of `kill` / `session.close`, through the
 //! same door, the same `Origin` check and the same receipts as any client.
 
-use super::{blocking, refuse, Body, Door, EventBody, KEEPALIVE};
+use super::{blocking, not_found_or_bad, refuse, Body, Door, EventBody, KEEPALIVE};
 use crate::kernel::{Client, Kernel};
 use crate::rpc::outbox::{Outbox, OutboxReader};
 use crate::terminal::html::RawScreen;
@@ -169,13 +169,6 @@ fn session_and_job(query: &str) -> Option<(String, u64)> {
     Some((session?, job?))
 }
 
-fn not_found_or_bad(e: &crate::rpc::RpcError) -> StatusCode {
-    match e.kind {
-        crate::rpc::ErrorKind::UnknownSession | crate::rpc::ErrorKind::UnknownJob => StatusCode::NOT_FOUND,
-        _ => StatusCode::BAD_REQUEST,
-    }
-}
-
 /// `GET /cockpit/sessions`.
 pub(super) fn sessions(door: &Door, client: Client) -> Response<Body> {
     let (tx, rx) = tokio::sync::mpsc::channel(4);
@@ -220,21 +213,10 @@ pub(super) async fn screen(door: &Door, client: Client, query: &str) -> Response
             "GET /cockpit/screen needs ?session=NAME&job=N: the job whose output to draw",
         );
     };
-    let conn = door.next_conn.fetch_add(1, Ordering::Relaxed);
-    let (outbox, reader) = Outbox::queued(conn);
-    let kernel = door.kernel.clone();
-    let ob = outbox.clone();
-    let params = json!({"session": session, "job": job, "raw": true, "from": {"stdout": 0, "stderr": 0}});
-    let subscribed = blocking(move || {
-        let id = serde_json::value::RawValue::from_string("0".into()).expect("a JSON number");
-        crate::kernel::subscribe::subscribe(&kernel, &client, params, &id, &ob)
-    })
-    .await;
-    match subscribed {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return refuse(not_found_or_bad(&e), &e.message),
+    let (conn, outbox, reader) = match super::subscribe_raw(door, client, session, job, [0, 0]).await {
+        Ok(s) => s,
         Err(r) => return r,
-    }
+    };
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let kernel = door.kernel.clone();
     let spawned =

@@ -565,6 +565,41 @@ async fn delete_mcp(door: &Door, client: Client, req: &hyper::http::request::Par
     }
 }
 
+/// Subscribe a new stream of this door to job `job`'s raw output from byte offsets `from` (stdout,
+/// stderr): the stream's connection number, and the outbox and reader its chunks arrive in; or the
+/// refusal to answer (404 for a session or job the uid does not have).
+async fn subscribe_raw(
+    door: &Door,
+    client: Client,
+    session: String,
+    job: u64,
+    from: [u64; 2],
+) -> Result<(u64, Outbox, OutboxReader), Response<Body>> {
+    let conn = door.next_conn.fetch_add(1, Ordering::Relaxed);
+    let (outbox, reader) = Outbox::queued(conn);
+    let kernel = door.kernel.clone();
+    let ob = outbox.clone();
+    let params = serde_json::json!({"session": session, "job": job, "raw": true, "from": {"stdout": from[0], "stderr": from[1]}});
+    let subscribed = blocking(move || {
+        let id = serde_json::value::RawValue::from_string("0".into()).expect("a JSON number");
+        crate::kernel::subscribe::subscribe(&kernel, &client, params, &id, &ob)
+    })
+    .await;
+    match subscribed {
+        Ok(Ok(())) => Ok((conn, outbox, reader)),
+        Ok(Err(e)) => Err(refuse(not_found_or_bad(&e), &e.message)),
+        Err(r) => Err(r),
+    }
+}
+
+/// 404 for a session or job the uid does not have, else 400.
+fn not_found_or_bad(e: &RpcError) -> StatusCode {
+    match e.kind {
+        ErrorKind::UnknownSession | ErrorKind::UnknownJob => StatusCode::NOT_FOUND,
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
 /// `GET /events?session=S&job=J`, resumed from `Last-Event-ID` (or `?last_event_id=`).
 async fn events(door: &Door, client: Client, req: &hyper::http::request::Parts) -> Response<Body> {
     let mut session = None;
@@ -597,27 +632,10 @@ async fn events(door: &Door, client: Client, req: &hyper::http::request::Parts) 
             )
         }
     };
-    let conn = door.next_conn.fetch_add(1, Ordering::Relaxed);
-    let (outbox, reader) = Outbox::queued(conn);
-    let kernel = door.kernel.clone();
-    let ob = outbox.clone();
-    let params = serde_json::json!({"session": session, "job": job, "raw": true, "from": {"stdout": from[0], "stderr": from[1]}});
-    let subscribed = blocking(move || {
-        let id = serde_json::value::RawValue::from_string("0".into()).expect("a JSON number");
-        crate::kernel::subscribe::subscribe(&kernel, &client, params, &id, &ob)
-    })
-    .await;
-    match subscribed {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            let status = match e.kind {
-                ErrorKind::UnknownSession | ErrorKind::UnknownJob => StatusCode::NOT_FOUND,
-                _ => StatusCode::BAD_REQUEST,
-            };
-            return refuse(status, &e.message);
-        }
+    let (conn, outbox, reader) = match subscribe_raw(door, client, session, job, from).await {
+        Ok(s) => s,
         Err(r) => return r,
-    }
+    };
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let kernel = door.kernel.clone();
     let spawned = std::thread::Builder::new()
