@@ -198,6 +198,36 @@ fn a_stdin_pipe_is_fed_by_write_and_closed_by_eof() {
 }
 
 #[test]
+fn a_write_to_a_stdin_pipe_answers_with_what_the_job_printed_since() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let cmd = "echo ready; while read l; do if [ \"$l\" = many ]; then seq 1 100000; else echo \"got $l\"; echo \"err $l\" >&2; fi; done";
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "stdin": "pipe", "yield_ms": 300})).unwrap();
+    let job = r["job"].clone();
+    assert_eq!(r["view"], "ready\n", "{r}");
+    let r = write(&mut c, &s, &job, json!({"text": "one\n"}));
+    assert_eq!(r["terminal"], Value::Null, "a pipe job has no screen: {r}");
+    assert_eq!(r["new_output"], "got one\nerr one\n", "what the job printed in answer, both streams: {r}");
+    let r = write(&mut c, &s, &job, json!({"text": "two\n"}));
+    assert_eq!(r["new_output"], "got two\nerr two\n", "only what came since this write: {r}");
+    // An answer longer than the budget keeps its newest lines, the rest named with the call that shows it.
+    let r = write(&mut c, &s, &job, json!({"text": "many\n", "quiet_ms": 500}));
+    let out = r["new_output"].as_str().unwrap();
+    assert!(out.len() <= 40_000, "bounded: {} bytes", out.len());
+    assert!(out.ends_with("99999\n100000\n"), "{}", &out[out.len() - 100..]);
+    let marker = out.lines().next().unwrap();
+    let shown = out.lines().count() as u64 - 1;
+    let first = 100_000 - shown + 1;
+    // Lines 1–5 came before the write (ready, got/err one, got/err two); `seq`'s lines 1..first-1 are omitted.
+    let bytes: usize = (1..first).map(|i| i.to_string().len() + 1).sum();
+    let exact = format!("{} lines, {bytes} bytes omitted (lines 6–{}); ", first - 1, 5 + first - 1);
+    assert!(marker.starts_with("[… heddle: ") && marker.contains(&exact), "{exact} in {marker}");
+    write(&mut c, &s, &job, json!({"eof": true}));
+    assert_eq!(wait_end(&mut c, &s, &job)["exit_code"], 0);
+}
+
+#[test]
 fn bad_input_gets_clear_errors_and_the_session_goes_on() {
     let h = Heddle::start();
     let mut c = h.client();
