@@ -228,6 +228,25 @@ fn a_write_to_a_stdin_pipe_answers_with_what_the_job_printed_since() {
 }
 
 #[test]
+fn lines_scrolled_past_a_full_scrollback_are_counted_exactly() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = c
+        .call("run", json!({"session": s, "cmd": "seq 1 3000", "tty": {"rows": 5, "cols": 40}, "yield_ms": 10_000}))
+        .unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let t = &r["terminal"];
+    assert_eq!(t["text"], "2997\n2998\n2999\n3000\n\n", "{t}");
+    // Lines 1–2996 left the 5-row screen (the cursor's empty line is the fifth), past the 1,000 kept.
+    let scrolled: Vec<&str> = t["scrolled"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert_eq!(scrolled.len(), 200, "{t}");
+    assert_eq!(scrolled.first().copied(), Some("2797"));
+    assert_eq!(scrolled.last().copied(), Some("2996"));
+    assert_eq!(t["scrolled_more"], 2996 - 200, "every line counted once: {t}");
+}
+
+#[test]
 fn bad_input_gets_clear_errors_and_the_session_goes_on() {
     let h = Heddle::start();
     let mut c = h.client();
