@@ -147,6 +147,26 @@ fn less_pages_with_space_and_quits_with_q() {
 }
 
 #[test]
+fn top_shows_its_screen_and_quits_with_q() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let job = run_tty(&mut c, &s, "top");
+    // procps-ng top (4.0) clears and redraws the main screen (it sends no smcup), so the header is the
+    // screen's first line whichever screen it draws on.
+    let t = screen_until(&mut c, &s, &job, "top's header", |t| {
+        let text = t["text"].as_str().unwrap_or_default();
+        text.starts_with("top - ") && text.lines().any(|l| l.starts_with("Tasks:"))
+    });
+    assert!(t["text"].as_str().unwrap().lines().any(|l| l.contains("PID") && l.contains("COMMAND")), "{t}");
+    let r = c.call("wait", json!({"session": s, "job": job, "yield_ms": 100})).unwrap();
+    assert_eq!(r["state"], "running", "top runs until told to quit: {r}");
+    write(&mut c, &s, &job, json!({"text": "q"}));
+    let end = wait_end(&mut c, &s, &job);
+    assert_eq!((end["state"].as_str(), end["exit_code"].as_i64()), (Some("exited"), Some(0)), "{end}");
+}
+
+#[test]
 fn ctrl_c_ends_sleep_by_sigint_and_empties_its_cgroup() {
     let h = Heddle::start();
     let mut c = h.client();
