@@ -287,7 +287,8 @@ pub struct WriteResult {
     pub settled: bool,
     /// The screen after the write (terminal jobs; `null` for a pipe job).
     pub terminal: Option<TerminalScreen>,
-    /// For a pipe job: its output lines that arrived since the write (rendered, redacted).
+    /// For a pipe job: its output lines that arrived since the write (rendered, redacted, bounded; a
+    /// marker line first names what did not fit). `null` for a terminal job.
     pub new_output: Option<String>,
     pub liveness: Option<Liveness>,
     pub note: Option<String>,

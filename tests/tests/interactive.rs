@@ -147,6 +147,26 @@ fn less_pages_with_space_and_quits_with_q() {
 }
 
 #[test]
+fn top_shows_its_screen_and_quits_with_q() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let job = run_tty(&mut c, &s, "top");
+    // procps-ng top (4.0) clears and redraws the main screen (it sends no smcup), so the header is the
+    // screen's first line whichever screen it draws on.
+    let t = screen_until(&mut c, &s, &job, "top's header", |t| {
+        let text = t["text"].as_str().unwrap_or_default();
+        text.starts_with("top - ") && text.lines().any(|l| l.starts_with("Tasks:"))
+    });
+    assert!(t["text"].as_str().unwrap().lines().any(|l| l.contains("PID") && l.contains("COMMAND")), "{t}");
+    let r = c.call("wait", json!({"session": s, "job": job, "yield_ms": 100})).unwrap();
+    assert_eq!(r["state"], "running", "top runs until told to quit: {r}");
+    write(&mut c, &s, &job, json!({"text": "q"}));
+    let end = wait_end(&mut c, &s, &job);
+    assert_eq!((end["state"].as_str(), end["exit_code"].as_i64()), (Some("exited"), Some(0)), "{end}");
+}
+
+#[test]
 fn ctrl_c_ends_sleep_by_sigint_and_empties_its_cgroup() {
     let h = Heddle::start();
     let mut c = h.client();
@@ -195,6 +215,55 @@ fn a_stdin_pipe_is_fed_by_write_and_closed_by_eof() {
     assert_eq!(end["exit_code"], 0);
     assert_eq!(end["stdout_bytes"], 6 + 300_001, "a write larger than the pipe buffer is queued, not dropped");
     assert!(end["view"].as_str().unwrap().starts_with("HELLO\n"), "{end}");
+}
+
+#[test]
+fn a_write_to_a_stdin_pipe_answers_with_what_the_job_printed_since() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let cmd = "echo ready; while read l; do if [ \"$l\" = many ]; then seq 1 100000; else echo \"got $l\"; echo \"err $l\" >&2; fi; done";
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "stdin": "pipe", "yield_ms": 300})).unwrap();
+    let job = r["job"].clone();
+    assert_eq!(r["view"], "ready\n", "{r}");
+    let r = write(&mut c, &s, &job, json!({"text": "one\n"}));
+    assert_eq!(r["terminal"], Value::Null, "a pipe job has no screen: {r}");
+    assert_eq!(r["new_output"], "got one\nerr one\n", "what the job printed in answer, both streams: {r}");
+    let r = write(&mut c, &s, &job, json!({"text": "two\n"}));
+    assert_eq!(r["new_output"], "got two\nerr two\n", "only what came since this write: {r}");
+    // An answer longer than the budget keeps its newest lines, the rest named with the call that shows it.
+    let r = write(&mut c, &s, &job, json!({"text": "many\n", "quiet_ms": 500}));
+    let out = r["new_output"].as_str().unwrap();
+    assert!(out.len() <= 40_000, "bounded: {} bytes", out.len());
+    assert!(out.ends_with("99999\n100000\n"), "{}", &out[out.len() - 100..]);
+    let marker = out.lines().next().unwrap();
+    let shown = out.lines().count() as u64 - 1;
+    let first = 100_000 - shown + 1;
+    // Lines 1–5 came before the write (ready, got/err one, got/err two); `seq`'s lines 1..first-1 are omitted.
+    let bytes: usize = (1..first).map(|i| i.to_string().len() + 1).sum();
+    let exact = format!("{} lines, {bytes} bytes omitted (lines 6–{}); ", first - 1, 5 + first - 1);
+    assert!(marker.starts_with("[… heddle: ") && marker.contains(&exact), "{exact} in {marker}");
+    write(&mut c, &s, &job, json!({"eof": true}));
+    assert_eq!(wait_end(&mut c, &s, &job)["exit_code"], 0);
+}
+
+#[test]
+fn lines_scrolled_past_a_full_scrollback_are_counted_exactly() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = c
+        .call("run", json!({"session": s, "cmd": "seq 1 3000", "tty": {"rows": 5, "cols": 40}, "yield_ms": 10_000}))
+        .unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let t = &r["terminal"];
+    assert_eq!(t["text"], "2997\n2998\n2999\n3000\n\n", "{t}");
+    // Lines 1–2996 left the 5-row screen (the cursor's empty line is the fifth), past the 1,000 kept.
+    let scrolled: Vec<&str> = t["scrolled"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert_eq!(scrolled.len(), 200, "{t}");
+    assert_eq!(scrolled.first().copied(), Some("2797"));
+    assert_eq!(scrolled.last().copied(), Some("2996"));
+    assert_eq!(t["scrolled_more"], 2996 - 200, "every line counted once: {t}");
 }
 
 #[test]

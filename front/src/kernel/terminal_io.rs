@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_WRITE_YIELD_MS: u64 = 2_000;
 /// Default quiet time after which the screen counts as settled.
 pub const DEFAULT_QUIET_MS: u64 = 100;
+/// Bytes of `new_output` (a pipe job's lines since the write), as a job view's default budget.
+pub const NEW_OUTPUT_BUDGET: usize = crate::output::view::DEFAULT_BUDGET;
 /// Most bytes one `write` takes (the worker queues them; a job that reads slowly gets them in order).
 pub const MAX_WRITE_BYTES: usize = 1 << 20;
 
@@ -173,7 +175,7 @@ pub(crate) fn call_write(k: &Kernel, client: &Client, params: Value) -> Result<W
         ));
     }
     let control = p.text.as_deref().map(keys::control_in_text).unwrap_or_default();
-    let (seq0, sent) = send_input(&s, p.job, &bytes, p.eof && !tty)?;
+    let sent = send_input(&s, p.job, &bytes, p.eof && !tty)?;
     if p.eof && tty {
         send_input(&s, p.job, &[], true)?;
     }
@@ -184,7 +186,7 @@ pub(crate) fn call_write(k: &Kernel, client: &Client, params: Value) -> Result<W
             control.join(", ")
         ));
     }
-    finish(k, &s, p.job, bytes.len(), control, seq0, sent, p.yield_ms, p.quiet_ms, notes)
+    finish(k, &s, p.job, bytes.len(), control, sent, p.yield_ms, p.quiet_ms, notes)
 }
 
 pub(crate) fn call_resize(k: &Kernel, client: &Client, params: Value) -> Result<WriteResult, RpcError> {
@@ -198,32 +200,49 @@ pub(crate) fn call_resize(k: &Kernel, client: &Client, params: Value) -> Result<
             format!("job {} has a stdin pipe, not a terminal; only terminal jobs have a size", p.job),
         ));
     }
-    let seq0 = {
+    let sent = {
         let mut st = s.lock();
         let f = st.terminals.by_job.get_mut(&p.job).ok_or_else(|| unknown_job(s.name(), p.job))?;
         if let Some(t) = f.term.as_mut() {
             t.resize(p.rows, p.cols);
         }
-        f.seq
+        let seq = f.seq;
+        Sent::mark(&st, p.job, seq)
     };
-    let sent = Instant::now();
     s.send(&Command::Resize { job: p.job, rows: p.rows, cols: p.cols }, crate::kernel::SEND_TIMEOUT)
         .map_err(|e| RpcError::internal(format!("the resize could not be handed to the worker: {e}")))?;
-    finish(k, &s, p.job, 0, Vec::new(), seq0, sent, p.yield_ms, p.quiet_ms, Vec::new())
+    finish(k, &s, p.job, 0, Vec::new(), sent, p.yield_ms, p.quiet_ms, Vec::new())
 }
 
-/// Hand `data` to the worker in ring-sized pieces, in order, `eof` with the last; the output sequence
-/// number before it and when it went.
-fn send_input(s: &Session, job: JobId, data: &[u8], eof: bool) -> Result<(u64, Instant), RpcError> {
-    let seq0 = {
+/// Where the job's output stood when input went: what the answer's wait and `new_output` start from.
+struct Sent {
+    /// The feed's output sequence number.
+    seq: u64,
+    at: Instant,
+    /// The job's first rendered line not complete yet and the rendered bytes before it.
+    line: u64,
+    bytes: u64,
+}
+
+impl Sent {
+    fn mark(st: &crate::sessions::session::SessionState, job: JobId, seq: u64) -> Sent {
+        let (line, bytes) = st.jobs.get(&job).map_or((1, 0), |j| j.rendered().mark());
+        Sent { seq, at: Instant::now(), line, bytes }
+    }
+}
+
+/// Hand `data` to the worker in ring-sized pieces, in order, `eof` with the last; where the job's output
+/// stood before it.
+fn send_input(s: &Session, job: JobId, data: &[u8], eof: bool) -> Result<Sent, RpcError> {
+    let sent = {
         let mut st = s.lock();
         let Some(f) = st.terminals.by_job.get_mut(&job) else { return Err(unknown_job(s.name(), job)) };
         if eof && f.term.is_none() {
             f.closed = true;
         }
-        f.seq
+        let seq = f.seq;
+        Sent::mark(&st, job, seq)
     };
-    let sent = Instant::now();
     let mut pieces: Vec<&[u8]> = data.chunks(MAX_INPUT_CHUNK).collect();
     if pieces.is_empty() {
         pieces.push(&[]);
@@ -239,7 +258,7 @@ fn send_input(s: &Session, job: JobId, data: &[u8], eof: bool) -> Result<(u64, I
             ))
         })?;
     }
-    Ok((seq0, sent))
+    Ok(sent)
 }
 
 /// Wait for the screen to settle, then answer.
@@ -250,8 +269,7 @@ fn finish(
     job: JobId,
     bytes: usize,
     control_in_text: Vec<String>,
-    seq0: u64,
-    sent: Instant,
+    sent: Sent,
     yield_ms: Option<u64>,
     quiet_ms: Option<u64>,
     mut notes: Vec<String>,
@@ -260,16 +278,20 @@ fn finish(
     notes.extend(clamp_note);
     let until = deadline(d);
     let quiet = Duration::from_millis(quiet_ms.unwrap_or(DEFAULT_QUIET_MS).min(60_000));
-    let settled = settle(k, s, job, seq0, sent, until, quiet);
-    let waited_ms = sent.elapsed().as_millis() as u64;
+    let settled = settle(k, s, job, sent.seq, sent.at, until, quiet);
+    let waited_ms = sent.at.elapsed().as_millis() as u64;
     let running = s.lock().jobs.get(&job).is_some_and(|j| j.state() == JobState::Running);
     let probe = if running { crate::kernel::job_probe::probe(k, s, job) } else { None };
     let now = Instant::now();
     let mut st = s.lock();
+    let terminal = st.terminals.view(job, true);
     let Some(j) = st.jobs.get(&job) else { return Err(unknown_job(s.name(), job)) };
     let (state, (exit_code, signal)) = (j.state(), j.exit());
     let mut liveness = j.liveness(now, probe.as_ref());
-    let terminal = st.terminals.view(job, true);
+    // A pipe job (or one whose emulator failed) answers with the rendered lines since the write.
+    let new_output = terminal
+        .is_none()
+        .then(|| crate::output::view::since(j.rendered(), sent.line, sent.bytes, NEW_OUTPUT_BUDGET, s.name(), job));
     waiting_for_input(&mut liveness, terminal.as_ref());
     Ok(WriteResult {
         session: s.name().to_owned(),
@@ -282,7 +304,7 @@ fn finish(
         waited_ms,
         settled,
         terminal,
-        new_output: None,
+        new_output,
         liveness,
         note: (!notes.is_empty()).then(|| notes.join("; ")),
         announcements: st.take_announcements(now),

@@ -371,6 +371,23 @@ impl RenderedOutput {
         self.rendered_bytes
     }
 
+    /// Where "what the job printed since now" starts: the first line not complete yet (committed lines
+    /// and open ones a newline ended are complete, in the order [`RenderedOutput::view_runs`] numbers
+    /// them) and the rendered bytes before it. A line being written now (a prompt) is after the mark.
+    pub fn mark(&self) -> (u64, u64) {
+        let (mut line, mut bytes) = (self.next_line, self.rendered_bytes);
+        for s in 0..2 {
+            let mut st = self.blocks[s];
+            let r = Redactor::builtin();
+            let complete = self.screens[s].complete_open_lines();
+            for l in self.screens[s].open_lines().iter().take(complete) {
+                line += 1;
+                bytes += r.redact_line(&mut st, l).len() as u64 + 1;
+            }
+        }
+        (line, bytes)
+    }
+
     /// Lines drawn but still changeable (a progress bar mid-draw), redacted; empty once finished.
     pub fn open_lines(&self) -> Vec<String> {
         self.open_texts().into_iter().map(|(_, text)| text).collect()

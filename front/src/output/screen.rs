@@ -485,6 +485,12 @@ impl Screen {
         v
     }
 
+    /// How many of [`Screen::open_lines`] are complete (a newline ended them): all but the line being
+    /// written.
+    pub fn complete_open_lines(&self) -> usize {
+        self.term.lines.len().saturating_sub(1)
+    }
+
     /// Another stream wrote: commit every complete line (all but the one being written), so lines of
     /// the two streams keep their arrival order. A later cursor-up cannot reach them any more.
     pub fn settle(&mut self) {

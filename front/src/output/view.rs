@@ -158,6 +158,62 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
     View { text, omitted }
 }
 
+/// The lines numbered `from` and after — what a job printed since a mark taken when line `from` was
+/// the next to commit and `from_bytes` rendered bytes preceded it (`write`'s `new_output`) — with the
+/// lines still open, newest kept within `budget`. What does not fit (or left the memory) is named by a
+/// marker line first, with its exact range, bytes and the `output` call that shows it. Empty when
+/// nothing came.
+pub fn since(out: &RenderedOutput, from: u64, from_bytes: u64, budget: usize, session: &str, job: JobId) -> String {
+    let room = budget.clamp(MIN_BUDGET, MAX_BUDGET).saturating_sub(RESERVE);
+    let runs = out.view_runs();
+    let tail = runs.tail();
+    // Runs reaching line `from`, a run that straddles it cut to its lines from `from` on.
+    let mut new: Vec<Placed> = Vec::new();
+    for p in runs.head.iter().chain(tail) {
+        if p.run.last() < from {
+            continue;
+        }
+        let mut p = p.clone();
+        if p.run.first < from {
+            let skipped = from - p.run.first;
+            p.bytes_before += (p.run.text.len() as u64 + 1) * skipped;
+            p.run.count -= skipped as u32;
+            p.run.first = from;
+        }
+        new.push(p);
+    }
+    let (mut used, mut shown) = (0, 0);
+    for p in new.iter().rev() {
+        let len = p.display_len() + 1;
+        if used + len > room {
+            break;
+        }
+        used += len;
+        shown += 1;
+    }
+    let kept = &new[new.len() - shown..];
+    let first_kept = kept.first().map(|p| (p.run.first, p.bytes_before));
+    let all_end = new.last().map_or(from, |p| p.run.last() + 1);
+    let (first_shown, bytes_before_shown) =
+        first_kept.unwrap_or((all_end, new.last().map_or(from_bytes, |p| p.bytes_before + run_bytes(p))));
+    let mut text = String::with_capacity(used + RESERVE);
+    if first_shown > from {
+        let o = Omission {
+            first: from,
+            last: first_shown - 1,
+            bytes: bytes_before_shown.saturating_sub(from_bytes),
+            errors: 0,
+        };
+        text.push_str(&marker(&o, session, job));
+        text.push('\n');
+    }
+    for p in kept {
+        text.push_str(&p.display());
+        text.push('\n');
+    }
+    text
+}
+
 fn errors_block(text: &mut String, inside: &[&&(u64, String)], session: &str, job: JobId) {
     if inside.is_empty() {
         return;
@@ -259,6 +315,26 @@ mod tests {
         let v = render(&out, DEFAULT_BUDGET, "s", 1);
         assert_eq!(v.omitted.unwrap().errors, 1);
         assert!(v.text.contains("  line 50001: thread 'main' panicked at 'boom'\n"), "{}", &v.text[..200]);
+    }
+
+    #[test]
+    fn since_a_mark_shows_only_later_lines_and_cuts_a_run_that_straddles_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut out = RenderedOutput::new(dir.path().join("1.lines"));
+        out.push(0, b"same\nsame\nprompt> ");
+        // The prompt being written is after the mark; the two complete lines are before it.
+        assert_eq!(out.mark(), (3, 10));
+        let (line, bytes) = out.mark();
+        assert_eq!(since(&out, line, bytes, DEFAULT_BUDGET, "s", 1), "prompt>\n");
+        out.push(0, b"\nsame\nnew\n");
+        let (line, bytes) = (2, 5);
+        assert_eq!(since(&out, line, bytes, DEFAULT_BUDGET, "s", 1), "same\nprompt>\nsame\nnew\n");
+        let many: String = (0..5000).map(|i| format!("{i}\n")).collect();
+        out.push(0, many.as_bytes());
+        let v = since(&out, 1, 0, 4_000, "s", 1);
+        assert!(v.starts_with("[… heddle: ") && v.ends_with("4999\n") && v.len() <= 4_000, "{v}");
+        let shown = v.lines().count() - 1;
+        assert!(v.contains(&format!("(lines 1–{}); ", 5005 - shown)), "{v}");
     }
 
     proptest! {

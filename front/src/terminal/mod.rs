@@ -41,6 +41,22 @@ pub struct Terminal {
     parser: vt100::Parser<Callbacks>,
     /// Lines that scrolled off since the caller last looked (may exceed what the scrollback holds).
     since_look: u64,
+    /// Lines in the main screen's scrollback after the last piece fed on it.
+    main_len: usize,
+}
+
+/// Most bytes fed to the emulator at once (fewer than the scrollback holds: see [`Terminal::feed`]).
+const PIECE: usize = SCROLLBACK - 2;
+
+/// Where the next piece of `b` ends: at most [`PIECE`] bytes, before a DEC private mode sequence, or,
+/// when `b` starts with one, after its final byte.
+fn piece_end(b: &[u8]) -> usize {
+    let max = b.len().min(PIECE);
+    if b.starts_with(b"\x1b[?") {
+        let end = b[3..].iter().position(|c| (0x40..=0x7e).contains(c)).map_or(b.len(), |i| i + 4);
+        return end.min(max);
+    }
+    memchr::memmem::find(&b[..max], b"\x1b[?").filter(|&i| i > 0).unwrap_or(max)
 }
 
 impl Terminal {
@@ -48,6 +64,7 @@ impl Terminal {
         Terminal {
             parser: vt100::Parser::new_with_callbacks(rows, cols, SCROLLBACK, Callbacks::default()),
             since_look: 0,
+            main_len: 0,
         }
     }
 
@@ -60,25 +77,46 @@ impl Terminal {
         n
     }
 
-    /// Feed output bytes, counting the lines that scroll off the screen. Bytes are fed in pieces of at
-    /// most 256 line feeds, so a full scrollback still counts: past it, each line feed of a piece that
-    /// left the scrollback full is taken as one line scrolled by.
+    /// Feed output bytes, counting the lines that scroll off the main screen into the scrollback, exactly
+    /// also once it is full: before each piece the main screen's view is moved one line up, and vt100
+    /// moves it one more for every line pushed into the scrollback (up to the scrollback's length), so
+    /// the view's offset afterwards is the count. A piece is at most [`PIECE`] bytes (each byte scrolls
+    /// at most one line, so the offset cannot reach its cap; only `CSI n S`, scroll up `n` lines, can do
+    /// more, and such a piece counts at most the scrollback's length), and a DEC private mode sequence
+    /// (`ESC [ ?`, which switches to and from the alternate screen) is a piece of its own, so no line
+    /// scrolls in a piece that switches screens. The alternate screen has no scrollback: nothing counts
+    /// there, and coming back to the main screen counts nothing.
     pub fn feed(&mut self, data: &[u8]) {
         let mut rest = data;
         while !rest.is_empty() {
-            let cut = memchr::memchr_iter(b'\n', rest).nth(255).map_or(rest.len(), |i| i + 1);
-            let (piece, tail) = rest.split_at(cut);
-            let before = self.scrollback_len();
-            self.parser.process(piece);
-            let after = self.scrollback_len();
-            let grew = after.saturating_sub(before) as u64;
-            self.since_look += if after == SCROLLBACK && before == SCROLLBACK {
-                memchr::memchr_iter(b'\n', piece).count() as u64
-            } else {
-                grew
-            };
+            let (piece, tail) = rest.split_at(piece_end(rest));
+            self.feed_piece(piece);
             rest = tail;
         }
+    }
+
+    fn feed_piece(&mut self, piece: &[u8]) {
+        let screen = self.parser.screen_mut();
+        let marked = !screen.alternate_screen() && {
+            screen.set_scrollback(1);
+            screen.scrollback() == 1
+        };
+        self.parser.process(piece);
+        let screen = self.parser.screen_mut();
+        if screen.alternate_screen() {
+            return;
+        }
+        let offset = screen.scrollback();
+        screen.set_scrollback(usize::MAX);
+        let len = screen.scrollback();
+        screen.set_scrollback(0);
+        let pushed = match (marked, offset) {
+            (true, 0) => len, // a reset (`ESC c`) emptied the scrollback: what it holds came after
+            (true, o) => o - 1,
+            (false, _) => len.saturating_sub(self.main_len),
+        };
+        self.since_look += pushed as u64;
+        self.main_len = len;
     }
 
     pub fn resize(&mut self, rows: u16, cols: u16) {
@@ -262,10 +300,31 @@ mod tests {
         let v = t.view(true);
         assert_eq!(v.scrolled.len(), MAX_SCROLLED_LINES);
         assert_eq!(v.scrolled.last().map(String::as_str), Some("2998"));
-        // Exact until the scrollback fills; past it, line feeds count (the piece that fills it may miss
-        // up to a screen's worth).
-        let counted = v.scrolled.len() as u64 + v.scrolled_more;
-        assert!((2999 - 24..=2999).contains(&counted), "{counted}");
+        assert_eq!(v.scrolled.len() as u64 + v.scrolled_more, 2999, "exact past the full scrollback");
+        // In chunks as a pump meets them, with long lines that wrap: still exact.
+        let mut t = Terminal::new(3, 10);
+        let text: String = (0..2000).map(|i| format!("{i:025}\r\n")).collect();
+        for chunk in text.as_bytes().chunks(4093) {
+            t.feed(chunk);
+        }
+        let v = t.view(true);
+        assert_eq!(v.scrolled.len() as u64 + v.scrolled_more, 2000 * 3 - 2);
+    }
+
+    #[test]
+    fn the_alternate_screen_counts_no_scrolled_lines() {
+        let mut t = Terminal::new(4, 20);
+        let text: String = (0..1500).map(|i| format!("{i}\r\n")).collect();
+        t.feed(text.as_bytes());
+        t.view(true);
+        // A full-screen program draws, scrolls its own screen and leaves, with the scrollback full.
+        t.feed(b"\x1b[?1049h\x1b[H");
+        t.feed("page\r\n".repeat(50).as_bytes());
+        t.feed(b"\x1b[?1049l");
+        let v = t.view(true);
+        assert_eq!((v.scrolled.len(), v.scrolled_more), (0, 0), "{:?}", v.scrolled);
+        t.feed(b"after\r\n\x1b[?1049hx\x1b[?1049l");
+        assert_eq!(t.view(true).scrolled, ["1497"]);
     }
 
     #[test]
