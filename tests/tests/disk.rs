@@ -176,3 +176,31 @@ fn running_jobs_over_the_disk_budget_keep_their_newest_output_and_are_told() {
     assert!(within, "{on_disk} bytes on disk, budget {budget}");
     assert!(on_disk > budget / 2, "what fits is kept: {on_disk} bytes on disk, budget {budget}");
 }
+
+#[test]
+fn a_closed_sessions_output_is_the_oldest_ended_output_at_the_disk_budget() {
+    let budget: u64 = 4 << 20;
+    let h = Heddle::start_with(&["--disk-budget", "4M"]);
+    let mut c = h.client();
+    let seq = "seq -f 'line %07g' 1 120000";
+    // A session writes two jobs' output (about 3 MiB with their line logs) and is closed: no call can
+    // read its output any more, but it is still on disk, within the budget.
+    let gone = c.call("session.open", json!({"name": "gone", "cwd": h.project})).unwrap()["session"].clone();
+    run(&mut c, &gone, seq);
+    run(&mut c, &gone, seq);
+    c.call("session.close", json!({"session": gone})).unwrap();
+    let closed_dir = h.state_dir.join("sessions/gone");
+    assert!(stored(&closed_dir) > 0, "a closed session's output stays while there is room");
+    // An open session's new output takes the server over the budget: the closed session's goes first,
+    // and the open session's jobs keep theirs whole.
+    let s = h.open_session(&mut c);
+    let a = run(&mut c, &s, seq)["job"].clone();
+    let b = run(&mut c, &s, seq)["job"].clone();
+    let removed = heddle_tests::eventually(Duration::from_secs(10), || !closed_dir.exists());
+    assert!(removed, "the closed session's output was not removed: {} bytes", stored(&closed_dir));
+    for job in [&a, &b] {
+        assert_eq!(raw(&mut c, &s, job, 0).unwrap()["data"], "line 0000001\n", "job {job} keeps its output");
+    }
+    let settled = heddle_tests::eventually(Duration::from_secs(10), || stored(&h.state_dir) <= budget + (16 << 10));
+    assert!(settled, "the job files take {} bytes, over the {budget}-byte budget", stored(&h.state_dir));
+}

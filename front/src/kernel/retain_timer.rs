@@ -30,7 +30,70 @@ pub fn start_timer(kernel: Weak<Kernel>) -> std::io::Result<()> {
         crate::output::retention::take_written();
         let sessions = k.open_sessions();
         let totals: Vec<u64> = sessions.iter().map(|s| enforce(&mut s.lock(), config(), Instant::now())).collect();
-        enforce_disk(&totals, |i| sessions.get(i).map(|s| s.lock()), config().disk_bytes);
+        let budget = config().disk_bytes;
+        let closed = closed_within(&k, budget.saturating_sub(totals.iter().sum()));
+        enforce_disk(&totals, |i| sessions.get(i).map(|s| s.lock()), budget.saturating_sub(closed));
     })?;
     Ok(())
+}
+
+/// Closed sessions' output counts against the disk budget as the oldest ended output there is: a closed
+/// session's directory (forgotten at `session.close`: no `session.json`, and no session of that name open
+/// or opening) holds output no call can read any more. While the closed ones take more than `room`, the
+/// least recently written directory goes, whole. Returns the bytes the closed ones still take. Done under
+/// the registry's lock, so no session of the name opens meanwhile.
+fn closed_within(k: &Kernel, room: u64) -> u64 {
+    let reg = k.registry();
+    let mut closed: Vec<(std::time::SystemTime, u64, std::path::PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(k.cfg.state_dir.join("sessions")).into_iter().flatten().flatten() {
+        let dir = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if reg.slots.contains_key(&name) || dir.join("session.json").exists() || !dir.is_dir() {
+            continue;
+        }
+        let (bytes, newest) = usage(&dir);
+        closed.push((newest, bytes, dir));
+    }
+    drop(reg);
+    closed.sort();
+    let mut total: u64 = closed.iter().map(|c| c.1).sum();
+    for (_, bytes, dir) in closed {
+        if total <= room {
+            break;
+        }
+        let reg = k.registry();
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if reg.slots.contains_key(&name) || dir.join("session.json").exists() {
+            continue;
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {
+                total -= bytes;
+                tracing::info!(
+                    "the disk budget removed closed session '{name}''s output ({bytes} bytes): the oldest ended output"
+                );
+            }
+            Err(e) => tracing::warn!("cannot remove closed session '{name}''s output at the disk budget: {e}"),
+        }
+    }
+    total
+}
+
+/// Bytes the files under `dir` take on disk, and when the newest of them was written.
+fn usage(dir: &std::path::Path) -> (u64, std::time::SystemTime) {
+    use std::os::unix::fs::MetadataExt;
+    let mut bytes = 0;
+    let mut newest = std::time::SystemTime::UNIX_EPOCH;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(m) = e.metadata() else { continue };
+        if m.is_dir() {
+            let (b, n) = usage(&e.path());
+            bytes += b;
+            newest = newest.max(n);
+        } else {
+            bytes += m.blocks() * 512;
+            newest = newest.max(m.modified().unwrap_or(newest));
+        }
+    }
+    (bytes, newest)
 }
