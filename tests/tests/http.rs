@@ -437,3 +437,39 @@ fn a_tool_call_with_a_progress_token_streams_progress_and_a_dropped_stream_cance
     assert_eq!(r.header("content-type"), Some("application/json"), "{}", r.text());
     assert_eq!(r.json()["id"], 10);
 }
+
+#[test]
+fn the_http_door_caps_connections_per_uid_with_a_sentence() {
+    use std::io::{Read, Write};
+    let h = Heddle::start_with(&["--http", "127.0.0.1:0", "--max-connections-per-uid", "20"]);
+    let addr = door_address(&h.state_dir);
+    // Twenty of root's connections, each answered and kept open.
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let mut c = HttpConn::connect(addr).unwrap();
+        assert_eq!(c.request("GET", "/", &[], b"").unwrap().status, 200);
+        held.push(c);
+    }
+    // The next one is refused with a sentence naming the limit, and closed.
+    let refused = || {
+        let mut t = std::net::TcpStream::connect(addr).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = write!(t, "GET / HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+        let mut answer = String::new();
+        let _ = t.read_to_string(&mut answer);
+        answer
+    };
+    let answer = refused();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("20 connections open") && answer.contains("--max-connections-per-uid"), "{answer}");
+    // The held ones still work, and one closed gives its place back.
+    assert_eq!(held[0].request("GET", "/", &[], b"").unwrap().status, 200);
+    drop(held.pop());
+    let back = eventually(Duration::from_secs(10), || {
+        HttpConn::connect(addr)
+            .ok()
+            .and_then(|mut c| c.request("GET", "/", &[], b"").ok())
+            .is_some_and(|r| r.status == 200)
+    });
+    assert!(back, "a closed connection's place came back: {}", refused());
+}

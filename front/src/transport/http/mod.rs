@@ -77,6 +77,60 @@ struct Door {
     mcp: Mutex<HashMap<String, Arc<McpEntry>>>,
     next_conn: AtomicU64,
     in_flight: AtomicUsize,
+    /// Connections open now, in all and by uid (the socket door's caps, `transport::socket::limits`).
+    conns: Mutex<ConnCount>,
+}
+
+#[derive(Default)]
+struct ConnCount {
+    total: usize,
+    by_uid: HashMap<u32, usize>,
+}
+
+/// A connection's place under the door's caps, given back when the connection ends.
+struct ConnPlace {
+    door: Arc<Door>,
+    uid: Option<u32>,
+}
+
+impl Drop for ConnPlace {
+    fn drop(&mut self) {
+        let mut c = self.door.conns.lock().unwrap_or_else(|e| e.into_inner());
+        c.total = c.total.saturating_sub(1);
+        if let Some(u) = self.uid {
+            if let Some(n) = c.by_uid.get_mut(&u) {
+                *n -= 1;
+                if *n == 0 {
+                    c.by_uid.remove(&u);
+                }
+            }
+        }
+    }
+}
+
+/// A place for a new connection of `uid` (`None`: known only per request, behind tokens), or the
+/// sentence refusing it: the same caps as the socket door's (`heddle up --max-connections`,
+/// `--max-connections-per-uid`), counted for this door.
+fn take_place(door: &Arc<Door>, uid: Option<u32>) -> Result<ConnPlace, String> {
+    let limits = crate::transport::socket::limits();
+    let mut c = door.conns.lock().unwrap_or_else(|e| e.into_inner());
+    if c.total >= limits.total {
+        return Err(format!(
+            "heddle's HTTP door has {} connections open, its limit (heddle up --max-connections); close some and try again",
+            c.total
+        ));
+    }
+    if let Some(u) = uid {
+        let n = c.by_uid.get(&u).copied().unwrap_or(0);
+        if n >= limits.per_uid {
+            return Err(format!(
+                "uid {u} has {n} connections open to heddle's HTTP door, its limit (heddle up --max-connections-per-uid); close some and try again"
+            ));
+        }
+        *c.by_uid.entry(u).or_default() += 1;
+    }
+    c.total += 1;
+    Ok(ConnPlace { door: door.clone(), uid })
 }
 
 /// The door's handle: stops accepting when told (or dropped with the process).
@@ -98,6 +152,7 @@ impl HttpDoor {
             mcp: Mutex::default(),
             next_conn: AtomicU64::new(EVENTS_CONN_BASE),
             in_flight: AtomicUsize::new(0),
+            conns: Mutex::default(),
         });
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -163,6 +218,27 @@ async fn accept_loop(listener: tokio::net::TcpListener, door: Arc<Door>) {
                     tokio::task::spawn_blocking(move || peer::socket_owner(peer, ours)).await.ok().flatten()
                 }
                 _ => None,
+            };
+            let _place = match take_place(&door, uid) {
+                Ok(p) => p,
+                Err(sentence) => {
+                    let body = format!("{sentence}\n");
+                    let head = format!(
+                        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    // A small answer, then the connection is dropped (closed).
+                    let bytes = format!("{head}{body}").into_bytes();
+                    let mut off = 0;
+                    while off < bytes.len() && stream.writable().await.is_ok() {
+                        match stream.try_write(&bytes[off..]) {
+                            Ok(n) => off += n,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(_) => break,
+                        }
+                    }
+                    return;
+                }
             };
             let io = hyper_util::rt::TokioIo::new(stream);
             let svc = hyper::service::service_fn(move |req| {
