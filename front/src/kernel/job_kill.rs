@@ -67,7 +67,11 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
             Instant::now()
         }
     };
-    let mut result = answer_when(k, &s, p.job, until, notes, |j| j.state().ended() && j.cgroup_settled(), budget)?;
+    // Settled means both ends: the cgroup seen empty and the job's pipes closed. The worker reports them
+    // in either order, and answering at the first would say `settled: false` for a job that is done.
+    let done =
+        |j: &crate::jobs::job::Job| j.state().ended() && j.cgroup_settled() && (j.settled() || j.kept().is_some());
+    let mut result = answer_when(k, &s, p.job, until, notes, done, budget)?;
     if !result.settled && result.state.ended() && result.kept.is_none() {
         let note = "the job ended but its cgroup was not seen empty in time; kill it again".to_owned();
         result.note = join_notes(result.note.take().into_iter().chain([note]));
