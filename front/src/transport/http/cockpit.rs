@@ -232,17 +232,7 @@ pub(super) async fn screen(door: &Door, client: Client, query: &str) -> Response
 fn draw(reader: &OutboxReader, tx: &tokio::sync::mpsc::Sender<Bytes>, kernel: &Kernel, conn: u64) {
     // Line feeds get their `\r` added: a pipe's need it, and a PTY's `\r\r\n` draws as its `\r\n`.
     let mut screen: Option<RawScreen> = None;
-    loop {
-        let batch = match reader.next_within(KEEPALIVE) {
-            Some(Some(b)) => b,
-            Some(None) => break,
-            None => {
-                if tx.blocking_send(Bytes::from_static(b": keepalive\n\n")).is_err() {
-                    break;
-                }
-                continue;
-            }
-        };
+    while let Some(batch) = super::next_batch(reader, tx) {
         let mut changed = false;
         let mut end = None;
         for line in batch.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {

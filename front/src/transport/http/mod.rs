@@ -788,6 +788,20 @@ pub fn parse_event_id(s: &str) -> Option<[u64; 2]> {
     Some([o.parse().ok()?, e.parse().ok()?])
 }
 
+/// The next batch of a stream's subscription, or `None` when the stream is over (the subscription ended
+/// or the client went away). While it is quiet, a comment line every [`KEEPALIVE`] keeps proxies from
+/// timing the stream out and finds a client that went away (its write fails, the body is dropped, the
+/// next send here fails).
+fn next_batch(reader: &OutboxReader, tx: &tokio::sync::mpsc::Sender<Bytes>) -> Option<Vec<u8>> {
+    loop {
+        match reader.next_within(KEEPALIVE) {
+            Some(Some(b)) => return Some(b),
+            Some(None) => return None,
+            None => tx.blocking_send(Bytes::from_static(b": keepalive\n\n")).ok()?,
+        }
+    }
+}
+
 /// The event stream's thread: notifications from the outbox to SSE events for the response body, until
 /// the job settled, the subscription overflowed, or the client went away.
 fn pass_events(
@@ -797,19 +811,7 @@ fn pass_events(
     kernel: &Kernel,
     conn: u64,
 ) {
-    loop {
-        let batch = match reader.next_within(KEEPALIVE) {
-            Some(Some(b)) => b,
-            Some(None) => break,
-            // Quiet: a comment line keeps proxies from timing the stream out, and finds a client that
-            // went away (its write fails, the body is dropped, the next send here fails).
-            None => {
-                if tx.blocking_send(Bytes::from_static(b": keepalive\n\n")).is_err() {
-                    break;
-                }
-                continue;
-            }
-        };
+    while let Some(batch) = next_batch(reader, tx) {
         let mut out = Vec::new();
         let mut end = false;
         for line in batch.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
