@@ -34,6 +34,8 @@ impl Door for Socket {
 }
 
 struct StdioMcp {
+    /// `heddle mcp --relay`: every message copied through the bridge process.
+    relay: bool,
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -41,9 +43,10 @@ struct StdioMcp {
 }
 
 impl StdioMcp {
-    fn start(h: &Heddle) -> Result<StdioMcp> {
+    fn start(h: &Heddle, relay: bool) -> Result<StdioMcp> {
         let mut child = Command::new(bin_dir().join("heddle"))
             .args(["mcp", "--cwd", h.project.to_str().unwrap_or("/")])
+            .args(relay.then_some("--relay"))
             .env("HEDDLE_SOCKET", &h.socket)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -51,7 +54,7 @@ impl StdioMcp {
             .context("starting heddle mcp")?;
         let stdin = child.stdin.take().context("stdin")?;
         let stdout = BufReader::new(child.stdout.take().context("stdout")?);
-        let mut m = StdioMcp { child, stdin, stdout, id: 0 };
+        let mut m = StdioMcp { relay, child, stdin, stdout, id: 0 };
         m.ask("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}));
         writeln!(m.stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
         Ok(m)
@@ -69,7 +72,11 @@ impl StdioMcp {
 
 impl Door for StdioMcp {
     fn name(&self) -> &'static str {
-        "MCP via heddle mcp (stdio)"
+        if self.relay {
+            "MCP via heddle mcp --relay (stdio, copied)"
+        } else {
+            "MCP via heddle mcp (stdio, handed over)"
+        }
     }
     fn call(&mut self) {
         let r = self.ask("tools/call", json!({"name": "run", "arguments": {"cmd": "true"}}));
@@ -131,7 +138,8 @@ pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
     let id = r.header("mcp-session-id").context("no Mcp-Session-Id")?.to_owned();
     let mut doors: Vec<Box<dyn Door>> = vec![
         Box::new(Socket { c, s }),
-        Box::new(StdioMcp::start(&h)?),
+        Box::new(StdioMcp::start(&h, false)?),
+        Box::new(StdioMcp::start(&h, true)?),
         Box::new(HttpRpc { c: rpc, s: opened["result"]["session"].clone() }),
         Box::new(HttpMcp { c: mcp, id }),
     ];

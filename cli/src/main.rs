@@ -134,6 +134,10 @@ enum Cmd {
         /// Close the session when the bridge exits (default: it stays, so a restarted host finds its jobs).
         #[arg(long)]
         close_on_exit: bool,
+        /// Copy every message through this process instead of handing stdin and stdout to the server
+        /// (the default when they are pipes or sockets: no extra hop per call).
+        #[arg(long)]
+        relay: bool,
     },
 }
 
@@ -198,7 +202,7 @@ fn real_main(cli: Cli) -> Result<i32> {
         return cli::up::run_up(&args);
     }
     let mut client = connect(&socket, matches!(cli.cmd, Cmd::Run { .. } | Cmd::Mcp { .. }))?;
-    if let Cmd::Mcp { cwd, close_on_exit } = &cli.cmd {
+    if let Cmd::Mcp { cwd, close_on_exit, relay } = &cli.cmd {
         let cwd = match cwd {
             Some(c) => c.clone(),
             None => std::env::current_dir().context("the current directory is needed as the session's cwd")?,
@@ -208,6 +212,7 @@ fn real_main(cli: Cli) -> Result<i32> {
             cwd,
             close_on_exit: *close_on_exit,
             network: cli.network.then_some(true),
+            relay: *relay,
         };
         return cli::mcp_bridge::bridge(client, &attach);
     }

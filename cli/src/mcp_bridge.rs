@@ -1,15 +1,23 @@
 //! `heddle mcp`: the stdio MCP server an agent's host starts, as a stateless bridge to the front.
 //!
 //! It connects to the control socket as the user who started it (so the server's per-uid rules apply
-//! unchanged), sends one `mcp.attach` naming the session (or none: a fresh one) and the cwd, and then
-//! copies bytes both ways: stdin → socket and socket → stdout, one newline-delimited JSON-RPC message
-//! per line as MCP's stdio transport frames them. The MCP server itself lives in the front
-//! (`front::transport::mcp`); nothing here parses the agent's messages. When stdin ends, the bridge
-//! half-closes the socket, lets the front answer what it already read, and exits when the front has
-//! closed its side.
+//! unchanged) and sends one `mcp.attach` naming the session (or none: a fresh one) and the cwd. The
+//! MCP server itself lives in the front (`front::transport::mcp`); nothing here parses the agent's
+//! messages. Then, one of two ways:
+//! - **Hand-over** (when stdin and stdout are pipes or sockets, as an agent's host makes them): the
+//!   attach asks `hand_over_stdio`, and the bridge sends its stdin and stdout to the front over the
+//!   socket (`SCM_RIGHTS`; a pipe is first reopened through `/proc/self/fd` so the front's non-blocking
+//!   mode is its own open file, never the host's). The front then reads the agent's requests and writes
+//!   its answers itself: no process between them, no extra hop per call. The bridge only waits on the
+//!   socket: it exits when the front ends the connection (stdin closed), and the connection ends when
+//!   the bridge is killed.
+//! - **Relay** (`--relay`, or stdin/stdout a terminal or a file): it copies bytes both ways, stdin →
+//!   socket and socket → stdout, one newline-delimited JSON-RPC message per line as MCP's stdio
+//!   transport frames them. When stdin ends, it half-closes the socket, lets the front answer what it
+//!   already read, and exits when the front has closed its side.
 //!
 //! ```no_run
-//! let args = cli::mcp_bridge::Attach { session: Some("agent".into()), cwd: "/srv".into(), close_on_exit: false, network: None };
+//! let args = cli::mcp_bridge::Attach { session: Some("agent".into()), cwd: "/srv".into(), close_on_exit: false, network: None, relay: false };
 //! let client = cli::client::Client::connect(&cli::paths::default_socket()).unwrap();
 //! std::process::exit(cli::mcp_bridge::bridge(client, &args).unwrap());
 //! ```
@@ -19,6 +27,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::Shutdown;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
 /// What the bridge asks the front for.
@@ -31,6 +40,8 @@ pub struct Attach {
     pub close_on_exit: bool,
     /// Network for a session this opens (`None`: the policy's default).
     pub network: Option<bool>,
+    /// Copy through this process even when stdin and stdout could be handed over.
+    pub relay: bool,
 }
 
 /// Attach, then relay until both directions are done; the exit status.
@@ -41,6 +52,10 @@ pub fn bridge(mut client: Client, a: &Attach) -> Result<i32> {
     }
     if let Some(n) = a.network {
         params["network"] = json!(n);
+    }
+    let stdio = if a.relay { None } else { handable_stdio() };
+    if stdio.is_some() {
+        params["hand_over_stdio"] = json!(true);
     }
     let attached = match client.call("mcp.attach", params) {
         Ok(r) => r,
@@ -54,6 +69,19 @@ pub fn bridge(mut client: Client, a: &Attach) -> Result<i32> {
         if a.close_on_exit { "; it closes when this bridge exits" } else { "" }
     );
     let (mut from_front, to_front) = client.into_parts();
+    if let (Some([input, output]), true) = (&stdio, attached["hand_over_stdio"] == true) {
+        let fds = [input.as_fd(), output.as_fd()];
+        let sent = nix::sys::socket::sendmsg::<()>(
+            to_front.as_raw_fd(),
+            &[std::io::IoSlice::new(b"\0")],
+            &[nix::sys::socket::ControlMessage::ScmRights(&fds.map(|f| f.as_raw_fd()))],
+            nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+            None,
+        );
+        sent.context("handing stdin and stdout to the server failed")?;
+        drop(stdio);
+        return Ok(wait_for_the_end(&mut from_front));
+    }
     let mut up = to_front.try_clone().context("cloning the socket")?;
     let upstream = std::thread::Builder::new().name("stdin".into()).spawn(move || {
         let r = copy_flushing(&mut std::io::stdin().lock(), &mut up);
@@ -75,6 +103,50 @@ pub fn bridge(mut client: Client, a: &Attach) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Stdin and stdout ready to hand over (a pipe reopened as a new open file, non-blocking; a socket as
+/// it is), or `None` when either is anything else (a terminal, a file) or cannot be reopened.
+fn handable_stdio() -> Option<[OwnedFd; 2]> {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::{fstat, SFlag};
+    let one = |fd: std::os::fd::BorrowedFd<'_>, mode: OFlag| -> Option<OwnedFd> {
+        let kind = SFlag::from_bits_truncate(fstat(fd).ok()?.st_mode) & SFlag::S_IFMT;
+        match kind {
+            SFlag::S_IFSOCK => fd.try_clone_to_owned().ok(),
+            SFlag::S_IFIFO => {
+                let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+                let flags = mode | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+                nix::fcntl::open(path.as_str(), flags, nix::sys::stat::Mode::empty()).ok()
+            }
+            _ => None,
+        }
+    };
+    let input = one(std::io::stdin().as_fd(), OFlag::O_RDONLY)?;
+    let output = one(std::io::stdout().as_fd(), OFlag::O_WRONLY)?;
+    Some([input, output])
+}
+
+/// After a hand-over: wait until the front closes the connection (the agent closed stdin, or the
+/// server is going away). Anything it says meanwhile is an error about the hand-over: told on stderr.
+fn wait_for_the_end(from_front: &mut impl std::io::BufRead) -> i32 {
+    let mut status = 0;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match from_front.read_line(&mut line) {
+            Ok(0) => return status,
+            Ok(_) => {
+                eprintln!("heddle mcp: the server: {}", line.trim_end());
+                status = 1;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                eprintln!("heddle mcp: reading from the server failed: {e}");
+                return 1;
+            }
+        }
+    }
 }
 
 /// Copy until end of input, flushing after every read so each message leaves at once.

@@ -105,8 +105,18 @@ impl Bridge {
 
 #[test]
 fn the_mcp_bridge_serves_raw_json_lines_and_survives_bad_input() {
+    raw_json_lines(&[]);
+}
+
+/// The same through `heddle mcp --relay`, which copies every message instead of handing stdio over.
+#[test]
+fn the_relaying_mcp_bridge_serves_raw_json_lines_and_survives_bad_input() {
+    raw_json_lines(&["--relay"]);
+}
+
+fn raw_json_lines(mode: &[&str]) {
     let h = Heddle::start();
-    let mut b = Bridge::start(&h, &["--session", "raw-agent"]);
+    let mut b = Bridge::start(&h, &[&["--session", "raw-agent"], mode].concat());
     let init = b.call(
         1,
         "initialize",
@@ -163,7 +173,7 @@ fn the_mcp_bridge_serves_raw_json_lines_and_survives_bad_input() {
     assert!(b.finish().success());
 
     // The session stayed (no --close-on-exit); a new bridge on the same name finds its jobs.
-    let mut b = Bridge::start(&h, &["--session", "raw-agent", "--close-on-exit"]);
+    let mut b = Bridge::start(&h, &[&["--session", "raw-agent", "--close-on-exit"], mode].concat());
     b.call(1, "initialize", json!({"protocolVersion": "2025-06-18"}));
     let jobs = b.tool(2, "jobs", json!({}));
     assert!(jobs["content"][0]["text"].as_str().unwrap().contains("echo one; echo two"), "{jobs}");
@@ -173,6 +183,98 @@ fn the_mcp_bridge_serves_raw_json_lines_and_survives_bad_input() {
         eventually(Duration::from_secs(10), || c.call("jobs", json!({"session": "raw-agent"})).is_err()),
         "--close-on-exit closed the session with the bridge"
     );
+}
+
+/// The bridge hands the agent's pipes to the server: a stopped bridge process is not in the way of a
+/// call, and a killed one ends the connection (the agent's stdout closes, `--close-on-exit` closes
+/// the session) even while the host keeps its ends of the pipes open.
+#[test]
+fn the_bridge_hands_the_agents_stdio_to_the_server() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let h = Heddle::start();
+    let mut b = Bridge::start(&h, &["--session", "handed", "--close-on-exit"]);
+    b.call(1, "initialize", json!({"protocolVersion": "2025-06-18"}));
+    let r = b.tool(2, "run", json!({"cmd": "cd /tmp; echo first"}));
+    assert!(r["content"][0]["text"].as_str().unwrap().contains("first\n"), "{r}");
+    let pid = Pid::from_raw(i32::try_from(b.child.id()).unwrap());
+    kill(pid, Signal::SIGSTOP).unwrap();
+    // The bridge cannot copy anything now: the answer comes from the server itself.
+    b.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": "pwd"}}}).to_string());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut stdout = b.stdout;
+    let reader = std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = stdout.read_line(&mut line);
+        let _ = tx.send(line);
+        // Then wait for the end of the agent's stdout.
+        let mut rest = String::new();
+        let n = std::io::Read::read_to_string(&mut stdout, &mut rest);
+        (n.ok(), rest)
+    });
+    let line = rx.recv_timeout(Duration::from_secs(20)).expect("answered while the bridge is stopped");
+    let r: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(r["id"], 3, "{r}");
+    assert!(r["result"]["content"][0]["text"].as_str().unwrap().contains("\n/tmp\n"), "{r}");
+    // Killed, with the agent's stdin still open: the server ends the connection.
+    kill(pid, Signal::SIGKILL).unwrap();
+    b.child.wait().unwrap();
+    let started = std::time::Instant::now();
+    while !reader.is_finished() {
+        assert!(started.elapsed() < Duration::from_secs(20), "the agent's stdout never closed after the bridge died");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (n, rest) = reader.join().unwrap();
+    assert_eq!((n, rest.as_str()), (Some(0), ""), "nothing more after the last answer");
+    drop(b.stdin.take());
+    let mut c = h.client();
+    assert!(
+        eventually(Duration::from_secs(10), || c.call("jobs", json!({"session": "handed"})).is_err()),
+        "--close-on-exit closed the session when the bridge was killed"
+    );
+}
+
+/// A client that promises its stdio and then sends the wrong thing gets a sentence and a closed
+/// connection; the server goes on.
+#[test]
+fn a_bad_stdio_hand_over_is_refused_with_a_sentence() {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+    let h = Heddle::start();
+    let file = std::fs::File::create(h.project.join("not-a-pipe")).unwrap();
+    let (pipe_r, _pipe_w) = nix::unistd::pipe().unwrap();
+    let attach = json!({"jsonrpc": "2.0", "id": 1, "method": "mcp.attach", "params": {"cwd": h.project, "hand_over_stdio": true}});
+    let cases: [(&str, Vec<i32>); 3] = [
+        ("a file", vec![pipe_r.as_raw_fd(), file.as_raw_fd()]),
+        ("one descriptor", vec![pipe_r.as_raw_fd()]),
+        ("none", vec![]),
+    ];
+    for (what, fds) in cases {
+        let s = UnixStream::connect(&h.socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        (&s).write_all(format!("{attach}\n").as_bytes()).unwrap();
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(answer["result"]["hand_over_stdio"], true, "{what}: {answer}");
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
+        sendmsg::<()>(s.as_raw_fd(), &[std::io::IoSlice::new(b"\0")], cmsgs, MsgFlags::empty(), None).unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut r, &mut rest).unwrap();
+        let refusal: Value = serde_json::from_str(rest.trim_end()).unwrap_or_else(|e| panic!("{what}: {e}: {rest}"));
+        let message = refusal["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("pipe or a socket") || message.contains("exactly two descriptors"),
+            "{what}: {refusal}"
+        );
+    }
+    // The server still serves.
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    assert_eq!(c.call("run", json!({"session": s, "cmd": "true"})).unwrap()["exit_code"], 0);
 }
 
 #[test]

@@ -58,6 +58,9 @@ struct Shared {
     ready: Condvar,
     /// The connection's socket; `None` for an outbox read by an [`OutboxReader`] (every line queues).
     sock: Option<OwnedFd>,
+    /// `sock` is not a socket but a pipe the outbox holds in non-blocking mode (an MCP agent's stdout,
+    /// handed over by `heddle mcp`): written with `write`, not `send`.
+    pipe: bool,
 }
 
 /// The write side of one connection (cheap to clone: subscriptions keep one each).
@@ -77,7 +80,25 @@ impl Outbox {
     /// socket server reads through [`Outbox::socket`]). The socket closes when the last clone is gone.
     pub fn owning(conn: u64, stream: UnixStream) -> Outbox {
         let sock = Some(OwnedFd::from(stream));
-        Outbox { conn, shared: Arc::new(Shared { state: Mutex::default(), ready: Condvar::new(), sock }) }
+        Outbox { conn, shared: Arc::new(Shared { state: Mutex::default(), ready: Condvar::new(), sock, pipe: false }) }
+    }
+
+    /// An outbox writing to `fd`, a socket or a pipe (a pipe must be in non-blocking mode, and no one
+    /// else may write it meanwhile: lines would interleave). The fd closes when the last clone is gone.
+    pub fn owning_fd(conn: u64, fd: OwnedFd) -> std::io::Result<Outbox> {
+        let st = nix::sys::stat::fstat(fd.as_fd())?;
+        let pipe = match nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT {
+            nix::sys::stat::SFlag::S_IFSOCK => false,
+            nix::sys::stat::SFlag::S_IFIFO => true,
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "an outbox writes to a socket or a pipe only",
+                ))
+            }
+        };
+        let shared = Shared { state: Mutex::default(), ready: Condvar::new(), sock: Some(fd), pipe };
+        Ok(Outbox { conn, shared: Arc::new(shared) })
     }
 
     /// The socket this outbox writes to (none for a socketless one).
@@ -88,7 +109,7 @@ impl Outbox {
     /// An outbox for connection `conn` with no socket: its lines are taken by the [`OutboxReader`]
     /// (an HTTP door's event stream). Lines wait in the same queue, bounded the same way.
     pub fn queued(conn: u64) -> (Outbox, OutboxReader) {
-        let shared = Arc::new(Shared { state: Mutex::default(), ready: Condvar::new(), sock: None });
+        let shared = Arc::new(Shared { state: Mutex::default(), ready: Condvar::new(), sock: None, pipe: false });
         (Outbox { conn, shared: shared.clone() }, OutboxReader { shared })
     }
 
@@ -105,9 +126,8 @@ impl Outbox {
         }
         let mut at = 0;
         if let (true, false, Some(sock)) = (st.queue.is_empty(), st.busy, &self.shared.sock) {
-            let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
             while at < line.len() {
-                match send(sock.as_raw_fd(), &line[at..], flags) {
+                match put(sock.as_fd(), &line[at..], self.shared.pipe) {
                     Ok(n) => at += n,
                     Err(Errno::EINTR) => {}
                     Err(Errno::EAGAIN) => break,
@@ -243,7 +263,7 @@ fn write_queued(shared: &Shared) {
             batch.extend_from_slice(&line);
         }
         drop(st);
-        if write_all(sock.as_fd(), &batch).is_err() {
+        if write_all(sock.as_fd(), &batch, shared.pipe).is_err() {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             st.closed = true;
             st.queue.clear();
@@ -259,11 +279,20 @@ fn write_queued(shared: &Shared) {
     }
 }
 
-/// Write all of `buf` to `sock`, waiting (poll) whenever it is full: the socket itself may be
-/// non-blocking, and is shared with the server's event loop.
-fn write_all(sock: BorrowedFd<'_>, mut buf: &[u8]) -> Result<(), Errno> {
+/// One write that never waits: `send` with `MSG_DONTWAIT` on a socket (whatever its mode: it is shared
+/// with the server's event loop), `write` on a pipe (held in non-blocking mode).
+fn put(fd: BorrowedFd<'_>, buf: &[u8], pipe: bool) -> Result<usize, Errno> {
+    if pipe {
+        nix::unistd::write(fd, buf)
+    } else {
+        send(fd.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL)
+    }
+}
+
+/// Write all of `buf` to `sock`, waiting (poll) whenever it is full.
+fn write_all(sock: BorrowedFd<'_>, mut buf: &[u8], pipe: bool) -> Result<(), Errno> {
     while !buf.is_empty() {
-        match send(sock.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL) {
+        match put(sock, buf, pipe) {
             Ok(n) => buf = &buf[n..],
             Err(Errno::EINTR) => {}
             Err(Errno::EAGAIN) => {

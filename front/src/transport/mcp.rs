@@ -56,12 +56,19 @@ struct AttachParams {
     network: Option<bool>,
     #[serde(default)]
     policy: Option<String>,
+    /// The bridge offers its stdin and stdout: after the answer it sends them (`SCM_RIGHTS`), and the
+    /// server reads and writes the agent's pipes itself (the socket server's `hand_over`).
+    #[serde(default)]
+    hand_over_stdio: bool,
 }
 
 /// One MCP connection's state: which session it works in and whether it ends with the connection.
 pub struct McpConnection {
     session: Option<String>,
     close_on_exit: bool,
+    /// `mcp.attach` asked to hand its stdio over and was answered yes: the socket server takes the
+    /// descriptors next ([`McpConnection::take_hand_over`]).
+    hand_over: bool,
     /// The tasks of task-augmented calls made on this connection.
     tasks: Tasks,
 }
@@ -87,7 +94,8 @@ impl McpConnection {
                 }
             }
             "initialize" => {
-                let mut conn = McpConnection { session: None, close_on_exit: false, tasks: Tasks::default() };
+                let mut conn =
+                    McpConnection { session: None, close_on_exit: false, hand_over: false, tasks: Tasks::default() };
                 let answer = conn.serve(kernel, client, req, None);
                 Some((Some(conn), answer))
             }
@@ -221,6 +229,11 @@ impl McpConnection {
     fn session(&self) -> Option<String> {
         self.session.clone()
     }
+
+    /// Whether the attach just answered promised to take the bridge's stdio (asked once: false after).
+    pub fn take_hand_over(&mut self) -> bool {
+        std::mem::take(&mut self.hand_over)
+    }
 }
 
 fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnection, Value), RpcError> {
@@ -238,14 +251,23 @@ fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnect
     let raw = kernel.call(client, "session.open", open)?;
     let opened: Value = serde_json::from_str(raw.get()).map_err(|e| RpcError::internal(e.to_string()))?;
     let session = opened["session"].as_str().unwrap_or_default().to_owned();
-    let result = json!({
+    let mut result = json!({
         "session": session,
         "attached": opened["attached"],
         "cwd": opened["cwd"],
         "close_on_exit": p.close_on_exit,
         "note": opened["note"],
     });
-    Ok((McpConnection { session: Some(session), close_on_exit: p.close_on_exit, tasks: Tasks::default() }, result))
+    if p.hand_over_stdio {
+        result["hand_over_stdio"] = json!(true);
+    }
+    let conn = McpConnection {
+        session: Some(session),
+        close_on_exit: p.close_on_exit,
+        hand_over: p.hand_over_stdio,
+        tasks: Tasks::default(),
+    };
+    Ok((conn, result))
 }
 
 /// A method's result as an MCP tool result: the text form for the model, the JSON beside it.

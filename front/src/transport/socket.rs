@@ -40,9 +40,10 @@ use crossbeam_channel::{Receiver, Sender};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{getsockopt, recv, send, sockopt::PeerCredentials, MsgFlags};
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -381,6 +382,7 @@ impl Loop {
             lines: Lines::new(MAX_LINE),
             eof: false,
             mcp: None,
+            stdio: None,
         };
         self.conns.insert(token, Some(Box::new(conn)));
         *self.per_uid.entry(uid).or_insert(0) += 1;
@@ -420,17 +422,41 @@ struct Conn {
     eof: bool,
     /// The connection's dialect: plain JSON-RPC until an MCP-shaped first request makes it MCP.
     mcp: Option<McpConnection>,
+    /// An MCP agent's stdio, handed over by `heddle mcp` ([`hand_over`]): requests are read from the
+    /// agent's stdin and answers go to its stdout (the outbox); the bridge's socket is only watched.
+    stdio: Option<Stdio>,
+}
+
+/// The descriptors of a connection whose bridge handed the agent's stdio over.
+struct Stdio {
+    /// The agent's requests: a pipe (non-blocking) or a socket.
+    input: OwnedFd,
+    input_is_pipe: bool,
+    /// The bridge's socket: when the bridge ends, so does the connection.
+    bridge: OwnedFd,
 }
 
 impl Conn {
+    /// The descriptors the loop watches for this connection.
+    fn watched(&self) -> Vec<BorrowedFd<'_>> {
+        match &self.stdio {
+            Some(s) => vec![s.input.as_fd(), s.bridge.as_fd()],
+            None => self.outbox.socket().into_iter().collect(),
+        }
+    }
+
     /// Read what the socket holds, without waiting, until a complete line is there or it would block;
     /// true if it stopped after [`FILL_CHUNKS`] reads with more perhaps waiting (one client sending
     /// an endless line must not hold the loop: read it again after the others).
     fn fill(&mut self) -> bool {
-        let Some(fd) = self.outbox.socket().map(|s| s.as_raw_fd()) else {
+        if self.stdio.as_ref().is_some_and(|s| bridge_gone(s.bridge.as_fd())) {
+            self.end_of_input();
+            return false;
+        }
+        if self.stdio.is_none() && self.outbox.socket().is_none() {
             self.eof = true;
             return false;
-        };
+        }
         let mut buf = vec![0u8; CHUNK];
         let mut reads = 0;
         while self.lines.ready.is_empty() && !self.eof {
@@ -438,7 +464,7 @@ impl Conn {
                 return true;
             }
             reads += 1;
-            match recv(fd, &mut buf, MsgFlags::MSG_DONTWAIT) {
+            match self.read_some(&mut buf) {
                 Ok(0) => self.end_of_input(),
                 Ok(n) => self.lines.feed(&buf[..n]),
                 Err(Errno::EINTR) => {}
@@ -447,6 +473,16 @@ impl Conn {
             }
         }
         false
+    }
+
+    /// One read that never waits, from the agent's stdin when it was handed over, else the socket.
+    fn read_some(&self, buf: &mut [u8]) -> nix::Result<usize> {
+        match (&self.stdio, self.outbox.socket()) {
+            (Some(s), _) if s.input_is_pipe => nix::unistd::read(s.input.as_fd(), buf),
+            (Some(s), _) => recv(s.input.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT),
+            (None, Some(sock)) => recv(sock.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT),
+            (None, None) => Ok(0),
+        }
     }
 
     fn end_of_input(&mut self) {
@@ -522,6 +558,14 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
                     if !sent {
                         c.eof = true;
                         c.lines.ready.clear();
+                    } else if c.mcp.as_mut().is_some_and(McpConnection::take_hand_over) {
+                        if let Err(why) = hand_over(shared, &mut c) {
+                            tracing::warn!("an MCP bridge's stdio hand-over failed: {why}; closing its connection");
+                            let e = RpcError::new(ErrorKind::InvalidRequest, why);
+                            let _ = c.outbox.send(rpc::encode_error(None, &e));
+                            c.eof = true;
+                            c.lines.ready.clear();
+                        }
                     }
                     None
                 }
@@ -546,12 +590,102 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
     }
 }
 
+/// How long a bridge has to send its stdio after the attach that promised to take it was answered.
+const HAND_OVER_WAIT: Duration = Duration::from_secs(10);
+
+/// Take an MCP bridge's stdio (`heddle mcp` sends the agent's stdin and stdout with `SCM_RIGHTS` once
+/// its `mcp.attach {hand_over_stdio: true}` is answered): from now on the loop reads the agent's
+/// requests from its stdin and the outbox writes the answers to its stdout, with no process between.
+/// The bridge's socket stays open and watched, so the connection ends when the bridge does (or when
+/// the agent closes stdin). Only a socket or a pipe is taken; a pipe is read and written non-blocking.
+/// The caller still holds the connection (the loop has no event for it meanwhile).
+fn hand_over(shared: &Arc<Shared>, c: &mut Conn) -> Result<(), String> {
+    let sock =
+        c.outbox.socket().ok_or("the connection has no socket")?.try_clone_to_owned().map_err(|e| e.to_string())?;
+    let [input, output] = receive_stdio(sock.as_fd())?;
+    let input_is_pipe = stdio_kind(input.as_fd())?;
+    let output_is_pipe = stdio_kind(output.as_fd())?;
+    for (fd, pipe) in [(&input, input_is_pipe), (&output, output_is_pipe)] {
+        if pipe {
+            set_nonblocking(fd.as_fd()).map_err(|e| format!("the agent's pipe cannot be made non-blocking: {e}"))?;
+        }
+    }
+    let outbox = Outbox::owning_fd(c.outbox.conn, output).map_err(|e| e.to_string())?;
+    let old = std::mem::replace(&mut c.outbox, outbox);
+    // The registration is the original descriptor's (epoll keeps it while any duplicate is open).
+    if let Some(fd) = old.socket() {
+        let _ = shared.registry.deregister(&mut SourceFd(&fd.as_raw_fd()));
+    }
+    drop(old);
+    let stdio = Stdio { input, input_is_pipe, bridge: sock };
+    for fd in [stdio.input.as_raw_fd(), stdio.bridge.as_raw_fd()] {
+        shared
+            .registry
+            .register(&mut SourceFd(&fd), Token(c.token), Interest::READABLE)
+            .map_err(|e| format!("watching the agent's stdin failed: {e}"))?;
+    }
+    c.stdio = Some(stdio);
+    Ok(())
+}
+
+/// The two descriptors a bridge sends (its stdin, then its stdout), waiting at most [`HAND_OVER_WAIT`].
+fn receive_stdio(sock: BorrowedFd<'_>) -> Result<[OwnedFd; 2], String> {
+    let mut fds = [PollFd::new(sock, PollFlags::POLLIN)];
+    let wait = PollTimeout::try_from(HAND_OVER_WAIT).unwrap_or(PollTimeout::MAX);
+    match poll(&mut fds, wait) {
+        Ok(0) => return Err(format!("the bridge sent no stdio within {HAND_OVER_WAIT:?} of the attach")),
+        Ok(_) => {}
+        Err(e) => return Err(format!("waiting for the bridge's stdio failed: {e}")),
+    }
+    let mut byte = [0u8; 1];
+    let (n, got, truncated) = shm_proto::sys::recv_with_fds(sock, &mut byte)
+        .map_err(|e| format!("reading the bridge's stdio failed: {e}"))?;
+    match <[OwnedFd; 2]>::try_from(got) {
+        Ok(two) if n == 1 && !truncated => Ok(two),
+        _ => Err("the bridge must send exactly two descriptors, its stdin and its stdout, with one byte".to_owned()),
+    }
+}
+
+/// True for a pipe, false for a socket; anything else is refused (a terminal or a file is served by
+/// the bridge copying, as before).
+fn stdio_kind(fd: BorrowedFd<'_>) -> Result<bool, String> {
+    use nix::sys::stat::{fstat, SFlag};
+    let st = fstat(fd).map_err(|e| e.to_string())?;
+    match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+        SFlag::S_IFIFO => Ok(true),
+        SFlag::S_IFSOCK => Ok(false),
+        _ => Err("only a pipe or a socket can be handed over as the agent's stdio".to_owned()),
+    }
+}
+
+fn set_nonblocking(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let fl = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    if !fl.contains(OFlag::O_NONBLOCK) {
+        fcntl(fd, FcntlArg::F_SETFL(fl | OFlag::O_NONBLOCK))?;
+    }
+    Ok(())
+}
+
+/// Whether a bridge's socket is closed (or failed); anything it sends after the hand-over is dropped.
+fn bridge_gone(sock: BorrowedFd<'_>) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        match recv(sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+            Ok(0) => return true,
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
 /// The connection is gone: its subscriptions go with it (and its MCP session, when it asked to be
 /// closed with the connection); the socket closes, and the connection's place under the caps is
 /// given back, once the outbox's last line is written (or its peer is gone).
 fn end(shared: &Arc<Shared>, c: &Conn) {
-    if let Some(s) = c.outbox.socket() {
-        let _ = shared.registry.deregister(&mut SourceFd(&s.as_fd().as_raw_fd()));
+    for fd in c.watched() {
+        let _ = shared.registry.deregister(&mut SourceFd(&fd.as_raw_fd()));
     }
     let kernel = &*shared.kernel;
     kernel.drop_subscriptions(c.outbox.conn, None);
