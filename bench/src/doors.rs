@@ -16,6 +16,8 @@ trait Door {
     fn name(&self) -> &'static str;
     /// One `run("true")`, checked.
     fn call(&mut self);
+    /// One `jobs` call (no job started: what the door itself costs), checked.
+    fn list(&mut self);
 }
 
 struct Socket {
@@ -30,6 +32,10 @@ impl Door for Socket {
     fn call(&mut self) {
         let r = self.c.call("run", json!({"session": self.s, "cmd": "true"})).expect("run");
         assert_eq!(r["exit_code"], 0, "{r}");
+    }
+    fn list(&mut self) {
+        let r = self.c.call("jobs", json!({"session": self.s})).expect("jobs");
+        assert!(r["jobs"].is_array(), "{r}");
     }
 }
 
@@ -82,6 +88,10 @@ impl Door for StdioMcp {
         let r = self.ask("tools/call", json!({"name": "run", "arguments": {"cmd": "true"}}));
         assert_eq!(r["result"]["isError"], false, "{r}");
     }
+    fn list(&mut self) {
+        let r = self.ask("tools/call", json!({"name": "jobs", "arguments": {}}));
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    }
 }
 
 impl Drop for StdioMcp {
@@ -105,6 +115,11 @@ impl Door for HttpRpc {
         let r = self.c.post("/rpc", &[], &body).expect("POST /rpc").json();
         assert_eq!(r["result"]["exit_code"], 0, "{r}");
     }
+    fn list(&mut self) {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "jobs", "params": {"session": self.s}});
+        let r = self.c.post("/rpc", &[], &body).expect("POST /rpc").json();
+        assert!(r["result"]["jobs"].is_array(), "{r}");
+    }
 }
 
 struct HttpMcp {
@@ -118,6 +133,12 @@ impl Door for HttpMcp {
     }
     fn call(&mut self) {
         let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": "true"}}});
+        let r = self.c.post("/mcp", &[("Mcp-Session-Id", &self.id)], &body).expect("POST /mcp").json();
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    }
+    fn list(&mut self) {
+        let body =
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "jobs", "arguments": {}}});
         let r = self.c.post("/mcp", &[("Mcp-Session-Id", &self.id)], &body).expect("POST /mcp").json();
         assert_eq!(r["result"]["isError"], false, "{r}");
     }
@@ -154,6 +175,17 @@ pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
             }
         }
     }
+    // What each door itself costs: a `jobs` call, which starts nothing, ten times as many samples.
+    let mut lists: Vec<Vec<f64>> = vec![Vec::new(); doors.len()];
+    for i in 0..iterations * 10 + 10 {
+        for (d, t) in doors.iter_mut().zip(lists.iter_mut()) {
+            std::thread::sleep(pause / 10);
+            let us = time_us(|| d.list());
+            if i >= 10 {
+                t.push(us);
+            }
+        }
+    }
     println!("pause before every call: {pause_ms} ms; each door in a session of its own, calls interleaved");
     let base = Summary::of(times[0].clone());
     for (d, t) in doors.iter().zip(times).skip(1) {
@@ -164,6 +196,11 @@ pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
             d.name(),
             Summary::of(t),
         );
+    }
+    println!("`jobs` (starts nothing), pause {} ms, interleaved:", pause_ms / 10);
+    let base = Summary::of(lists[0].clone());
+    for (d, t) in doors.iter().zip(lists).skip(1) {
+        report(&format!("jobs via {} vs the raw socket", d.name()), doors[0].name(), base, d.name(), Summary::of(t));
     }
     Ok(())
 }

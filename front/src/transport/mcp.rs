@@ -29,6 +29,7 @@ use crate::rpc::outbox::Outbox;
 use crate::rpc::{self, ErrorKind, Request, RpcError};
 use crate::sessions::session::Session;
 use serde::Deserialize;
+use serde_json::value::{to_raw_value, RawValue};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -135,7 +136,15 @@ impl McpConnection {
             "initialize" => (Ok(initialize(&req.params)), None),
             "ping" => (Ok(json!({})), None),
             "tools/list" => (Ok(mcp_tools::list()), None),
-            "tools/call" => self.call_tool(kernel, client, req.params, out),
+            "tools/call" => {
+                // The tool result is already encoded (the kernel's JSON embedded verbatim).
+                let (result, named) = self.call_tool(kernel, client, req.params, out);
+                let reply = match result {
+                    Ok(raw) => rpc::encode_result(Some(&id), &raw),
+                    Err(e) => rpc::encode_error(Some(&id), &e),
+                };
+                return (Some(reply), named);
+            }
             "prompts/list" => (Ok(prompts_list()), None),
             "tasks/get" => (self.tasks.get(kernel, client, &req.params), None),
             "tasks/list" => (Ok(self.tasks.list(kernel, client)), None),
@@ -170,7 +179,8 @@ impl McpConnection {
         client: &Client,
         params: Value,
         out: Option<&Outbox>,
-    ) -> (Result<Value, RpcError>, Option<Arc<Session>>) {
+    ) -> (Result<Box<RawValue>, RpcError>, Option<Arc<Session>>) {
+        let raw = |v: Value| to_raw_value(&v).map_err(|e| RpcError::internal(e.to_string()));
         let Some(tool) = params.get("name").and_then(Value::as_str) else {
             let e =
                 RpcError::new(ErrorKind::InvalidParams, "tools/call needs `name`, the tool to call (see tools/list)");
@@ -183,14 +193,14 @@ impl McpConnection {
                     self.session = conn.session;
                     self.session.clone().unwrap_or_default()
                 }
-                Err(e) => return (Ok(tool_error(&e)), None),
+                Err(e) => return (raw(tool_error(&e)), None),
             },
         };
         let args = params.get("arguments").cloned().unwrap_or(Value::Null);
         let (method, call_params) = match mcp_tools::params(tool, args, &session) {
             Ok(p) => p,
             Err(e) if e.message.starts_with("there is no tool") => return (Err(e), None),
-            Err(e) => return (Ok(tool_error(&e)), None),
+            Err(e) => return (raw(tool_error(&e)), None),
         };
         if let Some(meta) = params.get("task").filter(|t| t.is_object()) {
             // A task-augmented call: admit the job without waiting and answer `{task}` at once.
@@ -203,7 +213,7 @@ impl McpConnection {
             let admitted = result.and_then(|raw| {
                 serde_json::from_str::<Value>(raw.get()).map_err(|e| RpcError::internal(e.to_string()))
             });
-            return (admitted.map(|v| self.tasks.admit(kernel, client, method, &v, meta)), named);
+            return (admitted.and_then(|v| raw(self.tasks.admit(kernel, client, method, &v, meta))), named);
         }
         let token = params.get("_meta").and_then(|m| m.get("progressToken")).filter(|t| t.is_string() || t.is_number());
         let (result, named) = match (token, out, method) {
@@ -219,11 +229,20 @@ impl McpConnection {
             }
             _ => kernel.answer(client, method, call_params),
         };
+        if let Ok(r) = &result {
+            // The common case, with no detour through a `Value`: the text form from the typed result,
+            // the kernel's JSON as the structured content, byte for byte.
+            if let Some(text) = mcp_tools::text_raw(method, r.get()) {
+                let content = [TextContent { kind: "text", text: &text }];
+                let done = ToolResult { content: &content, structured_content: r, is_error: false };
+                return (to_raw_value(&done).map_err(|e| RpcError::internal(e.to_string())), named);
+            }
+        }
         let read = result.and_then(|raw| {
             serde_json::from_str::<Value>(raw.get())
                 .map_err(|e| RpcError::internal(format!("the {method} result could not be read back: {e}")))
         });
-        (Ok(tool_result(method, read)), named)
+        (raw(tool_result(method, read)), named)
     }
 
     fn session(&self) -> Option<String> {
@@ -268,6 +287,23 @@ fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnect
         tasks: Tasks::default(),
     };
     Ok((conn, result))
+}
+
+/// A tool result whose structured content is the kernel's JSON as it is.
+#[derive(serde::Serialize)]
+struct ToolResult<'a> {
+    content: &'a [TextContent<'a>],
+    #[serde(rename = "structuredContent")]
+    structured_content: &'a RawValue,
+    #[serde(rename = "isError")]
+    is_error: bool,
+}
+
+#[derive(serde::Serialize)]
+struct TextContent<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
 }
 
 /// A method's result as an MCP tool result: the text form for the model, the JSON beside it.
@@ -376,6 +412,15 @@ mod tests {
         assert!(text.starts_with("exit 0 · ") && text.ends_with(" · job 1\nhi\n"), "{text}");
         assert_eq!(r["result"]["structuredContent"]["session"], "agent");
         assert_eq!(r["result"]["isError"], false);
+        // The fast path (the kernel's JSON embedded as it is) answers exactly what the general one does.
+        let general = tool_result("run", Ok(r["result"]["structuredContent"].clone()));
+        assert_eq!(r["result"], general);
+        let list = line(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "jobs", "arguments": {}}}),
+        );
+        let r = reply(conn.answer(&h.kernel, &h.client, &list, None).0);
+        assert!(r["result"]["content"][0]["text"].as_str().unwrap().contains("echo hi"), "{r}");
+        assert_eq!(r["result"], tool_result("jobs", Ok(r["result"]["structuredContent"].clone())));
     }
 
     #[test]

@@ -243,6 +243,24 @@ fn bad(tool: &str, why: &str) -> RpcError {
 }
 
 /// The text a model reads of a method's result.
+/// [`text`] read straight from the kernel's JSON for the results with a typed text form (`run`,
+/// `wait`, `kill`, `check`, `write`, `resize`, `jobs`); `None` for the others, or when the JSON is not
+/// the expected shape (then [`text`] renders it).
+pub fn text_raw(method: &str, raw: &str) -> Option<String> {
+    match method {
+        "run" | "wait" | "kill" | "check" => {
+            serde_json::from_str::<JobResult>(raw).ok().map(|r| protocol::text::job_result(&r))
+        }
+        "write" | "resize" => {
+            serde_json::from_str::<protocol::results::WriteResult>(raw).ok().map(|r| protocol::text::write_result(&r))
+        }
+        "jobs" => serde_json::from_str::<JobsResult>(raw)
+            .ok()
+            .map(|r| protocol::text::jobs_table(&r.jobs) + &protocol::text::announcements(&r.announcements)),
+        _ => None,
+    }
+}
+
 pub fn text(method: &str, result: &Value) -> String {
     match method {
         "run" | "wait" | "kill" | "check" => match serde_json::from_value::<JobResult>(result.clone()) {
