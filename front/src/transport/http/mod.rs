@@ -154,10 +154,11 @@ impl HttpDoor {
             in_flight: AtomicUsize::new(0),
             conns: Mutex::default(),
         });
-        let rt = tokio::runtime::Builder::new_current_thread()
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .enable_all()
             .thread_name("http-blocking")
-            .max_blocking_threads(64)
+            .max_blocking_threads(1024)
             .build()?;
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let d = door.clone();
@@ -411,9 +412,11 @@ async fn body(req: Request<Incoming>) -> Result<Bytes, Response<Body>> {
     }
 }
 
-/// Run `f` on the blocking pool (kernel calls block up to `yield_ms`); a panic is answered `500`.
+/// Run `f`, a kernel call that may block up to `yield_ms`, on this thread: the runtime hands its other
+/// work to another thread meanwhile (`block_in_place`), so the answer needs no hand-off to a pool
+/// thread and back. A panic is answered `500`.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Response<Body>> {
-    tokio::task::spawn_blocking(f).await.map_err(|_| {
+    tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))).map_err(|_| {
         refuse(
             StatusCode::INTERNAL_SERVER_ERROR,
             "answering this request failed unexpectedly; the server keeps running",
