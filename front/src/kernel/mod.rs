@@ -29,6 +29,8 @@ pub mod job_run;
 pub mod job_wait;
 pub mod jobs_list;
 pub mod output_read;
+#[cfg(test)]
+mod params_schema;
 pub mod peer_check;
 pub mod receipts;
 pub mod records;
