@@ -123,6 +123,12 @@ pub(crate) struct Registry {
     pub(crate) next_name: u64,
 }
 
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel").finish_non_exhaustive()
+    }
+}
+
 /// The front's kernel.
 pub struct Kernel {
     pub(crate) cfg: KernelConfig,
