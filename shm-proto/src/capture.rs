@@ -3,7 +3,7 @@
 //! ([`heddle_state_capture!`](crate::heddle_state_capture), [`heddle_scoped_capture!`](crate::heddle_scoped_capture),
 //! used by the worker's wrappers and its persistent shell), the section tags ([`tag`]), the end marker
 //! ([`END_MARKER`], which the worker checks before it forwards a capture), the parser the front uses
-//! ([`parse`], [`parse_capture`]), and a writer in Rust ([`write`]) for tests and benchmarks.
+//! ([`parse`], [`parse_capture`]), and a writer in Rust ([`write()`]) for tests and benchmarks.
 //!
 //! The capture is NUL-framed sections in a fixed order, each `\0TAG\0` then its content —
 //! `O` (`$SHELLOPTS` at the shell's start, NUL, `$SHELLOPTS` after the command), `V` (`declare -p`), `F`
@@ -442,7 +442,7 @@ fn functions(text: &[u8], items: &mut Items) {
     }
 }
 
-/// A capture section by section, in the terms bash writes it: what [`write`] frames. In a job, bash
+/// A capture section by section, in the terms bash writes it: what [`write()`] frames. In a job, bash
 /// writes the capture ([`FULL_CAPTURE`], [`SCOPED_CAPTURE`]); this is the same format written from Rust,
 /// for tests and benchmarks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
