@@ -1,6 +1,7 @@
 //! `heddle-bench`: run one benchmark and print its figures as ratios against a baseline measured in the
 //! same run. Needs root (it starts a real heddle stack). Build with `cargo build --release --workspace
 //! --bins`, then `./target/release/heddle-bench spawn`.
+#![deny(unsafe_code)]
 
 mod output;
 mod sandbox;

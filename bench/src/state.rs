@@ -100,7 +100,7 @@ pub fn run(iterations: usize) -> Result<()> {
     let env = job_env(&process_env(), &[]);
     let wrap = worker::state::WRAPPER.as_bytes();
     let captured = spawn(&worker::state::argv(TYPICAL), Some(b""), &env);
-    let items = front::shell::capture::parse(&captured).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let items = shm_proto::capture::parse(&captured).map_err(|e| anyhow::anyhow!("{e}"))?;
     let all_script = front::shell::record::restore_script(&items);
     let borne = front::shell::record::restore(&items);
     let restore = borne.script;
@@ -207,7 +207,7 @@ pub fn run(iterations: usize) -> Result<()> {
 
 /// The front's reading of a command before it starts (`front::shell::scope::scope`), for commands an
 /// agent runs, against the typical record.
-fn scope_cost(items: &front::shell::capture::Items, iterations: usize, bare_p50: f64) {
+fn scope_cost(items: &shm_proto::capture::Items, iterations: usize, bare_p50: f64) {
     for cmd in [
         "true",
         "cd src && cargo build --release 2>&1 | tail -20",
@@ -236,7 +236,7 @@ fn scope_cost(items: &front::shell::capture::Items, iterations: usize, bare_p50:
 /// against the version the job started from (what `front::jobs::shell_part` does on every job's end), with
 /// an unchanged capture (the common case: the record does not move) and with one variable changed.
 fn front_side(captured: &[u8], iterations: usize, bare_p50: f64) -> Result<()> {
-    let parse = |c: &[u8]| front::shell::capture::parse(c).map_err(|e| anyhow::anyhow!("{e}"));
+    let parse = |c: &[u8]| shm_proto::capture::parse(c).map_err(|e| anyhow::anyhow!("{e}"));
     let mut record = front::shell::record::StateRecord::default();
     let typical = parse(captured)?;
     let changed =

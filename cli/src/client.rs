@@ -30,6 +30,12 @@ impl CallError {
     }
 }
 
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").finish_non_exhaustive()
+    }
+}
+
 /// One connection to the front. Notifications (lines without `id`, from `subscribe`) that arrive
 /// while a call waits for its answer are kept, in order, for [`Client::next_notification`].
 pub struct Client {

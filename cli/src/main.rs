@@ -1,5 +1,6 @@
 //! `heddle`: start the stack (`up`) and drive it over the control socket (`run`, `wait`, `kill`, `jobs`,
 //! `output`, `describe`, `close`, `call`). Glue only: the client and the launcher live in the library.
+#![deny(unsafe_code)]
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};

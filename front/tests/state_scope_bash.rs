@@ -2,8 +2,8 @@
 //! state with the full capture (the worker's own wrapper), and check that every item the command changed
 //! is one its scope covers. A scope that missed a change would lose it for the session.
 
-use front::shell::capture::{parse, Items};
 use front::shell::scope::{listed, scope};
+use shm_proto::capture::{parse, Items};
 use std::process::Command;
 
 /// The session state the corpus runs in: exported and plain variables, an integer, arrays, a nameref,

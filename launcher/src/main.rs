@@ -1,6 +1,7 @@
 //! `heddle-launch [--cgroup DIR] [--cwd DIR] -- CMD [ARGS...]`: run one command through heddle's launcher
 //! (allowlisted environment, stdin from /dev/null, optional cgroup, optional `--policy` sandbox: Landlock +
 //! seccomp + no_new_privs) and exit with its status.
+#![deny(unsafe_code)]
 
 use clap::Parser;
 use std::ffi::OsString;

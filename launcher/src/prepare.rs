@@ -59,6 +59,12 @@ impl Stdio {
     }
 }
 
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared").finish_non_exhaustive()
+    }
+}
+
 /// A job ready to be spawned any number of times with [`crate::spawn`].
 ///
 /// Drop it after spawning: it holds the parent's copies of the job's stdio fds (a pipe's write end kept

@@ -4,7 +4,8 @@
 //!
 //! The front serializes these types; clients (the CLI, the MCP door, tests, benchmarks) deserialize
 //! them. Field names are the protocol's (docs/protocol.md); `tests/schema.rs` fails when one is renamed
-//! without the docs.
+//! without the docs (and the front's `kernel::params_schema` when a param is), reading the docs with
+//! [`doc_schema`].
 //!
 //! ```
 //! let r: protocol::results::JobResult =
@@ -14,5 +15,6 @@
 #![forbid(unsafe_code)]
 
 pub mod checks;
+pub mod doc_schema;
 pub mod results;
 pub mod text;

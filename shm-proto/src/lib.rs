@@ -23,6 +23,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+pub mod capture;
 pub mod control;
 pub mod frame;
 pub mod log;

@@ -26,6 +26,7 @@ const CTL_BYTES: usize = 512;
 
 /// The region header. Every field is atomic: the other side may write it at any time.
 #[repr(C)]
+#[derive(Debug)]
 pub struct Header {
     /// [`MAGIC`], stored last (Release) once the rest of the header is written.
     pub magic: AtomicU64,
@@ -91,6 +92,12 @@ pub enum AttachError {
 }
 
 struct Mapping(MmapRaw);
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region").finish_non_exhaustive()
+    }
+}
 
 /// A mapped session region.
 #[derive(Clone)]

@@ -39,7 +39,7 @@ pub unsafe trait ShmSafe {}
 
 /// The control block at the start of each ring.
 #[repr(C)]
-#[derive(Default)]
+#[derive(Default, Debug)]
 pub struct RingCtl {
     /// Bytes consumed so far; written only by the consumer.
     pub head: CachePadded<AtomicU64>,
@@ -178,6 +178,12 @@ pub unsafe fn consumer(ctl: *const RingCtl, data: *mut u8, cap: usize, owner: Ar
     Consumer { ring, head, poisoned: None, held: false }
 }
 
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer").finish_non_exhaustive()
+    }
+}
+
 /// The writing end of a ring.
 pub struct Producer {
     ring: RawRing,
@@ -265,6 +271,12 @@ impl Producer {
     /// Clear the parked word after waking.
     pub fn park_done(&self) {
         self.ring.ctl().producer_parked.store(0, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer").finish_non_exhaustive()
     }
 }
 

@@ -1,5 +1,5 @@
 //! The supervisor's cgroup work: finding the cgroup v2 mount and the mode (pure v2 or hybrid), and
-//! the privileged operations on the delegated tree behind the [`CgroupOps`] trait: mkdir, chown,
+//! the privileged operations on the delegated tree behind the [`CgroupTreeOps`] trait: mkdir, chown,
 //! listing, freeze, `cgroup.kill`, waiting for `populated 0`, and removal.
 //!
 //! Invariants: nothing here kills by pid or by name; a subtree ends by `cgroup.kill`, and it is only
@@ -105,9 +105,10 @@ pub fn check_cgroup2(dir: &Path) -> Result<(), CgroupError> {
     Ok(())
 }
 
-/// The privileged cgroup operations the session logic needs. [`RealCgroups`] does them; the tests use
-/// a recording fake.
-pub trait CgroupOps {
+/// The privileged cgroup operations the session logic needs on the delegated tree (sessions, kept jobs).
+/// [`RealCgroups`] does them; the tests use a recording fake. (A worker's own job cgroups have theirs:
+/// `worker::cgroup::CgroupOps`.)
+pub trait CgroupTreeOps {
     /// Create one cgroup directory; [`CgroupError::Exists`] if it is already there.
     fn create(&self, dir: &Path) -> Result<(), CgroupError>;
     /// Give `path` (a cgroup directory or one of its files) to `uid:gid`.
@@ -124,11 +125,11 @@ pub trait CgroupOps {
     fn remove_tree(&self, dir: &Path) -> Result<(), CgroupError>;
 }
 
-/// The real [`CgroupOps`], on the cgroup file system.
+/// The real [`CgroupTreeOps`], on the cgroup file system.
 #[derive(Debug, Default)]
 pub struct RealCgroups;
 
-impl CgroupOps for RealCgroups {
+impl CgroupTreeOps for RealCgroups {
     fn create(&self, dir: &Path) -> Result<(), CgroupError> {
         match std::fs::create_dir(dir) {
             Ok(()) => Ok(()),

@@ -13,8 +13,8 @@
 //! event_loop.run().unwrap();
 //! ```
 
-use crate::cgroup::CgroupOps;
-use crate::sessions::{Outgoing, Sessions};
+use crate::cgroup::CgroupTreeOps;
+use crate::session_table::{Outgoing, Sessions};
 use crate::signals::SignalPipe;
 use crate::spawn::{reap_within, ProcessOps, Spawned};
 use crate::sys;
@@ -87,7 +87,7 @@ pub fn file_identity(m: &std::fs::Metadata) -> (u64, u64, i64, i64) {
 
 /// Everything the loop runs with, set up by `startup`.
 #[derive(Debug)]
-pub struct Parts<C: CgroupOps, P: ProcessOps> {
+pub struct Parts<C: CgroupTreeOps, P: ProcessOps> {
     pub sessions: Sessions<C, P>,
     pub front: Spawned,
     /// Our end of the SOCK_SEQPACKET control pair.
@@ -104,7 +104,7 @@ pub struct Parts<C: CgroupOps, P: ProcessOps> {
 
 /// The running supervisor.
 #[derive(Debug)]
-pub struct EventLoop<C: CgroupOps, P: ProcessOps> {
+pub struct EventLoop<C: CgroupTreeOps, P: ProcessOps> {
     poll: Poll,
     sessions: Sessions<C, P>,
     front: Option<Spawned>,
@@ -128,7 +128,7 @@ fn register(poll: &Poll, fd: BorrowedFd<'_>, token: Token, interest: Interest) -
     poll.registry().register(&mut SourceFd(&fd.as_raw_fd()), token, interest).map_err(LoopError::Register)
 }
 
-impl<C: CgroupOps, P: ProcessOps> EventLoop<C, P> {
+impl<C: CgroupTreeOps, P: ProcessOps> EventLoop<C, P> {
     /// Register the control socket (made non-blocking), the signal pipe and the front's pidfd.
     pub fn new(parts: Parts<C, P>) -> Result<Self, LoopError> {
         let poll = Poll::new().map_err(LoopError::Poll)?;

@@ -1,4 +1,4 @@
-//! Recording fakes of [`CgroupOps`] and [`ProcessOps`] for unit tests: they record every call in
+//! Recording fakes of [`CgroupTreeOps`] and [`ProcessOps`] for unit tests: they record every call in
 //! order, touch nothing privileged, and fail on request.
 //!
 //! ```ignore
@@ -6,8 +6,8 @@
 //! calls.fail_spawn();
 //! ```
 
-use crate::cgroup::{CgroupError, CgroupMode, CgroupOps};
-use crate::sessions::Sessions;
+use crate::cgroup::{CgroupError, CgroupMode, CgroupTreeOps};
+use crate::session_table::Sessions;
 use crate::spawn::{ProcessOps, SpawnError, Spawned, WorkerSpec};
 use crate::sys::Exit;
 use crate::users::{UserInfo, NOGROUP};
@@ -85,7 +85,7 @@ impl Recorder {
 #[derive(Debug)]
 pub struct FakeCgroups(Recorder);
 
-impl CgroupOps for FakeCgroups {
+impl CgroupTreeOps for FakeCgroups {
     fn create(&self, dir: &Path) -> Result<(), CgroupError> {
         if self.0 .0.borrow().exists.iter().any(|p| p == dir) {
             return Err(CgroupError::Exists(dir.to_owned()));

@@ -25,7 +25,7 @@
 //! }
 //! ```
 
-use crate::cgroup::{CgroupError, CgroupOps, RealCgroups};
+use crate::cgroup::{CgroupError, CgroupTreeOps, RealCgroups};
 use shm_proto::control::{KeptInfo, ProcInfo};
 use shm_proto::msg::JOB_CGROUP_XATTR as JOB_XATTR;
 use shm_proto::procs::ProcList;

@@ -7,8 +7,8 @@
 //!
 //! Layout, by operation: [`startup`] (checks, cgroup root, socket, front), [`exclusive`] (the
 //! server's hold of its cgroup root and state directory), [`event_loop`] (mio loop
-//! and shutdown), [`sessions`] (table and dispatch), [`session_open`], [`session_close`], [`spawn`]
-//! (privilege-dropping spawns), [`cgroup`] (mode detection and the [`cgroup::CgroupOps`] trait),
+//! and shutdown), [`session_table`] (table and dispatch), [`session_open`], [`session_close`], [`spawn`]
+//! (privilege-dropping spawns), [`cgroup`] (mode detection and the [`cgroup::CgroupTreeOps`] trait),
 //! [`users`], [`signals`], and [`sys`], the one module with `unsafe` code.
 //!
 //! Invariants: nothing is ever killed by pid or by name (sessions end by `cgroup.kill`; the only
@@ -37,8 +37,8 @@ pub mod recovery;
 pub mod session;
 pub mod session_close;
 pub mod session_open;
+pub mod session_table;
 pub mod session_uids;
-pub mod sessions;
 pub mod signals;
 pub mod spawn;
 pub mod startup;

@@ -1,4 +1,6 @@
 //! `heddle-supervisor`: parses the command line and runs the supervisor library (see `supervisor`).
+#![deny(unsafe_code)]
+
 use clap::Parser;
 
 fn main() {

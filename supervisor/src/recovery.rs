@@ -12,7 +12,7 @@
 //! println!("adopted {} kept jobs", adopted.len());
 //! ```
 
-use crate::cgroup::{CgroupOps, RealCgroups};
+use crate::cgroup::{CgroupTreeOps, RealCgroups};
 use crate::limits::V1Root;
 use shm_proto::error_chain;
 

@@ -1,5 +1,6 @@
 //! A live session as the supervisor holds it: its id, cgroup directory, worker (pid, uid, pidfd) and
-//! the five fds of its shared region, kept so that a restarted front can be handed them again.
+//! the five fds of its shared region, kept so that a restarted front can be handed them again. The table
+//! of them, and the dispatch of the front's requests, is [`crate::session_table`].
 //!
 //! Invariant: a session id is `[A-Za-z0-9_.-]{1,64}` and does not start with `.`, so
 //! `session-<ID>` is always one plain directory name under the cgroup root.

@@ -8,7 +8,7 @@
 //! normally empties within milliseconds).
 //!
 //! ```no_run
-//! # use supervisor::{cgroup::RealCgroups, sessions::Sessions, spawn::RealProcesses};
+//! # use supervisor::{cgroup::RealCgroups, session_table::Sessions, spawn::RealProcesses};
 //! # fn table() -> Sessions<RealCgroups, RealProcesses> { unimplemented!() }
 //! let mut t = table();
 //! if let Some(done) = t.close("demo") {
@@ -16,9 +16,9 @@
 //! }
 //! ```
 
-use crate::cgroup::CgroupOps;
+use crate::cgroup::CgroupTreeOps;
 use crate::session::Session;
-use crate::sessions::{Outgoing, Sessions};
+use crate::session_table::{Outgoing, Sessions};
 use crate::spawn::ProcessOps;
 use crate::sys::Exit;
 use shm_proto::control::{FromSupervisor, ProcInfo};
@@ -43,7 +43,7 @@ pub struct Teardown {
     pub exit: Option<Exit>,
 }
 
-impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
+impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
     /// Close a live session on the front's request; `None` if there is no such session.
     pub fn close(&mut self, id: &str) -> Option<Teardown> {
         let s = self.live.remove(id)?;

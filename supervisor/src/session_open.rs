@@ -6,17 +6,17 @@
 //! directory it created is removed; a directory it did not create is never removed).
 //!
 //! ```no_run
-//! # use supervisor::{cgroup::RealCgroups, sessions::Sessions, spawn::RealProcesses};
+//! # use supervisor::{cgroup::RealCgroups, session_table::Sessions, spawn::RealProcesses};
 //! # fn table() -> Sessions<RealCgroups, RealProcesses> { unimplemented!() }
 //! let mut t = table();
 //! let session = t.open("demo", 1000).unwrap();
 //! println!("worker {} in {}", session.worker.pid, session.cgroup.display());
 //! ```
 
-use crate::cgroup::{CgroupError, CgroupOps};
+use crate::cgroup::{CgroupError, CgroupTreeOps};
 use crate::session::{self, InvalidId, Session, SessionFds, Worker, WorkerPolicy};
+use crate::session_table::Sessions;
 use crate::session_uids::Holder;
-use crate::sessions::Sessions;
 use crate::spawn::{ProcessOps, SpawnError, WorkerSpec};
 use crate::users::UserInfo;
 use shm_proto::control::SessionLimits;
@@ -70,7 +70,7 @@ fn validate_policy(p: &WorkerPolicy) -> Result<(), OpenError> {
     }
 }
 
-impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
+impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
     /// Open session `id` for a client of uid `client_uid` (root: the worker runs as `--worker-user`).
     pub fn open(&mut self, id: &str, client_uid: u32) -> Result<&Session, OpenError> {
         self.open_with(id, client_uid, &WorkerPolicy::default(), self.defaults.clone())

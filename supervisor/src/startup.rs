@@ -17,7 +17,7 @@
 use crate::cgroup::{self, CgroupError, CgroupMode, RealCgroups};
 use crate::cli::Args;
 use crate::event_loop::{file_identity, EventLoop, LoopError, Parts, SocketFile};
-use crate::sessions::Sessions;
+use crate::session_table::Sessions;
 use crate::signals::SignalPipe;
 use crate::spawn::{self, FrontSpec, RealProcesses, SpawnError};
 use crate::users::{UserError, UserInfo};

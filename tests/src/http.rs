@@ -41,6 +41,12 @@ impl Response {
     }
 }
 
+impl std::fmt::Debug for HttpConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpConn").finish_non_exhaustive()
+    }
+}
+
 /// One kept-alive connection.
 pub struct HttpConn {
     r: BufReader<TcpStream>,
@@ -178,6 +184,12 @@ pub struct Event {
     pub id: Option<String>,
     pub event: String,
     pub data: String,
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events").finish_non_exhaustive()
+    }
 }
 
 /// An open event stream.

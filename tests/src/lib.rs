@@ -61,6 +61,12 @@ pub fn require_root() {
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+impl std::fmt::Debug for Heddle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heddle").finish_non_exhaustive()
+    }
+}
+
 /// A running heddle stack for one test.
 pub struct Heddle {
     pub dir: tempfile::TempDir,

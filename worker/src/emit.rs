@@ -38,6 +38,12 @@ pub enum EmitError {
     Encode(#[source] shm_proto::frame::FrameError),
 }
 
+impl std::fmt::Debug for EventOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventOut").finish_non_exhaustive()
+    }
+}
+
 /// The event ring's producer, its in-order overflow queue and the output frame buffer.
 pub struct EventOut {
     ring: Producer,

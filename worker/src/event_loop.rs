@@ -37,6 +37,12 @@ const COMMANDS_PER_PASS: usize = 64;
 /// Output chunks moved per pass before commands and exits get their turn.
 pub(crate) const CHUNKS_PER_PASS: usize = 16;
 
+impl std::fmt::Debug for Channels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channels").finish_non_exhaustive()
+    }
+}
+
 /// The worker's ends of a session's rings and doorbells.
 pub struct Channels {
     pub cmd: Consumer,
@@ -85,6 +91,12 @@ pub enum WorkerError {
 pub(crate) enum Flow {
     Continue,
     Stop,
+}
+
+impl<C: CgroupOps> std::fmt::Debug for Worker<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").finish_non_exhaustive()
+    }
 }
 
 /// The worker's state: its channels, its jobs and what is waiting to be done.

@@ -2,6 +2,7 @@
 //! --writable=DIR… --allow-writable=DIR…]`: one
 //! session's worker. Expects fds 3–7 from the supervisor (docs/architecture.md); exits 0 after
 //! `Shutdown`, non-zero on a fatal error.
+#![deny(unsafe_code)]
 
 use anyhow::Context;
 use clap::Parser;

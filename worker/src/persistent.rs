@@ -53,7 +53,7 @@ pub const LOOP: &str = concat!(
     " builtin eval \"builtin unset -v __heddle_c __heddle_r __heddle_t;__heddle_status $__heddle_rc $__heddle_t && { builtin true; } 2>/dev/null;",
     "$__heddle_c\" 0</dev/null 4>&-\n",
     " { __heddle_rc=$? __heddle_f=$- __heddle_p=$SHELLOPTS; builtin set +euvx;",
-    crate::heddle_state_capture!(),
+    shm_proto::heddle_state_capture!(),
     " builtin printf '%s\\n' \"$__heddle_rc\" >&0; } 2>/dev/null\n",
     "done\n",
 );

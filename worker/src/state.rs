@@ -12,14 +12,15 @@
 //! 2. `eval`s the command with `4>&-`, after unsetting its own variables and switching on the noted trace
 //!    options: for the command, fd 4 is closed (bash keeps its saved copy at fd ≥ 10 close-on-exec, so no
 //!    program the command starts inherits it, and nothing the command prints reaches it);
-//! 3. captures with builtins only (no fork, no loop; [`heddle_state_capture!`](crate::heddle_state_capture)):
+//! 3. captures with builtins only (no fork, no loop; [`heddle_state_capture!`](shm_proto::heddle_state_capture),
+//!    whose format [`shm_proto::capture`] owns):
 //!    the enabled options at start and now (`$SHELLOPTS`), `declare -p`, `declare -f`, `declare -Fx`,
 //!    `alias -p`, the directory stack from `DIRSTACK`, `$BASHOPTS` at start and now,
 //!    `umask`, `pwd`, as NUL-framed sections ending with the `\0E\0` marker, to fd 4 (stderr silenced so
 //!    `set -x` leaves no trace); when the array `__heddle_n` is set (the front read the command as
 //!    unable to change anything but those variables, [`RunSpec::capture_only`](shm_proto::msg::RunSpec::capture_only),
 //!    set by [`scope_line`]), it lists those variables with `declare -p NAME…` instead of `declare -p`,
-//!    `declare -f`, `declare -Fx` and `alias -p` (`heddle_scoped_capture!`);
+//!    `declare -f`, `declare -Fx` and `alias -p` ([`heddle_scoped_capture!`](shm_proto::heddle_scoped_capture));
 //! 4. exits with the command's status.
 //!
 //! All of it is one line of `-c` text, parsed before any of it runs (see [`WRAPPER`]).
@@ -39,49 +40,6 @@ use std::os::fd::{AsFd, OwnedFd};
 
 /// The fd number of the state pipe inside the job.
 pub const STATE_FD: i32 = 4;
-
-/// The capture after `$__heddle_o` (options at start) and `$__heddle_p` (options now) are set, up to and
-/// including the end marker, written to fd 4 (shared by [`WRAPPER`] and the persistent shell's loop).
-/// Lists go through `printf '%s\0'`, which repeats its format for every argument: one builtin call (and
-/// one `write`) per list instead of a loop, which costs bash ~9 µs per element.
-#[macro_export]
-#[doc(hidden)]
-macro_rules! heddle_state_capture {
-    () => {
-        concat!(
-            "{ builtin printf '\\0O\\0%s\\0%s\\0V\\0' \"$__heddle_o\" \"$__heddle_p\"; builtin declare -p;",
-            " builtin printf '\\0F\\0'; builtin declare -f; builtin printf '\\0X\\0'; builtin declare -Fx;",
-            " builtin printf '\\0A\\0'; builtin alias -p;",
-            $crate::heddle_capture_rest!(),
-        )
-    };
-}
-
-/// The scoped capture ([`RunSpec::capture_only`](shm_proto::msg::RunSpec::capture_only)): the variables
-/// named in the array `__heddle_n` (their names first, then their `declare -p` lines: a name without a
-/// line is unset), none of `declare -p`, `declare -f`, `alias -p`; the rest as in the full capture.
-macro_rules! heddle_scoped_capture {
-    () => {
-        concat!(
-            "{ builtin printf '\\0O\\0%s\\0%s\\0N\\0' \"$__heddle_o\" \"$__heddle_p\";",
-            " builtin printf '%s\\0' \"${__heddle_n[@]}\" '' W; builtin declare -p \"${__heddle_n[@]}\";",
-            $crate::heddle_capture_rest!(),
-        )
-    };
-}
-
-/// The common end of both captures: directory stack, shell options, umask, working directory, end marker.
-#[macro_export]
-#[doc(hidden)]
-macro_rules! heddle_capture_rest {
-    () => {
-        concat!(
-            " builtin printf '%s\\0' '' D \"${DIRSTACK[@]:1}\"",
-            " '' S \"$__heddle_b\" \"$BASHOPTS\" '' U; builtin umask; builtin printf '\\0P\\0'; builtin pwd;",
-            " builtin printf '%s\\0' '' R \"${__heddle_e[@]}\"; builtin printf '\\0E\\0'; } >&4;",
-        )
-    };
-}
 
 /// With `v` among the trace letters in `$__heddle_t`, echo the command's first line (`$__heddle_c`) to
 /// stderr, as bash would have when reading it: the option comes on inside the command's `eval`, after that
@@ -116,9 +74,9 @@ macro_rules! wrapper_tail {
             ";",
             " { __heddle_rc=$? __heddle_p=$SHELLOPTS BASH_EXECUTION_STRING=; builtin set +euvx +o pipefail;",
             " builtin trap - DEBUG RETURN ERR; if [[ ${__heddle_n-} ]]; then ",
-            heddle_scoped_capture!(),
+            shm_proto::heddle_scoped_capture!(),
             " else ",
-            heddle_state_capture!(),
+            shm_proto::heddle_state_capture!(),
             " fi; } 2>/dev/null; builtin exit \"$__heddle_rc\"\n",
         )
     };
@@ -182,8 +140,8 @@ pub const SPARE_WRAPPER: &str = concat!(
     wrapper_tail!(" 0</dev/null"),
 );
 
-/// The marker that ends a complete capture.
-pub const END_MARKER: &[u8] = b"\0E\0";
+/// The marker that ends a complete capture (the format's owner is [`shm_proto::capture`]).
+pub use shm_proto::capture::END_MARKER;
 
 /// The job's end of its state channel (a pipe, or a memfd read at reap) and what was read so far.
 pub(crate) struct StatePipe {

@@ -397,7 +397,7 @@ impl Job {
     }
 
     /// The job starts from this state snapshot.
-    pub fn set_state_base(&mut self, version: u64, base: std::sync::Arc<crate::shell::capture::Items>) {
+    pub fn set_state_base(&mut self, version: u64, base: std::sync::Arc<shm_proto::capture::Items>) {
         self.shell.base = Some((version, base));
     }
 

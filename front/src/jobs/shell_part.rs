@@ -8,8 +8,8 @@
 //! ```
 
 use crate::rpc::results::StateVersions;
-use crate::shell::capture::{parse_capture, Capture, Items};
 use crate::shell::record::StateRecord;
+use shm_proto::capture::{parse_capture, Capture, Items};
 use std::sync::Arc;
 
 /// The shell-state facts of one job.

@@ -29,6 +29,8 @@ pub mod job_run;
 pub mod job_wait;
 pub mod jobs_list;
 pub mod output_read;
+#[cfg(test)]
+mod params_schema;
 pub mod peer_check;
 pub mod receipts;
 pub mod records;
@@ -119,6 +121,12 @@ pub(crate) enum Slot {
 pub(crate) struct Registry {
     pub(crate) slots: BTreeMap<String, Slot>,
     pub(crate) next_name: u64,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel").finish_non_exhaustive()
+    }
 }
 
 /// The front's kernel.

@@ -94,7 +94,7 @@ pub fn v2_path(text: &str) -> Option<&str> {
 }
 
 /// heddle's cgroup root as `/proc/<pid>/cgroup` names it, found once.
-#[derive(Default)]
+#[derive(Default, Debug)]
 pub struct Roots {
     root: OnceLock<Result<Option<String>, &'static str>>,
 }

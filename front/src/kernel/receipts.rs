@@ -102,6 +102,12 @@ struct Inner {
     by_key: HashMap<Scope, Slot>,
 }
 
+impl std::fmt::Debug for Receipts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receipts").finish_non_exhaustive()
+    }
+}
+
 /// The receipts this front knows (its own and those loaded from the database).
 pub struct Receipts {
     inner: Mutex<Inner>,

@@ -61,6 +61,12 @@ struct Known {
     sessions: HashMap<u64, SessionKnown>,
 }
 
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder").finish_non_exhaustive()
+    }
+}
+
 /// The last rows written, to write only changes.
 #[derive(Default)]
 pub struct Recorder {

@@ -26,6 +26,12 @@ pub const MAX_GRACE_MS: u64 = 60_000;
 
 type Hook = Box<dyn Fn(Duration) + Send + Sync>;
 
+impl std::fmt::Debug for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trigger").finish_non_exhaustive()
+    }
+}
+
 /// Where `shutdown` reaches the service loop (set by `service::serve`).
 #[derive(Default)]
 pub struct Trigger {
@@ -55,7 +61,7 @@ struct Params {
     grace_ms: Option<u64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Debug)]
 pub struct ShutdownResult {
     pub shutting_down: bool,
     pub grace_ms: u64,

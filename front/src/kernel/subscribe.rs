@@ -25,7 +25,7 @@ use shm_proto::msg::JobId;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SubParams {
+pub(crate) struct SubParams {
     session: String,
     #[serde(default)]
     job: Option<JobId>,
@@ -51,7 +51,7 @@ pub const MAX_REPLAY: u64 = 16 * 1024 * 1024;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct UnsubParams {
+pub(crate) struct UnsubParams {
     subscription: u64,
 }
 

@@ -378,7 +378,7 @@ struct ScrollbackParams {
 }
 
 /// The answer of a terminal view.
-#[derive(Serialize)]
+#[derive(Serialize, Debug)]
 pub struct TerminalViewResult {
     pub session: String,
     pub job: JobId,
@@ -393,7 +393,7 @@ pub struct TerminalViewResult {
     pub announcements: Vec<protocol::results::Announcement>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Debug)]
 pub struct NumberedLine {
     pub line: usize,
     pub text: String,

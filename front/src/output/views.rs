@@ -66,6 +66,12 @@ pub struct Found {
     pub next_line: Option<u64>,
 }
 
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source").finish_non_exhaustive()
+    }
+}
+
 /// A prepared view: the log's planned scan plus the run not yet in the log.
 pub struct Source {
     pub plan: LinePlan,

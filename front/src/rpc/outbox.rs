@@ -191,6 +191,12 @@ impl Outbox {
     }
 }
 
+impl std::fmt::Debug for OutboxReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboxReader").finish_non_exhaustive()
+    }
+}
+
 /// The taking side of a socketless outbox ([`Outbox::queued`]).
 pub struct OutboxReader {
     shared: Arc<Shared>,

@@ -7,6 +7,12 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use shm_proto::msg::JobId;
 use std::sync::{Arc, Weak};
 
+impl std::fmt::Debug for Maker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Maker").finish_non_exhaustive()
+    }
+}
+
 /// The `job-files` thread's handle.
 pub struct Maker {
     tx: Sender<(Weak<Session>, JobId)>,

@@ -48,6 +48,12 @@ struct Entry {
     end: EventEnd,
 }
 
+impl std::fmt::Debug for Pump {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pump").finish_non_exhaustive()
+    }
+}
+
 /// Handle to the pump thread.
 pub struct Pump {
     tx: Sender<Msg>,

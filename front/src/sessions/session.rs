@@ -453,6 +453,12 @@ struct CmdRing {
     cmd_space: EventFd,
 }
 
+impl std::fmt::Debug for EventEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventEnd").finish_non_exhaustive()
+    }
+}
+
 /// The event ring's consumer end, owned by the pump.
 pub struct EventEnd {
     pub(crate) consumer: Consumer,
@@ -471,6 +477,12 @@ pub enum Drained {
     Corrupt,
     /// Frames were consumed and the session has subscribers (notifications may have been sent).
     Live,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").finish_non_exhaustive()
+    }
 }
 
 /// One session.

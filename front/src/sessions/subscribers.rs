@@ -102,6 +102,7 @@ fn lines_out(fresh: &[FreshLine]) -> Vec<LineOut<'_>> {
 }
 
 /// A chunk as the pump saw it.
+#[derive(Debug)]
 pub struct Chunk<'a> {
     pub job: JobId,
     pub stream: u8,
@@ -112,7 +113,7 @@ pub struct Chunk<'a> {
 }
 
 /// A job's end (or settling) as the pump saw it.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct End<'a> {
     pub job: JobId,
     pub settled: bool,

@@ -161,6 +161,12 @@ pub enum Notice {
 
 type Reply = (FromSupervisor, Vec<OwnedFd>);
 
+impl std::fmt::Debug for ControlLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlLink").finish_non_exhaustive()
+    }
+}
+
 /// The real link over the control socket.
 pub struct ControlLink {
     sock: OwnedFd,

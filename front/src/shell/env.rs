@@ -24,7 +24,7 @@
 //!
 //! ```
 //! use front::shell::env::split;
-//! let mut items = front::shell::capture::Items::new();
+//! let mut items = shm_proto::capture::Items::new();
 //! items.insert("var:A".into(), b"declare -x A=\"a \\\"b\\\" \\$c\"".to_vec());
 //! items.insert("func:f".into(), b"f () \n{ \n    echo hi\n}\n".to_vec());
 //! items.insert("fexport:f".into(), Vec::new());
@@ -34,7 +34,7 @@
 //! assert_eq!(r.funcs, ["f"]);
 //! ```
 
-use crate::shell::capture::{valid_name, Items};
+use shm_proto::capture::{valid_name, Items};
 use std::collections::BTreeSet;
 
 /// What travels in the environment.

@@ -137,7 +137,7 @@ mod tests {
         #[test]
         fn any_text_never_panics_a_reader(cmd in garbage(), status in proptest::prelude::any::<i32>()) {
             let _ = super::parse(&cmd).map(|t| t.root_node().to_sexp());
-            let _ = crate::shell::scope::scope(&cmd, &crate::shell::capture::Items::new());
+            let _ = crate::shell::scope::scope(&cmd, &shm_proto::capture::Items::new());
             let failed: String = cmd.chars().take(20).collect();
             let _ = crate::shell::failures::warnings(&cmd, &[(status, failed)]);
         }

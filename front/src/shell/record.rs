@@ -27,7 +27,7 @@
 //! ```
 
 pub use crate::rpc::results::StateSummary;
-use crate::shell::capture::{valid_name, Items};
+use shm_proto::capture::{valid_name, Items};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -39,13 +39,13 @@
 //!
 //! ```
 //! use front::shell::scope::scope;
-//! let base = front::shell::capture::Items::new();
+//! let base = shm_proto::capture::Items::new();
 //! assert_eq!(scope("cd src && cargo build 2>&1 | tail -5", &base), Some(vec![]));
 //! assert_eq!(scope("for f in *.rs; do wc -l \"$f\"; done", &base), Some(vec!["f".to_owned()]));
 //! assert_eq!(scope("source env.sh", &base), None);
 //! ```
 
-use crate::shell::capture::{bash_owned, valid_name, Items};
+use shm_proto::capture::{bash_owned, valid_name, Items};
 use std::collections::BTreeSet;
 use tree_sitter::Node;
 
@@ -689,7 +689,7 @@ mod depth {
             format!("{}x{}", "[[ ".repeat(n), " ]]".repeat(n)),
         ];
         for cmd in cmds {
-            let base = crate::shell::capture::Items::new();
+            let base = shm_proto::capture::Items::new();
             let t = std::thread::Builder::new().stack_size(256 * 1024).spawn(move || super::scope(&cmd, &base));
             t.unwrap().join().unwrap();
         }

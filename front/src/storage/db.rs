@@ -201,6 +201,12 @@ enum Msg {
     Sync(Sender<()>),
 }
 
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").finish_non_exhaustive()
+    }
+}
+
 /// The database: a writer thread fed by a channel, plus a connection for the reads done at start.
 pub struct Db {
     tx: Sender<Msg>,

@@ -22,6 +22,12 @@ pub const SCROLLBACK: usize = 500;
 /// Most lines one render shows (scrollback and screen together, newest last).
 pub const MAX_RENDERED_LINES: usize = 600;
 
+impl std::fmt::Debug for RawScreen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawScreen").finish_non_exhaustive()
+    }
+}
+
 /// The emulator of one viewer of one job's raw stream.
 pub struct RawScreen {
     parser: vt100::Parser,

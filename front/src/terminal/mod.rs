@@ -24,6 +24,12 @@ pub const MAX_COLS: u16 = 1000;
 /// Most scrolled lines put in one model view.
 pub const MAX_SCROLLED_LINES: usize = 200;
 
+impl std::fmt::Debug for Callbacks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Callbacks").finish_non_exhaustive()
+    }
+}
+
 /// Remembers the window title (`OSC 0/2`).
 #[derive(Default)]
 pub struct Callbacks {
@@ -33,6 +39,12 @@ pub struct Callbacks {
 impl vt100::Callbacks for Callbacks {
     fn set_window_title(&mut self, _: &mut vt100::Screen, title: &[u8]) {
         self.title = Some(String::from_utf8_lossy(title).chars().take(256).collect());
+    }
+}
+
+impl std::fmt::Debug for Terminal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Terminal").finish_non_exhaustive()
     }
 }
 
@@ -198,6 +210,12 @@ impl Terminal {
             scrolled_more,
             title: self.parser.callbacks().title.clone(),
         }
+    }
+}
+
+impl std::fmt::Debug for Feed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feed").finish_non_exhaustive()
     }
 }
 

@@ -63,6 +63,12 @@ struct AttachParams {
     hand_over_stdio: bool,
 }
 
+impl std::fmt::Debug for McpConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpConnection").finish_non_exhaustive()
+    }
+}
+
 /// One MCP connection's state: which session it works in and whether it ends with the connection.
 pub struct McpConnection {
     session: Option<String>,

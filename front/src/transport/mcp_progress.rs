@@ -22,6 +22,12 @@ pub const INTERVAL: Duration = Duration::from_millis(500);
 /// The longest silence while the job runs.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
 
+impl<'a> std::fmt::Debug for Progress<'a> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Progress").finish_non_exhaustive()
+    }
+}
+
 /// One call's progress reporter: the client's token, the job once known, and the stop signal.
 pub struct Progress<'a> {
     token: Value,

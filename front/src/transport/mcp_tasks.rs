@@ -50,6 +50,12 @@ struct Task {
     announced: Vec<Value>,
 }
 
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tasks").finish_non_exhaustive()
+    }
+}
+
 /// One connection's tasks.
 #[derive(Default)]
 pub struct Tasks {

@@ -96,6 +96,12 @@ pub fn limits() -> Limits {
 const LISTENER: Token = Token(usize::MAX);
 const WAKER: Token = Token(usize::MAX - 1);
 
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").finish_non_exhaustive()
+    }
+}
+
 /// The server's handle.
 pub struct Server {
     shared: Arc<Shared>,

@@ -133,6 +133,12 @@ fn take_place(door: &Arc<Door>, uid: Option<u32>) -> Result<ConnPlace, String> {
     Ok(ConnPlace { door: door.clone(), uid })
 }
 
+impl std::fmt::Debug for HttpDoor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpDoor").finish_non_exhaustive()
+    }
+}
+
 /// The door's handle: stops accepting when told (or dropped with the process).
 pub struct HttpDoor {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -861,6 +867,7 @@ fn pass_events(
 
 /// The response body of an event stream; dropping it (the client went away) closes the outbox, which
 /// ends the stream's thread and its subscription.
+#[derive(Debug)]
 pub struct EventBody {
     rx: tokio::sync::mpsc::Receiver<Bytes>,
     outbox: Outbox,

@@ -4,12 +4,12 @@
 //!
 //! Invariants: a session is in the table exactly while its worker is unreaped and its cgroup subtree
 //! exists; the table owns every session's region memfd and eventfds, so a restarted front can be given
-//! them again. All privileged work goes through [`CgroupOps`] and [`ProcessOps`], which tests replace
+//! them again. All privileged work goes through [`CgroupTreeOps`] and [`ProcessOps`], which tests replace
 //! with recording fakes.
 //!
 //! ```no_run
 //! use supervisor::cgroup::{CgroupMode, RealCgroups};
-//! use supervisor::sessions::Sessions;
+//! use supervisor::session_table::Sessions;
 //! use supervisor::spawn::RealProcesses;
 //! use supervisor::users::UserInfo;
 //! # fn procs() -> RealProcesses { unimplemented!() }
@@ -18,7 +18,7 @@
 //! let reply = table.handle(shm_proto::control::ToSupervisor::Describe { req: 1 });
 //! ```
 
-use crate::cgroup::{CgroupMode, CgroupOps};
+use crate::cgroup::{CgroupMode, CgroupTreeOps};
 use crate::session::Session;
 use crate::session_open::OpenError;
 use crate::spawn::ProcessOps;
@@ -45,7 +45,7 @@ impl Outgoing {
 
 /// The live sessions and what is needed to open and close them.
 #[derive(Debug)]
-pub struct Sessions<C: CgroupOps, P: ProcessOps> {
+pub struct Sessions<C: CgroupTreeOps, P: ProcessOps> {
     pub(crate) cg: C,
     pub(crate) procs: P,
     pub(crate) root: PathBuf,
@@ -75,7 +75,7 @@ pub struct Sessions<C: CgroupOps, P: ProcessOps> {
     pub(crate) subordinate: Vec<std::ops::RangeInclusive<u32>>,
 }
 
-impl<C: CgroupOps, P: ProcessOps> Sessions<C, P> {
+impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
     pub fn new(cg: C, procs: P, root: PathBuf, mode: CgroupMode, default_worker: UserInfo) -> Self {
         Sessions {
             cg,
