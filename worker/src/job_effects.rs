@@ -212,6 +212,11 @@ impl<C: CgroupOps> Worker<C> {
                         }
                         self.ledger.links = links;
                         project.before = fx.before_how.clone();
+                        if method != "full" || fx.before_how.contains("change monitor") {
+                            project.scope.push_str(
+                                "; what changed since the last snapshot was told by the change monitor (inotify), which does not see writes through a shared memory mapping or a hard link from outside the tree",
+                            );
+                        }
                         project.method = method.into();
                         project.method_note = (method == "full").then_some(note).flatten();
                         self.set_origin(&Ok(Arc::clone(&after)), format!("the after of job {job}"));
