@@ -128,6 +128,9 @@ fn an_overflowing_queue_falls_back_to_a_full_status_and_the_monitor_starts_again
     let h = Heddle::start();
     let mut c = h.client();
     let (s, _) = repo(&h, &mut c, 200);
+    let bounds = c.call("describe", json!({})).unwrap()["effects"].clone();
+    assert_eq!(bounds["monitor_paths_max"], 256, "{bounds}");
+    assert!(bounds["monitor_dirs_max"].as_u64().is_some_and(|n| n > 0 && n <= 20_000), "{bounds}");
     // Each new file queues at least two events (create, close-write): enough files to overflow, in a
     // directory watched already (a new directory's files would be one path, with no event queued).
     let queued: usize =
