@@ -36,7 +36,7 @@ struct Variant {
     cost_us: Vec<f64>,
     /// The watched part's walks (the session's temp dir and home), µs.
     watched_us: Vec<f64>,
-    /// Calls whose "before" was the previous job's "after".
+    /// Calls whose "before" cost no git run (the previous job's "after", or the monitor's last snapshot).
     reused: usize,
     /// How each call's "after" was read (`watch`, `pathspec`, `full`), counted.
     methods: std::collections::BTreeMap<String, usize>,
@@ -55,7 +55,8 @@ impl Variant {
             assert!(project["confidence"] != "none", "the ledger was taken: {r}");
             self.cost_us.push(project["cost_us"].as_f64().unwrap_or(0.0));
             self.watched_us.push(r["effects"]["watched"]["cost_us"].as_f64().unwrap_or(0.0));
-            self.reused += usize::from(project["before"].as_str().unwrap_or_default().starts_with("the after of job"));
+            let before = project["before"].as_str().unwrap_or_default();
+            self.reused += usize::from(before.starts_with("the after of job") || before.contains("(no git run)"));
             *self.methods.entry(project["method"].as_str().unwrap_or("?").to_owned()).or_default() += 1;
         }
         t
@@ -140,7 +141,7 @@ pub fn run(iterations: usize, pause_ms: u64, lint_rounds: usize) -> Result<()> {
         let (cost, watched) = (Summary::of(paths.cost_us.clone()), Summary::of(paths.watched_us.clone()));
         println!(
             "{:<12} p50 {:+.1}% p90 {:+.1}% of bare; project cost_us p50 {:.0} p90 {:.0}; watched cost_us p50 {:.0} \
-             p90 {:.0}; before reused in {}/{} calls; after read by {:?}",
+             p90 {:.0}; before without git in {}/{} calls; after read by {:?}",
             paths.name,
             100.0 * (p.p50 - n.p50) / bare.p50,
             100.0 * (p.p90 - n.p90) / bare.p90,
