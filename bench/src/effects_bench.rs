@@ -36,8 +36,10 @@ struct Variant {
     cost_us: Vec<f64>,
     /// The watched part's walks (the session's temp dir and home), µs.
     watched_us: Vec<f64>,
-    /// Calls whose "before" was the previous job's "after".
+    /// Calls whose "before" cost no git run (the previous job's "after", or the monitor's last snapshot).
     reused: usize,
+    /// How each call's "after" was read (`watch`, `pathspec`, `full`), counted.
+    methods: std::collections::BTreeMap<String, usize>,
 }
 
 impl Variant {
@@ -53,7 +55,9 @@ impl Variant {
             assert!(project["confidence"] != "none", "the ledger was taken: {r}");
             self.cost_us.push(project["cost_us"].as_f64().unwrap_or(0.0));
             self.watched_us.push(r["effects"]["watched"]["cost_us"].as_f64().unwrap_or(0.0));
-            self.reused += usize::from(project["before"].as_str().unwrap_or_default().starts_with("the after of job"));
+            let before = project["before"].as_str().unwrap_or_default();
+            self.reused += usize::from(before.starts_with("the after of job") || before.contains("(no git run)"));
+            *self.methods.entry(project["method"].as_str().unwrap_or("?").to_owned()).or_default() += 1;
         }
         t
     }
@@ -82,7 +86,17 @@ fn variant(h: &Heddle, name: &str, dir: &std::path::Path, effects: &'static str)
     let mut client = h.client();
     let session = client.call("session.open", json!({"name": name, "cwd": dir})).unwrap()["session"].clone();
     let (times, cost_us, watched_us) = (Vec::new(), Vec::new(), Vec::new());
-    Variant { name: name.to_owned(), effects, client, session, times, cost_us, watched_us, reused: 0 }
+    Variant {
+        name: name.to_owned(),
+        effects,
+        client,
+        session,
+        times,
+        cost_us,
+        watched_us,
+        reused: 0,
+        methods: Default::default(),
+    }
 }
 
 pub fn run(iterations: usize, pause_ms: u64, lint_rounds: usize) -> Result<()> {
@@ -127,7 +141,7 @@ pub fn run(iterations: usize, pause_ms: u64, lint_rounds: usize) -> Result<()> {
         let (cost, watched) = (Summary::of(paths.cost_us.clone()), Summary::of(paths.watched_us.clone()));
         println!(
             "{:<12} p50 {:+.1}% p90 {:+.1}% of bare; project cost_us p50 {:.0} p90 {:.0}; watched cost_us p50 {:.0} \
-             p90 {:.0}; before reused in {}/{} calls",
+             p90 {:.0}; before without git in {}/{} calls; after read by {:?}",
             paths.name,
             100.0 * (p.p50 - n.p50) / bare.p50,
             100.0 * (p.p90 - n.p90) / bare.p90,
@@ -136,7 +150,8 @@ pub fn run(iterations: usize, pause_ms: u64, lint_rounds: usize) -> Result<()> {
             watched.p50,
             watched.p90,
             paths.reused,
-            paths.cost_us.len()
+            paths.cost_us.len(),
+            paths.methods
         );
     }
     lint(lint_rounds, bare);

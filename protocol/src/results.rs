@@ -235,6 +235,13 @@ pub struct ProjectLedger {
     /// Where the "before" came from.
     pub before: String,
     pub cost_us: u64,
+    /// How the "after" was read: `watch` (the change monitor saw no change; no git run), `pathspec` (a
+    /// git status of the changed paths only), `full` (a git status of the whole work tree).
+    pub method: String,
+    /// Why a full status was needed, when it was.
+    pub method_note: Option<String>,
+    /// git processes run for this ledger (before, after, diff).
+    pub git_runs: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

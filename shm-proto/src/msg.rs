@@ -129,7 +129,20 @@ pub struct ProjectEffects {
     pub cost_us: u64,
     /// The paths no git status covers (the cwd outside any work tree, writable roots outside it).
     pub watched: Option<WatchedEffects>,
+    /// How the "after" was read: `watch` (the change monitor saw no change: no git run), `pathspec`
+    /// (a git status of the paths the monitor saw change), `full` (a git status of the whole tree).
+    pub method: String,
+    /// Why the "after" needed a full status when the monitor was asked (a sentence).
+    pub method_note: Option<String>,
+    /// git processes run for this ledger (its "before" and "after" and the diff).
+    pub git_runs: u32,
 }
+
+/// Directories the effects change monitor watches in one work tree, at most (`describe` states it;
+/// lower when the jobs' uid has fewer than four times as many inotify watches); beyond, a full status.
+pub const MONITOR_DIRS_MAX: usize = 20_000;
+/// Changed paths one status of named paths asks about, at most; beyond, a full status.
+pub const MONITOR_PATHS_MAX: usize = 256;
 
 /// Entries one walk of the watched paths looks at, at most (`describe` states it).
 pub const WATCH_LIMIT: u32 = 5_000;

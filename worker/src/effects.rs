@@ -133,6 +133,7 @@ impl Git<'_> {
         if let Some(prog) = self.seccomp {
             p = p.with_seccomp(prog);
         }
+        GIT_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let child = launcher::spawn(&p).map_err(|e| format!("cannot start git: {e}"))?;
         drop(p);
         let exit = child.wait().map_err(|e| format!("cannot wait for git: {e}"))?;
@@ -166,6 +167,9 @@ pub(crate) fn find_git(env: &[(String, String)]) -> Option<PathBuf> {
     launcher::resolve_program(OsStr::new("git"), OsStr::new(path))
 }
 
+/// git processes started for ledgers since the worker began (a ledger's `git_runs` is its difference).
+pub(crate) static GIT_RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// Take a snapshot of the work tree at `root`; `keep`: keep dirty files' bytes for a diff.
 pub(crate) fn snapshot(git: &Git<'_>, root: &Path, keep: bool) -> Result<Snapshot, String> {
     let out = git.run(root, &["status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all"], None)?;
@@ -177,14 +181,92 @@ pub(crate) fn snapshot(git: &Git<'_>, root: &Path, keep: bool) -> Result<Snapsho
         links_out: Vec::new(),
     };
     parse_status(&out, &mut snap);
+    identify_dirty(&mut snap, None, keep);
+    Ok(snap)
+}
+
+/// `base` brought up to date for `paths` (relative to the work tree; a directory stands for everything
+/// under it): one `git status` of those paths only (literal pathspecs), its entries in place of the
+/// base's under them. A rename's other side is asked about too, so git can still pair them.
+pub(crate) fn refresh(
+    git: &Git<'_>,
+    base: &Snapshot,
+    paths: &BTreeSet<Vec<u8>>,
+    keep: bool,
+) -> Result<Snapshot, String> {
+    let mut specs = paths.clone();
+    let covered = |specs: &BTreeSet<Vec<u8>>, k: &[u8]| {
+        specs.iter().any(|p| k == p.as_slice() || (k.len() > p.len() && k.starts_with(p) && k[p.len()] == b'/'))
+    };
+    for (k, e) in &base.entries {
+        if let Some(o) = &e.orig {
+            if covered(paths, k) || covered(paths, o) {
+                specs.insert(k.clone());
+                specs.insert(o.clone());
+            }
+        }
+    }
+    // No index preload: its threads lstat for the whole index's sake and cost more than the few named
+    // paths (10,000 files, 3 paths: 8.0 ms with it, 3.1–3.4 ms without; docs/performance.md).
+    let mut args: Vec<&str> = vec![
+        "-c",
+        "core.preloadIndex=false",
+        "--literal-pathspecs",
+        "status",
+        "--porcelain=v2",
+        "-z",
+        "--branch",
+        "--untracked-files=all",
+        "--",
+    ];
+    for p in &specs {
+        args.push(std::str::from_utf8(p).map_err(|_| "a changed path is not UTF-8".to_owned())?);
+    }
+    let out = git.run(&base.root, &args, None)?;
+    let mut fresh = Snapshot {
+        root: base.root.clone(),
+        head: None,
+        entries: BTreeMap::new(),
+        partial: Vec::new(),
+        links_out: Vec::new(),
+    };
+    parse_status(&out, &mut fresh);
+    let mut snap = base.clone();
+    snap.head = fresh.head;
+    snap.entries.retain(|k, _| !covered(&specs, k));
+    snap.links_out.retain(|l| !covered(&specs, l.as_bytes()));
+    let new: BTreeSet<Vec<u8>> = fresh.entries.keys().cloned().collect();
+    snap.entries.extend(fresh.entries);
+    identify_dirty(&mut snap, Some(&new), keep);
+    Ok(snap)
+}
+
+/// Give the dirty or untracked entries (only those in `only`, when given) their content identity.
+fn identify_dirty(snap: &mut Snapshot, only: Option<&BTreeSet<Vec<u8>>>, keep: bool) {
+    let root = snap.root.clone();
+    let dirty = |e: &Entry| e.kind == b'?' || e.xy[1] != b'.' || e.kind == b'u';
+    // What entries not identified again already hold of the budgets.
     let (mut hashed, mut kept) = (0usize, 0usize);
+    if only.is_some() {
+        for (k, e) in &snap.entries {
+            if only.is_some_and(|o| o.contains(k)) || !dirty(e) {
+                continue;
+            }
+            hashed += 1;
+            if let Some(Kept::Bytes(c)) = &e.content {
+                kept += c.len();
+            }
+        }
+    }
     let mut over = 0usize;
     // Tracked files first, then untracked ones: the bytes kept for a diff go first to the files the
     // project tracks (a few edited sources), not to build outputs that happen to sort before them.
-    let dirty = |e: &Entry| e.kind == b'?' || e.xy[1] != b'.' || e.kind == b'u';
     let order: Vec<Vec<u8>> = {
-        let (tracked, untracked): (Vec<_>, Vec<_>) =
-            snap.entries.iter().filter(|(_, e)| dirty(e)).partition(|(_, e)| e.kind != b'?');
+        let (tracked, untracked): (Vec<_>, Vec<_>) = snap
+            .entries
+            .iter()
+            .filter(|(k, e)| dirty(e) && only.is_none_or(|o| o.contains(*k)))
+            .partition(|(_, e)| e.kind != b'?');
         tracked.into_iter().chain(untracked).map(|(k, _)| k.clone()).collect()
     };
     for path in order {
@@ -199,18 +281,17 @@ pub(crate) fn snapshot(git: &Git<'_>, root: &Path, keep: bool) -> Result<Snapsho
         if let Some(Kept::Bytes(c)) = &content {
             kept += c.len();
         }
-        if e.kind == b'?' && is_link_out(root, &full) {
+        if e.kind == b'?' && is_link_out(&root, &full) {
             snap.links_out.push(String::from_utf8_lossy(&path).into_owned());
         }
         e.ident = Some(ident);
         e.content = content;
     }
-    if over > 0 {
+    if over > 0 && !snap.partial.iter().any(|p| p.contains("over the budget of")) {
         snap.partial.push(format!(
             "the work tree has {hashed} dirty or untracked files, over the budget of {MAX_HASHED}: {over} were compared by stat only"
         ));
     }
-    Ok(snap)
 }
 
 /// Parse `git status --porcelain=v2 -z --branch` (untrusted bytes: unknown or short records are
@@ -437,6 +518,9 @@ pub(crate) fn compare(
         before: String::new(),
         cost_us: 0,
         watched: None,
+        method: String::new(),
+        method_note: None,
+        git_runs: 0,
     }
 }
 
@@ -621,6 +705,10 @@ pub(crate) struct Ledger {
     /// Bumped at every job start and every main-process exit.
     pub generation: u64,
     pub links: TrackedLinks,
+    /// The change monitor of the work tree last snapshotted, and its last snapshot
+    /// ([`crate::effects_monitor`]).
+    /// ([`crate::effects_monitor`]) and where that snapshot came from (`the after of job 3`).
+    pub monitor: Option<(crate::effects_monitor::Monitor, Arc<Snapshot>, String)>,
 }
 
 impl Ledger {
@@ -648,6 +736,8 @@ pub(crate) struct JobEffects {
     pub overlapped: BTreeSet<shm_proto::msg::JobId>,
     /// The watched paths' "before" ([`crate::effects_watch`]); `None` when nothing is watched.
     pub watched: Option<crate::effects_watch::Watch>,
+    /// git processes the "before" ran.
+    pub before_git_runs: u32,
 }
 
 #[cfg(test)]

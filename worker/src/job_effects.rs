@@ -2,7 +2,8 @@
 //! comparison just before `Exited`.
 
 use crate::cgroup::CgroupOps;
-use crate::effects::{self, Git, JobEffects};
+use crate::effects::{self, Git, JobEffects, Snapshot, GIT_RUNS};
+use crate::effects_monitor::{Changes, Monitor};
 use crate::effects_watch::{self, Watch, WATCH_LIMIT};
 use crate::event_loop::WorkerError;
 use crate::Worker;
@@ -10,8 +11,14 @@ use shm_proto::msg::{EffectsMode, Event, JobId, ProjectEffects, RunSpec};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// A snapshot of the work tree now, how it was read (`watch`, `pathspec`, `full`), and why it was not
+/// read through the change monitor when it was not.
+/// For `watch` and `pathspec`, the note is where the snapshot brought up to date came from.
+type Now = (Result<Arc<Snapshot>, String>, &'static str, Option<String>);
 
 impl<C: CgroupOps> Worker<C> {
     /// True when a job other than `except` may still write: running, or ended with processes left.
@@ -51,24 +58,103 @@ impl<C: CgroupOps> Worker<C> {
         let root = effects::work_tree(cwd);
         let env = self.spec_env(spec);
         let t = Instant::now();
+        let runs = GIT_RUNS.load(Relaxed);
+        let watching = |w: &Self, root: &Path| w.ledger.monitor.as_ref().is_some_and(|(m, _, _)| m.root == root);
         let (before, how) = match &root {
             None => (Err(String::new()), String::new()),
             Some(root) => match self.ledger.cached_before(root, !self.others_running(None)) {
-                Some((s, how)) => (Ok(s), how),
-                None => match self.git_for(&env) {
-                    None => (Err("no git program on the job's PATH".to_owned()), String::new()),
-                    Some(git) => (
-                        effects::snapshot(&git, root, true).map(Arc::new),
-                        "taken at launch (the job waited for it)".to_owned(),
-                    ),
-                },
+                Some((s, how)) if !watching(self, root) => (Ok(s), how),
+                _ => {
+                    let (s, method, note) = self.project_now(root, &env);
+                    let origin = note.clone().filter(|o| !o.is_empty()).unwrap_or_else(|| "the last snapshot".into());
+                    self.set_origin(&s, format!("taken at the launch of job {}", spec.job));
+                    let how = match method {
+                        "watch" => format!("{origin}, which the change monitor saw no change to since (no git run)"),
+                        "pathspec" => format!("{origin}, brought up to date by a status of the paths the change monitor saw change since (the job waited for it)"),
+                        _ => format!(
+                            "taken at launch (the job waited for it){}",
+                            note.map(|n| format!(": {n}")).unwrap_or_default()
+                        ),
+                    };
+                    (s, how)
+                }
             },
         };
         self.ledger.generation += 1;
         let before_us = t.elapsed().as_micros() as u64;
         let roots = self.watched_roots(cwd, root.as_deref());
         let watched = (!roots.is_empty()).then(|| Watch::take(&roots, WATCH_LIMIT as usize));
-        Some(JobEffects { mode: spec.effects, root, before, before_how: how, before_us, env, overlapped, watched })
+        let before_git_runs = GIT_RUNS.load(Relaxed).wrapping_sub(runs);
+        Some(JobEffects {
+            mode: spec.effects,
+            root,
+            before,
+            before_how: how,
+            before_us,
+            env,
+            overlapped,
+            watched,
+            before_git_runs,
+        })
+    }
+
+    /// The work tree at `root` now: through the change monitor when it watches `root` (no git run
+    /// when it saw no change, a status of the changed paths when it saw a few), else a full status,
+    /// with a monitor started first so the next look can use it.
+    fn project_now(&mut self, root: &Path, env: &[(String, String)]) -> Now {
+        let no_git = || "no git program on the job's PATH".to_owned();
+        let mut note = None;
+        let drained = match self.ledger.monitor.as_mut().filter(|(m, _, _)| m.root == root) {
+            Some((m, base, origin)) => Some((m.drain(), Arc::clone(base), origin.clone())),
+            None => None,
+        };
+        match drained {
+            Some((Changes::None, base, origin)) => return (Ok(base), "watch", Some(origin)),
+            Some((Changes::Paths(paths), base, origin)) => {
+                let fresh = match self.git_for(env) {
+                    None => Err(no_git()),
+                    Some(git) => effects::refresh(&git, &base, &paths, true),
+                };
+                match fresh {
+                    Ok(s) => {
+                        let s = Arc::new(s);
+                        if let Some((_, last, named)) = self.ledger.monitor.as_mut() {
+                            *last = Arc::clone(&s);
+                            named.clear();
+                        }
+                        return (Ok(s), "pathspec", Some(origin));
+                    }
+                    Err(why) => note = Some(format!("a status of the {} changed paths failed ({why})", paths.len())),
+                }
+            }
+            Some((Changes::Full(why), _, _)) => note = Some(why),
+            None => {}
+        }
+        // A full status; the monitor is kept when still sound, else another one is started first, so
+        // what changes while git reads is seen at the next look.
+        let kept = match self.ledger.monitor.take() {
+            Some((m, _, _)) if m.root == root && m.broken.is_none() => Some(m),
+            _ => None,
+        };
+        let monitor = match kept {
+            Some(m) => Some(m),
+            None => match Monitor::start(root) {
+                Ok(m) => Some(m),
+                Err(why) => {
+                    note.get_or_insert(format!("the change monitor cannot watch this work tree: {why}"));
+                    None
+                }
+            },
+        };
+        note.get_or_insert_with(|| "the change monitor had not watched this work tree before".into());
+        let snap = match self.git_for(env) {
+            None => Err(no_git()),
+            Some(git) => effects::snapshot(&git, root, true).map(Arc::new),
+        };
+        if let (Some(m), Ok(s)) = (monitor, &snap) {
+            self.ledger.monitor = Some((m, Arc::clone(s), String::new()));
+        }
+        (snap, "full", note)
     }
 
     /// The paths no git status covers: the cwd when it is in no work tree, and the session's writable
@@ -95,6 +181,7 @@ impl<C: CgroupOps> Worker<C> {
         self.ledger.generation += 1;
         let Some(fx) = self.jobs.get_mut(&job).and_then(|j| j.effects.take()) else { return Ok(()) };
         let t = Instant::now();
+        let runs = GIT_RUNS.load(Relaxed);
         let quiet = !self.others_running(Some(job));
         let mut project = ProjectEffects { confidence: "none".into(), ..Default::default() };
         match (&fx.root, &fx.before) {
@@ -111,10 +198,7 @@ impl<C: CgroupOps> Worker<C> {
                 project.reasons.push(format!("the state before the job could not be read: {why}"));
             }
             (Some(root), Ok(before)) => {
-                let after = match self.git_for(&fx.env) {
-                    None => Err("no git program on the job's PATH".to_owned()),
-                    Some(git) => effects::snapshot(&git, root, true).map(Arc::new),
-                };
+                let (after, method, note) = self.project_now(root, &fx.env);
                 match after {
                     Err(why) => {
                         project.root = root.to_string_lossy().into_owned();
@@ -128,6 +212,14 @@ impl<C: CgroupOps> Worker<C> {
                         }
                         self.ledger.links = links;
                         project.before = fx.before_how.clone();
+                        if method != "full" || fx.before_how.contains("change monitor") {
+                            project.scope.push_str(
+                                "; what changed since the last snapshot was told by the change monitor (inotify), which does not see writes through a shared memory mapping or a hard link from outside the tree",
+                            );
+                        }
+                        project.method = method.into();
+                        project.method_note = (method == "full").then_some(note).flatten();
+                        self.set_origin(&Ok(Arc::clone(&after)), format!("the after of job {job}"));
                         if !fx.overlapped.is_empty() {
                             project.confidence = "partial".into();
                             project.reasons.push(overlap_reason(&fx.overlapped));
@@ -138,6 +230,7 @@ impl<C: CgroupOps> Worker<C> {
             }
         }
         project.cost_us = fx.before_us + t.elapsed().as_micros() as u64;
+        project.git_runs = fx.before_git_runs + GIT_RUNS.load(Relaxed).wrapping_sub(runs);
         if let Some(before) = &fx.watched {
             let mut part = effects_watch::compare(before, &Watch::take(&before.roots, WATCH_LIMIT as usize));
             if !fx.overlapped.is_empty() {
@@ -148,6 +241,15 @@ impl<C: CgroupOps> Worker<C> {
         }
         shrink_to(&mut project, self.out.max_frame().saturating_sub(512));
         Ok(self.out.emit(&Event::Effects { job, project })?)
+    }
+
+    /// Name where the monitor's snapshot came from, when it is `s` and was just taken.
+    fn set_origin(&mut self, s: &Result<Arc<Snapshot>, String>, how: String) {
+        if let (Some((_, last, origin)), Ok(s)) = (self.ledger.monitor.as_mut(), s) {
+            if Arc::ptr_eq(last, s) && origin.is_empty() {
+                *origin = how;
+            }
+        }
     }
 
     /// A job's processes outlived it: the last "after" may not stay a valid "before".

@@ -32,6 +32,7 @@
 
 pub mod cgroup;
 pub mod effects;
+pub(crate) mod effects_monitor;
 pub mod effects_watch;
 pub mod emit;
 pub mod event_loop;

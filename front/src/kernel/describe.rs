@@ -66,7 +66,11 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Describ
                 f
             })
             .collect(),
-        effects: EffectsBounds { watched_entries_max: shm_proto::msg::WATCH_LIMIT },
+        effects: EffectsBounds {
+            watched_entries_max: shm_proto::msg::WATCH_LIMIT,
+            monitor_dirs_max: shm_proto::msg::MONITOR_DIRS_MAX as u32,
+            monitor_paths_max: shm_proto::msg::MONITOR_PATHS_MAX as u32,
+        },
         note,
         announcements,
     })

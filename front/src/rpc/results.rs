@@ -185,6 +185,11 @@ pub struct EffectsBounds {
     /// Entries one walk of the watched paths (outside the git work tree) looks at, at most; beyond,
     /// the watched part is `partial` and names the last path compared.
     pub watched_entries_max: u32,
+    /// Directories of one work tree the change monitor watches, at most (lower when the jobs' uid
+    /// has fewer than four times as many inotify watches); beyond, every ledger is a full status.
+    pub monitor_dirs_max: u32,
+    /// Changed paths one status of named paths asks about, at most; beyond, a full status.
+    pub monitor_paths_max: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -232,6 +237,9 @@ pub fn effects(
             diff_note: p.diff_note.clone(),
             before: p.before.clone(),
             cost_us: p.cost_us,
+            method: p.method.clone(),
+            method_note: p.method_note.clone(),
+            git_runs: p.git_runs,
         },
         processes: protocol::results::ProcessLedger {
             scope: "the job's cgroup once its main process ended".into(),
