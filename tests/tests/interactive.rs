@@ -267,6 +267,24 @@ fn lines_scrolled_past_a_full_scrollback_are_counted_exactly() {
 }
 
 #[test]
+fn scroll_up_sequences_are_counted_exactly_also_in_a_flood() {
+    // `CSI n S` scrolls n lines with 4 or 5 bytes: a piece of the output fed to the emulator could
+    // scroll more lines than the scrollback holds, and the count stopped there.
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let cmd = r"printf 'top\n'; printf '\e[5S%.0s' $(seq 300); printf '\e[24S%.0s' $(seq 2000); printf 'end'";
+    let r =
+        c.call("run", json!({"session": s, "cmd": cmd, "tty": {"rows": 24, "cols": 80}, "yield_ms": 10_000})).unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let t = &r["terminal"];
+    assert_eq!(t["text"], "\nend\n", "the cursor stayed on the second row: {t}");
+    let scrolled = t["scrolled"].as_array().unwrap();
+    assert_eq!(scrolled.len(), 200, "{t}");
+    assert_eq!(scrolled.len() as u64 + t["scrolled_more"].as_u64().unwrap(), 300 * 5 + 2000 * 24, "{t}");
+}
+
+#[test]
 fn bad_input_gets_clear_errors_and_the_session_goes_on() {
     let h = Heddle::start();
     let mut c = h.client();
