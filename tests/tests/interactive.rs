@@ -358,3 +358,37 @@ fn a_pipe_job_that_wanted_a_terminal_is_pointed_to_tty_mode() {
     let r = c.call("run", json!({"session": s, "cmd": "exit 3"})).unwrap();
     assert!(r["note"].is_null(), "a plain failure gets no such note: {r}");
 }
+
+#[test]
+fn a_session_without_ptys_refuses_jobs_their_own_and_says_why_while_tty_jobs_work() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = c.call("session.open", json!({"cwd": h.project, "ptys": false})).unwrap()["session"].clone();
+    let sb = c.call("describe", json!({"session": s})).unwrap();
+    let denied = sb["sessions"][0]["sandbox"]["seccomp_denied"].to_string();
+    assert!(denied.contains("[seccomp.ptys]"), "describe names the refusal: {sb}");
+    for cmd in ["python3 -c 'import os; os.openpty()'", "script -qc true /dev/null"] {
+        let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 10_000})).unwrap();
+        assert_ne!(r["exit_code"], 0, "{cmd}: {r}");
+        assert!(r["view"].as_str().unwrap().contains("Operation not permitted"), "{cmd}: EPERM: {r}");
+        let why = r["refusals"].to_string();
+        assert!(why.contains("[seccomp.ptys] deny = true") && why.contains("\\\"tty\\\""), "{cmd}: explained: {r}");
+    }
+    // The worker opens a terminal job's PTY: it works under the same policy, and a PTY the job opens
+    // inside it is still refused.
+    let job = run_tty(&mut c, &s, "read -p 'Name? ' n; echo \"hi $n\"");
+    screen_until(&mut c, &s, &job, "the prompt", |t| t["cursor_line"] == "Name?");
+    let r = write(&mut c, &s, &job, json!({"text": "ada", "keys": ["Enter"]}));
+    assert!(has_line(&r["terminal"], "hi ada"), "{r}");
+    assert_eq!(wait_end(&mut c, &s, &job)["exit_code"], 0);
+    let r = c
+        .call("run", json!({"session": s, "cmd": "tty && python3 -c 'import os; os.openpty()'", "tty": {"rows": 24, "cols": 80}, "yield_ms": 10_000}))
+        .unwrap();
+    assert!(r["terminal"]["text"].as_str().unwrap().starts_with("/dev/pts/"), "{r}");
+    assert_ne!(r["exit_code"], 0, "{r}");
+    // Another session, the profile as it ships: jobs may open their own.
+    let other = h.open_session(&mut c);
+    let r =
+        c.call("run", json!({"session": other, "cmd": "python3 -c 'import os; os.openpty(); print(\"ok\")'"})).unwrap();
+    assert_eq!(r["view"], "ok\n", "{r}");
+}
