@@ -392,3 +392,24 @@ fn a_session_without_ptys_refuses_jobs_their_own_and_says_why_while_tty_jobs_wor
         c.call("run", json!({"session": other, "cmd": "python3 -c 'import os; os.openpty(); print(\"ok\")'"})).unwrap();
     assert_eq!(r["view"], "ok\n", "{r}");
 }
+
+#[test]
+fn a_write_that_waits_for_the_first_output_answers_without_a_probe() {
+    // The liveness probe is a round trip to the worker; at `quiet_ms: 0` (a keystroke's echo) it was
+    // most of the call's time, and the program is still answering then. A settled write still probes.
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let job = run_tty(&mut c, &s, "cat");
+    let r = write(&mut c, &s, &job, json!({"text": "a", "quiet_ms": 0}));
+    assert_eq!(r["settled"], true, "{r}");
+    assert!(has_line(&r["terminal"], "a"), "the echo: {r}");
+    let l = &r["liveness"];
+    assert!(l["running_ms"].is_u64() && l["cpu_ms"].is_null() && l["activity"].is_null(), "no probe: {r}");
+    let r = write(&mut c, &s, &job, json!({"text": "b"}));
+    assert_eq!(r["settled"], true, "{r}");
+    assert_eq!(r["liveness"]["activity"], "waiting for input: \"ab\"", "a settled screen is probed: {r}");
+    write(&mut c, &s, &job, json!({"keys": ["C-d"]}));
+    write(&mut c, &s, &job, json!({"keys": ["C-d"]}));
+    wait_end(&mut c, &s, &job);
+}
