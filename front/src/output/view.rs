@@ -102,7 +102,7 @@ fn totals(out: &RenderedOutput) -> (u64, u64) {
 /// Bytes a view of `out` within `budget` may give to lines: the budget less the longest marker line
 /// the output could need (every number in it at most the output's totals) and, when the output has
 /// error-shaped lines, the errors block's share.
-pub fn line_room(out: &RenderedOutput, budget: usize, session: &str, job: JobId, errors: bool) -> usize {
+fn line_room(out: &RenderedOutput, budget: usize, session: &str, job: JobId, errors: bool) -> usize {
     let budget = budget.clamp(MIN_BUDGET, MAX_BUDGET);
     let (lines, bytes) = totals(out);
     let marker = marker_of(lines, bytes, lines, lines, session, job).len() + 1;
