@@ -45,6 +45,9 @@ pub use seccompiler::sock_filter;
 
 /// `ioctl` request that pushes a byte into a terminal's input queue.
 pub const TIOCSTI: u64 = 0x5412;
+/// `ioctl` request that locks or unlocks a pseudo-terminal's slave side (`unlockpt`), `_IOW('T', 0x31,
+/// int)`.
+pub const TIOCSPTLCK: u32 = 0x4004_5431;
 /// The x32 ABI's syscall-number bit.
 pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 /// `clone(2)`'s flags that create a namespace. `CLONE_NEWTIME` is not among them: in `clone(2)` its bit
@@ -188,7 +191,9 @@ fn setid_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>, SeccompError> {
 /// `openat2` answers `ENOSYS` too (its mode sits in memory; the C library and runtimes fall back to
 /// `openat`, filtered by mode); with [`policies::SeccompPolicy::deny_xattr`], every extended-attribute
 /// write answers `EOPNOTSUPP` (the worker itself labels job cgroups, so this cannot be the session
-/// filter). `None` when nothing is switched on.
+/// filter); with [`policies::SeccompPolicy::deny_ptys`], `ioctl(fd, TIOCSPTLCK, ..)` answers `EPERM`
+/// (the worker unlocks a terminal job's PTY itself, so this cannot be the session filter either).
+/// `None` when nothing is switched on.
 ///
 /// It is a short list of comparisons, so installing it per job costs little (the session filter, ~50
 /// rules, is what makes an install expensive), and the kernel's per-syscall action cache skips it for
@@ -208,15 +213,18 @@ pub fn build_job_filter(policy: &Policy) -> Result<Option<BpfProgram>, SeccompEr
     if sc.deny_xattr {
         answers.extend(XATTR_WRITES.iter().map(|&nr| (nr, libc::EOPNOTSUPP)));
     }
-    if answers.is_empty() {
+    let ioctls: &[(u32, i32)] = if sc.deny_ptys { &[(TIOCSPTLCK, libc::EPERM)] } else { &[] };
+    if answers.is_empty() && ioctls.is_empty() {
         return Ok(None);
     }
-    Ok(Some(errno_list(&answers)))
+    Ok(Some(errno_list(&answers, ioctls)))
 }
 
-/// `if arch == x86_64 { for (nr, errno) in answers { if syscall == nr { return errno } } } allow`. A
-/// foreign architecture is allowed here: the session filter below this one kills it.
-fn errno_list(answers: &[(i64, i32)]) -> BpfProgram {
+/// `if arch == x86_64 { for (nr, errno) in answers { if syscall == nr { return errno } } }`, then `if
+/// syscall == ioctl { for (request, errno) in ioctls { if request == it { return errno } } }`, allow. A
+/// foreign architecture is allowed here: the session filter below this one kills it. The request is
+/// compared on its low 32 bits, as the kernel reads it (`unsigned int cmd`).
+fn errno_list(answers: &[(i64, i32)], ioctls: &[(u32, i32)]) -> BpfProgram {
     const LD_ABS_W: u16 = 0x20;
     const JEQ_K: u16 = 0x05 | 0x10;
     const RET_K: u16 = 0x06;
@@ -233,6 +241,15 @@ fn errno_list(answers: &[(i64, i32)]) -> BpfProgram {
     for &(nr, errno) in answers {
         prog.push(ins(JEQ_K, 0, 1, nr as u32));
         prog.push(ins(RET_K, 0, 0, SECCOMP_RET_ERRNO | errno as u32));
+    }
+    if !ioctls.is_empty() {
+        // Not ioctl: past the request checks, to the final allow.
+        prog.push(ins(JEQ_K, 0, (1 + 2 * ioctls.len()) as u8, libc::SYS_ioctl as u32));
+        prog.push(ins(LD_ABS_W, 0, 0, 24)); // A = low 32 bits of args[1], the request
+        for &(request, errno) in ioctls {
+            prog.push(ins(JEQ_K, 0, 1, request));
+            prog.push(ins(RET_K, 0, 0, SECCOMP_RET_ERRNO | errno as u32));
+        }
     }
     prog.push(ins(RET_K, 0, 0, SECCOMP_RET_ALLOW));
     prog
@@ -383,6 +400,29 @@ mod tests {
         let mut off = p.clone();
         off.seccomp.deny_setid = false;
         assert!(build_filter(&off).unwrap().len() < build_filter(&p).unwrap().len());
+    }
+
+    #[test]
+    fn the_ptys_switch_refuses_unlocking_in_jobs_only() {
+        let mut p = Policy::builtin("workspace").unwrap();
+        assert!(!p.seccomp.deny_ptys);
+        let session = build_filter(&p).unwrap();
+        let without = build_job_filter(&p).unwrap().unwrap();
+        assert!(!without.iter().any(|i| i.k == TIOCSPTLCK));
+        p.seccomp.deny_ptys = true;
+        assert_eq!(build_filter(&p).unwrap().len(), session.len(), "the worker unlocks terminal jobs' PTYs");
+        let job = build_job_filter(&p).unwrap().unwrap();
+        let at = job.iter().position(|i| i.k == TIOCSPTLCK).expect("the request is compared");
+        assert_eq!(job[at + 1].k, 0x0005_0000 | libc::EPERM as u32);
+        assert_eq!(job[at - 1].k, 24, "args[1]");
+        // Not ioctl jumps to the final allow.
+        let jump = &job[at - 2];
+        assert_eq!(jump.k, libc::SYS_ioctl as u32);
+        assert_eq!(at - 2 + 1 + jump.jf as usize, job.len() - 1);
+        p.seccomp.deny_new_namespaces = false;
+        p.seccomp.deny_setid = false;
+        p.seccomp.deny_xattr = false;
+        assert!(build_job_filter(&p).unwrap().is_some(), "the ptys switch alone makes a job filter");
     }
 
     #[test]

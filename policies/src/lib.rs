@@ -90,6 +90,19 @@ impl Policy {
         }
         self
     }
+
+    /// This policy with jobs' own pseudo-terminals allowed or refused for one session (the
+    /// `session.open {ptys}` overlay of `[seccomp.ptys]`).
+    pub fn with_ptys(mut self, allow: bool) -> Policy {
+        if self.seccomp.deny_ptys == allow {
+            self.seccomp.deny_ptys = !allow;
+            self.seccomp.ptys_reason = format!(
+                "pseudo-terminals switched {} for this session at session.open",
+                if allow { "on" } else { "off" }
+            );
+        }
+        self
+    }
 }
 
 #[cfg(test)]

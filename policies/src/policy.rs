@@ -175,6 +175,12 @@ pub struct SeccompPolicy {
     /// from `user.*`.
     pub deny_xattr: bool,
     pub xattr_reason: String,
+    /// Refuse jobs pseudo-terminals of their own (`script`, `expect`, `os.openpty()`): in jobs,
+    /// `ioctl(fd, TIOCSPTLCK, ..)` (`unlockpt`) answers `EPERM`, and a pty that stays locked cannot be
+    /// opened from its slave side by any path. The worker opens a terminal job's PTY (`run {tty}`)
+    /// before the job's filter is stacked, so terminal jobs still work. Off unless the profile says so.
+    pub deny_ptys: bool,
+    pub ptys_reason: String,
 }
 
 /// `[seccomp.setid]`'s reason when a profile leaves the switch out (it is then on).

@@ -96,6 +96,9 @@ pub(crate) struct RawSeccomp {
     /// Absent: denied, with the built-in reason.
     #[serde(default)]
     pub xattr: Option<Spanned<RawSwitch>>,
+    /// Absent: allowed (jobs may open their own pseudo-terminals).
+    #[serde(default)]
+    pub ptys: Option<Spanned<RawSwitch>>,
 }
 
 /// One `[[seccomp.deny]]` group.

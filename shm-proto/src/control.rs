@@ -33,6 +33,10 @@ pub enum ToSupervisor {
         policy: String,
         /// `Some` when the session switched the profile's network setting.
         network: Option<bool>,
+        /// `Some` when the session switched the profile's `[seccomp.ptys]` (`false`: jobs may not open
+        /// pseudo-terminals of their own).
+        #[serde(default)]
+        ptys: Option<bool>,
         /// The session's project directory (its cwd): the `{project}` writable root.
         project: String,
         /// Memory limit for the whole session, bytes (`None`: the supervisor's default).

@@ -203,6 +203,10 @@ pub struct RootInfo {
     pub reason: String,
 }
 
+/// How [`SandboxInfo::seccomp_denied`] names the refusal of jobs' own pseudo-terminals (the policy's
+/// `[seccomp.ptys] deny = true`); the front looks for it to explain a job's failed `openpty`.
+pub const PTYS_DENIED: &str = "ioctl(TIOCSPTLCK): pseudo-terminals in jobs ([seccomp.ptys])";
+
 /// The session's sandbox, as the worker built and enforces it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxInfo {
@@ -222,7 +226,8 @@ pub struct SandboxInfo {
     pub writable: Vec<RootInfo>,
     /// Profile roots not enforced as their own rule, with why (`template: why`).
     pub skipped: Vec<String>,
-    /// Names of the syscalls the seccomp filter denies, plus `ioctl(TIOCSTI)`, `x32`, `socket(!AF_UNIX)`.
+    /// Names of the syscalls the seccomp filter denies, plus `ioctl(TIOCSTI)`, `x32`, `socket(!AF_UNIX)`,
+    /// [`PTYS_DENIED`].
     pub seccomp_denied: Vec<String>,
     /// True once the worker installed the filter on itself (jobs inherit it).
     pub seccomp_installed: bool,

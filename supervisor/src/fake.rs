@@ -175,6 +175,7 @@ pub fn open_msg(req: u64, session: &str, client_uid: u32) -> shm_proto::control:
         client_uid,
         policy: "workspace".into(),
         network: None,
+        ptys: None,
         project: "/".into(),
         memory_max: None,
         pids_max: None,

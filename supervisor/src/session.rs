@@ -105,6 +105,8 @@ pub struct WorkerPolicy {
     pub policy: String,
     /// `Some` when the session switched the profile's network setting.
     pub network: Option<bool>,
+    /// `Some` when the session switched the profile's `[seccomp.ptys]` (`--ptys`).
+    pub ptys: Option<bool>,
     /// The project directory (`{project}`).
     pub project: String,
     /// Extra writable roots the session asked for, checked and canonical (`--writable`).
@@ -120,6 +122,7 @@ impl Default for WorkerPolicy {
         WorkerPolicy {
             policy: "workspace".into(),
             network: None,
+            ptys: None,
             project: "/".into(),
             writable: Vec::new(),
             allow_writable: Vec::new(),

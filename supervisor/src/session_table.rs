@@ -184,6 +184,7 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
                 client_uid,
                 policy,
                 network,
+                ptys,
                 project,
                 memory_max,
                 pids_max,
@@ -203,8 +204,15 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
                 let allow_writable = self.allow_writable.clone();
                 let owned_project =
                     crate::owned_project::decide(std::path::Path::new(&project), &self.allow_owned, client_uid);
-                let policy =
-                    crate::session::WorkerPolicy { policy, network, project, writable, allow_writable, owned_project };
+                let policy = crate::session::WorkerPolicy {
+                    policy,
+                    network,
+                    ptys,
+                    project,
+                    writable,
+                    allow_writable,
+                    owned_project,
+                };
                 self.handle_open(req, session, client_uid, &policy, limits)
             }
             ToSupervisor::KeepJob { req, session, job, cgroup, name, owner_uid } => {

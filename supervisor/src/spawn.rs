@@ -336,7 +336,7 @@ impl RealProcesses {
 }
 
 /// The worker's arguments: `--session ID --cgroup DIR --policy=NAME --project=DIR --tmp=DIR
-/// [--network=BOOL] [--writable=DIR…] [--allow-writable=DIR…]`.
+/// [--network=BOOL] [--ptys=BOOL] [--writable=DIR…] [--allow-writable=DIR…]`.
 fn worker_args(spec: &WorkerSpec<'_>) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec!["--session".into(), spec.session.into(), "--cgroup".into(), spec.cgroup.into()];
     args.push(format!("--policy={}", spec.policy.policy).into());
@@ -348,6 +348,9 @@ fn worker_args(spec: &WorkerSpec<'_>) -> Vec<OsString> {
     args.push(tmp);
     if let Some(n) = spec.policy.network {
         args.push(format!("--network={n}").into());
+    }
+    if let Some(p) = spec.policy.ptys {
+        args.push(format!("--ptys={p}").into());
     }
     if spec.own_home {
         args.push("--own-home".into());

@@ -425,6 +425,7 @@ impl FakeFront {
                     client_uid: uid.parse().unwrap(),
                     policy: "workspace".into(),
                     network: None,
+                    ptys: None,
                     project: "/".into(),
                     memory_max: None,
                     pids_max: None,

@@ -267,6 +267,24 @@ fn lines_scrolled_past_a_full_scrollback_are_counted_exactly() {
 }
 
 #[test]
+fn scroll_up_sequences_are_counted_exactly_also_in_a_flood() {
+    // `CSI n S` scrolls n lines with 4 or 5 bytes: a piece of the output fed to the emulator could
+    // scroll more lines than the scrollback holds, and the count stopped there.
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let cmd = r"printf 'top\n'; printf '\e[5S%.0s' $(seq 300); printf '\e[24S%.0s' $(seq 2000); printf 'end'";
+    let r =
+        c.call("run", json!({"session": s, "cmd": cmd, "tty": {"rows": 24, "cols": 80}, "yield_ms": 10_000})).unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let t = &r["terminal"];
+    assert_eq!(t["text"], "\nend\n", "the cursor stayed on the second row: {t}");
+    let scrolled = t["scrolled"].as_array().unwrap();
+    assert_eq!(scrolled.len(), 200, "{t}");
+    assert_eq!(scrolled.len() as u64 + t["scrolled_more"].as_u64().unwrap(), 300 * 5 + 2000 * 24, "{t}");
+}
+
+#[test]
 fn bad_input_gets_clear_errors_and_the_session_goes_on() {
     let h = Heddle::start();
     let mut c = h.client();
@@ -339,4 +357,59 @@ fn a_pipe_job_that_wanted_a_terminal_is_pointed_to_tty_mode() {
     assert!(note.contains("tty: {rows, cols}"), "an EOF on stdin points to tty mode: {r}");
     let r = c.call("run", json!({"session": s, "cmd": "exit 3"})).unwrap();
     assert!(r["note"].is_null(), "a plain failure gets no such note: {r}");
+}
+
+#[test]
+fn a_session_without_ptys_refuses_jobs_their_own_and_says_why_while_tty_jobs_work() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = c.call("session.open", json!({"cwd": h.project, "ptys": false})).unwrap()["session"].clone();
+    let sb = c.call("describe", json!({"session": s})).unwrap();
+    let denied = sb["sessions"][0]["sandbox"]["seccomp_denied"].to_string();
+    assert!(denied.contains("[seccomp.ptys]"), "describe names the refusal: {sb}");
+    for cmd in ["python3 -c 'import os; os.openpty()'", "script -qc true /dev/null"] {
+        let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 10_000})).unwrap();
+        assert_ne!(r["exit_code"], 0, "{cmd}: {r}");
+        assert!(r["view"].as_str().unwrap().contains("Operation not permitted"), "{cmd}: EPERM: {r}");
+        let why = r["refusals"].to_string();
+        assert!(why.contains("[seccomp.ptys] deny = true") && why.contains("\\\"tty\\\""), "{cmd}: explained: {r}");
+    }
+    // The worker opens a terminal job's PTY: it works under the same policy, and a PTY the job opens
+    // inside it is still refused.
+    let job = run_tty(&mut c, &s, "read -p 'Name? ' n; echo \"hi $n\"");
+    screen_until(&mut c, &s, &job, "the prompt", |t| t["cursor_line"] == "Name?");
+    let r = write(&mut c, &s, &job, json!({"text": "ada", "keys": ["Enter"]}));
+    assert!(has_line(&r["terminal"], "hi ada"), "{r}");
+    assert_eq!(wait_end(&mut c, &s, &job)["exit_code"], 0);
+    let r = c
+        .call("run", json!({"session": s, "cmd": "tty && python3 -c 'import os; os.openpty()'", "tty": {"rows": 24, "cols": 80}, "yield_ms": 10_000}))
+        .unwrap();
+    assert!(r["terminal"]["text"].as_str().unwrap().starts_with("/dev/pts/"), "{r}");
+    assert_ne!(r["exit_code"], 0, "{r}");
+    // Another session, the profile as it ships: jobs may open their own.
+    let other = h.open_session(&mut c);
+    let r =
+        c.call("run", json!({"session": other, "cmd": "python3 -c 'import os; os.openpty(); print(\"ok\")'"})).unwrap();
+    assert_eq!(r["view"], "ok\n", "{r}");
+}
+
+#[test]
+fn a_write_that_waits_for_the_first_output_answers_without_a_probe() {
+    // The liveness probe is a round trip to the worker; at `quiet_ms: 0` (a keystroke's echo) it was
+    // most of the call's time, and the program is still answering then. A settled write still probes.
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let job = run_tty(&mut c, &s, "cat");
+    let r = write(&mut c, &s, &job, json!({"text": "a", "quiet_ms": 0}));
+    assert_eq!(r["settled"], true, "{r}");
+    assert!(has_line(&r["terminal"], "a"), "the echo: {r}");
+    let l = &r["liveness"];
+    assert!(l["running_ms"].is_u64() && l["cpu_ms"].is_null() && l["activity"].is_null(), "no probe: {r}");
+    let r = write(&mut c, &s, &job, json!({"text": "b"}));
+    assert_eq!(r["settled"], true, "{r}");
+    assert_eq!(r["liveness"]["activity"], "waiting for input: \"ab\"", "a settled screen is probed: {r}");
+    write(&mut c, &s, &job, json!({"keys": ["C-d"]}));
+    write(&mut c, &s, &job, json!({"keys": ["C-d"]}));
+    wait_end(&mut c, &s, &job);
 }

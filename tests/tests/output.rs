@@ -297,6 +297,30 @@ fn a_build_log_over_the_budget_shows_its_last_lines() {
 }
 
 #[test]
+fn a_view_at_the_minimum_budget_shows_lines_and_names_the_call_for_the_rest() {
+    // The marker's reserve (1,600 bytes) was larger than the smallest budget (1,000): such a view was
+    // the marker alone. Lines get what the marker and the errors block leave, and nothing overruns.
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let cmd = "seq 1 3000; python3 -c \"d = {}\nd['user_id']\" 2>&1; seq 3001 6000";
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 60_000, "max_output_bytes": 1000})).unwrap();
+    assert_eq!(r["state"], "exited", "{r}");
+    assert!(r["note"].is_null(), "1000 is inside the allowed budgets: {r}");
+    let v = view(&r);
+    assert!(v.len() <= 1000, "{} bytes over the budget: {v}", v.len());
+    assert!(v.starts_with("1\n2\n3\n") && v.ends_with("5998\n5999\n6000\n"), "lines at both ends: {v}");
+    assert!(v.contains("[errors in omitted part: "), "the errors block fits too: {v}");
+    let omitted = &r["omitted"];
+    let (first, last) = (omitted["lines"][0].as_u64().unwrap(), omitted["lines"][1].as_u64().unwrap());
+    let call = format!("output {{\"session\": {s}, \"job\": {}, \"lines\": [{first}, {last}]}}", r["job"]);
+    assert!(v.contains(&call), "the marker names {call}: {v}");
+    let rest = output(&mut c, &s, &r["job"], json!({"lines": [first, first + 2]}));
+    let want = format!("{first}: {first}\n{0}: {0}\n{1}: {1}\n", first + 1, first + 2);
+    assert_eq!(rest["text"], want, "the call shows the omitted lines: {rest}");
+}
+
+#[test]
 fn an_exception_in_the_middle_of_a_long_log_is_listed_under_the_marker() {
     let h = Heddle::start();
     let mut c = h.client();

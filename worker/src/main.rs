@@ -26,6 +26,9 @@ struct Args {
     /// Switch the profile's network setting for this session.
     #[arg(long)]
     network: Option<bool>,
+    /// Switch the profile's `[seccomp.ptys]`: `false` refuses jobs pseudo-terminals of their own.
+    #[arg(long)]
+    ptys: Option<bool>,
     /// The session's project directory (`{project}`).
     #[arg(long, value_name = "DIR", default_value = "/")]
     project: PathBuf,
@@ -58,6 +61,7 @@ fn main() -> anyhow::Result<()> {
     let sb_args = SandboxArgs {
         policy: args.policy,
         network: args.network,
+        ptys: args.ptys,
         project: args.project,
         tmp: args.tmp,
         home: home.unwrap_or_else(|| "/".into()),

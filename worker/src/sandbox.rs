@@ -14,7 +14,7 @@
 //!
 //! ```no_run
 //! use worker::sandbox::{SandboxArgs, SessionSandbox};
-//! let args = SandboxArgs { policy: "workspace".into(), network: None, project: "/tmp/p".into(),
+//! let args = SandboxArgs { policy: "workspace".into(), network: None, ptys: None, project: "/tmp/p".into(),
 //!     tmp: "/tmp/t".into(), home: "/nonexistent".into(), writable: vec![], allow_writable: vec![], own_home: false };
 //! let mut sb = SessionSandbox::build(&args);
 //! let warnings = sb.enter(std::path::Path::new("/sys/fs/cgroup/unified/heddle/session-a"));
@@ -32,6 +32,8 @@ use std::path::{Path, PathBuf};
 pub struct SandboxArgs {
     pub policy: String,
     pub network: Option<bool>,
+    /// `Some`: the session switched the profile's `[seccomp.ptys]` (`false` refuses jobs their own).
+    pub ptys: Option<bool>,
     pub project: PathBuf,
     pub tmp: PathBuf,
     pub home: PathBuf,
@@ -167,6 +169,9 @@ fn build(args: &SandboxArgs) -> Result<Sandbox, String> {
     if let Some(n) = args.network {
         policy = policy.with_network(n);
     }
+    if let Some(allow) = args.ptys {
+        policy = policy.with_ptys(allow);
+    }
     let mut extra = policies::extra::check_extra(&args.writable, &args.allow_writable).map_err(|e| e.to_string())?;
     if args.own_home {
         // A home the supervisor made for this uid (its passwd home is missing or not its own): tools
@@ -220,6 +225,9 @@ fn fill(info: &mut SandboxInfo, sb: &Sandbox) {
     }
     if sc.deny_xattr {
         info.seccomp_denied.push("xattr writes (EOPNOTSUPP in jobs)".into());
+    }
+    if sc.deny_ptys {
+        info.seccomp_denied.push(shm_proto::msg::PTYS_DENIED.into());
     }
     if !sb.policy.policy.network {
         info.seccomp_denied.push("socket(non-AF_UNIX)".into());

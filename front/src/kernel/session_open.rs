@@ -54,6 +54,9 @@ struct Params {
     policy: Option<String>,
     #[serde(default)]
     network: Option<bool>,
+    /// `false`: jobs may not open pseudo-terminals of their own (`[seccomp.ptys]`); `true`: they may.
+    #[serde(default)]
+    ptys: Option<bool>,
     /// Let the session's jobs drive heddle, their own session only (`peer_check`).
     #[serde(default)]
     nested: Option<bool>,
@@ -85,11 +88,13 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Session
     let env = validate_env("session.open", p.env.as_ref())?;
     let cwd = p.cwd.clone().unwrap_or_else(|| "/".to_owned());
     let writable = p.writable.as_deref().unwrap_or(&[]);
-    let sandbox = SandboxRequest::new(p.policy.as_deref(), p.network, &cwd, writable, p.nested)?;
+    let mut sandbox = SandboxRequest::new(p.policy.as_deref(), p.network, &cwd, writable, p.nested)?;
+    sandbox.ptys = p.ptys;
     let gave = p.cwd.is_some()
         || p.env.is_some()
         || p.policy.is_some()
         || p.network.is_some()
+        || p.ptys.is_some()
         || p.writable.is_some()
         || p.nested.is_some();
     match claim(k, client, p.name.as_deref())? {

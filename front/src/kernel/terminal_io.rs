@@ -281,7 +281,11 @@ fn finish(
     let settled = settle(k, s, job, sent.seq, sent.at, until, quiet);
     let waited_ms = sent.at.elapsed().as_millis() as u64;
     let running = s.lock().jobs.get(&job).is_some_and(|j| j.state() == JobState::Running);
-    let probe = if running { crate::kernel::job_probe::probe(k, s, job) } else { None };
+    // The probe (a round trip to the worker) tells whether the job now waits reading its terminal. A
+    // caller that asked for the first output (`quiet_ms: 0`, a keystroke's echo) and got it is not made
+    // to wait for it: the program is still answering then, and the probe was most of the call's time.
+    let probe_it = running && !(settled && quiet.is_zero());
+    let probe = if probe_it { crate::kernel::job_probe::probe(k, s, job) } else { None };
     let now = Instant::now();
     let mut st = s.lock();
     let terminal = st.terminals.view(job, true);

@@ -3,8 +3,10 @@
 //! which lines and how many bytes were left out and the `output` call that shows them, followed by a
 //! short list of the error-shaped lines in the omitted part.
 //!
-//! Invariants: the view is at most `budget` bytes plus the marker and the errors block (each bounded);
-//! the omitted line range and byte count are exact (`bytes` counts rendered text and newlines); a view
+//! Invariants: the view is at most `budget` bytes, the marker and the errors block included (lines are
+//! given what is left after the longest marker the output could need and, when it has error-shaped
+//! lines, a share for the errors block, which is cut to what is left); the omitted line range and byte
+//! count are exact (`bytes` counts rendered text and newlines); a view
 //! that omits nothing has no marker.
 //!
 //! ```
@@ -25,8 +27,9 @@ pub const DEFAULT_BUDGET: usize = 40_000;
 pub const MAX_BUDGET: usize = 400_000;
 /// Smallest budget (a marker and a few lines).
 pub const MIN_BUDGET: usize = 1_000;
-/// Bytes set aside for the marker and the errors block.
-const RESERVE: usize = 1_600;
+/// Most bytes set aside for the errors block (a quarter of the budget when that is less), when the
+/// output has error-shaped lines.
+const ERRORS_ROOM: usize = 1_200;
 /// Error lines listed under the marker.
 const ERRORS_SHOWN: usize = 10;
 /// Lines in an announcement's `last_lines`, and the longest line kept there.
@@ -78,14 +81,33 @@ pub fn errors_call(session: &str, job: JobId) -> String {
 
 /// The marker line for an omission (without newline).
 pub fn marker(o: &Omission, session: &str, job: JobId) -> String {
+    marker_of(o.lines(), o.bytes, o.first, o.last, session, job)
+}
+
+fn marker_of(lines: u64, bytes: u64, first: u64, last: u64, session: &str, job: JobId) -> String {
     format!(
-        "[… heddle: {} lines, {} bytes omitted (lines {}–{}); {} shows them …]",
-        o.lines(),
-        o.bytes,
-        o.first,
-        o.last,
-        lines_call(session, job, o.first, o.last)
+        "[… heddle: {lines} lines, {bytes} bytes omitted (lines {first}–{last}); {} shows them …]",
+        lines_call(session, job, first, last)
     )
+}
+
+/// Every line of `out` so far (open ones included) and their rendered bytes.
+fn totals(out: &RenderedOutput) -> (u64, u64) {
+    let runs = out.view_runs();
+    let last = runs.tail().last().copied().or(runs.head.last()).map(|p| (p.run.last(), p.bytes_before + run_bytes(p)));
+    let (lines, bytes) = last.unwrap_or_default();
+    (lines.max(out.line_count()), bytes.max(out.rendered_bytes()))
+}
+
+/// Bytes a view of `out` within `budget` may give to lines: the budget less the longest marker line
+/// the output could need (every number in it at most the output's totals) and, when the output has
+/// error-shaped lines, the errors block's share.
+fn line_room(out: &RenderedOutput, budget: usize, session: &str, job: JobId, errors: bool) -> usize {
+    let budget = budget.clamp(MIN_BUDGET, MAX_BUDGET);
+    let (lines, bytes) = totals(out);
+    let marker = marker_of(lines, bytes, lines, lines, session, job).len() + 1;
+    let errors = if errors { ERRORS_ROOM.min(budget / 4) } else { 0 };
+    budget.saturating_sub(marker + errors)
 }
 
 fn run_bytes(p: &Placed) -> u64 {
@@ -108,7 +130,7 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
         }
         return View { text, omitted: None };
     }
-    let room = budget.saturating_sub(RESERVE);
+    let room = line_room(out, budget, session, job, !out.errors().0.is_empty());
     let (mut used, mut h) = (0, 0);
     while h < head.len() && used + shown(&head[h]) <= room / 2 {
         used += shown(&head[h]);
@@ -137,18 +159,20 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
         tail.last().map_or((out.line_count(), out.rendered_bytes()), |p| (p.run.last(), p.bytes_before + run_bytes(p)));
     let last = first_tail.map_or(all_lines, |p| p.run.first - 1);
     let end_bytes = first_tail.map_or(all_bytes, |p| p.bytes_before);
-    let mut text = String::with_capacity(used + RESERVE);
+    let mut text = String::with_capacity(budget);
     for p in &head[..h] {
         text.push_str(&p.display());
         text.push('\n');
     }
+    let tail_bytes = used - text.len();
     let omitted = (last >= first).then(|| {
         let (errors, _) = out.errors();
         let inside: Vec<&&(u64, String)> = errors.iter().filter(|(l, _)| (first..=last).contains(l)).collect();
         let o = Omission { first, last, bytes: end_bytes - start_bytes, errors: inside.len() as u64 };
         text.push_str(&marker(&o, session, job));
         text.push('\n');
-        errors_block(&mut text, &inside, session, job);
+        let left = budget.saturating_sub(text.len() + tail_bytes);
+        errors_block(&mut text, &inside, session, job, left);
         o
     });
     for p in &tail[tail.len() - t_runs..] {
@@ -164,7 +188,7 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
 /// marker line first, with its exact range, bytes and the `output` call that shows it. Empty when
 /// nothing came.
 pub fn since(out: &RenderedOutput, from: u64, from_bytes: u64, budget: usize, session: &str, job: JobId) -> String {
-    let room = budget.clamp(MIN_BUDGET, MAX_BUDGET).saturating_sub(RESERVE);
+    let room = line_room(out, budget, session, job, false);
     let runs = out.view_runs();
     let tail = runs.tail();
     // Runs reaching line `from`, a run that straddles it cut to its lines from `from` on.
@@ -196,7 +220,7 @@ pub fn since(out: &RenderedOutput, from: u64, from_bytes: u64, budget: usize, se
     let all_end = new.last().map_or(from, |p| p.run.last() + 1);
     let (first_shown, bytes_before_shown) =
         first_kept.unwrap_or((all_end, new.last().map_or(from_bytes, |p| p.bytes_before + run_bytes(p))));
-    let mut text = String::with_capacity(used + RESERVE);
+    let mut text = String::with_capacity(used + 256);
     if first_shown > from {
         let o = Omission {
             first: from,
@@ -214,26 +238,43 @@ pub fn since(out: &RenderedOutput, from: u64, from_bytes: u64, budget: usize, se
     text
 }
 
-fn errors_block(text: &mut String, inside: &[&&(u64, String)], session: &str, job: JobId) {
+/// The errors block, at most `left` bytes: its header, then as many of the listed lines as fit (the
+/// header's call lists them all).
+fn errors_block(text: &mut String, inside: &[&&(u64, String)], session: &str, job: JobId, left: usize) {
     if inside.is_empty() {
         return;
     }
-    text.push_str(&format!(
+    let mut block = String::new();
+    let mut push = |line: String| {
+        if block.len() + line.len() <= left {
+            block.push_str(&line);
+            true
+        } else {
+            false
+        }
+    };
+    let header = format!(
         "[errors in omitted part: {} error-shaped lines; {} lists them all with context]\n",
         inside.len(),
         errors_call(session, job)
-    ));
+    );
+    if !push(header) {
+        return;
+    }
     let pick: Vec<&&&(u64, String)> = if inside.len() <= ERRORS_SHOWN {
         inside.iter().collect()
     } else {
         inside.iter().take(ERRORS_SHOWN / 2).chain(inside.iter().skip(inside.len() - ERRORS_SHOWN / 2)).collect()
     };
     for (i, (line, t)) in pick.iter().map(|e| (&e.0, &e.1)).enumerate() {
-        if inside.len() > ERRORS_SHOWN && i == ERRORS_SHOWN / 2 {
-            text.push_str("  …\n");
+        if inside.len() > ERRORS_SHOWN && i == ERRORS_SHOWN / 2 && !push("  …\n".to_owned()) {
+            break;
         }
-        text.push_str(&format!("  line {line}: {t}\n"));
+        if !push(format!("  line {line}: {t}\n")) {
+            break;
+        }
     }
+    text.push_str(&block);
 }
 
 /// Up to the last five lines of the output (each at most 512 bytes, longer ones cut with `…`).
@@ -307,6 +348,24 @@ mod tests {
     }
 
     #[test]
+    fn the_minimum_budget_shows_lines_and_the_marker_within_it() {
+        let mut all: String = (1..=5000).map(|i| format!("line {i}\n")).collect();
+        all.extend((1..=20).map(|i| format!("error: step {i} failed in a long way, {}\n", "x".repeat(200))));
+        all.extend((1..=5000).map(|i| format!("more {i}\n")));
+        all.push_str("the end\n");
+        let (_d, out) = rendered(&[all.as_bytes()]);
+        let session = "s".repeat(64);
+        let v = render(&out, MIN_BUDGET, &session, u64::MAX);
+        let o = v.omitted.clone().expect("a marker");
+        assert!(v.text.len() <= MIN_BUDGET, "{} bytes: {}", v.text.len(), v.text);
+        assert!(v.text.starts_with("line 1\nline 2\n") && v.text.ends_with("the end\n"), "{}", v.text);
+        assert!(v.text.contains(&lines_call(&session, u64::MAX, o.first, o.last)), "{}", v.text);
+        assert!(v.text.contains("[errors in omitted part: "), "{}", v.text);
+        let v = since(&out, 1, 0, MIN_BUDGET, &session, u64::MAX);
+        assert!(v.len() <= MIN_BUDGET && v.ends_with("the end\n") && v.starts_with("[… heddle: "), "{v}");
+    }
+
+    #[test]
     fn a_crash_in_the_omitted_middle_is_listed() {
         let mut all: String = (1..=50_000).map(|i| format!("line {i}\n")).collect();
         all.push_str("thread 'main' panicked at 'boom'\n");
@@ -350,14 +409,14 @@ mod tests {
             }).collect();
             let (_d, out) = rendered(&[text.as_bytes()]);
             let v = render(&out, budget, "s", 1);
-            prop_assert!(v.text.len() <= budget.max(MIN_BUDGET) + 2 * RESERVE);
+            prop_assert!(v.text.len() <= budget.max(MIN_BUDGET), "{} bytes over {budget}", v.text.len());
             if let Some(o) = v.omitted {
                 prop_assert!(o.first >= 1 && o.last <= out.line_count());
                 // The last line is shown whenever it fits half the room (the head takes at most the other).
                 let runs = out.view_runs();
                 let last = runs.tail().last().copied().or(runs.head.last()).map(|p| p.display()).unwrap();
                 let shown_last = v.text.ends_with(&format!("{last}\n"));
-                let room = budget.clamp(MIN_BUDGET, MAX_BUDGET).saturating_sub(RESERVE);
+                let room = line_room(&out, budget, "s", 1, !out.errors().0.is_empty());
                 prop_assert!(last.len() + 1 > room / 2 || shown_last, "the last line is missing");
             }
         }

@@ -9,6 +9,9 @@
 //!   `Permission denied` / `Operation not permitted` / `Read-only file system` line, the paths named on
 //!   that line are checked against the resolved roots; each one outside every root gets a sentence
 //!   naming the path, the rule (Landlock: writes only beneath these roots) and how to widen it.
+//! - **Refused pseudo-terminals** ([`explain_ptys`]): where the policy refuses jobs their own PTYs, a
+//!   job that ended non-zero with a refused-access line and speaks of a PTY (in its output or command)
+//!   gets a sentence naming `[seccomp.ptys]` and pointing to `run {tty}`.
 //! - **Preflight** ([`preflight`]): before launch, absolute paths that the command plainly writes or
 //!   deletes (redirection targets, operands of `rm`, `rmdir`, `touch`, `mkdir`, `tee`, `truncate`) and
 //!   that lie outside every root are named in a warning. It is a simple lexical scan, not a parser.
@@ -39,6 +42,9 @@ pub struct SandboxRequest {
     /// May the session's jobs drive heddle (their own session only)? `None`: the profile's `[nested]`.
     #[serde(default)]
     pub nested: Option<bool>,
+    /// May the session's jobs open pseudo-terminals of their own? `None`: the profile's `[seccomp.ptys]`.
+    #[serde(default)]
+    pub ptys: Option<bool>,
 }
 
 impl SandboxRequest {
@@ -68,6 +74,7 @@ impl SandboxRequest {
             project: project.to_owned(),
             writable: writable.to_vec(),
             nested,
+            ptys: None,
         })
     }
 
@@ -180,6 +187,47 @@ pub fn explain_network(count: u32, families: &[String], info: Option<&SandboxInf
          run …`, `heddle mcp --network`, or session.open {{\"network\": true}}",
         families.join(", ")
     )
+}
+
+/// Words that tie a failure to a pseudo-terminal, in the output or the command (`os.openpty()`,
+/// `pty.spawn`, `openpty failed`, a traceback through `pty.py`, pexpect).
+const PTY_WORDS: [&str; 9] =
+    ["pty", "ptys", "openpty", "forkpty", "ptmx", "unlockpt", "posix_openpt", "pexpect", "ptyprocess"];
+/// Phrases of the same in error lines (`script: failed to create pseudo-terminal`).
+const PTY_PHRASES: [&str; 3] = ["pseudo-terminal", "pseudo terminal", "pseudoterminal"];
+/// Programs that open a pseudo-terminal of their own, named as a word of the command.
+const PTY_PROGRAMS: [&str; 3] = ["script", "expect", "unbuffer"];
+
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| !w.is_empty())
+}
+
+/// The sentence for a job that failed on a refused pseudo-terminal: the session's policy refuses jobs
+/// their own ([`shm_proto::msg::PTYS_DENIED`] in the worker's report), the job ended non-zero with a
+/// refused-access line, and that output or the command speaks of a pseudo-terminal (the kernel answers
+/// `EPERM` without telling the worker, so the output is the witness). `None` otherwise.
+pub fn explain_ptys(cmd: &str, output: &str, info: &SandboxInfo) -> Option<String> {
+    if !info.seccomp_denied.iter().any(|d| d == shm_proto::msg::PTYS_DENIED) {
+        return None;
+    }
+    let lower = output.to_ascii_lowercase();
+    if !DENIALS.iter().any(|d| lower.contains(d)) {
+        return None;
+    }
+    let cmd = cmd.to_ascii_lowercase();
+    let in_cmd = words(&cmd).any(|w| PTY_WORDS.contains(&w) || PTY_PROGRAMS.contains(&w));
+    let in_output = words(&lower).any(|w| PTY_WORDS.contains(&w)) || PTY_PHRASES.iter().any(|p| lower.contains(p));
+    if !(in_cmd || in_output) {
+        return None;
+    }
+    Some(format!(
+        "pseudo-terminals are refused to this session's jobs by policy '{}' ([seccomp.ptys] deny = true): a \
+         job cannot unlock one it opens (ioctl TIOCSPTLCK answers EPERM), so `script`, `expect`, `unbuffer` \
+         and os.openpty() fail with \"Operation not permitted\". Run the program as a terminal job instead — \
+         run {{\"tty\": {{\"rows\": 24, \"cols\": 80}}}}, whose terminal the worker opens — or open a \
+         session that allows them: session.open {{\"ptys\": true}}",
+        info.policy
+    ))
 }
 
 /// Words of a refused access in tools' errors (matched case-insensitively): libc's strings and the
@@ -318,6 +366,25 @@ mod tests {
             home_made: false,
             refusal: None,
         }
+    }
+
+    #[test]
+    fn a_refused_pty_is_explained_only_where_the_policy_refuses_them() {
+        let eperm = "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\n\
+                     PermissionError: [Errno 1] Operation not permitted\n";
+        let script = "script: failed to create pseudo-terminal: Operation not permitted\n";
+        let py = "python3 -c 'import os; os.openpty()'";
+        assert_eq!(explain_ptys(py, eperm, &info()), None, "the policy allows them");
+        let mut refused = info();
+        refused.seccomp_denied.push(shm_proto::msg::PTYS_DENIED.into());
+        let why = explain_ptys(py, eperm, &refused).expect("the command opens a pty");
+        assert!(why.contains("policy 'workspace' ([seccomp.ptys] deny = true)") && why.contains("\"tty\""), "{why}");
+        assert!(explain_ptys("script -qc make /dev/null", script, &refused).is_some());
+        assert!(explain_ptys("unbuffer make", "make: Operation not permitted\n", &refused).is_some());
+        assert_eq!(explain_ptys("touch /etc/x", "touch: /etc/x: Permission denied\n", &refused), None, "no pty");
+        assert_eq!(explain_ptys(py, "done\n", &refused), None, "no refusal");
+        assert_eq!(explain_ptys("typescript-check", "x: Operation not permitted\n", &refused), None);
+        assert_eq!(explain_ptys("[ -n \"$empty\" ]", "x: Operation not permitted\n", &refused), None);
     }
 
     #[test]

@@ -305,6 +305,7 @@ impl SupervisorLink for ControlLink {
             client_uid,
             policy: sandbox.policy.clone(),
             network: sandbox.network,
+            ptys: sandbox.ptys,
             project: sandbox.project.clone(),
             memory_max: limits.memory_max,
             pids_max: limits.pids_max,
@@ -420,6 +421,7 @@ mod tests {
         crate::sessions::sandbox::SandboxRequest {
             policy: "workspace".into(),
             network: None,
+            ptys: None,
             project: "/".into(),
             writable: Vec::new(),
             nested: None,

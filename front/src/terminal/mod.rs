@@ -57,18 +57,54 @@ pub struct Terminal {
     main_len: usize,
 }
 
-/// Most bytes fed to the emulator at once (fewer than the scrollback holds: see [`Terminal::feed`]).
+/// Most lines one piece fed to the emulator may scroll (fewer than the scrollback holds: see
+/// [`Terminal::feed`]); also the most bytes in a piece.
 const PIECE: usize = SCROLLBACK - 2;
 
-/// Where the next piece of `b` ends: at most [`PIECE`] bytes, before a DEC private mode sequence, or,
-/// when `b` starts with one, after its final byte.
-fn piece_end(b: &[u8]) -> usize {
+/// Where the next piece of `b` ends, on a screen of `rows` rows: before a DEC private mode sequence, or,
+/// when `b` starts with one, after its final byte; and before the piece could scroll more than
+/// [`PIECE`] lines. Each byte scrolls at most one line (a line feed, a wrap), except `CSI n S` (scroll
+/// up), which scrolls at most `n` and at most the screen's rows; a piece that does not start with `ESC`
+/// may finish a sequence the last one began, so it counts `rows` more for it.
+fn piece_end(b: &[u8], rows: u16) -> usize {
     let max = b.len().min(PIECE);
     if b.starts_with(b"\x1b[?") {
         let end = b[3..].iter().position(|c| (0x40..=0x7e).contains(c)).map_or(b.len(), |i| i + 4);
         return end.min(max);
     }
-    memchr::memmem::find(&b[..max], b"\x1b[?").filter(|&i| i > 0).unwrap_or(max)
+    let end = memchr::memmem::find(&b[..max], b"\x1b[?").filter(|&i| i > 0).unwrap_or(max);
+    let rows = usize::from(rows);
+    // Lines the piece `b[..e]` may scroll: `e + extra`, `extra` counting the scrolls before `e`.
+    let mut extra = if b.first() == Some(&0x1b) { 0 } else { rows };
+    if extra >= PIECE {
+        return 1;
+    }
+    let fits = |e: usize, extra: usize| e + extra <= PIECE;
+    for esc in memchr::memchr_iter(0x1b, &b[..end]) {
+        if !fits(esc, extra) {
+            break;
+        }
+        let Some((len, n)) = scroll_up(&b[esc..]) else { continue };
+        if esc > 0 && !fits(esc + len, extra + n.min(rows)) {
+            return esc;
+        }
+        extra += n.min(rows);
+    }
+    // The most bytes that fit with the scrolls counted before them (a sequence cut here ends in the
+    // next piece, which counts it).
+    end.min(PIECE.saturating_sub(extra)).max(1)
+}
+
+/// `b` starts with `CSI n S`: its length and `n` (missing or 0 is 1).
+fn scroll_up(b: &[u8]) -> Option<(usize, usize)> {
+    let body = b.strip_prefix(b"\x1b[")?;
+    let params = body.iter().position(|c| !(0x20..=0x3f).contains(c))?;
+    if body[params] != b'S' {
+        return None;
+    }
+    let digits = body[..params].iter().take_while(|c| c.is_ascii_digit());
+    let n = digits.fold(0usize, |n, d| n.saturating_mul(10).saturating_add(usize::from(d - b'0')));
+    Some((params + 3, n.clamp(1, usize::from(u16::MAX))))
 }
 
 impl Terminal {
@@ -92,16 +128,17 @@ impl Terminal {
     /// Feed output bytes, counting the lines that scroll off the main screen into the scrollback, exactly
     /// also once it is full: before each piece the main screen's view is moved one line up, and vt100
     /// moves it one more for every line pushed into the scrollback (up to the scrollback's length), so
-    /// the view's offset afterwards is the count. A piece is at most [`PIECE`] bytes (each byte scrolls
-    /// at most one line, so the offset cannot reach its cap; only `CSI n S`, scroll up `n` lines, can do
-    /// more, and such a piece counts at most the scrollback's length), and a DEC private mode sequence
+    /// the view's offset afterwards is the count. A piece scrolls at most [`PIECE`] lines (see
+    /// [`piece_end`]: one per byte, `CSI n S` its `n`), so the offset cannot reach its cap, and a DEC
+    /// private mode sequence
     /// (`ESC [ ?`, which switches to and from the alternate screen) is a piece of its own, so no line
     /// scrolls in a piece that switches screens. The alternate screen has no scrollback: nothing counts
     /// there, and coming back to the main screen counts nothing.
     pub fn feed(&mut self, data: &[u8]) {
         let mut rest = data;
         while !rest.is_empty() {
-            let (piece, tail) = rest.split_at(piece_end(rest));
+            let rows = self.parser.screen().size().0;
+            let (piece, tail) = rest.split_at(piece_end(rest, rows));
             self.feed_piece(piece);
             rest = tail;
         }
@@ -327,6 +364,64 @@ mod tests {
         }
         let v = t.view(true);
         assert_eq!(v.scrolled.len() as u64 + v.scrolled_more, 2000 * 3 - 2);
+    }
+
+    #[test]
+    fn scroll_up_sequences_are_counted_exactly_also_in_a_flood() {
+        // `CSI n S` scrolls n lines with 4 bytes: 300 of them in one feed are 1,500 lines, more than
+        // the scrollback's length, which a piece of 998 bytes counted at most.
+        let mut t = Terminal::new(24, 80);
+        t.feed(b"top\r\n");
+        t.feed(&b"\x1b[5S".repeat(300));
+        let v = t.view(true);
+        assert_eq!(v.scrolled.len() as u64 + v.scrolled_more, 1500, "{:?}", v.scrolled_more);
+        // Whole screens at a time, fed in chunks that cut sequences in two, with text between.
+        let mut t = Terminal::new(24, 80);
+        let mut flood = Vec::new();
+        for i in 0..400 {
+            flood.extend_from_slice(format!("\r{i}\x1b[24S\x1b[99S\x1b[S").as_bytes());
+        }
+        for chunk in flood.chunks(7) {
+            t.feed(chunk);
+        }
+        let v = t.view(true);
+        assert_eq!(v.scrolled.len() as u64 + v.scrolled_more, 400 * (24 + 24 + 1), "{}", v.scrolled_more);
+        for chunk in flood.chunks(4093) {
+            t.feed(chunk);
+        }
+        let v = t.view(true);
+        assert_eq!(v.scrolled.len() as u64 + v.scrolled_more, 400 * 49, "{}", v.scrolled_more);
+    }
+
+    proptest! {
+        #[test]
+        fn a_piece_never_scrolls_past_the_count(
+            parts in proptest::collection::vec((0u8..4, 0u16..600), 0..400),
+            rows in 1u16..=MAX_ROWS,
+            chunk in 1usize..5000,
+        ) {
+            let mut data = Vec::new();
+            let mut want = 0u64;
+            for (kind, n) in parts {
+                match kind {
+                    0 => data.extend_from_slice(format!("\x1b[{n}S").as_bytes()),
+                    1 => data.extend_from_slice(b"\x1b[S"),
+                    2 => data.extend_from_slice(b"\rx"),
+                    _ => data.extend_from_slice(b"\x1b[1m"),
+                }
+                want += match kind {
+                    0 => u64::from(n.clamp(1, rows)),
+                    1 => 1,
+                    _ => 0,
+                };
+            }
+            let mut t = Terminal::new(rows, 10);
+            for c in data.chunks(chunk) {
+                t.feed(c);
+            }
+            let v = t.view(true);
+            prop_assert_eq!(v.scrolled.len() as u64 + v.scrolled_more, want);
+        }
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `[seccomp]`: deny groups and the ptrace, TIOCSTI and x32 switches.
+//! `[seccomp]`: deny groups and the ptrace, TIOCSTI, x32, setid, xattr and ptys switches.
 //!
 //! Invariants after this step: every denied syscall is in [`crate::syscalls::TABLE`] and denied
 //! once across all groups; group names are unique names; the ptrace family is only controlled by
@@ -58,6 +58,10 @@ pub(super) fn seccomp(src: &Src<'_>, raw: &Spanned<RawSeccomp>) -> Result<Seccom
     };
     let (deny_setid, setid_reason) = optional(&r.setid, "seccomp.setid", crate::policy::SETID_DEFAULT_REASON)?;
     let (deny_xattr, xattr_reason) = optional(&r.xattr, "seccomp.xattr", crate::policy::XATTR_DEFAULT_REASON)?;
+    let (deny_ptys, ptys_reason) = match &r.ptys {
+        Some(raw) => switch(src, raw, "seccomp.ptys")?,
+        None => (false, String::new()),
+    };
     Ok(SeccompPolicy {
         deny,
         deny_ptrace,
@@ -71,6 +75,8 @@ pub(super) fn seccomp(src: &Src<'_>, raw: &Spanned<RawSeccomp>) -> Result<Seccom
         setid_reason,
         deny_xattr,
         xattr_reason,
+        deny_ptys,
+        ptys_reason,
     })
 }
 
@@ -166,6 +172,20 @@ mod tests {
         let no_reason = "\n[[seccomp.deny]]\ngroup = \"a\"\nsyscalls = [\"bpf\"]\n";
         let (problem, _, key) = fails(no_reason);
         assert_eq!((problem, key.as_str()), (Problem::MissingReason, "seccomp.deny[0]"));
+    }
+
+    #[test]
+    fn ptys_are_allowed_unless_the_profile_denies_them() {
+        let p = crate::Policy::from_toml("t.toml", MINIMAL).unwrap();
+        assert!(!p.seccomp.deny_ptys, "absent: jobs may open pseudo-terminals");
+        let text =
+            MINIMAL.replacen("[seccomp.x32]", "[seccomp.ptys]\ndeny = true\nreason = \"no ptys\"\n\n[seccomp.x32]", 1);
+        let p = crate::Policy::from_toml("t.toml", &text).unwrap();
+        assert!(p.seccomp.deny_ptys);
+        assert_eq!(p.seccomp.ptys_reason, "no ptys");
+        let text = MINIMAL.replacen("[seccomp.x32]", "[seccomp.ptys]\ndeny = true\n\n[seccomp.x32]", 1);
+        let err = crate::Policy::from_toml("t.toml", &text).unwrap_err();
+        assert_eq!(err.location().unwrap().key, "seccomp.ptys");
     }
 
     #[test]
