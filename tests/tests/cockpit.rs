@@ -117,6 +117,12 @@ fn the_page_shows_what_a_call_changed_what_was_refused_and_the_override_audit() 
         p["session"] = s.clone();
         c.call("run", p).unwrap()
     };
+    // An override, before the repository exists: its `chmod -R 777 .` of the project would otherwise
+    // change f1's mode, and the ledger would rightly call the later edit a second change.
+    let over = json!({"rule": "chmod-777-root", "reason": "scratch space for the cockpit test"});
+    let r =
+        run(&mut c, &first, json!({"cmd": "chmod -R 777 . 2>/dev/null; true", "yield_ms": 20_000, "override": over}));
+    assert_eq!(r["state"], "exited", "{r}");
     // A git work tree owned by the jobs' uid, as a user's project would be.
     let uid =
         run(&mut c, &first, json!({"cmd": "id -u", "yield_ms": 20_000}))["view"].as_str().unwrap().trim().to_owned();
@@ -129,14 +135,10 @@ fn the_page_shows_what_a_call_changed_what_was_refused_and_the_override_audit() 
     let r = run(&mut c, &s, json!({"cmd": init, "yield_ms": 20_000, "effects": "none"}));
     assert_eq!(r["exit_code"], 0, "{r}");
 
-    // A write the sandbox refuses, an override, and a call that changes f1 once the page is watching it.
+    // A write the sandbox refuses, and a call that changes f1 once the page is watching it.
     let r = run(&mut c, &s, json!({"cmd": "echo x > /etc/heddle-cockpit-probe", "yield_ms": 20_000}));
     assert!(!r["refusals"].as_array().unwrap().is_empty(), "the refused write is explained in the result: {r}");
     let refused = r["job"].as_u64().unwrap();
-    let over = json!({"rule": "chmod-777-root", "reason": "scratch space for the cockpit test"});
-    let r =
-        run(&mut c, &first, json!({"cmd": "chmod -R 777 . 2>/dev/null; true", "yield_ms": 20_000, "override": over}));
-    assert_eq!(r["state"], "exited", "{r}");
     let changing =
         run(&mut c, &s, json!({"cmd": "sleep 3; printf 'X\\n' > f1", "yield_ms": 0}))["job"].as_u64().unwrap();
 
