@@ -191,6 +191,7 @@ impl ProcessOps for RealProcesses {
             fds: spec.fds.iter().zip(3..).map(|(fd, n)| (*fd, n)).collect(),
             v1_procs: v1.iter().map(AsFd::as_fd).collect(),
             project_mount: mount.as_ref(),
+            private_devpts: true,
         };
         start(&setup, "heddle-worker")
     }
@@ -328,6 +329,7 @@ impl RealProcesses {
             fds,
             v1_procs: Vec::new(),
             project_mount: None,
+            private_devpts: false,
         };
         let mut child = sys::spawn_child(&setup)?;
         child.wait()?;
@@ -486,6 +488,7 @@ pub fn spawn_front(spec: &FrontSpec<'_>) -> Result<Spawned, SpawnError> {
         fds,
         v1_procs: Vec::new(),
         project_mount: None,
+        private_devpts: false,
     };
     start(&setup, "heddle-front")
 }

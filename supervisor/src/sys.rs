@@ -65,6 +65,10 @@ pub struct ChildSetup<'a> {
     /// A detached idmapped tree the child moves onto its target in a mount namespace of its own, while
     /// still root (`crate::owned_project`).
     pub project_mount: Option<&'a crate::owned_project::ProjectMount>,
+    /// Give the child a devpts instance of its own (a worker: its jobs' pseudo-terminals are then
+    /// invisible to every other session's jobs). Best effort: a host that refuses it keeps the shared
+    /// one for this child.
+    pub private_devpts: bool,
 }
 
 /// Set the extended attribute `name` of `path` (tests label directories with it, as the worker does).
@@ -286,6 +290,7 @@ pub fn spawn_child(setup: &ChildSetup<'_>) -> io::Result<Child> {
         fds: copies.iter().map(|(fd, t)| (fd.as_raw_fd(), *t)).collect(),
         v1_procs: setup.v1_procs.iter().map(|fd| fd.as_raw_fd()).collect(),
         mount: setup.project_mount.map(|m| (m.tree.as_raw_fd(), m.target.clone())),
+        private_devpts: setup.private_devpts,
     };
     let mut cmd = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
     cmd.arg0(setup.arg0).args(&setup.args).env_clear().envs(setup.env.iter().map(|(k, v)| (k, v)));
@@ -321,6 +326,36 @@ fn reserve_low_fds() {
     });
 }
 
+/// In the forked child, in its own mount namespace: a new devpts instance on `/dev/pts` (its `ptmx`
+/// usable by every uid, terminals made mode 0620 for their opener) with `/dev/ptmx` bound to it, so the
+/// child and its descendants allocate terminals only there and see no other instance's. Best effort:
+/// when either mount fails, whatever was mounted is taken off again and the host's instance stays.
+/// Async-signal-safe calls only.
+fn private_devpts() {
+    // SAFETY: static NUL-terminated strings and integer flags.
+    let mounted = unsafe {
+        libc::mount(
+            c"devpts".as_ptr(),
+            c"/dev/pts".as_ptr(),
+            c"devpts".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            c"newinstance,ptmxmode=0666,mode=0620".as_ptr().cast(),
+        )
+    } == 0;
+    if !mounted {
+        return;
+    }
+    // SAFETY: as above.
+    let bound = unsafe {
+        libc::mount(c"/dev/pts/ptmx".as_ptr(), c"/dev/ptmx".as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null())
+    } == 0;
+    if !bound {
+        // A new /dev/pts with the host's /dev/ptmx would hand out terminals whose paths do not exist.
+        // SAFETY: static NUL-terminated string, integer flags.
+        unsafe { libc::umount2(c"/dev/pts".as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
 /// The raw numbers [`spawn_child`] hands to the forked child.
 struct ChildPlan {
     uid: u32,
@@ -331,6 +366,7 @@ struct ChildPlan {
     v1_procs: Vec<RawFd>,
     /// The tree fd (held open by the parent's `ChildSetup` across the fork) and its target.
     mount: Option<(RawFd, std::ffi::CString)>,
+    private_devpts: bool,
 }
 
 impl ChildPlan {
@@ -358,20 +394,33 @@ impl ChildPlan {
             let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
             check(if n == 1 { 0 } else { -1 })?;
         }
+        // A mount namespace of the child's own, which receives the host's later mounts but sends none
+        // back: required for a project mount, best effort for a private devpts alone.
+        let own_ns = if self.mount.is_some() || self.private_devpts {
+            // SAFETY: integer flags.
+            let r = check(unsafe { libc::unshare(libc::CLONE_NEWNS) }).and_then(|()| {
+                // SAFETY: static NUL-terminated strings and integer flags.
+                check(unsafe {
+                    libc::mount(
+                        std::ptr::null(),
+                        c"/".as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_SLAVE | libc::MS_REC,
+                        std::ptr::null(),
+                    )
+                })
+            });
+            match r {
+                Err(e) if self.mount.is_some() => return Err(e),
+                r => r.is_ok(),
+            }
+        } else {
+            false
+        };
+        if own_ns && self.private_devpts {
+            private_devpts();
+        }
         if let Some((tree, target)) = &self.mount {
-            // SAFETY: integer flags. A mount namespace of the child's own, which receives the host's
-            // later mounts but sends none back.
-            check(unsafe { libc::unshare(libc::CLONE_NEWNS) })?;
-            // SAFETY: static NUL-terminated strings and integer flags.
-            check(unsafe {
-                libc::mount(
-                    std::ptr::null(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_SLAVE | libc::MS_REC,
-                    std::ptr::null(),
-                )
-            })?;
             // SAFETY: move_mount of the tree fd (open across the fork) onto `target`, a NUL-terminated
             // string made before the fork; the empty path is static.
             let r = unsafe {

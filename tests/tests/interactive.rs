@@ -413,3 +413,34 @@ fn a_write_that_waits_for_the_first_output_answers_without_a_probe() {
     write(&mut c, &s, &job, json!({"keys": ["C-d"]}));
     wait_end(&mut c, &s, &job);
 }
+
+/// Each session's worker has a devpts instance of its own: a job sees, and can open, only its own
+/// session's terminals, never another session's (same uid or not).
+#[test]
+fn a_session_sees_only_its_own_terminals() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let a = h.open_session(&mut c);
+    let b = h.open_session(&mut c);
+    let job = run_tty(&mut c, &a, "tty; sleep 30");
+    let t = screen_until(&mut c, &a, &job, "the terminal's name", |t| {
+        t["text"].as_str().unwrap_or_default().contains("/dev/pts/")
+    });
+    let name = t["text"].as_str().unwrap().lines().find(|l| l.starts_with("/dev/pts/")).unwrap().trim().to_owned();
+    // Session a's own jobs see its terminal.
+    let mine =
+        c.call("run", json!({"session": a, "cmd": format!("ls /dev/pts; test -e {name} && echo present")})).unwrap();
+    assert!(mine["view"].as_str().unwrap().contains("present"), "{mine}");
+    // Session b's see only the instance's ptmx, and a's terminal by its path is not there.
+    let other = c.call("run", json!({"session": b, "cmd": format!("ls /dev/pts; ls {name}")})).unwrap();
+    let view = other["view"].as_str().unwrap();
+    assert_eq!(view.lines().next(), Some("ptmx"), "{other}");
+    assert!(view.contains("No such file or directory"), "{other}");
+    assert_ne!(other["exit_code"], 0, "{other}");
+    // Jobs still open terminals of their own there.
+    let own = c
+        .call("run", json!({"session": b, "cmd": "python3 -c 'import os; m, s = os.openpty(); print(os.ttyname(s))'"}))
+        .unwrap();
+    assert!(own["view"].as_str().unwrap().starts_with("/dev/pts/"), "{own}");
+    c.call("kill", json!({"session": a, "job": job})).unwrap();
+}
