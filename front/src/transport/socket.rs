@@ -596,6 +596,10 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
     }
 }
 
+/// The buffer asked for an agent's stdout pipe after a hand-over (a Unix socket's default send buffer
+/// is about this size).
+const STDOUT_PIPE_SIZE: i32 = 256 * 1024;
+
 /// How long a bridge has to send its stdio after the attach that promised to take it was answered.
 const HAND_OVER_WAIT: Duration = Duration::from_secs(10);
 
@@ -615,6 +619,11 @@ fn hand_over(shared: &Arc<Shared>, c: &mut Conn) -> Result<(), String> {
         if pipe {
             set_nonblocking(fd.as_fd()).map_err(|e| format!("the agent's pipe cannot be made non-blocking: {e}"))?;
         }
+    }
+    if output_is_pipe {
+        // Room for a large answer in one write, as a socket's buffer has (a pipe's 64 KiB would send
+        // the rest through a writer thread). Best effort: the per-user pipe limits may refuse it.
+        let _ = nix::fcntl::fcntl(output.as_fd(), nix::fcntl::FcntlArg::F_SETPIPE_SZ(STDOUT_PIPE_SIZE));
     }
     let outbox = Outbox::owning_fd(c.outbox.conn, output).map_err(|e| e.to_string())?;
     let old = std::mem::replace(&mut c.outbox, outbox);
