@@ -315,6 +315,16 @@ pub fn alive(pid: u64) -> bool {
     }
 }
 
+/// A result's `effects.project.changed` as `(path, change)` pairs; panics when there is no ledger.
+pub fn project_changes(r: &Value) -> Vec<(String, String)> {
+    r["effects"]["project"]["changed"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ledger: {r}"))
+        .iter()
+        .map(|c| (c["path"].as_str().unwrap().to_owned(), c["change"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
 /// Poll `f` every 10 ms until it is true or `timeout` passes; returns its last value.
 pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;

@@ -1,7 +1,7 @@
 //! The effects ledger through the real stack: a job's result names what it changed in the project's git
 //! work tree (the repository is made by a job, so it is owned by the jobs' uid as a user's would be).
 
-use heddle_tests::{Client, Heddle};
+use heddle_tests::{project_changes as changed, Client, Heddle};
 use serde_json::{json, Value};
 
 fn run(c: &mut Client, s: &Value, cmd: &str, effects: Option<&str>) -> Value {
@@ -10,15 +10,6 @@ fn run(c: &mut Client, s: &Value, cmd: &str, effects: Option<&str>) -> Value {
         p["effects"] = json!(m);
     }
     c.call("run", p).unwrap()
-}
-
-fn changed(r: &Value) -> Vec<(String, String)> {
-    r["effects"]["project"]["changed"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no ledger: {r}"))
-        .iter()
-        .map(|c| (c["path"].as_str().unwrap().to_owned(), c["change"].as_str().unwrap().to_owned()))
-        .collect()
 }
 
 fn reason(r: &Value) -> String {

@@ -2,7 +2,7 @@
 //! run, a few changed paths cost a status of those paths, and whatever the monitor cannot vouch for
 //! (the git dir changed, its queue overflowed) falls back to a full status that is still right.
 
-use heddle_tests::{Client, Heddle};
+use heddle_tests::{project_changes as changed, Client, Heddle};
 use serde_json::{json, Value};
 
 fn run(c: &mut Client, s: &Value, cmd: &str, effects: Option<&str>) -> Value {
@@ -13,15 +13,6 @@ fn run(c: &mut Client, s: &Value, cmd: &str, effects: Option<&str>) -> Value {
     let r = c.call("run", p).unwrap();
     assert_eq!(r["exit_code"], 0, "{r}");
     r
-}
-
-fn changed(r: &Value) -> Vec<(String, String)> {
-    r["effects"]["project"]["changed"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no ledger: {r}"))
-        .iter()
-        .map(|c| (c["path"].as_str().unwrap().to_owned(), c["change"].as_str().unwrap().to_owned()))
-        .collect()
 }
 
 fn method(r: &Value) -> &str {
