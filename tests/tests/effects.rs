@@ -284,3 +284,31 @@ fn a_job_outside_any_repo_lists_what_it_changed_in_its_cwd() {
     let listed = w["changed"].to_string();
     assert!(listed.contains("aaa-first") && !listed.contains("zzz-past-the-bound"), "{r}");
 }
+
+/// While inotify sees nothing change under the watched paths, a job walks them neither before nor
+/// after (the part says so and costs nothing); a change by another process between jobs is not the
+/// next job's, and the next write is listed again.
+#[test]
+fn watched_paths_that_nothing_touched_are_not_walked_again() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, dir) = repo_session(&h, &mut c, "quiet", "");
+    assert_eq!(run(&mut c, &s, "echo a > kept", None)["exit_code"], 0);
+    let r = run(&mut c, &s, "true", None);
+    let w = &r["effects"]["watched"];
+    assert_eq!(w["changed"], json!([]), "{r}");
+    assert_eq!(w["cost_us"], 0, "no walk on either side: {r}");
+    assert!(w["scope"].as_str().unwrap().contains("inotify"), "{r}");
+    // Written between jobs by someone else: seen by the next "before", not blamed on the job.
+    std::fs::write(dir.join("from-outside"), "x").unwrap();
+    let r = run(&mut c, &s, "true", None);
+    assert_eq!(r["effects"]["watched"]["changed"], json!([]), "{r}");
+    // The job's own write is listed.
+    let r = run(&mut c, &s, "echo b >> kept; mkdir d; echo n > d/new", None);
+    let listed = r["effects"]["watched"]["changed"].to_string();
+    assert!(listed.contains("/kept") && listed.contains("/d/new"), "{r}");
+    // A write into the directory made by the last job: its watch was placed.
+    let r = run(&mut c, &s, "echo m >> d/new", None);
+    let listed = r["effects"]["watched"]["changed"].to_string();
+    assert!(listed.contains("/d/new") && listed.contains("modified"), "{r}");
+}

@@ -709,6 +709,9 @@ pub(crate) struct Ledger {
     /// ([`crate::effects_monitor`]).
     /// ([`crate::effects_monitor`]) and where that snapshot came from (`the after of job 3`).
     pub monitor: Option<(crate::effects_monitor::Monitor, Arc<Snapshot>, String)>,
+    /// What keeps the watched roots' last walk valid ([`crate::effects_watch::Quiet`]); started at the
+    /// first walk, `Err(())` once the kernel refused one.
+    pub quiet: Option<Result<crate::effects_watch::Quiet, ()>>,
 }
 
 impl Ledger {
@@ -735,7 +738,9 @@ pub(crate) struct JobEffects {
     /// Other jobs of the session that could write while this one ran (running, or keeping survivors).
     pub overlapped: BTreeSet<shm_proto::msg::JobId>,
     /// The watched paths' "before" ([`crate::effects_watch`]); `None` when nothing is watched.
-    pub watched: Option<crate::effects_watch::Watch>,
+    pub watched: Option<Arc<crate::effects_watch::Watch>>,
+    /// The "before" of the watched part took no walk (the last one was still valid).
+    pub watched_reused: bool,
     /// git processes the "before" ran.
     pub before_git_runs: u32,
 }

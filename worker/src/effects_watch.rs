@@ -21,11 +21,13 @@
 //! assert_eq!(part.changed[0].change, "added");
 //! ```
 
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use std::collections::BTreeMap;
 use std::hash::Hasher;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shm_proto::msg::{PathChange, WatchedEffects};
@@ -69,11 +71,7 @@ impl Watch {
     pub fn take(roots: &[PathBuf], limit: usize) -> Watch {
         let started = std::time::Instant::now();
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
-        let mut roots: Vec<PathBuf> = roots.to_vec();
-        roots.sort();
-        roots.dedup();
-        let outer: Vec<PathBuf> =
-            roots.iter().filter(|r| !roots.iter().any(|o| o != *r && r.starts_with(o))).cloned().collect();
+        let outer = outer_roots(roots);
         let mut w = Watch { roots: outer.clone(), limit, ..Default::default() };
         'roots: for root in &outer {
             let mut stack = vec![root.clone()];
@@ -103,6 +101,96 @@ impl Watch {
         w.cost_us = started.elapsed().as_micros() as u64;
         w
     }
+}
+
+/// What a [`Quiet`] watches each listed directory for.
+fn quiet_mask() -> AddWatchFlags {
+    AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_MODIFY
+        | AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_MOVED_FROM
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_ATTRIB
+        | AddWatchFlags::IN_DELETE_SELF
+        | AddWatchFlags::IN_MOVE_SELF
+        | AddWatchFlags::IN_DONT_FOLLOW
+        | AddWatchFlags::IN_ONLYDIR
+}
+
+/// Keeps the last walk of the watched roots valid while nothing changes under them: an inotify
+/// instance watches every directory that walk listed, and while no event arrives (no entry created,
+/// deleted, moved, written or re-moded; no queue overflow) the last walk *is* the state now, so a job
+/// that wrote nothing there costs no walk, before or after. Any event, other roots, a partial walk or
+/// a watch the kernel refuses (the per-uid `max_user_watches`) means a new walk, as without it.
+///
+/// Blind spots, said in the part's scope when a walk was skipped: writes through a shared `mmap` (no
+/// inotify event), and a directory created in the instant between the walk listing its parent and the
+/// watch being placed on it (the parent's own event is in the queue for the next look).
+#[derive(Debug)]
+pub struct Quiet {
+    inotify: Inotify,
+    /// The roots asked for and the walk the watches were placed after.
+    last: Option<(Vec<PathBuf>, Arc<Watch>)>,
+}
+
+impl Quiet {
+    /// `None` when the kernel refuses an instance (the per-uid `max_user_instances`).
+    pub fn new() -> Option<Quiet> {
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok()?;
+        Some(Quiet { inotify, last: None })
+    }
+
+    /// The roots' entries now, and whether that took a walk.
+    pub fn look(&mut self, roots: &[PathBuf], limit: usize) -> (Arc<Watch>, bool) {
+        let roots = &outer_roots(roots);
+        let changed = self.drain();
+        match &self.last {
+            Some((r, w)) if !changed && r.as_slice() == roots && w.limit == limit => return (Arc::clone(w), false),
+            Some((r, _)) if r.as_slice() != roots => {
+                // Other roots: a fresh instance, so the old directories' watches go with the old one.
+                if let Ok(i) = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
+                    self.inotify = i;
+                }
+            }
+            _ => {}
+        }
+        self.last = None;
+        let w = Arc::new(Watch::take(roots, limit));
+        let mut sound = w.stopped_after.is_none() && w.unlisted.is_empty();
+        for (p, (st, _)) in &w.entries {
+            if !sound {
+                break;
+            }
+            if st.kind == b'd' {
+                sound = self.inotify.add_watch(p.as_path(), quiet_mask()).is_ok();
+            }
+        }
+        if sound {
+            self.last = Some((roots.to_vec(), Arc::clone(&w)));
+        }
+        (w, true)
+    }
+
+    /// Whether any event arrived since the last look (read and dropped).
+    fn drain(&self) -> bool {
+        let mut any = false;
+        while let Ok(events) = self.inotify.read_events() {
+            if events.is_empty() {
+                break;
+            }
+            any = true;
+        }
+        any
+    }
+}
+
+/// `roots` sorted, without duplicates and without those inside another (walked once, as the outer).
+fn outer_roots(roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = roots.to_vec();
+    roots.sort();
+    roots.dedup();
+    roots.iter().filter(|r| !roots.iter().any(|o| o != *r && r.starts_with(o))).cloned().collect()
 }
 
 fn stat_of(m: &std::fs::Metadata) -> Stat {

@@ -4,7 +4,7 @@
 use crate::cgroup::CgroupOps;
 use crate::effects::{self, Git, JobEffects, Snapshot, GIT_RUNS};
 use crate::effects_monitor::{Changes, Monitor};
-use crate::effects_watch::{self, Watch, WATCH_LIMIT};
+use crate::effects_watch::{self, Quiet, Watch, WATCH_LIMIT};
 use crate::event_loop::WorkerError;
 use crate::Worker;
 use shm_proto::msg::{EffectsMode, Event, JobId, ProjectEffects, RunSpec};
@@ -83,7 +83,13 @@ impl<C: CgroupOps> Worker<C> {
         self.ledger.generation += 1;
         let before_us = t.elapsed().as_micros() as u64;
         let roots = self.watched_roots(cwd, root.as_deref());
-        let watched = (!roots.is_empty()).then(|| Watch::take(&roots, WATCH_LIMIT as usize));
+        let (watched, watched_reused) = match roots.is_empty() {
+            true => (None, false),
+            false => {
+                let (w, walked) = self.look_watched(&roots);
+                (Some(w), !walked)
+            }
+        };
         let before_git_runs = GIT_RUNS.load(Relaxed).wrapping_sub(runs);
         Some(JobEffects {
             mode: spec.effects,
@@ -94,8 +100,19 @@ impl<C: CgroupOps> Worker<C> {
             env,
             overlapped,
             watched,
+            watched_reused,
             before_git_runs,
         })
+    }
+
+    /// The watched roots' entries now, through the [`Quiet`] that keeps the last walk valid (started
+    /// at the first look); and whether that took a walk.
+    fn look_watched(&mut self, roots: &[PathBuf]) -> (Arc<Watch>, bool) {
+        let quiet = self.ledger.quiet.get_or_insert_with(|| Quiet::new().ok_or(()));
+        match quiet {
+            Ok(q) => q.look(roots, WATCH_LIMIT as usize),
+            Err(()) => (Arc::new(Watch::take(roots, WATCH_LIMIT as usize)), true),
+        }
     }
 
     /// The work tree at `root` now: through the change monitor when it watches `root` (no git run
@@ -232,7 +249,16 @@ impl<C: CgroupOps> Worker<C> {
         project.cost_us = fx.before_us + t.elapsed().as_micros() as u64;
         project.git_runs = fx.before_git_runs + GIT_RUNS.load(Relaxed).wrapping_sub(runs);
         if let Some(before) = &fx.watched {
-            let mut part = effects_watch::compare(before, &Watch::take(&before.roots, WATCH_LIMIT as usize));
+            let (after, walked) = self.look_watched(&before.roots);
+            let mut part = effects_watch::compare(before, &after);
+            // A side that took no walk cost nothing now (the walk it reused was paid for earlier).
+            part.cost_us = if fx.watched_reused { 0 } else { before.cost_us } + if walked { after.cost_us } else { 0 };
+            if fx.watched_reused && !walked {
+                part.scope.push_str(
+                    "; inotify on every directory of the last walk saw no change since, so neither side walked \
+                     again (writes through a shared mmap raise no event)",
+                );
+            }
             if !fx.overlapped.is_empty() {
                 part.confidence = "partial".into();
                 part.reasons.push(overlap_reason(&fx.overlapped));
