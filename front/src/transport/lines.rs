@@ -5,12 +5,14 @@
 //! `max` bytes of the front's memory. Every newline ends exactly one line; a last line without its
 //! newline is still a line once the input ends ([`Lines::finish`]).
 //!
-//! ```ignore
+//! ```text
 //! let mut l = Lines::new(5);
 //! l.feed(b"ab\nthis is too long\ncd");
 //! l.finish();
 //! assert_eq!(l.ready.len(), 3); // "ab", TooLong, "cd"
 //! ```
+//!
+//! (The type is the crate's own, so this runs as the unit test `lines_are_split_capped_and_skipped`.)
 
 use std::collections::VecDeque;
 
