@@ -34,8 +34,9 @@ pub enum Call {
     Reap,
 }
 
+/// What the fakes recorded, and the switches a test set on them.
 #[derive(Debug, Default)]
-struct State {
+struct Recorded {
     calls: Vec<Call>,
     exists: Vec<PathBuf>,
     fail_chown: bool,
@@ -48,7 +49,7 @@ struct State {
 
 /// The shared handle to the fakes' record and switches.
 #[derive(Clone, Debug, Default)]
-pub struct Recorder(Rc<RefCell<State>>);
+pub struct Recorder(Rc<RefCell<Recorded>>);
 
 impl Recorder {
     fn push(&self, c: Call) {

@@ -6,7 +6,7 @@
 //! (which the pump also takes). Instead the `job-files` thread makes the next job's pair while the
 //! session waits for its next call ([`crate::sessions::files_ahead::Maker::ahead`], asked at `session.open` and after the answer to
 //! each call naming the session is written, so the making never competes with a job for a CPU while
-//! its client waits), and `SessionState::add_job` takes the pair when it was made for the id it hands out;
+//! its client waits), and `SessionData::add_job` takes the pair when it was made for the id it hands out;
 //! otherwise (calls back to back, or a front that just took the session over) the job makes its files
 //! itself, as before.
 //!

@@ -184,7 +184,7 @@ pub(crate) fn call_admitting(
     }
     let budget = view_budget(p.max_output_tokens, p.max_output_bytes, &mut notes);
     if let Some(name) = keep_name {
-        let started = |st: &crate::sessions::session::SessionState| {
+        let started = |st: &crate::sessions::session::SessionData| {
             st.jobs.get(&job).is_none_or(|j| j.pid().is_some() || j.state().ended())
         };
         drop(s.wait_until(s.lock(), deadline(SEND_TIMEOUT), k.shutdown_flag(), started));

@@ -89,7 +89,7 @@ pub(crate) fn answer_when(
     done: fn(&Job) -> bool,
     budget: usize,
 ) -> Result<JobResult, RpcError> {
-    let ended = |st: &crate::sessions::session::SessionState| st.jobs.get(&job).is_none_or(done);
+    let ended = |st: &crate::sessions::session::SessionData| st.jobs.get(&job).is_none_or(done);
     let st = s.wait_until(s.lock(), until, k.shutdown_flag(), ended);
     if k.is_shutting_down() && !ended(&st) {
         notes.push("the server is shutting down, so this call returns early; the job was not stopped by it".to_owned());
@@ -120,7 +120,7 @@ pub(crate) fn answer_when(
 
 /// For a job that ended non-zero in a sandboxed session, the sentences saying which rule refused which
 /// path its output names, and whether the policy refused it a pseudo-terminal.
-fn explain_refusals(s: &Session, st: &crate::sessions::session::SessionState, result: &mut JobResult) {
+fn explain_refusals(s: &Session, st: &crate::sessions::session::SessionData, result: &mut JobResult) {
     if let (Some(info), Some(code)) = (&st.sandbox, result.exit_code) {
         if code != 0 {
             let user = st.worker.as_ref().map(|w| crate::sessions::refusal::JobUser::of_worker(w.pid, w.uid));

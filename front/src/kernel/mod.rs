@@ -6,7 +6,7 @@
 //!
 //! May use: `guard`, `sessions`, `jobs`, `output`, `shell`, `storage`, `rpc` (never a transport).
 //!
-//! Locks: `registry` (names → sessions) is taken before a session's state, never after; no method
+//! Locks: `registry` (names → sessions) is taken before a session's data, never after; no method
 //! holds it while it waits on the supervisor or on a job. A session being opened holds its name with an
 //! `Opening` slot, so a concurrent `session.open` of the same name waits for it and then attaches.
 //!
@@ -419,11 +419,11 @@ pub(crate) fn unknown_job(session: &str, job: u64) -> RpcError {
     )
 }
 
-/// `s`'s state, locked, when it may take a new job: not lost and not being closed (each refused with
+/// `s`'s data, locked, when it may take a new job: not lost and not being closed (each refused with
 /// the sentence a client acts on).
 pub(crate) fn lock_for_new_job(
     s: &Session,
-) -> Result<std::sync::MutexGuard<'_, crate::sessions::session::SessionState>, RpcError> {
+) -> Result<std::sync::MutexGuard<'_, crate::sessions::session::SessionData>, RpcError> {
     let st = s.lock();
     if let Some(lost) = &st.lost {
         return Err(session_lost(s.name(), &lost.note));

@@ -98,7 +98,7 @@ pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
 }
 
 /// Apply what the journal says, in order.
-fn apply_replay(st: &mut crate::sessions::session::SessionState, replay: Vec<Replay>) {
+fn apply_replay(st: &mut crate::sessions::session::SessionData, replay: Vec<Replay>) {
     let (now, ns) = (Instant::now(), unix_ns());
     for ev in replay {
         match ev {

@@ -225,7 +225,7 @@ struct Sent {
 }
 
 impl Sent {
-    fn mark(st: &crate::sessions::session::SessionState, job: JobId, seq: u64) -> Sent {
+    fn mark(st: &crate::sessions::session::SessionData, job: JobId, seq: u64) -> Sent {
         let (line, bytes) = st.jobs.get(&job).map_or((1, 0), |j| j.rendered().mark());
         Sent { seq, at: Instant::now(), line, bytes }
     }
@@ -318,7 +318,7 @@ fn finish(
 /// Wait until output stopped for `quiet` after the write (with `quiet` 0: until the first output), the
 /// job ended, or `until`; true when it settled.
 fn settle(k: &Kernel, s: &Session, job: JobId, seq0: u64, sent: Instant, until: Instant, quiet: Duration) -> bool {
-    let look = |st: &crate::sessions::session::SessionState| {
+    let look = |st: &crate::sessions::session::SessionData| {
         let ended = st.jobs.get(&job).is_none_or(|j| j.state().ended());
         let f = st.terminals.by_job.get(&job);
         (ended, f.map_or(seq0, |f| f.seq), f.and_then(|f| f.last_output))

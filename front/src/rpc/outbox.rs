@@ -31,8 +31,9 @@ pub const MAX_QUEUED: usize = 64 * 1024 * 1024;
 /// Most bytes the writer joins into one `write`.
 const BATCH: usize = 256 * 1024;
 
+/// The lines waiting for one connection's writer, and whether it writes or is closed.
 #[derive(Debug, Default)]
-struct State {
+struct Pending {
     queue: VecDeque<Vec<u8>>,
     queued: usize,
     /// A writer thread is running: it took lines out and is writing them, or is about to.
@@ -54,7 +55,7 @@ impl std::fmt::Debug for Drained {
 
 #[derive(Debug)]
 struct Shared {
-    state: Mutex<State>,
+    pending: Mutex<Pending>,
     ready: Condvar,
     /// The connection's socket; `None` for an outbox read by an [`OutboxReader`] (every line queues).
     sock: Option<OwnedFd>,
@@ -80,7 +81,10 @@ impl Outbox {
     /// socket server reads through [`Outbox::socket`]). The socket closes when the last clone is gone.
     pub fn owning(conn: u64, stream: UnixStream) -> Outbox {
         let sock = Some(OwnedFd::from(stream));
-        Outbox { conn, shared: Arc::new(Shared { state: Mutex::default(), ready: Condvar::new(), sock, pipe: false }) }
+        Outbox {
+            conn,
+            shared: Arc::new(Shared { pending: Mutex::default(), ready: Condvar::new(), sock, pipe: false }),
+        }
     }
 
     /// An outbox writing to `fd`, a socket or a pipe (a pipe must be in non-blocking mode, and no one
@@ -97,7 +101,7 @@ impl Outbox {
                 ))
             }
         };
-        let shared = Shared { state: Mutex::default(), ready: Condvar::new(), sock: Some(fd), pipe };
+        let shared = Shared { pending: Mutex::default(), ready: Condvar::new(), sock: Some(fd), pipe };
         Ok(Outbox { conn, shared: Arc::new(shared) })
     }
 
@@ -109,12 +113,12 @@ impl Outbox {
     /// An outbox for connection `conn` with no socket: its lines are taken by the [`OutboxReader`]
     /// (an HTTP door's event stream). Lines wait in the same queue, bounded the same way.
     pub fn queued(conn: u64) -> (Outbox, OutboxReader) {
-        let shared = Arc::new(Shared { state: Mutex::default(), ready: Condvar::new(), sock: None, pipe: false });
+        let shared = Arc::new(Shared { pending: Mutex::default(), ready: Condvar::new(), sock: None, pipe: false });
         (Outbox { conn, shared: shared.clone() }, OutboxReader { shared })
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        self.shared.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Send one line (newline included): now if the socket takes it, else after what waits. False
@@ -216,7 +220,7 @@ impl OutboxReader {
 
     /// [`OutboxReader::next`], waiting at most `wait`: `None` when nothing came meanwhile.
     pub fn next_within(&self, wait: std::time::Duration) -> Option<Option<Vec<u8>>> {
-        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.shared.pending.lock().unwrap_or_else(|e| e.into_inner());
         let until = std::time::Instant::now() + wait;
         while st.queue.is_empty() && !st.closed {
             let left = until.saturating_duration_since(std::time::Instant::now());
@@ -239,7 +243,7 @@ impl OutboxReader {
 
     /// The reader is gone: later sends are refused (and the subscriptions dropped by the pump).
     pub fn close(&self) {
-        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.shared.pending.lock().unwrap_or_else(|e| e.into_inner());
         st.closed = true;
         st.queue.clear();
         st.queued = 0;
@@ -252,7 +256,7 @@ fn write_queued(shared: &Shared) {
     let Some(sock) = shared.sock.as_ref() else { return };
     let mut batch = Vec::new();
     loop {
-        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = shared.pending.lock().unwrap_or_else(|e| e.into_inner());
         if st.queue.is_empty() {
             st.busy = false;
             let done = st.on_drained.take();
@@ -270,7 +274,7 @@ fn write_queued(shared: &Shared) {
         }
         drop(st);
         if write_all(sock.as_fd(), &batch, shared.pipe).is_err() {
-            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = shared.pending.lock().unwrap_or_else(|e| e.into_inner());
             st.closed = true;
             st.queue.clear();
             st.queued = 0;

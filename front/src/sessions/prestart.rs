@@ -20,7 +20,7 @@
 //! ```
 
 use crate::rpc::results::Survivor;
-use crate::sessions::session::{Session, SessionState};
+use crate::sessions::session::{Session, SessionData};
 use shm_proto::control::ProcInfo;
 use shm_proto::msg::{Command, RunSpec, StdinMode};
 use std::sync::OnceLock;
@@ -45,7 +45,7 @@ pub(crate) struct Hint {
 
 /// The hint for the session's next job, if one applies and the worker has not had one for this record
 /// version yet (it moves its spare on to the next job id by itself; see `worker::spare`).
-pub(crate) fn next_hint(s: &Session, st: &SessionState) -> Option<Hint> {
+pub(crate) fn next_hint(s: &Session, st: &SessionData) -> Option<Hint> {
     if !enabled() || s.spec().persistent || st.closing || st.lost.is_some() {
         return None;
     }
@@ -84,7 +84,7 @@ pub(crate) fn send(s: &Session, hint: Hint) {
 /// Two narrow windows are misread, both at a worker's death or a close racing a job's start or end: a
 /// job whose `Started` the front had not seen yet has its processes counted as the spare (still killed,
 /// not listed), and a spare in the cgroup of a job whose `Emptied` was still on its way is listed.
-pub(crate) fn without_spares(st: &SessionState, killed: &[ProcInfo]) -> Vec<Survivor> {
+pub(crate) fn without_spares(st: &SessionData, killed: &[ProcInfo]) -> Vec<Survivor> {
     let held: std::collections::HashSet<&str> =
         st.jobs.values().filter(|j| !j.cgroup_settled()).filter_map(|j| j.cgroup()).collect();
     let spare = |p: &&ProcInfo| {

@@ -5,7 +5,7 @@
 use crate::jobs::job::Job;
 use crate::output::retention::Retention;
 use crate::output::sniff::human_bytes;
-use crate::sessions::session::SessionState;
+use crate::sessions::session::SessionData;
 use shm_proto::msg::JobId;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -32,8 +32,8 @@ impl Ledger {
 
 /// Apply the session limit and the age limit to a session's ended jobs (oldest first). Returns the
 /// bytes the session's jobs keep afterwards.
-pub fn enforce(st: &mut SessionState, r: Retention, now: Instant) -> u64 {
-    let SessionState { jobs, retention: ledger, .. } = st;
+pub fn enforce(st: &mut SessionData, r: Retention, now: Instant) -> u64 {
+    let SessionData { jobs, retention: ledger, .. } = st;
     let age_why = || format!("output of ended jobs is kept {}", human_secs(r.max_age));
     let aged = |job: &Job| job.ended_at().is_some_and(|at| now.duration_since(at) >= r.max_age);
     let mut active_bytes = 0;
@@ -97,14 +97,14 @@ pub fn enforce(st: &mut SessionState, r: Retention, now: Instant) -> u64 {
 }
 
 /// The ended, counted jobs that still keep output, by when they ended (the disk budget's candidates).
-pub fn ended_keeping(st: &SessionState) -> Vec<(Instant, JobId)> {
+pub fn ended_keeping(st: &SessionData) -> Vec<(Instant, JobId)> {
     st.retention.by_end.iter().copied().collect()
 }
 
 /// The disk budget removes ended job `id`'s oldest output, `excess` bytes of it or all it keeps if
 /// that is less (whole records); returns the bytes freed.
-pub fn evict(st: &mut SessionState, id: JobId, excess: u64, why: &str) -> u64 {
-    let SessionState { jobs, retention: ledger, .. } = st;
+pub fn evict(st: &mut SessionData, id: JobId, excess: u64, why: &str) -> u64 {
+    let SessionData { jobs, retention: ledger, .. } = st;
     let Some(job) = jobs.get_mut(&id) else { return 0 };
     if ledger.active.contains(&id) {
         return 0;
@@ -132,13 +132,13 @@ fn trim(job: &mut Job, target: u64, why: &str) -> u64 {
 }
 
 /// Jobs of the session still counted afresh (running, or not yet settled): `(id, kept bytes)`.
-pub fn unsettled(st: &SessionState) -> Vec<(JobId, u64)> {
+pub fn unsettled(st: &SessionData) -> Vec<(JobId, u64)> {
     st.retention.active.iter().filter_map(|id| Some((*id, st.jobs.get(id)?.kept_bytes()))).collect()
 }
 
 /// The disk budget, reached by running jobs alone: job `id` keeps at most `share` bytes, its oldest
 /// output removed (the tail stays) and the job told in a note. Returns the bytes freed.
-pub fn clamp_running(st: &mut SessionState, id: JobId, share: u64, why: &str) -> u64 {
+pub fn clamp_running(st: &mut SessionData, id: JobId, share: u64, why: &str) -> u64 {
     let Some(job) = st.jobs.get_mut(&id) else { return 0 };
     let freed = trim(job, share, why);
     if freed > 0 {
@@ -154,7 +154,7 @@ pub fn clamp_running(st: &mut SessionState, id: JobId, share: u64, why: &str) ->
 /// goes first, oldest first: the job that ended first first, whole, or its oldest records when less
 /// is enough; then running jobs over an equal share of the budget lose their oldest output. Returns
 /// the bytes kept afterwards.
-pub fn enforce_disk<G: std::ops::DerefMut<Target = SessionState>>(
+pub fn enforce_disk<G: std::ops::DerefMut<Target = SessionData>>(
     totals: &[u64],
     mut lock: impl FnMut(usize) -> Option<G>,
     budget: u64,
@@ -218,8 +218,8 @@ mod tests {
     use super::*;
     use shm_proto::msg::Stream;
 
-    fn session_with(outputs: &[usize], dir: &std::path::Path, now: Instant) -> SessionState {
-        let mut st = SessionState::default();
+    fn session_with(outputs: &[usize], dir: &std::path::Path, now: Instant) -> SessionData {
+        let mut st = SessionData::default();
         for (i, n) in outputs.iter().enumerate() {
             let id = st.add_job(format!("job {i}"), dir);
             let job = st.jobs.get_mut(&id).unwrap();
@@ -301,7 +301,7 @@ mod tests {
     }
 
     /// Session `st` gets an ended job of `lines` lines, ended at `at`.
-    fn ended_job(st: &mut SessionState, dir: &std::path::Path, lines: usize, at: Instant) -> JobId {
+    fn ended_job(st: &mut SessionData, dir: &std::path::Path, lines: usize, at: Instant) -> JobId {
         let id = st.add_job(format!("job {lines}"), dir);
         let job = st.jobs.get_mut(&id).unwrap();
         let text: String = (0..lines).map(|l| format!("{id} line {l} {}\n", l * 7919 % 104729)).collect();
@@ -311,7 +311,7 @@ mod tests {
         id
     }
 
-    fn disk(sessions: &[std::sync::Mutex<SessionState>], budget: u64, now: Instant) -> u64 {
+    fn disk(sessions: &[std::sync::Mutex<SessionData>], budget: u64, now: Instant) -> u64 {
         let totals: Vec<u64> =
             sessions.iter().map(|s| enforce(&mut s.lock().unwrap(), Retention::default(), now)).collect();
         enforce_disk(&totals, |i| sessions.get(i).map(|s| s.lock().unwrap()), budget)
@@ -321,7 +321,7 @@ mod tests {
     fn the_disk_budget_removes_the_job_that_ended_first_whatever_its_session() {
         let dir = tempfile::tempdir().unwrap();
         let t0 = Instant::now();
-        let (mut a, mut b) = (SessionState::default(), SessionState::default());
+        let (mut a, mut b) = (SessionData::default(), SessionData::default());
         let (da, db) = (dir.path().join("a"), dir.path().join("b"));
         std::fs::create_dir_all(&da).unwrap();
         std::fs::create_dir_all(&db).unwrap();
@@ -337,7 +337,7 @@ mod tests {
         let all = disk(&sessions, 4 * per_job + 1000, now);
         assert!(all > 4 * per_job - 1000, "{all}");
         let untouched =
-            |s: &std::sync::Mutex<SessionState>| s.lock().unwrap().jobs.values().all(|j| j.retention_line().is_none());
+            |s: &std::sync::Mutex<SessionData>| s.lock().unwrap().jobs.values().all(|j| j.retention_line().is_none());
         assert!(sessions.iter().all(untouched), "under the budget nothing goes");
         let kept = disk(&sessions, 2 * per_job + 100, now);
         assert!(kept <= 2 * per_job + 100, "{kept}");
@@ -354,7 +354,7 @@ mod tests {
     fn running_jobs_over_the_disk_budget_keep_their_newest_output_and_are_told() {
         let dir = tempfile::tempdir().unwrap();
         let now = Instant::now();
-        let mut st = SessionState::default();
+        let mut st = SessionData::default();
         let old = ended_job(&mut st, dir.path(), 2000, now);
         let run = st.add_job("running".into(), dir.path());
         let text: String = (0..200_000).map(|l| format!("running line {l} {}\n", l * 7919 % 104729)).collect();

@@ -1,9 +1,9 @@
 //! A session as the front holds it: its region and doorbells, the command path to its worker, and its
-//! jobs (state behind one mutex, with a condvar that wakes waiters when a job ends, the worker says
-//! hello, or the session is lost).
+//! jobs and facts (its [`SessionData`], behind one mutex, with a condvar that wakes waiters when a job
+//! ends, the worker says hello, or the session is lost).
 //!
-//! Locks: `state` (jobs and session facts) and `cmd` (the command ring's producer) are never held
-//! together, so a sender parked on a full command ring never blocks the pump, which takes only `state`.
+//! Locks: `data` (jobs and session facts) and `cmd` (the command ring's producer) are never held
+//! together, so a sender parked on a full command ring never blocks the pump, which takes only `data`.
 //! The event ring's consumer is not here: it belongs to the pump ([`EventEnd`]).
 //!
 //! Command path: encode once, `try_push`; on `Full`, `park_prepare` and sleep on the `cmd_space`
@@ -90,9 +90,10 @@ pub struct Lost {
     pub worker_died: bool,
 }
 
-/// The part of a session behind its mutex.
+/// The part of a session behind its mutex: its jobs and what it knows of its worker, shell state,
+/// subscribers and journal ("state" in this crate means shell state only).
 #[derive(Debug, Default)]
-pub struct SessionState {
+pub struct SessionData {
     pub shell: Option<ShellInfo>,
     pub worker: Option<WorkerInfo>,
     pub lost: Option<Lost>,
@@ -140,7 +141,7 @@ pub struct SessionState {
     pub terminals: crate::terminal::Terminals,
 }
 
-impl SessionState {
+impl SessionData {
     /// Register a new job; its output goes to `jobs_dir/<id>.log`.
     pub fn add_job(&mut self, cmd: String, jobs_dir: &std::path::Path) -> JobId {
         self.next_job += 1;
@@ -489,7 +490,7 @@ impl std::fmt::Debug for Session {
 pub struct Session {
     spec: SessionSpec,
     cmd: Mutex<CmdRing>,
-    state: Mutex<SessionState>,
+    data: Mutex<SessionData>,
     changed: Condvar,
     lost: AtomicBool,
     /// Held while a new worker is being started for the session (one revival at a time).
@@ -503,7 +504,7 @@ impl Session {
         let (cmd, end) = map_rings(fds)?;
         let session = Session {
             cmd: Mutex::new(cmd),
-            state: Mutex::new(SessionState { name: spec.name.clone(), ring, ..SessionState::default() }),
+            data: Mutex::new(SessionData { name: spec.name.clone(), ring, ..SessionData::default() }),
             changed: Condvar::new(),
             lost: AtomicBool::new(false),
             reviving: Mutex::new(()),
@@ -552,9 +553,9 @@ impl Session {
         uid == self.spec.owner_uid || uid == 0
     }
 
-    /// Lock the state (a panic elsewhere does not make the session unusable).
-    pub fn lock(&self) -> MutexGuard<'_, SessionState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// Lock the session's data (a panic elsewhere does not make the session unusable).
+    pub fn lock(&self) -> MutexGuard<'_, SessionData> {
+        self.data.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Wake everyone waiting on this session (take the lock first so no waiter misses it).
@@ -566,11 +567,11 @@ impl Session {
     /// Wait until `done` holds, `deadline` passes, or `stop` is set; returns the guard.
     pub fn wait_until<'a>(
         &'a self,
-        mut st: MutexGuard<'a, SessionState>,
+        mut st: MutexGuard<'a, SessionData>,
         deadline: Instant,
         stop: &AtomicBool,
-        mut done: impl FnMut(&SessionState) -> bool,
-    ) -> MutexGuard<'a, SessionState> {
+        mut done: impl FnMut(&SessionData) -> bool,
+    ) -> MutexGuard<'a, SessionData> {
         loop {
             let now = Instant::now();
             if done(&st) || stop.load(Ordering::SeqCst) || now >= deadline {
@@ -580,14 +581,14 @@ impl Session {
         }
     }
 
-    /// Mark the session lost (see [`SessionState::mark_lost`]) and wake waiters.
+    /// Mark the session lost (see [`SessionData::mark_lost`]) and wake waiters.
     pub fn mark_lost(&self, note: String, killed: Vec<Survivor>) {
         self.lock().mark_lost(note, killed, Instant::now());
         self.lost.store(true, Ordering::SeqCst);
         self.changed.notify_all();
     }
 
-    /// The session's worker died: mark it lost (see [`SessionState::mark_lost`]) as one a new worker may
+    /// The session's worker died: mark it lost (see [`SessionData::mark_lost`]) as one a new worker may
     /// be started for.
     pub fn mark_worker_died(&self, note: String, killed: Vec<Survivor>, killed_more: u32) {
         let mut st = self.lock();
@@ -785,7 +786,7 @@ mod tests {
 
     #[test]
     fn announcements_are_taken_once() {
-        let mut st = SessionState::default();
+        let mut st = SessionData::default();
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (st.add_job("a".into(), dir.path()), st.add_job("b".into(), dir.path()));
         let now = Instant::now();
@@ -800,10 +801,10 @@ mod tests {
 
     #[test]
     fn announcements_look_past_a_running_job_and_come_back_for_a_conflict() {
-        let mut st = SessionState::default();
+        let mut st = SessionData::default();
         let dir = tempfile::tempdir().unwrap();
         let now = Instant::now();
-        let exit = |st: &mut SessionState, job| {
+        let exit = |st: &mut SessionData, job| {
             st.apply(Event::Exited { job, code: Some(0), signal: None, at_unix_ns: 0, killed: false }, now, 0)
         };
         let ids: Vec<JobId> = (0..4).map(|i| st.add_job(format!("j{i}"), dir.path())).collect();
@@ -831,12 +832,12 @@ mod tests {
     fn lost_marks_only_unfinished_jobs_and_not_while_closing() {
         let dir = tempfile::tempdir().unwrap();
         let now = Instant::now();
-        let mut st = SessionState::default();
+        let mut st = SessionData::default();
         let (a, b) = (st.add_job("a".into(), dir.path()), st.add_job("b".into(), dir.path()));
         st.apply(Event::Exited { job: a, code: Some(1), signal: None, at_unix_ns: 0, killed: false }, now, 0);
         st.mark_lost("worker died".into(), vec![], now);
         assert_eq!((st.jobs[&a].state(), st.jobs[&b].state()), (JobState::Exited, JobState::Lost));
-        let mut closing = SessionState { closing: true, ..Default::default() };
+        let mut closing = SessionData { closing: true, ..Default::default() };
         let c = closing.add_job("c".into(), dir.path());
         closing.mark_lost("worker died".into(), vec![], now);
         assert_eq!((closing.jobs[&c].state(), closing.lost.is_none()), (JobState::Running, true));
@@ -844,7 +845,7 @@ mod tests {
 
     #[test]
     fn events_for_unknown_jobs_are_ignored() {
-        let mut st = SessionState::default();
+        let mut st = SessionData::default();
         let ev = Event::Output { job: 9, stream: Stream::Stdout, data: b"x".to_vec() };
         assert!(!st.apply(ev, Instant::now(), 0));
         assert!(st.jobs.is_empty());
