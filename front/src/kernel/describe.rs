@@ -78,26 +78,26 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Describ
 
 fn facts(s: &Session) -> SessionFacts {
     let st = s.lock();
-    let state = if st.lost.is_some() { "lost" } else { "live" };
-    let lost = st.lost.as_ref().map(|l| l.note.clone());
-    let closing = st.closing.then(|| "the session is being closed".to_owned());
+    let state = if st.lost().is_some() { "lost" } else { "live" };
+    let lost = st.lost().map(|l| l.note.clone());
+    let closing = st.is_closing().then(|| "the session is being closed".to_owned());
     SessionFacts {
         session: s.name().to_owned(),
-        worker: st.worker.clone(),
+        worker: st.worker().cloned(),
         cgroup: s.spec().cgroup.clone(),
-        shell: st.shell.clone(),
+        shell: st.shell().cloned(),
         cwd: s.spec().cwd.clone(),
         jobs_running: st.running_jobs(),
         jobs_total: st.jobs.len(),
         state,
-        warnings: st.warnings.iter().cloned().collect(),
+        warnings: st.warnings().cloned().collect(),
         note: join_notes(lost.into_iter().chain(closing)),
         shell_state: st.record.summary(),
         limits: None,
         jobs_cpu_ms: st.jobs.values().map(|j| j.cpu_ms()).sum(),
-        sandbox: st.sandbox.clone(),
-        spawn_path: st.spawn_path.clone(),
-        guard_overrides: st.guard_overrides,
+        sandbox: st.sandbox().cloned(),
+        spawn_path: st.spawn_path().map(str::to_owned),
+        guard_overrides: st.guard_overrides(),
         persistent: s.spec().persistent,
         env: {
             drop(st);

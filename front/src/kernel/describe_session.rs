@@ -23,7 +23,7 @@ pub const LAST_CHANGES: usize = 8;
 /// The environment facts of `s`.
 pub fn env_facts(s: &Session) -> EnvFacts {
     let st = s.lock();
-    let policy_name = st.sandbox.as_ref().map(|sb| sb.policy.clone());
+    let policy_name = st.sandbox().map(|sb| sb.policy.clone());
     let policy = policy_name.as_deref().and_then(|n| policies::Policy::builtin(n).ok());
     let (allow, set): (Vec<String>, BTreeMap<String, String>) = match &policy {
         Some(p) => (

@@ -48,7 +48,7 @@ pub(crate) fn apply(
             .get("var:HOME")
             .and_then(|d| declared_value(d))
             .or_else(|| s.spec().env.iter().find(|(n, _)| n == "HOME").map(|(_, v)| v.clone()));
-        let (policy, roots) = match &st.sandbox {
+        let (policy, roots) = match st.sandbox() {
             Some(info) => (info.policy.clone(), info.writable.iter().map(|r| PathBuf::from(&r.path)).collect()),
             None => (policies::DEFAULT_PROFILE.to_owned(), vec![PathBuf::from(&s.spec().cwd)]),
         };
@@ -75,7 +75,7 @@ pub(crate) fn apply(
                     "guard {} overridden for this call (reason: {reason}); the override is audited",
                     h.rule
                 ));
-                s.lock().guard_overrides += 1;
+                s.lock().count_guard_override();
             }
             None => warnings.push(format!(
                 "override of guard {rule}: that rule did not refuse this command, so nothing was overridden"

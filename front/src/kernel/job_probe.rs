@@ -21,13 +21,9 @@ pub const PROBE_WAIT: Duration = Duration::from_millis(500);
 
 /// The worker's view of a running job, or `None` (not running, no answer in time, session lost).
 pub(crate) fn probe(k: &Kernel, s: &Session, job: JobId) -> Option<JobLiveness> {
-    let n = {
-        let mut st = s.lock();
-        st.next_probe += 1;
-        st.next_probe
-    };
+    let n = s.lock().new_probe();
     s.send(&Command::Probe { job, probe: n }, PROBE_WAIT).ok()?;
     let until = Instant::now() + PROBE_WAIT;
-    let mut st = s.wait_until(s.lock(), until, k.shutdown_flag(), |st| st.probes.contains_key(&n) || st.lost.is_some());
-    st.probes.remove(&n).flatten()
+    let mut st = s.wait_until(s.lock(), until, k.shutdown_flag(), |st| st.probe_answered(n) || st.lost().is_some());
+    st.take_probe_answer(n).flatten()
 }

@@ -231,7 +231,7 @@ fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
 /// Attach the preflight warnings (writes outside the writable roots) to the new job.
 fn preflight(s: &Session, job: JobId, cmd: &str) {
     let mut st = s.lock();
-    let Some(info) = &st.sandbox else { return };
+    let Some(info) = st.sandbox() else { return };
     let warnings = crate::sessions::sandbox::preflight(cmd, info);
     if let Some(j) = st.jobs.get_mut(&job) {
         j.warnings = warnings;

@@ -121,9 +121,9 @@ pub(crate) fn answer_when(
 /// For a job that ended non-zero in a sandboxed session, the sentences saying which rule refused which
 /// path its output names, and whether the policy refused it a pseudo-terminal.
 fn explain_refusals(s: &Session, st: &crate::sessions::session::SessionData, result: &mut JobResult) {
-    if let (Some(info), Some(code)) = (&st.sandbox, result.exit_code) {
+    if let (Some(info), Some(code)) = (st.sandbox(), result.exit_code) {
         if code != 0 {
-            let user = st.worker.as_ref().map(|w| crate::sessions::refusal::JobUser::of_worker(w.pid, w.uid));
+            let user = st.worker().map(|w| crate::sessions::refusal::JobUser::of_worker(w.pid, w.uid));
             let more = crate::sessions::sandbox::explain_refusals(&result.view, &s.spec().cwd, info, user.as_ref());
             result.refusals.extend(more);
             result.refusals.extend(crate::sessions::sandbox::explain_ptys(&result.cmd, &result.view, info));

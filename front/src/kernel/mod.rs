@@ -234,7 +234,7 @@ impl Kernel {
         let named = before.or_else(|| session.and_then(|n| self.session(client, &n).ok()));
         // A session this call ended is recorded before the answer: a keyed retry on another connection,
         // once the answer is out, reads its jobs' rows back from the database (`receipts`).
-        if let Some(s) = named.as_ref().filter(|s| s.lock().closing) {
+        if let Some(s) = named.as_ref().filter(|s| s.lock().is_closing()) {
             self.record_session(s);
         }
         (r, named)
@@ -314,10 +314,10 @@ impl Kernel {
     pub(crate) fn live_session(&self, client: &Client, name: &str) -> Result<Arc<Session>, RpcError> {
         let s = self.session(client, name)?;
         let st = s.lock();
-        if let Some(lost) = &st.lost {
+        if let Some(lost) = st.lost() {
             return Err(session_lost(name, &lost.note));
         }
-        if st.closing {
+        if st.is_closing() {
             return Err(RpcError::new(
                 ErrorKind::UnknownSession,
                 format!("session '{name}' is being closed; open a new session with session.open"),
@@ -425,10 +425,10 @@ pub(crate) fn lock_for_new_job(
     s: &Session,
 ) -> Result<std::sync::MutexGuard<'_, crate::sessions::session::SessionData>, RpcError> {
     let st = s.lock();
-    if let Some(lost) = &st.lost {
+    if let Some(lost) = st.lost() {
         return Err(session_lost(s.name(), &lost.note));
     }
-    if st.closing {
+    if st.is_closing() {
         let msg = format!("session '{}' is being closed; open a new session with session.open", s.name());
         return Err(RpcError::new(ErrorKind::UnknownSession, msg));
     }

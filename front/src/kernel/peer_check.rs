@@ -228,7 +228,7 @@ pub(crate) fn admit(k: &Kernel, client: &Client, method: &str, params: &Value) -
         ));
     };
     let name = own.name().to_owned();
-    let nested = own.lock().reopen.as_ref().is_some_and(|r| r.sandbox.nested());
+    let nested = own.lock().reopen().is_some_and(|r| r.sandbox.nested());
     if !nested {
         return Err(refused(format!(
             "this connection comes from a job of session '{name}', and jobs may not drive heddle: a job could \
@@ -252,7 +252,7 @@ pub(crate) fn admit(k: &Kernel, client: &Client, method: &str, params: &Value) -
 /// rules have it.
 pub(crate) fn own_session(client: &Client, s: &Session) -> bool {
     let Some(Peer { origin: Origin::Job { session: Some(serial) }, .. }) = client.pid else { return false };
-    serial == s.spec().serial && s.lock().reopen.as_ref().is_some_and(|r| r.sandbox.nested())
+    serial == s.spec().serial && s.lock().reopen().is_some_and(|r| r.sandbox.nested())
 }
 
 fn refused(message: impl Into<String>) -> RpcError {

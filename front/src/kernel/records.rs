@@ -138,11 +138,10 @@ impl Recorder {
             k.db.write(Write::Job { serial, session: name.clone(), job: sum.job, row });
         }
         let end = st
-            .lost
-            .as_ref()
+            .lost()
             .filter(|l| !l.worker_died)
             .map(|l| l.note.clone())
-            .or_else(|| st.closing.then(|| "closed".to_owned()));
+            .or_else(|| st.is_closing().then(|| "closed".to_owned()));
         if let (Some(note), false) = (&end, known.ended) {
             k.db.write(Write::SessionEnded { serial, note: note.clone() });
         }

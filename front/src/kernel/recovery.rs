@@ -34,7 +34,7 @@ pub fn start_journal(k: &Kernel, s: &Session) {
 /// Write `session.json`: the session's settings and this front's database key for it.
 fn write_settings(k: &Kernel, s: &Session) {
     let spec = s.spec();
-    let reopen = s.lock().reopen.clone();
+    let reopen = s.lock().reopen().cloned();
     let meta = Meta {
         owner_uid: spec.owner_uid,
         cwd: spec.cwd.clone(),
@@ -134,8 +134,8 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     let Rebuilt { jobs, replay, foreign, keyed } = rebuild(&dir, &s.jobs_dir(), ring, published);
     {
         let mut st = s.lock();
-        st.worker = Some(WorkerInfo { pid: a.worker_pid, uid: a.worker_uid });
-        st.reopen = meta.reopen;
+        st.set_worker(WorkerInfo { pid: a.worker_pid, uid: a.worker_uid });
+        st.set_reopen(meta.reopen);
         for job in jobs {
             st.restore_job(job);
         }

@@ -38,23 +38,19 @@ pub(crate) fn revive_if_worker_died(k: &Kernel, s: &Arc<Session>) -> Result<(), 
     let _one = s.reviving.lock().unwrap_or_else(|e| e.into_inner());
     let (note, reopen, killed) = {
         let mut st = s.lock();
-        if st.closing {
+        if st.is_closing() {
             return Ok(()); // the close decides; the caller's own check refuses the call
         }
-        let Some(lost) = st.lost.as_ref().filter(|l| l.worker_died) else { return Ok(()) };
+        let Some(lost) = st.lost().filter(|l| l.worker_died) else { return Ok(()) };
         let (note, killed) = (lost.note.clone(), lost.killed.len());
-        let Some(reopen) = st.reopen.clone() else {
+        let Some(reopen) = st.reopen().cloned() else {
             let why = format!("{note}; its settings are not known to this front, so no new worker can be started");
             return Err(session_lost(s.name(), &why));
         };
-        let now = Instant::now();
-        while st.revivals.front().is_some_and(|t| now.duration_since(*t) > REVIVAL_WINDOW) {
-            st.revivals.pop_front();
-        }
-        if st.revivals.len() >= MAX_REVIVALS {
+        let revivals = st.recent_revivals(Instant::now(), REVIVAL_WINDOW);
+        if revivals >= MAX_REVIVALS {
             let why = format!(
-                "{note}, and its worker had already been restarted {} times within {}s, so heddle does not start another",
-                st.revivals.len(),
+                "{note}, and its worker had already been restarted {revivals} times within {}s, so heddle does not start another",
                 REVIVAL_WINDOW.as_secs()
             );
             return Err(session_lost(s.name(), &why));
@@ -80,7 +76,7 @@ pub(crate) fn revive_if_worker_died(k: &Kernel, s: &Arc<Session>) -> Result<(), 
 }
 
 fn worker_pid(s: &Session) -> u32 {
-    s.lock().worker.as_ref().map_or(0, |w| w.pid)
+    s.lock().worker().map_or(0, |w| w.pid)
 }
 
 /// Open the session again at the supervisor, swap the new rings in, and wait for the worker's hello.
@@ -100,11 +96,12 @@ fn start_worker(k: &Kernel, s: &Arc<Session>, reopen: &Reopen) -> Result<(), Str
     };
     k.pump.add(s.clone(), end);
     let hello = crate::kernel::session_open::HELLO_TIMEOUT;
-    let st = s.wait_until(s.lock(), deadline(hello), k.shutdown_flag(), |st| st.shell.is_some() || st.lost.is_some());
-    if st.shell.is_some() && st.lost.is_none() {
+    let st =
+        s.wait_until(s.lock(), deadline(hello), k.shutdown_flag(), |st| st.shell().is_some() || st.lost().is_some());
+    if st.shell().is_some() && st.lost().is_none() {
         return Ok(());
     }
-    let why = match &st.lost {
+    let why = match st.lost() {
         Some(l) => l.note.clone(),
         None => format!("the new worker did not report ready within {hello:?}"),
     };

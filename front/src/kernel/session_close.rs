@@ -42,12 +42,12 @@ pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCl
     let _no_revival = s.reviving.lock().unwrap_or_else(|e| e.into_inner());
     let was_lost = {
         let mut st = s.lock();
-        if st.closing {
+        if st.is_closing() {
             let msg = format!("session '{}' is already being closed by another call", p.session);
             return Err(RpcError::new(ErrorKind::UnknownSession, msg));
         }
-        st.closing = true;
-        st.lost.clone()
+        st.set_closing();
+        st.lost().cloned()
     };
     let answer = k.link.close_session(&p.session);
     k.pump.remove(s.spec().serial);

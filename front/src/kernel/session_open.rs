@@ -204,10 +204,10 @@ fn claim(k: &Kernel, client: &Client, name: Option<&str>) -> Result<Claim, RpcEr
             }
             Some(Slot::Open(s)) => {
                 let st = s.lock();
-                if let Some(lost) = st.lost.as_ref().filter(|l| !l.worker_died) {
+                if let Some(lost) = st.lost().filter(|l| !l.worker_died) {
                     return Err(session_lost(name, &lost.note));
                 }
-                if !st.closing {
+                if !st.is_closing() {
                     drop(st);
                     return Ok(Claim::Existing(s.clone()));
                 }
@@ -284,8 +284,8 @@ fn open_new(
     };
     {
         let mut st = s.lock();
-        st.worker = Some(WorkerInfo { pid: opened.worker_pid, uid: opened.worker_uid });
-        st.reopen = Some(crate::kernel::revive::Reopen { sandbox: sandbox.clone(), limits: limits.clone() });
+        st.set_worker(WorkerInfo { pid: opened.worker_pid, uid: opened.worker_uid });
+        st.set_reopen(Some(crate::kernel::revive::Reopen { sandbox: sandbox.clone(), limits: limits.clone() }));
     }
     crate::kernel::recovery::start_journal(k, &s);
     if let Some(meta) = earlier {
@@ -331,12 +331,13 @@ fn prepare_dir(dir: &Path, keep: bool) -> std::io::Result<()> {
 
 /// Wait for the worker's hello; the shell and worker facts it brought.
 fn wait_ready(k: &Kernel, s: &Session) -> Result<(ShellInfo, WorkerInfo), RpcError> {
-    let st = s
-        .wait_until(s.lock(), deadline(HELLO_TIMEOUT), k.shutdown_flag(), |st| st.shell.is_some() || st.lost.is_some());
-    if let Some(lost) = &st.lost {
+    let st = s.wait_until(s.lock(), deadline(HELLO_TIMEOUT), k.shutdown_flag(), |st| {
+        st.shell().is_some() || st.lost().is_some()
+    });
+    if let Some(lost) = st.lost() {
         return Err(open_failed(s.name(), &lost.note));
     }
-    match (&st.shell, &st.worker) {
+    match (st.shell(), st.worker()) {
         (Some(shell), Some(worker)) => Ok((shell.clone(), worker.clone())),
         _ if k.is_shutting_down() => Err(RpcError::shutting_down()),
         _ => Err(open_failed(s.name(), format!("its worker did not report ready within {HELLO_TIMEOUT:?}"))),

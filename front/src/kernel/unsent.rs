@@ -29,15 +29,15 @@ pub(crate) fn settle(k: &Kernel, s: &Session) -> usize {
         st.jobs.values().filter(|j| j.pid().is_none() && !j.state().ended()).map(|j| j.id()).collect()
     };
     let Some(&last) = waiting.last() else { return 0 };
-    // Not from `next_probe`: the dead front's probes counted from 1 too, and their answers may still be
+    // Not from `new_probe`: the dead front's probes counted from 1 too, and their answers may still be
     // in the ring (one of them matched this probe and settled jobs the worker had started).
     let n = (1 << 63) | crate::jobs::job::unix_ns();
     if s.send(&Command::Probe { job: last, probe: n }, SETTLE_WAIT).is_err() {
         return 0;
     }
     let until = Instant::now() + SETTLE_WAIT;
-    let mut st = s.wait_until(s.lock(), until, k.shutdown_flag(), |st| st.probes.contains_key(&n) || st.lost.is_some());
-    if st.probes.remove(&n).is_none() {
+    let mut st = s.wait_until(s.lock(), until, k.shutdown_flag(), |st| st.probe_answered(n) || st.lost().is_some());
+    if st.take_probe_answer(n).is_none() {
         return 0;
     }
     let now = Instant::now();

@@ -35,7 +35,7 @@ impl Maker {
             Ahead::Ready(f) => f.id == next,
             Ahead::None => false,
         };
-        if asked || st.closing {
+        if asked || st.is_closing() {
             return;
         }
         st.files_ahead = Ahead::Asked(next);
@@ -58,7 +58,7 @@ fn run(rx: Receiver<(Weak<Session>, JobId)>) {
         // Otherwise a job took the id and made (or is making) the same files itself, so they are its own
         // now; or the session closed, and the pair stays (empty) rather than be removed by path here,
         // where a session reopened under the same name may already own it.
-        if wanted && !st.closing {
+        if wanted && !st.is_closing() {
             if dirty {
                 let _ = files.log.set_len(0);
                 let _ = files.lines.set_len(0);

@@ -46,12 +46,12 @@ pub(crate) struct Hint {
 /// The hint for the session's next job, if one applies and the worker has not had one for this record
 /// version yet (it moves its spare on to the next job id by itself; see `worker::spare`).
 pub(crate) fn next_hint(s: &Session, st: &SessionData) -> Option<Hint> {
-    if !enabled() || s.spec().persistent || st.closing || st.lost.is_some() {
+    if !enabled() || s.spec().persistent || st.is_closing() || st.lost().is_some() {
         return None;
     }
     let (version, base) = st.record.snapshot();
-    let key = (st.worker.as_ref().map_or(0, |w| w.pid), version);
-    if st.hinted == Some(key) {
+    let key = (st.worker().map_or(0, |w| w.pid), version);
+    if st.hinted() == Some(key) {
         return None;
     }
     let restore = crate::shell::record::restore(&base);
@@ -74,7 +74,7 @@ pub(crate) fn next_hint(s: &Session, st: &SessionData) -> Option<Hint> {
 /// Send `hint` without waiting (skipped when the command ring is busy or full: the next call tries again).
 pub(crate) fn send(s: &Session, hint: Hint) {
     if s.try_send(&Command::Prestart(hint.spec)) {
-        s.lock().hinted = Some(hint.key);
+        s.lock().set_hinted(hint.key);
     }
 }
 

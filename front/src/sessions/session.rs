@@ -94,24 +94,18 @@ pub struct Lost {
 /// subscribers and journal ("state" in this crate means shell state only).
 #[derive(Debug, Default)]
 pub struct SessionData {
-    pub shell: Option<ShellInfo>,
-    pub worker: Option<WorkerInfo>,
-    pub lost: Option<Lost>,
-    pub closing: bool,
+    worker: Worker,
+    closing: bool,
     pub jobs: BTreeMap<JobId, Job>,
     next_job: JobId,
-    pub warnings: VecDeque<String>,
+    warnings: VecDeque<String>,
     /// Jobs that may hold buffered output (so a flush need not visit every job).
     dirty: Vec<JobId>,
     /// The shell state carried between the session's jobs.
     pub record: crate::shell::record::StateRecord,
     /// Guard deny rules overridden in this session (`run {override}`; each also in the audit log).
-    pub guard_overrides: u64,
-    /// Answers to liveness probes, by probe number (`None`: the job was not running).
-    pub probes: std::collections::HashMap<u64, Option<shm_proto::msg::JobLiveness>>,
-    pub next_probe: u64,
-    /// The session's sandbox as its worker reported it (after `Hello`).
-    pub sandbox: Option<shm_proto::msg::SandboxInfo>,
+    guard_overrides: u64,
+    probes: Probes,
     /// Live-streaming subscriptions (see [`crate::kernel::subscribe`]).
     pub subscribers: Vec<crate::sessions::subscribers::Subscriber>,
     /// The session's name, for notifications (set when the pump first applies an event).
@@ -120,15 +114,8 @@ pub struct SessionData {
     pub journal: crate::sessions::journal::Journal,
     /// The identity of the event ring being read ([`crate::sessions::journal::Entry::Ring`]).
     pub ring: u64,
-    /// How the worker spawns jobs into their cgroups, in words (`None` until its first such job).
-    pub spawn_path: Option<String>,
-    /// What the session was opened with, so a new worker can be started for it (`kernel/revive.rs`);
-    /// `None` when not known (the session cannot be revived).
-    pub reopen: Option<crate::sessions::journal::Reopen>,
-    /// When the session's worker was replaced, oldest first (bounded; see `kernel/revive.rs`).
-    pub revivals: VecDeque<Instant>,
     /// The worker (pid) and record version of the last pre-start hint delivered (see `sessions::prestart`).
-    pub hinted: Option<(u32, u64)>,
+    hinted: Option<(u32, u64)>,
     /// What retention has counted of the session's output (see [`crate::sessions::retain::Ledger`]).
     pub retention: crate::sessions::retain::Ledger,
     /// The next job's output files, made ahead (see [`crate::jobs::files`]).
@@ -141,7 +128,133 @@ pub struct SessionData {
     pub terminals: crate::terminal::Terminals,
 }
 
+/// What a session knows of its worker: its hello, sandbox and spawn path, why the session was lost,
+/// what a new worker is started with, and when the worker was replaced.
+#[derive(Debug, Default)]
+struct Worker {
+    shell: Option<ShellInfo>,
+    info: Option<WorkerInfo>,
+    lost: Option<Lost>,
+    /// The session's sandbox as its worker reported it (after `Hello`).
+    sandbox: Option<shm_proto::msg::SandboxInfo>,
+    /// How the worker spawns jobs into their cgroups, in words (`None` until its first such job).
+    spawn_path: Option<String>,
+    /// What the session was opened with, so a new worker can be started for it (`kernel/revive.rs`);
+    /// `None` when not known (the session cannot be revived).
+    reopen: Option<crate::sessions::journal::Reopen>,
+    /// When the session's worker was replaced, oldest first (bounded; see `kernel/revive.rs`).
+    revivals: VecDeque<Instant>,
+}
+
+/// Liveness probes sent to the worker: the last number handed out, and the answers not yet taken
+/// (`None`: the job was not running).
+#[derive(Debug, Default)]
+struct Probes {
+    last: u64,
+    answers: std::collections::HashMap<u64, Option<shm_proto::msg::JobLiveness>>,
+}
+
 impl SessionData {
+    /// The shell the worker reported in its hello (`None` until then).
+    pub fn shell(&self) -> Option<&ShellInfo> {
+        self.worker.shell.as_ref()
+    }
+
+    /// The worker, once started (its pid and uid).
+    pub fn worker(&self) -> Option<&WorkerInfo> {
+        self.worker.info.as_ref()
+    }
+
+    /// The worker the supervisor started for the session (before its hello).
+    pub fn set_worker(&mut self, worker: WorkerInfo) {
+        self.worker.info = Some(worker);
+    }
+
+    /// Why the session was lost, if it was.
+    pub fn lost(&self) -> Option<&Lost> {
+        self.worker.lost.as_ref()
+    }
+
+    /// True once `session.close` began.
+    pub fn is_closing(&self) -> bool {
+        self.closing
+    }
+
+    /// `session.close` began: the close decides the jobs' fate (see [`SessionData::mark_lost`]).
+    pub fn set_closing(&mut self) {
+        self.closing = true;
+    }
+
+    /// The session's sandbox as its worker reported it (after its hello).
+    pub fn sandbox(&self) -> Option<&shm_proto::msg::SandboxInfo> {
+        self.worker.sandbox.as_ref()
+    }
+
+    /// How the worker spawns jobs into their cgroups, in words (`None` until its first such job).
+    pub fn spawn_path(&self) -> Option<&str> {
+        self.worker.spawn_path.as_deref()
+    }
+
+    /// What the session was opened with, so a new worker can be started for it (`None`: not known).
+    pub fn reopen(&self) -> Option<&crate::sessions::journal::Reopen> {
+        self.worker.reopen.as_ref()
+    }
+
+    pub fn set_reopen(&mut self, reopen: Option<crate::sessions::journal::Reopen>) {
+        self.worker.reopen = reopen;
+    }
+
+    /// How many times the worker was replaced within `window` before `now` (older replacements are
+    /// forgotten).
+    pub fn recent_revivals(&mut self, now: Instant, window: Duration) -> usize {
+        let revivals = &mut self.worker.revivals;
+        while revivals.front().is_some_and(|t| now.duration_since(*t) > window) {
+            revivals.pop_front();
+        }
+        revivals.len()
+    }
+
+    /// A new probe number (see [`crate::kernel::job_probe`]).
+    pub fn new_probe(&mut self) -> u64 {
+        self.probes.last += 1;
+        self.probes.last
+    }
+
+    /// True once the worker answered probe `n`.
+    pub fn probe_answered(&self, n: u64) -> bool {
+        self.probes.answers.contains_key(&n)
+    }
+
+    /// Take the worker's answer to probe `n`: `None` if it has not come, `Some(None)` if the job was
+    /// not running.
+    pub fn take_probe_answer(&mut self, n: u64) -> Option<Option<shm_proto::msg::JobLiveness>> {
+        self.probes.answers.remove(&n)
+    }
+
+    /// Session-level warnings from the worker (the last 16), oldest first.
+    pub fn warnings(&self) -> impl Iterator<Item = &String> {
+        self.warnings.iter()
+    }
+
+    /// A guard deny rule was overridden in this session (`run {override}`).
+    pub fn count_guard_override(&mut self) {
+        self.guard_overrides += 1;
+    }
+
+    /// How many guard deny rules were overridden in this session.
+    pub fn guard_overrides(&self) -> u64 {
+        self.guard_overrides
+    }
+
+    /// The worker (pid) and record version of the last pre-start hint delivered.
+    pub fn hinted(&self) -> Option<(u32, u64)> {
+        self.hinted
+    }
+
+    pub fn set_hinted(&mut self, key: (u32, u64)) {
+        self.hinted = Some(key);
+    }
+
     /// Register a new job; its output goes to `jobs_dir/<id>.log`.
     pub fn add_job(&mut self, cmd: String, jobs_dir: &std::path::Path) -> JobId {
         self.next_job += 1;
@@ -164,7 +277,7 @@ impl SessionData {
     /// Apply one event from the worker; true when waiters should wake.
     pub fn apply(&mut self, ev: Event, now: Instant, ns: u64) -> bool {
         if let Event::Status { probe, liveness, .. } = ev {
-            self.probes.insert(probe, liveness);
+            self.probes.answers.insert(probe, liveness);
             return true;
         }
         let job_id = match &ev {
@@ -271,16 +384,16 @@ impl SessionData {
             (Event::PidsLimited { limit, failures, .. }, Some(j)) => j.note(format!(
                 "{failures} fork(s) of the session failed on its process limit (pids.max {limit}) while the job ran"
             )),
-            (Event::NetworkRefused { count, families, .. }, Some(j)) => {
-                j.on_kernel_refusal(crate::sessions::sandbox::explain_network(count, &families, self.sandbox.as_ref()))
-            }
+            (Event::NetworkRefused { count, families, .. }, Some(j)) => j.on_kernel_refusal(
+                crate::sessions::sandbox::explain_network(count, &families, self.worker.sandbox.as_ref()),
+            ),
             (Event::Hello { pid, uid, bash, bash_version, .. }, _) => {
-                self.shell = Some(ShellInfo { path: bash, version: bash_version });
-                self.worker = Some(WorkerInfo { pid, uid });
+                self.worker.shell = Some(ShellInfo { path: bash, version: bash_version });
+                self.worker.info = Some(WorkerInfo { pid, uid });
             }
             (Event::Warning { job, message }, _) => self.warn(job, message),
-            (Event::Sandbox(info), _) => self.sandbox = Some(info),
-            (Event::SpawnPath { path }, _) => self.spawn_path = Some(path),
+            (Event::Sandbox(info), _) => self.worker.sandbox = Some(info),
+            (Event::SpawnPath { path }, _) => self.worker.spawn_path = Some(path),
             (Event::FilesWritten { files, .. }, Some(j)) => j.on_files(files),
             (Event::Effects { project, .. }, Some(j)) => j.effects = Some(Box::new(project)),
             _ => {}
@@ -317,7 +430,7 @@ impl SessionData {
     /// Mark the session lost: unfinished jobs become `lost`. No effect while the session is closing
     /// (the close decides its jobs' fate) or when it was already lost.
     pub fn mark_lost(&mut self, note: String, killed: Vec<Survivor>, now: Instant) {
-        if self.closing || self.lost.is_some() {
+        if self.closing || self.worker.lost.is_some() {
             return;
         }
         for job in self.jobs.values_mut() {
@@ -329,7 +442,7 @@ impl SessionData {
                 publish_end(&mut self.subscribers, &self.name, job, true);
             }
         }
-        self.lost = Some(Lost { note, killed, killed_more: 0, worker_died: false });
+        self.worker.lost = Some(Lost { note, killed, killed_more: 0, worker_died: false });
     }
 
     /// The highest job id handed out so far.
@@ -521,15 +634,15 @@ impl Session {
         let (cmd, end) = map_rings(fds)?;
         *self.cmd.lock().unwrap_or_else(|e| e.into_inner()) = cmd;
         let mut st = self.lock();
-        let note = st.lost.take().map(|l| l.note).unwrap_or_default();
+        let note = st.worker.lost.take().map(|l| l.note).unwrap_or_default();
         let last_job = st.last_job();
         st.journal.append(&crate::sessions::journal::Entry::Revived { note, last_job });
         st.ring = ring;
         st.journal.append(&crate::sessions::journal::Entry::Ring { id: ring });
-        st.shell = None;
-        st.sandbox = None;
-        st.worker = Some(worker);
-        st.revivals.push_back(Instant::now());
+        st.worker.shell = None;
+        st.worker.sandbox = None;
+        st.worker.info = Some(worker);
+        st.worker.revivals.push_back(Instant::now());
         self.lost.store(false, Ordering::SeqCst);
         drop(st);
         self.changed.notify_all();
@@ -593,7 +706,7 @@ impl Session {
     pub fn mark_worker_died(&self, note: String, killed: Vec<Survivor>, killed_more: u32) {
         let mut st = self.lock();
         st.mark_lost(note, killed, Instant::now());
-        if let Some(l) = st.lost.as_mut() {
+        if let Some(l) = st.worker.lost.as_mut() {
             l.worker_died = true;
             l.killed_more = killed_more;
         }
@@ -840,7 +953,7 @@ mod tests {
         let mut closing = SessionData { closing: true, ..Default::default() };
         let c = closing.add_job("c".into(), dir.path());
         closing.mark_lost("worker died".into(), vec![], now);
-        assert_eq!((closing.jobs[&c].state(), closing.lost.is_none()), (JobState::Running, true));
+        assert_eq!((closing.jobs[&c].state(), closing.lost().is_none()), (JobState::Running, true));
     }
 
     #[test]
@@ -887,6 +1000,6 @@ mod tests {
         assert!(s.is_lost());
         let st = s.lock();
         assert_eq!(st.jobs[&job].state(), JobState::Lost);
-        assert!(st.lost.as_ref().unwrap().note.contains("corrupt"));
+        assert!(st.lost().unwrap().note.contains("corrupt"));
     }
 }
