@@ -112,7 +112,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     let job = {
         let mut st = crate::kernel::lock_for_new_job(&s)?;
         let id = st.add_job(command.clone(), &s.jobs_dir());
-        if let Some(j) = st.jobs.get_mut(&id) {
+        if let Some(j) = st.job_mut(id) {
             j.check = Some(Box::new(report));
         }
         id
@@ -134,7 +134,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {
         Ok(()) | Err(SendError::Lost) => {}
         Err(SendError::TooLarge { len, max }) => {
-            s.lock().jobs.remove(&job);
+            s.lock().remove_job(job);
             return Err(RpcError::invalid_params(
                 "check",
                 format!("the command encodes to {len} bytes; the most a job takes is {max}"),
@@ -145,7 +145,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
         }
         Err(e) => {
             let why = format!("the check could not be handed to the worker ({e})");
-            if let Some(j) = s.lock().jobs.get_mut(&job) {
+            if let Some(j) = s.lock().job_mut(job) {
                 j.on_spawn_failed(&why, Instant::now());
             }
             s.notify();
@@ -175,7 +175,7 @@ pub(crate) fn complete(k: &Kernel, s: &Session, job: JobId, result: &mut JobResu
 pub(crate) fn parse_job(k: &Kernel, s: &Session, job: JobId) -> Option<CheckReport> {
     let (mut report, chunks, cut) = {
         let mut st = s.lock();
-        let j: &mut Job = st.jobs.get_mut(&job)?;
+        let j: &mut Job = st.job_mut(job)?;
         let report = j.check.as_deref()?.clone();
         if report.parsed.is_some() || report.note.is_some() {
             return Some(report);
@@ -216,7 +216,7 @@ pub(crate) fn parse_job(k: &Kernel, s: &Session, job: JobId) -> Option<CheckRepo
         };
     }
     let mut st = s.lock();
-    let j = st.jobs.get_mut(&job)?;
+    let j = st.job_mut(job)?;
     j.check = Some(Box::new(report.clone()));
     let summary = j.summary(Instant::now());
     drop(st);

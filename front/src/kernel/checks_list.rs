@@ -36,7 +36,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<ChecksL
         let pending = |j: &&crate::jobs::job::Job| {
             j.state().ended() && j.check.as_ref().is_some_and(|c| c.parsed.is_none() && c.note.is_none())
         };
-        st.jobs.iter().filter(|(_, j)| pending(j)).map(|(id, _)| *id).collect()
+        st.jobs().filter(pending).map(|j| j.id()).collect()
     };
     for job in unparsed {
         crate::kernel::check_run::parse_job(k, &s, job);

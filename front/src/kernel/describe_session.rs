@@ -68,15 +68,14 @@ fn launcher_allowlist() -> Vec<String> {
 
 /// The jobs of `s` worth probing (running, or ended with survivors), for the caller to probe.
 pub fn live_job_ids(s: &Session) -> Vec<JobId> {
-    s.lock().jobs.values().filter(|j| j.worth_probing()).map(|j| j.id()).collect()
+    s.lock().jobs().filter(|j| j.worth_probing()).map(|j| j.id()).collect()
 }
 
 /// The running jobs of `s`, with the liveness the probes in `probes` add.
 pub fn live_jobs(s: &Session, probes: &[(JobId, Option<JobLiveness>)]) -> Vec<LiveJob> {
     let st = s.lock();
     let now = Instant::now();
-    st.jobs
-        .values()
+    st.jobs()
         .filter(|j| !j.state().ended())
         .map(|j| {
             let probe = probes.iter().find(|(id, _)| *id == j.id()).and_then(|(_, p)| p.as_ref());
@@ -90,12 +89,12 @@ pub fn changes(s: &Session) -> SessionChanges {
     let st = s.lock();
     let mut jobs_by_state = BTreeMap::new();
     let mut all = Vec::new();
-    for j in st.jobs.values() {
+    for j in st.jobs() {
         let state = serde_json::to_value(j.state()).ok().and_then(|v| v.as_str().map(str::to_owned));
         *jobs_by_state.entry(state.unwrap_or_else(|| "unknown".into())).or_insert(0) += 1;
         all.extend(j.state_changes().iter().map(|c| StateChange { job: j.id(), change: c.clone() }));
     }
     let state_changes = all.len();
     let last_state_changes = all.split_off(all.len().saturating_sub(LAST_CHANGES));
-    SessionChanges { jobs_run: st.jobs.len(), jobs_by_state, state_changes, last_state_changes }
+    SessionChanges { jobs_run: st.job_count(), jobs_by_state, state_changes, last_state_changes }
 }

@@ -90,7 +90,7 @@ pub(crate) fn apply(
         ));
         why
     });
-    if let Some(j) = s.lock().jobs.get_mut(&job) {
+    if let Some(j) = s.lock().job_mut(job) {
         j.warnings.extend(warnings);
     }
     refusal

@@ -149,7 +149,7 @@ pub(crate) fn call_keep(k: &Kernel, client: &Client, params: Value) -> Result<Ke
 pub(crate) fn keep(k: &Kernel, client: &Client, s: &Session, job: JobId, name: &str) -> Result<KeptInfo, RpcError> {
     let cgroup = {
         let st = s.lock();
-        let j = st.jobs.get(&job).ok_or_else(|| unknown_job(s.name(), job))?;
+        let j = st.job(job).ok_or_else(|| unknown_job(s.name(), job))?;
         if let Some(already) = j.kept() {
             return Err(RpcError::new(ErrorKind::InvalidParams, format!("job {job} is already kept as '{already}'")));
         }
@@ -170,7 +170,7 @@ pub(crate) fn keep(k: &Kernel, client: &Client, s: &Session, job: JobId, name: &
         )
     })?;
     let forget = s.send(&Command::Forget { job }, SEND_TIMEOUT);
-    if let Some(j) = s.lock().jobs.get_mut(&job) {
+    if let Some(j) = s.lock().job_mut(job) {
         j.set_kept(name.to_owned());
         j.note(format!(
             "kept as '{name}': its processes live in {} and outlive the session; end them with kept.kill {{\"name\": \"{name}\"}}",
@@ -278,7 +278,7 @@ pub(crate) fn call_kill(k: &Kernel, client: &Client, params: Value) -> Result<Ke
     check_own("kept.kill", k, client, &p.name)?;
     // The end of its processes is asked for here: the job's session does not announce it.
     for s in k.open_sessions() {
-        for j in s.lock().jobs.values_mut().filter(|j| j.kept() == Some(p.name.as_str())) {
+        for j in s.lock().jobs_mut().filter(|j| j.kept() == Some(p.name.as_str())) {
             j.on_kept_kill();
         }
     }

@@ -45,7 +45,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     let budget = view_budget(p.max_output_tokens, p.max_output_bytes, &mut budget_notes);
     {
         let mut st = s.lock();
-        let job = st.jobs.get_mut(&p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
+        let job = st.job_mut(p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
         if job.state().ended() && (job.cgroup_settled() || job.kept().is_some()) {
             drop(st);
             return answer(k, &s, p.job, Instant::now(), budget_notes, budget);

@@ -131,7 +131,7 @@ pub(crate) fn call_admitting(
     let mut cmd = p.cmd;
     if let Some(why) = refusal {
         let mut st = s.lock();
-        match (files.is_empty(), st.jobs.get_mut(&job)) {
+        match (files.is_empty(), st.job_mut(job)) {
             (true, Some(j)) => {
                 j.on_refused(why, Instant::now());
                 drop(st);
@@ -161,7 +161,7 @@ pub(crate) fn call_admitting(
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {
         Ok(()) => crate::sessions::prestart::hint(&s),
         Err(SendError::TooLarge { len, max }) => {
-            s.lock().jobs.remove(&job);
+            s.lock().remove_job(job);
             return Err(RpcError::invalid_params(
                 "run",
                 format!("cmd encodes to {len} bytes; the most a job takes is {max}"),
@@ -176,7 +176,7 @@ pub(crate) fn call_admitting(
                 "the command could not be handed to the worker ({})",
                 crate::sessions::supervisor::error_chain(&e)
             );
-            if let Some(j) = s.lock().jobs.get_mut(&job) {
+            if let Some(j) = s.lock().job_mut(job) {
                 j.on_spawn_failed(&why, Instant::now());
             }
             s.notify();
@@ -185,7 +185,7 @@ pub(crate) fn call_admitting(
     let budget = view_budget(p.max_output_tokens, p.max_output_bytes, &mut notes);
     if let Some(name) = keep_name {
         let started = |st: &crate::sessions::session::SessionData| {
-            st.jobs.get(&job).is_none_or(|j| j.pid().is_some() || j.state().ended())
+            st.job(job).is_none_or(|j| j.pid().is_some() || j.state().ended())
         };
         drop(s.wait_until(s.lock(), deadline(SEND_TIMEOUT), k.shutdown_flag(), started));
         if let Err(e) = crate::kernel::job_keep::keep(k, client, &s, job, &name) {
@@ -208,7 +208,7 @@ fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
         true => crate::shell::record::Restore { script: crate::shell::record::restore_script(&base), env: Vec::new() },
         false => crate::shell::record::restore(&base),
     };
-    if let Some(j) = st.jobs.get_mut(&id) {
+    if let Some(j) = st.job_mut(id) {
         j.set_state_base(version, Arc::clone(&base));
         if s.spec().persistent {
             j.set_in_persistent_shell();
@@ -222,7 +222,7 @@ fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
         true => None,
         false => crate::shell::scope::scope(cmd, &base),
     };
-    if let (Some(names), Some(j)) = (&scope, s.lock().jobs.get_mut(&id)) {
+    if let (Some(names), Some(j)) = (&scope, s.lock().job_mut(id)) {
         j.set_capture_scope(Some(names.clone()));
     }
     Ok((id, restore, scope))
@@ -233,7 +233,7 @@ fn preflight(s: &Session, job: JobId, cmd: &str) {
     let mut st = s.lock();
     let Some(info) = st.sandbox() else { return };
     let warnings = crate::sessions::sandbox::preflight(cmd, info);
-    if let Some(j) = st.jobs.get_mut(&job) {
+    if let Some(j) = st.job_mut(job) {
         j.warnings = warnings;
     }
 }

@@ -30,13 +30,12 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobsRes
 /// so the session's next call still carries them.
 pub(crate) fn listing(k: &Kernel, client: &Client, session: String, announce: bool) -> Result<JobsResult, RpcError> {
     let s = k.session(client, &session)?;
-    let running: Vec<u64> = s.lock().jobs.values().filter(|j| j.worth_probing()).map(|j| j.id()).collect();
+    let running: Vec<u64> = s.lock().jobs().filter(|j| j.worth_probing()).map(|j| j.id()).collect();
     let probes: Vec<_> = running.iter().map(|&id| (id, crate::kernel::job_probe::probe(k, &s, id))).collect();
     let mut st = s.lock();
     let now = Instant::now();
     let jobs = st
-        .jobs
-        .values()
+        .jobs()
         .map(|j| {
             let mut row = j.summary(now);
             if let Some((_, Some(live))) = probes.iter().find(|(id, _)| *id == j.id()) {

@@ -99,10 +99,10 @@ impl Recorder {
                 .collect();
             k.db.write(Write::StateRecord { serial, version: v, items: serde_json::Value::Object(items).to_string() });
         }
-        let new = st.jobs.range(known.last_job + 1..).map(|(id, _)| *id);
+        let new = st.jobs_from(known.last_job + 1).map(|j| j.id());
         let look: Vec<JobId> = known.open.keys().copied().chain(new).collect();
         for id in look {
-            let Some(job) = st.jobs.get(&id) else {
+            let Some(job) = st.job(id) else {
                 known.open.remove(&id);
                 continue;
             };

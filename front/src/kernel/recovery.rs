@@ -85,12 +85,12 @@ pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
     apply_replay(&mut st, replay);
     let last_job = st.last_job();
     let now = Instant::now();
-    for j in st.jobs.values_mut() {
+    for j in st.jobs_mut() {
         j.mark_lost(&note, now);
     }
     st.record = Default::default();
     st.journal.append(&Entry::Revived { note, last_job });
-    let n = st.jobs.len();
+    let n = st.job_count();
     drop(st);
     take_over_rows(k, s, meta.db_key);
     crate::kernel::receipts::recover(k, s, keyed);
@@ -106,7 +106,7 @@ fn apply_replay(st: &mut crate::sessions::session::SessionData, replay: Vec<Repl
                 st.apply(*ev, now, ns);
             }
             Replay::Revived { note, last_job } => {
-                for j in st.jobs.range_mut(..=last_job).map(|(_, j)| j) {
+                for j in st.jobs_mut().take_while(|j| j.id() <= last_job) {
                     j.mark_lost(&note, now);
                 }
             }
@@ -146,7 +146,7 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
         let note = "the session's worker was replaced while heddle restarted, and the job's processes were killed with the old one";
         let now = Instant::now();
         for id in foreign {
-            if let Some(j) = st.jobs.get_mut(&id) {
+            if let Some(j) = st.job_mut(id) {
                 j.mark_lost(note, now);
             }
         }
@@ -156,7 +156,7 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     take_over_rows(k, &s, meta.db_key);
     crate::kernel::receipts::recover(k, &s, keyed);
     write_settings(k, &s);
-    let n = s.lock().jobs.len();
+    let n = s.lock().job_count();
     tracing::info!("took over session '{}' ({n} jobs, ring head {published})", a.session);
     k.registry().slots.insert(a.session, Slot::Open(s.clone()));
     k.registry_changed.notify_all();

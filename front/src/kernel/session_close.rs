@@ -64,7 +64,7 @@ pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCl
     let (announcements, kept) = {
         let mut st = s.lock();
         let now = Instant::now();
-        let kept: Vec<String> = st.jobs.values().filter_map(|j| j.kept().map(str::to_owned)).collect();
+        let kept: Vec<String> = st.jobs().filter_map(|j| j.kept().map(str::to_owned)).collect();
         st.close_jobs(now);
         let next = st.last_job() + 1;
         if let Some(files) = st.files_ahead.take_for(next) {

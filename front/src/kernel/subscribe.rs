@@ -68,13 +68,13 @@ pub(crate) fn subscribe(
     let s = k.session(client, &p.session)?;
     let mut st = s.lock();
     if let Some(job) = p.job {
-        if !st.jobs.contains_key(&job) {
+        if !st.has_job(job) {
             return Err(crate::kernel::unknown_job(&p.session, job));
         }
     }
     // Under the session's lock the pump neither stores nor publishes: the replay ends exactly where
     // the live notifications begin.
-    let replay = match (p.from, p.job.and_then(|j| st.jobs.get_mut(&j))) {
+    let replay = match (p.from, p.job.and_then(|j| st.job_mut(j))) {
         (None, _) => None,
         (Some(_), None) => {
             let msg = "subscribe {from} resumes one job's stream: give `job` too";

@@ -123,7 +123,7 @@ struct ResizeParams {
 /// Why `write` cannot feed `job`, if it cannot.
 fn feedable(s: &Session, job: JobId, method: &str) -> Result<bool, RpcError> {
     let st = s.lock();
-    let Some(j) = st.jobs.get(&job) else { return Err(unknown_job(s.name(), job)) };
+    let Some(j) = st.job(job) else { return Err(unknown_job(s.name(), job)) };
     if j.state().ended() {
         let (code, signal) = j.exit();
         let how = match (code, signal) {
@@ -226,7 +226,7 @@ struct Sent {
 
 impl Sent {
     fn mark(st: &crate::sessions::session::SessionData, job: JobId, seq: u64) -> Sent {
-        let (line, bytes) = st.jobs.get(&job).map_or((1, 0), |j| j.rendered().mark());
+        let (line, bytes) = st.job(job).map_or((1, 0), |j| j.rendered().mark());
         Sent { seq, at: Instant::now(), line, bytes }
     }
 }
@@ -280,7 +280,7 @@ fn finish(
     let quiet = Duration::from_millis(quiet_ms.unwrap_or(DEFAULT_QUIET_MS).min(60_000));
     let settled = settle(k, s, job, sent.seq, sent.at, until, quiet);
     let waited_ms = sent.at.elapsed().as_millis() as u64;
-    let running = s.lock().jobs.get(&job).is_some_and(|j| j.state() == JobState::Running);
+    let running = s.lock().job(job).is_some_and(|j| j.state() == JobState::Running);
     // The probe (a round trip to the worker) tells whether the job now waits reading its terminal. A
     // caller that asked for the first output (`quiet_ms: 0`, a keystroke's echo) and got it is not made
     // to wait for it: the program is still answering then, and the probe was most of the call's time.
@@ -289,7 +289,7 @@ fn finish(
     let now = Instant::now();
     let mut st = s.lock();
     let terminal = st.terminals.view(job, true);
-    let Some(j) = st.jobs.get(&job) else { return Err(unknown_job(s.name(), job)) };
+    let Some(j) = st.job(job) else { return Err(unknown_job(s.name(), job)) };
     let (state, (exit_code, signal)) = (j.state(), j.exit());
     let mut liveness = j.liveness(now, probe.as_ref());
     // A pipe job (or one whose emulator failed) answers with the rendered lines since the write.
@@ -319,7 +319,7 @@ fn finish(
 /// job ended, or `until`; true when it settled.
 fn settle(k: &Kernel, s: &Session, job: JobId, seq0: u64, sent: Instant, until: Instant, quiet: Duration) -> bool {
     let look = |st: &crate::sessions::session::SessionData| {
-        let ended = st.jobs.get(&job).is_none_or(|j| j.state().ended());
+        let ended = st.job(job).is_none_or(|j| j.state().ended());
         let f = st.terminals.by_job.get(&job);
         (ended, f.map_or(seq0, |f| f.seq), f.and_then(|f| f.last_output))
     };
@@ -413,7 +413,7 @@ pub(crate) fn call_view(k: &Kernel, client: &Client, params: Value) -> Result<Te
     let s = k.session(client, &p.session)?;
     let now = Instant::now();
     let mut st = s.lock();
-    if !st.jobs.contains_key(&p.job) {
+    if !st.has_job(p.job) {
         return Err(unknown_job(s.name(), p.job));
     }
     let not_tty = || {

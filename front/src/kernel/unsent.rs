@@ -26,7 +26,7 @@ pub(crate) fn settle(k: &Kernel, s: &Session) -> usize {
     }
     let waiting: Vec<JobId> = {
         let st = s.lock();
-        st.jobs.values().filter(|j| j.pid().is_none() && !j.state().ended()).map(|j| j.id()).collect()
+        st.jobs().filter(|j| j.pid().is_none() && !j.state().ended()).map(|j| j.id()).collect()
     };
     let Some(&last) = waiting.last() else { return 0 };
     // Not from `new_probe`: the dead front's probes counted from 1 too, and their answers may still be
@@ -43,7 +43,7 @@ pub(crate) fn settle(k: &Kernel, s: &Session) -> usize {
     let now = Instant::now();
     let mut unsent = Vec::new();
     for id in waiting {
-        if let Some(j) = st.jobs.get_mut(&id).filter(|j| j.pid().is_none() && !j.state().ended()) {
+        if let Some(j) = st.job_mut(id).filter(|j| j.pid().is_none() && !j.state().ended()) {
             j.on_spawn_failed(NOTE, now);
             unsent.push(id);
         }

@@ -86,7 +86,7 @@ pub(crate) fn send(s: &Session, hint: Hint) {
 /// not listed), and a spare in the cgroup of a job whose `Emptied` was still on its way is listed.
 pub(crate) fn without_spares(st: &SessionData, killed: &[ProcInfo]) -> Vec<Survivor> {
     let held: std::collections::HashSet<&str> =
-        st.jobs.values().filter(|j| !j.cgroup_settled()).filter_map(|j| j.cgroup()).collect();
+        st.jobs().filter(|j| !j.cgroup_settled()).filter_map(|j| j.cgroup()).collect();
     let spare = |p: &&ProcInfo| {
         let top = p.cgroup.split('/').next().unwrap_or_default();
         top.starts_with(shm_proto::msg::JOB_CGROUP_PREFIX) && !held.contains(top)

@@ -33,7 +33,7 @@ impl Ledger {
 /// Apply the session limit and the age limit to a session's ended jobs (oldest first). Returns the
 /// bytes the session's jobs keep afterwards.
 pub fn enforce(st: &mut SessionData, r: Retention, now: Instant) -> u64 {
-    let SessionData { jobs, retention: ledger, .. } = st;
+    let (jobs, ledger) = st.jobs_and_ledger();
     let age_why = || format!("output of ended jobs is kept {}", human_secs(r.max_age));
     let aged = |job: &Job| job.ended_at().is_some_and(|at| now.duration_since(at) >= r.max_age);
     let mut active_bytes = 0;
@@ -98,13 +98,13 @@ pub fn enforce(st: &mut SessionData, r: Retention, now: Instant) -> u64 {
 
 /// The ended, counted jobs that still keep output, by when they ended (the disk budget's candidates).
 pub fn ended_keeping(st: &SessionData) -> Vec<(Instant, JobId)> {
-    st.retention.by_end.iter().copied().collect()
+    st.ledger().by_end.iter().copied().collect()
 }
 
 /// The disk budget removes ended job `id`'s oldest output, `excess` bytes of it or all it keeps if
 /// that is less (whole records); returns the bytes freed.
 pub fn evict(st: &mut SessionData, id: JobId, excess: u64, why: &str) -> u64 {
-    let SessionData { jobs, retention: ledger, .. } = st;
+    let (jobs, ledger) = st.jobs_and_ledger();
     let Some(job) = jobs.get_mut(&id) else { return 0 };
     if ledger.active.contains(&id) {
         return 0;
@@ -133,13 +133,13 @@ fn trim(job: &mut Job, target: u64, why: &str) -> u64 {
 
 /// Jobs of the session still counted afresh (running, or not yet settled): `(id, kept bytes)`.
 pub fn unsettled(st: &SessionData) -> Vec<(JobId, u64)> {
-    st.retention.active.iter().filter_map(|id| Some((*id, st.jobs.get(id)?.kept_bytes()))).collect()
+    st.ledger().active.iter().filter_map(|id| Some((*id, st.job(*id)?.kept_bytes()))).collect()
 }
 
 /// The disk budget, reached by running jobs alone: job `id` keeps at most `share` bytes, its oldest
 /// output removed (the tail stays) and the job told in a note. Returns the bytes freed.
 pub fn clamp_running(st: &mut SessionData, id: JobId, share: u64, why: &str) -> u64 {
-    let Some(job) = st.jobs.get_mut(&id) else { return 0 };
+    let Some(job) = st.job_mut(id) else { return 0 };
     let freed = trim(job, share, why);
     if freed > 0 {
         job.note(format!(
@@ -222,7 +222,7 @@ mod tests {
         let mut st = SessionData::default();
         for (i, n) in outputs.iter().enumerate() {
             let id = st.add_job(format!("job {i}"), dir);
-            let job = st.jobs.get_mut(&id).unwrap();
+            let job = st.job_mut(id).unwrap();
             let text: String = (0..*n).map(|l| format!("{i} line {l}\n")).collect();
             job.on_output(Stream::Stdout, text.as_bytes(), now, 0);
             job.on_exited(Some(0), None, 0, false, now);
@@ -236,17 +236,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let now = Instant::now();
         let mut st = session_with(&[1000, 1000, 1000], dir.path(), now);
-        let per_job = st.jobs[&1].kept_bytes();
+        let per_job = st.job(1).unwrap().kept_bytes();
         let r = Retention { session_bytes: 2 * per_job + 10, ..Retention::default() };
         enforce(&mut st, r, now);
-        assert_eq!(st.jobs[&1].kept_bytes(), 0, "the oldest ended job goes");
-        assert_eq!((st.jobs[&2].kept_bytes(), st.jobs[&3].kept_bytes()), (per_job, per_job));
-        let (raw, lines) = st.jobs[&1].removed();
-        assert_eq!((raw, lines), ([st.jobs[&1].counts()[0], 0], 1000), "every byte and line is counted");
-        let line = st.jobs[&1].retention_line().unwrap();
+        assert_eq!(st.job(1).unwrap().kept_bytes(), 0, "the oldest ended job goes");
+        assert_eq!((st.job(2).unwrap().kept_bytes(), st.job(3).unwrap().kept_bytes()), (per_job, per_job));
+        let (raw, lines) = st.job(1).unwrap().removed();
+        assert_eq!((raw, lines), ([st.job(1).unwrap().counts()[0], 0], 1000), "every byte and line is counted");
+        let line = st.job(1).unwrap().retention_line().unwrap();
         assert!(line.contains("of stdout (lines 1–1000) removed by retention (max"), "{line}");
         assert!(line.contains("per session; oldest ended jobs first"), "{line}");
-        assert!(st.jobs[&2].retention_line().is_none());
+        assert!(st.job(2).unwrap().retention_line().is_none());
     }
 
     #[test]
@@ -256,11 +256,11 @@ mod tests {
         let mut st = session_with(&[10], dir.path(), then);
         let r = Retention { max_age: Duration::from_secs(3600), ..Retention::default() };
         enforce(&mut st, r, then + Duration::from_secs(60));
-        assert!(st.jobs[&1].retention_line().is_none(), "young output stays");
+        assert!(st.job(1).unwrap().retention_line().is_none(), "young output stays");
         enforce(&mut st, r, then + Duration::from_secs(3600));
-        let line = st.jobs[&1].retention_line().unwrap();
+        let line = st.job(1).unwrap().retention_line().unwrap();
         assert!(line.ends_with("removed by retention (output of ended jobs is kept 1 hour) …]\n"), "{line}");
-        let view = st.jobs.get_mut(&1).unwrap().result("s", then, Vec::new(), false, 40_000).view;
+        let view = st.job_mut(1).unwrap().result("s", then, Vec::new(), false, 40_000).view;
         assert!(view.starts_with(&line), "the view starts with the retention line: {view}");
     }
 
@@ -271,39 +271,39 @@ mod tests {
         let r = Retention { max_age: Duration::from_secs(3600), ..Retention::default() };
         // Jobs 1–3 end and settle at `then`, and are counted by this check.
         let mut st = session_with(&[100, 100, 100], dir.path(), then);
-        let per_job = st.jobs[&1].kept_bytes();
+        let per_job = st.job(1).unwrap().kept_bytes();
         enforce(&mut st, r, then);
         // Job 4 ends later, after writing more; job 5 still runs.
         let (four, five) = (st.add_job("four".into(), dir.path()), st.add_job("five".into(), dir.path()));
-        let job = st.jobs.get_mut(&four).unwrap();
+        let job = st.job_mut(four).unwrap();
         job.on_output(Stream::Stdout, b"late\n", then, 0);
         job.on_exited(Some(0), None, 0, false, then + Duration::from_secs(600));
         job.on_streams_closed();
-        st.jobs.get_mut(&five).unwrap().on_output(Stream::Stdout, b"running\n", then, 0);
+        st.job_mut(five).unwrap().on_output(Stream::Stdout, b"running\n", then, 0);
         enforce(&mut st, r, then + Duration::from_secs(3599));
-        assert!(st.jobs.values().all(|j| j.retention_line().is_none()), "nothing is due yet");
+        assert!(st.jobs().all(|j| j.retention_line().is_none()), "nothing is due yet");
         enforce(&mut st, r, then + Duration::from_secs(3600));
-        let aged: Vec<_> = st.jobs.values().filter(|j| j.retention_line().is_some()).map(|j| j.id()).collect();
+        let aged: Vec<_> = st.jobs().filter(|j| j.retention_line().is_some()).map(|j| j.id()).collect();
         assert_eq!(aged, [1, 2, 3], "the counted jobs age out on time, the later one not yet");
         enforce(&mut st, r, then + Duration::from_secs(4200));
-        assert!(st.jobs[&four].retention_line().is_some(), "the later job ages out on its own time");
-        assert!(st.jobs[&five].retention_line().is_none(), "a running job keeps its output");
+        assert!(st.job(four).unwrap().retention_line().is_some(), "the later job ages out on its own time");
+        assert!(st.job(five).unwrap().retention_line().is_none(), "a running job keeps its output");
         // The session cap counts the running job's bytes and removes the oldest ended output first.
         let mut st = session_with(&[100, 100, 100], dir.path(), then);
         enforce(&mut st, Retention::default(), then);
         let six = st.add_job("six".into(), dir.path());
         let text: String = (0..100).map(|l| format!("6 line {l}\n")).collect();
-        st.jobs.get_mut(&six).unwrap().on_output(Stream::Stdout, text.as_bytes(), then, 0);
+        st.job_mut(six).unwrap().on_output(Stream::Stdout, text.as_bytes(), then, 0);
         let cap = Retention { session_bytes: 3 * per_job + 10, ..Retention::default() };
         enforce(&mut st, cap, then);
-        let kept: Vec<_> = st.jobs.values().map(|j| j.kept_bytes() > 0).collect();
+        let kept: Vec<_> = st.jobs().map(|j| j.kept_bytes() > 0).collect();
         assert_eq!(kept, [false, true, true, true], "four jobs' worth over a three-job cap: job 1 goes");
     }
 
     /// Session `st` gets an ended job of `lines` lines, ended at `at`.
     fn ended_job(st: &mut SessionData, dir: &std::path::Path, lines: usize, at: Instant) -> JobId {
         let id = st.add_job(format!("job {lines}"), dir);
-        let job = st.jobs.get_mut(&id).unwrap();
+        let job = st.job_mut(id).unwrap();
         let text: String = (0..lines).map(|l| format!("{id} line {l} {}\n", l * 7919 % 104729)).collect();
         job.on_output(Stream::Stdout, text.as_bytes(), at, 0);
         job.on_exited(Some(0), None, 0, false, at);
@@ -330,24 +330,28 @@ mod tests {
         let a1 = ended_job(&mut a, &da, 3000, t0 + Duration::from_secs(1));
         let b2 = ended_job(&mut b, &db, 3000, t0 + Duration::from_secs(2));
         let a2 = ended_job(&mut a, &da, 3000, t0 + Duration::from_secs(3));
-        let per_job = a.jobs[&a1].kept_bytes();
+        let per_job = a.job(a1).unwrap().kept_bytes();
         assert!(per_job > 10_000);
         let sessions = [std::sync::Mutex::new(a), std::sync::Mutex::new(b)];
         let now = t0 + Duration::from_secs(4);
         let all = disk(&sessions, 4 * per_job + 1000, now);
         assert!(all > 4 * per_job - 1000, "{all}");
         let untouched =
-            |s: &std::sync::Mutex<SessionData>| s.lock().unwrap().jobs.values().all(|j| j.retention_line().is_none());
+            |s: &std::sync::Mutex<SessionData>| s.lock().unwrap().jobs().all(|j| j.retention_line().is_none());
         assert!(sessions.iter().all(untouched), "under the budget nothing goes");
         let kept = disk(&sessions, 2 * per_job + 100, now);
         assert!(kept <= 2 * per_job + 100, "{kept}");
         let (a, b) = (sessions[0].lock().unwrap(), sessions[1].lock().unwrap());
-        assert_eq!((b.jobs[&b1].kept_bytes(), a.jobs[&a1].kept_bytes()), (0, 0), "the two that ended first go");
-        assert!(a.jobs[&a2].kept_bytes() > 0 && b.jobs[&b2].kept_bytes() > 0, "the newer two stay");
-        let line = b.jobs[&b1].retention_line().unwrap();
+        assert_eq!(
+            (b.job(b1).unwrap().kept_bytes(), a.job(a1).unwrap().kept_bytes()),
+            (0, 0),
+            "the two that ended first go"
+        );
+        assert!(a.job(a2).unwrap().kept_bytes() > 0 && b.job(b2).unwrap().kept_bytes() > 0, "the newer two stay");
+        let line = b.job(b1).unwrap().retention_line().unwrap();
         assert!(line.contains("(lines 1–3000) removed by retention (server disk budget "), "{line}");
         assert!(line.ends_with("; oldest ended output first) …]\n"), "{line}");
-        assert_eq!(b.retention.settled, b.jobs[&b2].kept_bytes(), "the ledger follows");
+        assert_eq!(b.ledger().settled, b.job(b2).unwrap().kept_bytes(), "the ledger follows");
     }
 
     #[test]
@@ -360,15 +364,15 @@ mod tests {
         let text: String = (0..200_000).map(|l| format!("running line {l} {}\n", l * 7919 % 104729)).collect();
         // In chunks, as the pump delivers them (retention removes whole records).
         for chunk in text.as_bytes().chunks(16 << 10) {
-            st.jobs.get_mut(&run).unwrap().on_output(Stream::Stdout, chunk, now, 0);
+            st.job_mut(run).unwrap().on_output(Stream::Stdout, chunk, now, 0);
         }
         let budget = 1 << 20;
         let sessions = [std::sync::Mutex::new(st)];
         let kept = disk(&sessions, budget, now);
         assert!(kept <= budget, "{kept}");
         let mut st = sessions[0].lock().unwrap();
-        assert_eq!(st.jobs[&old].kept_bytes(), 0, "the ended job's output goes first");
-        let job = st.jobs.get_mut(&run).unwrap();
+        assert_eq!(st.job(old).unwrap().kept_bytes(), 0, "the ended job's output goes first");
+        let job = st.job_mut(run).unwrap();
         assert!(job.kept_bytes() > budget / 2 && job.kept_bytes() <= budget, "{}", job.kept_bytes());
         let line = job.retention_line().unwrap();
         assert!(line.contains("removed by retention (server disk budget 1.0 MiB reached by running jobs"), "{line}");

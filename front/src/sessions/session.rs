@@ -96,7 +96,7 @@ pub struct Lost {
 pub struct SessionData {
     worker: Worker,
     closing: bool,
-    pub jobs: BTreeMap<JobId, Job>,
+    jobs: BTreeMap<JobId, Job>,
     next_job: JobId,
     warnings: VecDeque<String>,
     /// Jobs that may hold buffered output (so a flush need not visit every job).
@@ -117,7 +117,7 @@ pub struct SessionData {
     /// The worker (pid) and record version of the last pre-start hint delivered (see `sessions::prestart`).
     hinted: Option<(u32, u64)>,
     /// What retention has counted of the session's output (see [`crate::sessions::retain::Ledger`]).
-    pub retention: crate::sessions::retain::Ledger,
+    retention: crate::sessions::retain::Ledger,
     /// The next job's output files, made ahead (see [`crate::jobs::files`]).
     pub files_ahead: crate::jobs::files::Ahead,
     /// Every job below this id has ended and been reported on, and has no conflict left to announce:
@@ -155,6 +155,54 @@ struct Probes {
 }
 
 impl SessionData {
+    /// Job `id`, if the session has it.
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    pub fn job_mut(&mut self, id: JobId) -> Option<&mut Job> {
+        self.jobs.get_mut(&id)
+    }
+
+    pub fn has_job(&self, id: JobId) -> bool {
+        self.jobs.contains_key(&id)
+    }
+
+    /// Every job of the session, oldest first.
+    pub fn jobs(&self) -> impl DoubleEndedIterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    /// Every job of the session, oldest first.
+    pub fn jobs_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut Job> {
+        self.jobs.values_mut()
+    }
+
+    /// The jobs from id `first` on, oldest first.
+    pub fn jobs_from(&self, first: JobId) -> impl DoubleEndedIterator<Item = &Job> {
+        self.jobs.range(first..).map(|(_, j)| j)
+    }
+
+    /// How many jobs the session holds.
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// Forget job `id` (one that never reached the worker); later jobs keep their ids.
+    pub fn remove_job(&mut self, id: JobId) -> Option<Job> {
+        self.jobs.remove(&id)
+    }
+
+    /// The jobs and the retention ledger together, for [`crate::sessions::retain`], which keeps one in
+    /// step with the other.
+    pub(super) fn jobs_and_ledger(&mut self) -> (&mut BTreeMap<JobId, Job>, &mut crate::sessions::retain::Ledger) {
+        (&mut self.jobs, &mut self.retention)
+    }
+
+    pub(super) fn ledger(&self) -> &crate::sessions::retain::Ledger {
+        &self.retention
+    }
+
     /// The shell the worker reported in its hello (`None` until then).
     pub fn shell(&self) -> Option<&ShellInfo> {
         self.worker.shell.as_ref()

@@ -492,7 +492,7 @@ mod tests {
         );
         assert_eq!(r["result"]["structuredContent"]["state"], "running", "{r}");
         let ended =
-            || h.kernel.session(&h.client, "t").is_ok_and(|s| s.lock().jobs.get(&1).is_some_and(|j| j.state().ended()));
+            || h.kernel.session(&h.client, "t").is_ok_and(|s| s.lock().job(1).is_some_and(|j| j.state().ended()));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !ended() {
             assert!(std::time::Instant::now() < deadline, "job 1 ends");

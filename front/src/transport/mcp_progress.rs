@@ -78,7 +78,7 @@ impl<'a> Progress<'a> {
             }
             let (line, running_ms) = {
                 let st = s.lock();
-                let Some(j) = st.jobs.get(&job) else { return };
+                let Some(j) = st.job(job) else { return };
                 if j.state() != JobState::Running {
                     return;
                 }

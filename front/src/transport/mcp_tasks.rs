@@ -120,7 +120,7 @@ impl Tasks {
             return ("failed", format!("session '{}' is gone, and job {} with it", t.session, t.job));
         };
         let st = s.lock();
-        let Some(j) = st.jobs.get(&t.job) else {
+        let Some(j) = st.job(t.job) else {
             return ("failed", format!("job {} is no longer in session '{}'", t.job, t.session));
         };
         let took = protocol::text::duration(crate::rpc::results::millis(j.duration(Instant::now())));
