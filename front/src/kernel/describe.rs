@@ -92,7 +92,7 @@ fn facts(s: &Session) -> SessionFacts {
         state,
         warnings: st.warnings().cloned().collect(),
         note: join_notes(lost.into_iter().chain(closing)),
-        shell_state: st.record.summary(),
+        shell_state: st.record().summary(),
         limits: None,
         jobs_cpu_ms: st.jobs().map(|j| j.cpu_ms()).sum(),
         sandbox: st.sandbox().cloned(),

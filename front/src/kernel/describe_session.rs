@@ -44,7 +44,7 @@ pub fn env_facts(s: &Session) -> EnvFacts {
         (None, Some(p)) => (p.clone(), "policy"),
         (None, None) => (shm_proto::control::WORKER_PATH.to_owned(), "worker"),
     };
-    let note = st.record.items().contains_key("var:PATH").then(|| {
+    let note = st.record().items().contains_key("var:PATH").then(|| {
         "the session's shell state holds its own PATH (exported by an earlier job); jobs restore it".to_owned()
     });
     EnvFacts {

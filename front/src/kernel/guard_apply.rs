@@ -41,7 +41,7 @@ pub(crate) fn apply(
 ) -> Option<Vec<String>> {
     let (policy, ctx) = {
         let st = s.lock();
-        let (_, items) = st.record.snapshot();
+        let (_, items) = st.record().snapshot();
         let cwd =
             items.get("cwd").map(|c| String::from_utf8_lossy(c).into_owned()).unwrap_or_else(|| s.spec().cwd.clone());
         let home = items

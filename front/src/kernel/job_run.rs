@@ -202,7 +202,7 @@ type Admitted = (JobId, crate::shell::record::Restore, Option<Vec<String>>);
 fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
     let mut st = crate::kernel::lock_for_new_job(s)?;
     let id = st.add_job(cmd.to_owned(), &s.jobs_dir());
-    let (version, base) = st.record.snapshot();
+    let (version, base) = st.record().snapshot();
     let restore = match s.spec().persistent {
         // The persistent shell is started once and restored in place: everything goes by script.
         true => crate::shell::record::Restore { script: crate::shell::record::restore_script(&base), env: Vec::new() },

@@ -106,9 +106,9 @@ pub(crate) fn answer_when(
     if live.is_some() {
         result.liveness = j.liveness(now, live.as_ref());
     }
-    result.terminal = st.terminals.view(job, true);
+    result.terminal = st.terminals_mut().view(job, true);
     crate::kernel::terminal_io::waiting_for_input(&mut result.liveness, result.terminal.as_ref());
-    if !st.terminals.by_job.contains_key(&job) {
+    if !st.terminals().by_job.contains_key(&job) {
         crate::kernel::terminal_io::point_to_tty(&mut result);
     }
     explain_refusals(s, &st, &mut result);

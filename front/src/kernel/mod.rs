@@ -285,7 +285,7 @@ impl Kernel {
                 _ => None,
             })
             .collect();
-        sessions.iter().map(|s| crate::sessions::subscribers::remove(&mut s.lock().subscribers, conn, only)).sum()
+        sessions.iter().map(|s| s.lock().unsubscribe(conn, only)).sum()
     }
 
     pub(crate) fn registry(&self) -> MutexGuard<'_, Registry> {

@@ -416,7 +416,7 @@ pub(crate) fn mutate(
 fn journal(s: &Session, job: u64, e: &Entry) {
     let j = Journaled { receipt: e.receipt.clone(), owner_uid: e.owner_uid, fingerprint: e.fingerprint.clone() };
     match serde_json::to_string(&j) {
-        Ok(receipt) => s.lock().journal.append(&crate::sessions::journal::Entry::Keyed { job, receipt }),
+        Ok(receipt) => s.lock().append_journal(&crate::sessions::journal::Entry::Keyed { job, receipt }),
         Err(e) => tracing::warn!("a receipt could not be encoded for the journal: {e}"),
     }
 }

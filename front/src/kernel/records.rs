@@ -91,7 +91,7 @@ impl Recorder {
             });
             SessionKnown::default()
         });
-        let (v, items) = st.record.snapshot();
+        let (v, items) = st.record().snapshot();
         if v != known.version {
             let items: serde_json::Map<String, serde_json::Value> = items
                 .iter()

@@ -26,9 +26,7 @@ use std::time::Instant;
 pub fn start_journal(k: &Kernel, s: &Session) {
     write_settings(k, s);
     let mut st = s.lock();
-    st.journal = journal::Journal::open(&s.spec().dir);
-    let id = st.ring;
-    st.journal.append(&Entry::Ring { id });
+    st.open_journal(&s.spec().dir);
 }
 
 /// Write `session.json`: the session's settings and this front's database key for it.
@@ -75,7 +73,7 @@ pub(crate) fn forget(dir: &Path) {
 /// them). The shell state starts afresh from this open's settings. Their rows and receipts move over.
 pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
     let dir = &s.spec().dir;
-    let ring = s.lock().ring;
+    let ring = s.lock().ring();
     let Rebuilt { jobs, replay, keyed, .. } = rebuild(dir, &s.jobs_dir(), ring, u64::MAX);
     let note = "heddle restarted while the job ran (its session's processes were killed then)".to_owned();
     let mut st = s.lock();
@@ -88,8 +86,8 @@ pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
     for j in st.jobs_mut() {
         j.mark_lost(&note, now);
     }
-    st.record = Default::default();
-    st.journal.append(&Entry::Revived { note, last_job });
+    st.reset_record();
+    st.append_journal(&Entry::Revived { note, last_job });
     let n = st.job_count();
     drop(st);
     take_over_rows(k, s, meta.db_key);
@@ -130,7 +128,7 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     };
     let (s, end) = Session::attach(spec, a.fds).map_err(|e| format!("its region could not be attached ({e})"))?;
     let published = end.consumer.positions().0;
-    let ring = s.lock().ring;
+    let ring = s.lock().ring();
     let Rebuilt { jobs, replay, foreign, keyed } = rebuild(&dir, &s.jobs_dir(), ring, published);
     {
         let mut st = s.lock();
@@ -150,8 +148,7 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
                 j.mark_lost(note, now);
             }
         }
-        st.journal = journal::Journal::open(&dir);
-        st.journal.append(&Entry::Ring { id: ring });
+        st.open_journal(&dir);
     }
     take_over_rows(k, &s, meta.db_key);
     crate::kernel::receipts::recover(k, &s, keyed);

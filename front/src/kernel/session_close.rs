@@ -67,7 +67,7 @@ pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCl
         let kept: Vec<String> = st.jobs().filter_map(|j| j.kept().map(str::to_owned)).collect();
         st.close_jobs(now);
         let next = st.last_job() + 1;
-        if let Some(files) = st.files_ahead.take_for(next) {
+        if let Some(files) = st.take_files_ahead(next) {
             files.remove();
         }
         (st.take_announcements(now), kept)

@@ -301,7 +301,7 @@ fn open_new(
             Ok(SessionOpenResult {
                 session: name,
                 attached: false,
-                state_version: s.lock().record.version(),
+                state_version: s.lock().record().version(),
                 shell,
                 worker,
                 cwd: s.spec().cwd.clone(),
@@ -356,7 +356,7 @@ fn attach_existing(k: &Kernel, s: &Arc<Session>, gave_settings: bool) -> Result<
     Ok(SessionOpenResult {
         session: s.name().to_owned(),
         attached: true,
-        state_version: st.record.version(),
+        state_version: st.record().version(),
         shell,
         worker,
         cwd: s.spec().cwd.clone(),

@@ -121,7 +121,7 @@ pub(crate) fn subscribe(
             }
         }
     }
-    st.subscribers.append(&mut one);
+    st.subscribe(&mut one);
     Ok(())
 }
 

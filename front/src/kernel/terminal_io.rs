@@ -86,7 +86,7 @@ pub fn register(s: &Session, job: JobId, mode: StdinMode) {
         StdinMode::Pipe => None,
         StdinMode::Tty { rows, cols } => Some((rows, cols)),
     };
-    s.lock().terminals.add(job, size);
+    s.lock().terminals_mut().add(job, size);
 }
 
 #[derive(Deserialize)]
@@ -136,7 +136,7 @@ fn feedable(s: &Session, job: JobId, method: &str) -> Result<bool, RpcError> {
             format!("job {job} has ended ({how}), so there is nothing to type into; read its output with wait or output, or start a new job with run"),
         ));
     }
-    match st.terminals.by_job.get(&job) {
+    match st.terminals().by_job.get(&job) {
         None => Err(RpcError::invalid_params(
             method,
             format!(
@@ -159,7 +159,7 @@ pub(crate) fn call_write(k: &Kernel, client: &Client, params: Value) -> Result<W
     let tty = feedable(&s, p.job, "write")?;
     let app_cursor = {
         let st = s.lock();
-        st.terminals.by_job.get(&p.job).and_then(|f| f.term.as_ref()).is_some_and(|t| t.application_cursor())
+        st.terminals().by_job.get(&p.job).and_then(|f| f.term.as_ref()).is_some_and(|t| t.application_cursor())
     };
     let mut bytes = p.text.as_deref().unwrap_or_default().as_bytes().to_vec();
     for name in &p.keys {
@@ -202,7 +202,7 @@ pub(crate) fn call_resize(k: &Kernel, client: &Client, params: Value) -> Result<
     }
     let sent = {
         let mut st = s.lock();
-        let f = st.terminals.by_job.get_mut(&p.job).ok_or_else(|| unknown_job(s.name(), p.job))?;
+        let f = st.terminals_mut().by_job.get_mut(&p.job).ok_or_else(|| unknown_job(s.name(), p.job))?;
         if let Some(t) = f.term.as_mut() {
             t.resize(p.rows, p.cols);
         }
@@ -236,7 +236,7 @@ impl Sent {
 fn send_input(s: &Session, job: JobId, data: &[u8], eof: bool) -> Result<Sent, RpcError> {
     let sent = {
         let mut st = s.lock();
-        let Some(f) = st.terminals.by_job.get_mut(&job) else { return Err(unknown_job(s.name(), job)) };
+        let Some(f) = st.terminals_mut().by_job.get_mut(&job) else { return Err(unknown_job(s.name(), job)) };
         if eof && f.term.is_none() {
             f.closed = true;
         }
@@ -288,7 +288,7 @@ fn finish(
     let probe = if probe_it { crate::kernel::job_probe::probe(k, s, job) } else { None };
     let now = Instant::now();
     let mut st = s.lock();
-    let terminal = st.terminals.view(job, true);
+    let terminal = st.terminals_mut().view(job, true);
     let Some(j) = st.job(job) else { return Err(unknown_job(s.name(), job)) };
     let (state, (exit_code, signal)) = (j.state(), j.exit());
     let mut liveness = j.liveness(now, probe.as_ref());
@@ -320,7 +320,7 @@ fn finish(
 fn settle(k: &Kernel, s: &Session, job: JobId, seq0: u64, sent: Instant, until: Instant, quiet: Duration) -> bool {
     let look = |st: &crate::sessions::session::SessionData| {
         let ended = st.job(job).is_none_or(|j| j.state().ended());
-        let f = st.terminals.by_job.get(&job);
+        let f = st.terminals().by_job.get(&job);
         (ended, f.map_or(seq0, |f| f.seq), f.and_then(|f| f.last_output))
     };
     let mut st = s.lock();
@@ -422,7 +422,7 @@ pub(crate) fn call_view(k: &Kernel, client: &Client, params: Value) -> Result<Te
             format!("job {} has no terminal (it was not run with tty), so it has no screen; use the line views", p.job),
         )
     };
-    let term = st.terminals.by_job.get_mut(&p.job).and_then(|f| f.term.as_mut()).ok_or_else(not_tty)?;
+    let term = st.terminals_mut().by_job.get_mut(&p.job).and_then(|f| f.term.as_mut()).ok_or_else(not_tty)?;
     let mut r = TerminalViewResult {
         session: s.name().to_owned(),
         job: p.job,

@@ -30,7 +30,7 @@ impl Maker {
     pub fn ahead(&self, s: &Arc<Session>) {
         let mut st = s.lock();
         let next = st.last_job() + 1;
-        let asked = match &st.files_ahead {
+        let asked = match st.files_ahead() {
             Ahead::Asked(id) => *id == next,
             Ahead::Ready(f) => f.id == next,
             Ahead::None => false,
@@ -38,7 +38,7 @@ impl Maker {
         if asked || st.is_closing() {
             return;
         }
-        st.files_ahead = Ahead::Asked(next);
+        st.set_files_ahead(Ahead::Asked(next));
         drop(st);
         let _ = self.tx.send((Arc::downgrade(s), next));
     }
@@ -50,9 +50,9 @@ fn run(rx: Receiver<(Weak<Session>, JobId)>) {
         let made = JobFiles::open(&s.jobs_dir().join(format!("{id}.log")), id);
         let dirty = made.as_ref().is_ok_and(JobFiles::dirty);
         let mut st = s.lock();
-        let wanted = matches!(st.files_ahead, Ahead::Asked(a) if a == id) && st.last_job() < id;
+        let wanted = matches!(st.files_ahead(), Ahead::Asked(a) if *a == id) && st.last_job() < id;
         if wanted {
-            st.files_ahead = Ahead::None;
+            st.set_files_ahead(Ahead::None);
         }
         let Ok(files) = made else { continue };
         // Otherwise a job took the id and made (or is making) the same files itself, so they are its own
@@ -63,7 +63,7 @@ fn run(rx: Receiver<(Weak<Session>, JobId)>) {
                 let _ = files.log.set_len(0);
                 let _ = files.lines.set_len(0);
             }
-            st.files_ahead = Ahead::Ready(files);
+            st.set_files_ahead(Ahead::Ready(files));
         }
     }
 }

@@ -49,7 +49,7 @@ pub(crate) fn next_hint(s: &Session, st: &SessionData) -> Option<Hint> {
     if !enabled() || s.spec().persistent || st.is_closing() || st.lost().is_some() {
         return None;
     }
-    let (version, base) = st.record.snapshot();
+    let (version, base) = st.record().snapshot();
     let key = (st.worker().map_or(0, |w| w.pid), version);
     if st.hinted() == Some(key) {
         return None;

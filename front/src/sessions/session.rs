@@ -102,30 +102,30 @@ pub struct SessionData {
     /// Jobs that may hold buffered output (so a flush need not visit every job).
     dirty: Vec<JobId>,
     /// The shell state carried between the session's jobs.
-    pub record: crate::shell::record::StateRecord,
+    record: crate::shell::record::StateRecord,
     /// Guard deny rules overridden in this session (`run {override}`; each also in the audit log).
     guard_overrides: u64,
     probes: Probes,
     /// Live-streaming subscriptions (see [`crate::kernel::subscribe`]).
-    pub subscribers: Vec<crate::sessions::subscribers::Subscriber>,
-    /// The session's name, for notifications (set when the pump first applies an event).
-    pub name: String,
+    subscribers: Vec<crate::sessions::subscribers::Subscriber>,
+    /// The session's name, for notifications (set when the session is attached).
+    name: String,
     /// What a restarted front needs to take the session over (`sessions/journal.rs`).
-    pub journal: crate::sessions::journal::Journal,
+    journal: crate::sessions::journal::Journal,
     /// The identity of the event ring being read ([`crate::sessions::journal::Entry::Ring`]).
-    pub ring: u64,
+    ring: u64,
     /// The worker (pid) and record version of the last pre-start hint delivered (see `sessions::prestart`).
     hinted: Option<(u32, u64)>,
     /// What retention has counted of the session's output (see [`crate::sessions::retain::Ledger`]).
     retention: crate::sessions::retain::Ledger,
     /// The next job's output files, made ahead (see [`crate::jobs::files`]).
-    pub files_ahead: crate::jobs::files::Ahead,
+    files_ahead: crate::jobs::files::Ahead,
     /// Every job below this id has ended and been reported on, and has no conflict left to announce:
     /// announcements need not look at it again (a conflict noted on it, or the end of what it left
     /// running, lowers the mark).
     quiet_below: JobId,
     /// Jobs whose stdin the front feeds: terminals (with their screens) and stdin pipes.
-    pub terminals: crate::terminal::Terminals,
+    terminals: crate::terminal::Terminals,
 }
 
 /// What a session knows of its worker: its hello, sandbox and spawn path, why the session was lost,
@@ -155,6 +155,65 @@ struct Probes {
 }
 
 impl SessionData {
+    /// The shell state carried between the session's jobs.
+    pub fn record(&self) -> &crate::shell::record::StateRecord {
+        &self.record
+    }
+
+    /// Start the shell state afresh (a session re-opened after a restart).
+    pub fn reset_record(&mut self) {
+        self.record = Default::default();
+    }
+
+    /// Open the session's journal in `dir` (a fresh one) and note the event ring being read.
+    pub fn open_journal(&mut self, dir: &std::path::Path) {
+        self.journal = crate::sessions::journal::Journal::open(dir);
+        self.journal.append(&crate::sessions::journal::Entry::Ring { id: self.ring });
+    }
+
+    /// Write one entry to the session's journal.
+    pub fn append_journal(&mut self, entry: &crate::sessions::journal::Entry) {
+        self.journal.append(entry);
+    }
+
+    /// The identity of the event ring being read ([`crate::sessions::journal::Entry::Ring`]).
+    pub fn ring(&self) -> u64 {
+        self.ring
+    }
+
+    /// The next job's output files, made ahead (or being made, or none).
+    pub fn files_ahead(&self) -> &crate::jobs::files::Ahead {
+        &self.files_ahead
+    }
+
+    pub fn set_files_ahead(&mut self, ahead: crate::jobs::files::Ahead) {
+        self.files_ahead = ahead;
+    }
+
+    /// The files made ahead for job `id`, if they are (whatever else was made ahead is given up).
+    pub fn take_files_ahead(&mut self, id: JobId) -> Option<crate::jobs::files::JobFiles> {
+        self.files_ahead.take_for(id)
+    }
+
+    /// Jobs whose stdin the front feeds: terminals (with their screens) and stdin pipes.
+    pub fn terminals(&self) -> &crate::terminal::Terminals {
+        &self.terminals
+    }
+
+    pub fn terminals_mut(&mut self) -> &mut crate::terminal::Terminals {
+        &mut self.terminals
+    }
+
+    /// Add live-streaming subscriptions (see [`crate::kernel::subscribe`]).
+    pub fn subscribe(&mut self, subs: &mut Vec<crate::sessions::subscribers::Subscriber>) {
+        self.subscribers.append(subs);
+    }
+
+    /// Remove connection `conn`'s subscriptions (all, or only subscription `only`); how many went.
+    pub fn unsubscribe(&mut self, conn: u64, only: Option<u64>) -> usize {
+        subscribe::remove(&mut self.subscribers, conn, only)
+    }
+
     /// Job `id`, if the session has it.
     pub fn job(&self, id: JobId) -> Option<&Job> {
         self.jobs.get(&id)
