@@ -11,9 +11,9 @@
 //! pass and allocates only when something matched.
 //!
 //! ```
-//! use policies::redaction::{Redactor, BlockState};
+//! use policies::redaction::{Redactor, BlockCursor};
 //! let r = Redactor::builtin();
-//! let mut st = BlockState::default();
+//! let mut st = BlockCursor::default();
 //! assert_eq!(r.redact_line(&mut st, "key AKIAIOSFODNN7EXAMPLE here"), "key [redacted:aws-key] here");
 //! assert_eq!(r.redact_line(&mut st, "plain text"), "plain text");
 //! ```
@@ -96,13 +96,13 @@ pub struct Redactor {
     set: RegexSet,
 }
 
-/// Per-stream state of multi-line blocks: inside which block, if any.
+/// Where one stream stands among multi-line blocks: inside which block, if any.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BlockState {
+pub struct BlockCursor {
     inside: Option<usize>,
 }
 
-impl BlockState {
+impl BlockCursor {
     /// True while lines of a block are being replaced.
     pub fn inside(&self) -> bool {
         self.inside.is_some()
@@ -200,7 +200,7 @@ impl Redactor {
     }
 
     /// Redact one line (without its newline). `st` carries multi-line blocks from line to line.
-    pub fn redact_line<'a>(&self, st: &mut BlockState, line: &'a str) -> Cow<'a, str> {
+    pub fn redact_line<'a>(&self, st: &mut BlockCursor, line: &'a str) -> Cow<'a, str> {
         if let Some(b) = st.inside {
             let block = &self.blocks[b];
             return match block.end.find(line) {
@@ -311,7 +311,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn red(line: &str) -> String {
-        Redactor::builtin().redact_line(&mut BlockState::default(), line).into_owned()
+        Redactor::builtin().redact_line(&mut BlockCursor::default(), line).into_owned()
     }
 
     #[test]
@@ -351,7 +351,7 @@ mod tests {
     #[test]
     fn a_pem_block_is_redacted_across_lines() {
         let r = Redactor::builtin();
-        let mut st = BlockState::default();
+        let mut st = BlockCursor::default();
         let lines = [
             "before",
             "-----BEGIN RSA PRIVATE KEY-----",
@@ -397,8 +397,8 @@ mod tests {
             line in "(ghp_|sk-|AKIA|xoxb-|password=|TOKEN=|_PASSWORD: |\\[redacted:|[=:\"' _]|[A-Za-z0-9]{1,12}|\\PC){0,40}",
         ) {
             let r = Redactor::builtin();
-            let once = r.redact_line(&mut BlockState::default(), &line).into_owned();
-            let twice = r.redact_line(&mut BlockState::default(), &once).into_owned();
+            let once = r.redact_line(&mut BlockCursor::default(), &line).into_owned();
+            let twice = r.redact_line(&mut BlockCursor::default(), &once).into_owned();
             prop_assert_eq!(&once, &twice);
             for (range, _) in r.secret_spans(&line) {
                 prop_assert!(line.is_char_boundary(range.start) && line.is_char_boundary(range.end));
@@ -408,7 +408,7 @@ mod tests {
         #[test]
         fn redacting_garbage_never_panics(lines in proptest::collection::vec("\\PC{0,200}", 0..20)) {
             let r = Redactor::builtin();
-            let mut st = BlockState::default();
+            let mut st = BlockCursor::default();
             for l in &lines {
                 let _ = r.redact_line(&mut st, l);
             }

@@ -1,7 +1,7 @@
 //! The redaction corpus (`redaction_corpus.toml`): every secret shape is redacted, every look-alike is
 //! left exactly as it was, and redacting twice changes nothing more.
 
-use policies::redaction::{BlockState, Redactor};
+use policies::redaction::{BlockCursor, Redactor};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -30,7 +30,7 @@ fn corpus() -> Corpus {
 }
 
 fn red(line: &str) -> String {
-    Redactor::builtin().redact_line(&mut BlockState::default(), line).into_owned()
+    Redactor::builtin().redact_line(&mut BlockCursor::default(), line).into_owned()
 }
 
 #[test]

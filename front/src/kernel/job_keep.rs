@@ -259,10 +259,10 @@ pub(crate) fn call_log(k: &Kernel, client: &Client, params: Value) -> Result<Kep
     let mut raw = Vec::new();
     file.seek(SeekFrom::Start(offset)).and_then(|_| file.take(want).read_to_end(&mut raw)).map_err(no_log)?;
     let redactor = policies::redaction::Redactor::builtin();
-    let mut state = policies::redaction::BlockState::default();
+    let mut blocks = policies::redaction::BlockCursor::default();
     let text: Vec<String> = String::from_utf8_lossy(&raw)
         .split('\n')
-        .map(|line| redactor.redact_line(&mut state, line).into_owned())
+        .map(|line| redactor.redact_line(&mut blocks, line).into_owned())
         .collect();
     Ok(KeptLogResult { name: p.name, log: path.display().to_string(), bytes, offset, text: text.join("\n") })
 }

@@ -21,7 +21,7 @@
 use crate::output::linelog::{LineLog, LinePlan, Run};
 use crate::output::screen::Screen;
 use crate::output::sniff::{human_bytes, Piece, Splitter};
-use policies::redaction::{BlockState, Redactor};
+use policies::redaction::{BlockCursor, Redactor};
 use regex::Regex;
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -120,7 +120,7 @@ pub fn blank(text: &str) -> bool {
 pub struct RenderedOutput {
     screens: [Screen; 2],
     splitters: [Splitter; 2],
-    blocks: [BlockState; 2],
+    blocks: [BlockCursor; 2],
     pending: Option<Placed>,
     next_line: u64,
     log: LineLog,
@@ -151,7 +151,7 @@ impl RenderedOutput {
         RenderedOutput {
             screens: [Screen::default(), Screen::default()],
             splitters: [Splitter::default(), Splitter::default()],
-            blocks: [BlockState::default(); 2],
+            blocks: [BlockCursor::default(); 2],
             pending: None,
             next_line: 1,
             log,

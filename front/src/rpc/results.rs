@@ -270,7 +270,7 @@ pub fn effects(
 /// note, a command): secret-shaped strings redacted, line by line, as in the view.
 pub fn redacted(text: &str) -> String {
     let r = policies::redaction::Redactor::builtin();
-    let mut st = policies::redaction::BlockState::default();
+    let mut st = policies::redaction::BlockCursor::default();
     let mut out = String::with_capacity(text.len());
     for (i, line) in text.split('\n').enumerate() {
         if i > 0 {
