@@ -1064,6 +1064,29 @@ mod tests {
     }
 
     #[test]
+    fn probe_numbers_are_fresh_and_each_answer_is_taken_once() {
+        let mut st = SessionData::default();
+        let (a, b) = (st.new_probe(), st.new_probe());
+        assert_ne!(a, b);
+        assert!(!st.probe_answered(a));
+        assert!(st.apply(Event::Status { job: 1, probe: a, liveness: None }, Instant::now(), 0));
+        assert!(st.probe_answered(a) && !st.probe_answered(b));
+        assert_eq!(st.take_probe_answer(a), Some(None), "answered: the job was not running");
+        assert_eq!(st.take_probe_answer(a), None, "once");
+    }
+
+    #[test]
+    fn revivals_older_than_the_window_are_forgotten() {
+        let mut st = SessionData::default();
+        let now = Instant::now();
+        let ago = |s| now.checked_sub(Duration::from_secs(s)).unwrap();
+        st.worker.revivals.extend([ago(90), ago(61), ago(30), ago(1)]);
+        assert_eq!(st.recent_revivals(now, Duration::from_secs(60)), 2);
+        assert_eq!(st.worker.revivals.len(), 2, "the older ones are dropped");
+        assert_eq!(st.recent_revivals(now, Duration::from_secs(120)), 2, "and stay dropped");
+    }
+
+    #[test]
     fn events_for_unknown_jobs_are_ignored() {
         let mut st = SessionData::default();
         let ev = Event::Output { job: 9, stream: Stream::Stdout, data: b"x".to_vec() };
