@@ -114,7 +114,11 @@ pub fn run(iterations: usize, pause_ms: u64, lint_rounds: usize) -> Result<()> {
     for i in 0..iterations + 10 {
         std::thread::sleep(pause);
         let b = time_us(crate::bare_bash_true);
-        for v in variants.iter_mut() {
+        // The variants take turns at going first: the call right after the bare spawn is not always
+        // the same variant's (an order effect would otherwise read as a variant's cost).
+        let n = variants.len();
+        for k in 0..n {
+            let v = &mut variants[(i + k) % n];
             std::thread::sleep(pause);
             let t = v.call();
             if i >= 10 {
