@@ -20,6 +20,7 @@ mod doors;
 mod effects_bench;
 mod fleet;
 mod long;
+mod shm_sub;
 mod spare;
 mod state;
 mod tty;
@@ -143,6 +144,19 @@ enum Bench {
         #[arg(long)]
         idle_spinners: bool,
     },
+    /// Would a shared-memory subscription beat the socket one? The front → local client hop both ways
+    /// (a real shm-proto ring handed over with SCM_RIGHTS, park/wake by eventfd, vs a JSON notification
+    /// on a Unix socket), between two processes, interleaved, plus heddle's own subscription for scale.
+    ShmSub {
+        #[arg(long, default_value_t = 2000)]
+        samples: usize,
+        /// Lines of heddle's own subscription measured in the same run.
+        #[arg(long, default_value_t = 500)]
+        heddle_lines: usize,
+    },
+    /// Internal: the subscriber process of `shm-sub`.
+    #[command(hide = true)]
+    ShmSubChild { socket: std::path::PathBuf },
     /// Database rows, receipts and journal entries of one run (journal with and without fdatasync), vs
     /// `run("true")` through the stack.
     Db {
@@ -190,6 +204,8 @@ fn main() -> Result<()> {
         Bench::Throughput { mib, rounds } => output::throughput(mib, rounds),
         Bench::Latency { lines, batch, idle_spinners } => output::latency(lines, batch, idle_spinners),
         Bench::View { mib, rounds } => output::view(mib, rounds),
+        Bench::ShmSub { samples, heddle_lines } => shm_sub::run(samples, heddle_lines),
+        Bench::ShmSubChild { socket } => shm_sub::child(&socket),
         Bench::Db { iterations } => db_bench::run(iterations),
         Bench::Doors { iterations, pause_ms } => doors::run(iterations, pause_ms),
         Bench::Tty { iterations, mib } => tty::run(iterations, mib),

@@ -123,14 +123,18 @@ fn socket_batch(n: usize, out: &mut Vec<f64>) -> Result<()> {
 }
 
 /// heddle's samples: one stamping job of `n` lines in `session`, every line timed as its notification
-/// reaches the subscribed client `sub`.
-struct HeddleSamples {
-    total: Vec<f64>,
-    to_front: Vec<f64>,
-    from_front: Vec<f64>,
+/// reaches the subscribed client `sub`. `to_read`: the job's stamp → the worker's read (wall clocks);
+/// `read_to_client`: the worker's read → the client (`CLOCK_MONOTONIC` both sides, per chunk).
+#[derive(Default)]
+pub(crate) struct HeddleSamples {
+    pub(crate) total: Vec<f64>,
+    pub(crate) to_read: Vec<f64>,
+    pub(crate) read_to_client: Vec<f64>,
+    pub(crate) to_front: Vec<f64>,
+    pub(crate) from_front: Vec<f64>,
 }
 
-fn heddle_batch(
+pub(crate) fn heddle_batch(
     c: &mut heddle_tests::Client,
     sub: &mut heddle_tests::Client,
     s: &serde_json::Value,
@@ -144,12 +148,20 @@ fn heddle_batch(
     loop {
         let note = sub.next_notification()?;
         let at = now_us();
+        let at_mono = shm_proto::sys::monotonic_ns();
         match note["method"].as_str() {
             Some("output") if note["params"]["job"] == job => {
-                partial.push_str(note["params"]["data"].as_str().unwrap_or(""));
-                let pumped = note["params"]["at_unix_ns"].as_f64().unwrap_or(0.0) / 1e3;
+                let p = &note["params"];
+                partial.push_str(p["data"].as_str().unwrap_or(""));
+                let pumped = p["at_unix_ns"].as_f64().unwrap_or(0.0) / 1e3;
+                let (Some(read_mono), Some(read_unix)) = (p["read_mono_ns"].as_u64(), p["read_unix_ns"].as_u64())
+                else {
+                    anyhow::bail!("a live chunk without the worker's read time: {note}");
+                };
+                out.read_to_client.push(at_mono.saturating_sub(read_mono) as f64 / 1e3);
                 while let Some(i) = partial.find('\n') {
                     out.total.extend(stamp_latency(&partial[..i], at));
+                    out.to_read.extend(stamp_latency(&partial[..i], read_unix as f64 / 1e3));
                     out.to_front.extend(stamp_latency(&partial[..i], pumped));
                     out.from_front.push(at - pumped);
                     got += 1;
@@ -176,7 +188,7 @@ pub fn latency(n: usize, batch: usize, idle_spinners: bool) -> Result<()> {
     let mut sub = h.client();
     sub.call("subscribe", json!({"session": s, "raw": true}))?;
     let (mut pipe, mut sock) = (Vec::new(), Vec::new());
-    let mut hd = HeddleSamples { total: Vec::new(), to_front: Vec::new(), from_front: Vec::new() };
+    let mut hd = HeddleSamples::default();
     let batch = batch.max(1);
     let mut left = n;
     while left > 0 {
@@ -193,13 +205,25 @@ pub fn latency(n: usize, batch: usize, idle_spinners: bool) -> Result<()> {
     show("baseline: Unix socket hop (thread → thread)", so);
     show("baseline: bash → pipe → this process", p);
     show("heddle: job → ring → front → subscriber socket", total);
+    show("  of which job → worker read (pipe)", Summary::of(hd.to_read));
     show("  of which job → worker → ring → front pump", Summary::of(hd.to_front));
     show("  of which front pump → subscriber", Summary::of(hd.from_front));
+    let read_to_client = Summary::of(hd.read_to_client);
+    show("heddle alone: worker read → subscriber (per chunk)", read_to_client);
     let (r50, r99, r999) = (total.p50 / p.p50, total.p99 / p.p99, total.p999 / p.p999);
     println!("{:<48} {r50:>9.2} {r99:>9.2} {r999:>9.2}", "ratio heddle / pipe");
     let figure = "capture latency: a job's line → subscribed client";
     heddle_bench::record(figure, "bash → pipe → reader", p.p50, total.p50, Some(r99), "µs");
     heddle_bench::record(figure, "Unix-socket hop, thread → thread", so.p50, total.p50, Some(total.p99 / so.p99), "µs");
+    let figure = "capture latency: worker's read → subscribed client";
+    heddle_bench::record(
+        figure,
+        "Unix-socket hop, thread → thread",
+        so.p50,
+        read_to_client.p50,
+        Some(read_to_client.p99 / so.p99),
+        "µs",
+    );
     Ok(())
 }
 

@@ -224,7 +224,8 @@ impl FakeWorker {
     }
 
     fn out(&mut self, job: JobId, stream: Stream, data: &[u8]) {
-        self.push(&Event::Output { job, stream, data: data.to_vec() });
+        let (read_mono_ns, read_unix_ns) = (shm_proto::sys::monotonic_ns(), shm_proto::sys::unix_ns());
+        self.push(&Event::Output { job, stream, read_mono_ns, read_unix_ns, data: data.to_vec() });
     }
 
     fn exit(&mut self, job: JobId, code: Option<i32>, signal: Option<i32>, killed: bool) {
@@ -308,7 +309,9 @@ impl FakeWorker {
             for (i, b) in chunk[..len].iter_mut().enumerate() {
                 *b = ((sent + i as u64) % 251) as u8;
             }
-            self.push(&Event::Output { job, stream: Stream::Stdout, data: chunk[..len].to_vec() });
+            let (read_mono_ns, read_unix_ns) = (shm_proto::sys::monotonic_ns(), shm_proto::sys::unix_ns());
+            let data = chunk[..len].to_vec();
+            self.push(&Event::Output { job, stream: Stream::Stdout, read_mono_ns, read_unix_ns, data });
             sent += len as u64;
         }
     }

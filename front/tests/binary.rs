@@ -179,7 +179,13 @@ fn echo_worker(region: Region, cmd_data: EventFd, evt_data: EventFd, stop: Arc<A
                     prestarted: false,
                     cgroup: "slot-1".into(),
                 });
-                push(Event::Output { job: spec.job, stream: Stream::Stdout, data: spec.cmd.into_bytes() });
+                push(Event::Output {
+                    job: spec.job,
+                    stream: Stream::Stdout,
+                    read_mono_ns: 1,
+                    read_unix_ns: 1,
+                    data: spec.cmd.into_bytes(),
+                });
                 push(Event::Exited { job: spec.job, code: Some(0), signal: None, at_unix_ns: 2, killed: false });
                 push(Event::Emptied { job: spec.job, at_unix_ns: 3, usage: Default::default() });
                 push(Event::StreamsClosed { job: spec.job });

@@ -78,12 +78,52 @@ mod tests {
             let _ = decode::<crate::control::FromSupervisor>(&bytes);
         }
 
+        /// Garbage behind the `Output` variant's tag (3): the job, stream, read times and length are all
+        /// read from hostile bytes.
         #[test]
-        fn output_round_trips(job in any::<u64>(), data in proptest::collection::vec(any::<u8>(), 0..4096)) {
-            let ev = Event::Output { job, stream: Stream::Stderr, data };
+        fn garbage_output_bodies_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut body = vec![3u8];
+            body.extend_from_slice(&bytes);
+            let _ = decode::<Event>(&body);
+        }
+
+        #[test]
+        fn output_round_trips(
+            job in any::<u64>(),
+            read_mono_ns in any::<u64>(),
+            read_unix_ns in any::<u64>(),
+            data in proptest::collection::vec(any::<u8>(), 0..4096),
+        ) {
+            let ev = Event::Output { job, stream: Stream::Stderr, read_mono_ns, read_unix_ns, data };
             let mut buf = Vec::new();
             encode(&ev, &mut buf).unwrap();
             prop_assert_eq!(decode::<Event>(&buf).unwrap(), ev);
+        }
+
+        /// An output frame damaged anywhere (a byte changed, cut short, bytes appended) decodes to an
+        /// error or to some whole event, never a panic; cut inside its times or data it is an error.
+        #[test]
+        fn damaged_output_frames_never_panic(
+            job in any::<u64>(),
+            read_mono_ns in any::<u64>(),
+            read_unix_ns in any::<u64>(),
+            data in proptest::collection::vec(any::<u8>(), 1..256),
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            tail in proptest::collection::vec(any::<u8>(), 1..16),
+        ) {
+            let ev = Event::Output { job, stream: Stream::Stdout, read_mono_ns, read_unix_ns, data };
+            let mut buf = Vec::new();
+            encode(&ev, &mut buf).unwrap();
+            let mut flipped = buf.clone();
+            let i = at.index(flipped.len());
+            flipped[i] = byte;
+            let _ = decode::<Event>(&flipped);
+            let cut = at.index(buf.len());
+            prop_assert!(decode::<Event>(&buf[..cut]).is_err(), "a frame cut at {} of {} decoded", cut, buf.len());
+            let mut longer = buf.clone();
+            longer.extend_from_slice(&tail);
+            prop_assert!(matches!(decode::<Event>(&longer), Err(FrameError::Trailing(n)) if n == tail.len()));
         }
 
     }

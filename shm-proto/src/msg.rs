@@ -322,8 +322,9 @@ pub struct JobLiveness {
 
 /// Worker → front.
 ///
-/// **New variants go at the end, and no variant's fields change**: sessions' journals on disk hold these
-/// events in postcard, by variant index, and a newer heddle replays an earlier one's journals
+/// **New variants go at the end, and no journaled variant's fields change** (every one but `Output`):
+/// sessions' journals on disk hold these events in postcard, by variant index, and a newer heddle
+/// replays an earlier one's journals
 /// (tests/tests/upgrade.rs reads a fixture written by an earlier build). A variant put in the middle
 /// shifts every later one, and the replay stops at the first event it can no longer read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -348,9 +349,14 @@ pub enum Event {
     /// The job could not be launched; it never ran.
     SpawnFailed { job: JobId, error: String },
     /// Bytes the job wrote, in order per stream; chunks of both streams in arrival order.
+    /// `read_mono_ns` (`CLOCK_MONOTONIC`) and `read_unix_ns` (wall clock) are the worker's clocks right
+    /// after the `read` that got `data`: the job wrote it at or before that time. (Output never reaches a
+    /// session's journal, which keeps only the other events, so its fields may change.)
     Output {
         job: JobId,
         stream: Stream,
+        read_mono_ns: u64,
+        read_unix_ns: u64,
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },

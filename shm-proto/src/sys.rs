@@ -183,6 +183,19 @@ pub fn unix_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// `CLOCK_MONOTONIC` now, in ns: one clock for every process of the host, so a time one process took can
+/// be compared with another's `clock_gettime(CLOCK_MONOTONIC)` (the worker stamps each output read with it).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call; CLOCK_MONOTONIC always
+    // exists on Linux, so the call cannot fail and leaves `ts` written.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
+}
+
 /// How a reaped child ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Exit {
@@ -299,5 +312,16 @@ mod tests {
         let got = EventFd::from_owned(fds.into_iter().next().unwrap());
         efd.notify().unwrap();
         assert_eq!(got.drain().unwrap(), 1);
+    }
+
+    #[test]
+    fn the_monotonic_clock_is_the_one_std_instant_reads() {
+        let t = std::time::Instant::now();
+        let a = monotonic_ns();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = monotonic_ns();
+        let around = t.elapsed().as_nanos() as u64;
+        assert!(b - a >= 2_000_000 && b - a <= around, "{a} {b}: {} ns inside {around} ns", b - a);
+        assert!(unix_ns() > 1_600_000_000_000_000_000);
     }
 }

@@ -122,6 +122,15 @@ fn an_event_stream_resumed_with_last_event_id_loses_and_repeats_no_chunk() {
     // Each chunk carries the time it was written.
     let d: Value = serde_json::from_str(&b.iter().find(|e| e.event == "output").unwrap().data).unwrap();
     assert!(d["at_unix_ns"].as_u64().unwrap() > 1_600_000_000_000_000_000, "{d}");
+    // The chunks written while nobody listened are replayed from the store, which does not keep their
+    // read time: `null`. The live ones after them carry the worker's read time.
+    let reads: Vec<Option<u64>> = b
+        .iter()
+        .filter(|e| e.event == "output")
+        .map(|e| serde_json::from_str::<Value>(&e.data).unwrap()["read_mono_ns"].as_u64())
+        .collect();
+    let live_from = reads.iter().position(Option::is_some).expect("live chunks carry read_mono_ns");
+    assert!(live_from > 0 && reads[live_from..].iter().all(Option::is_some), "{reads:?}");
 
     // Another stream of an unknown job is refused with a sentence.
     let bad = HttpConn::connect(addr)

@@ -6,7 +6,8 @@
 //!   commands, never by output volume);
 //! - output chunks ([`EventOut::push_output`]), read straight from a pipe into the frame buffer after a
 //!   hand-written `Event::Output` prefix, so a chunk is copied once (pipe → buffer) before the ring's copy.
-//!   The prefix encoder is tested against postcard below.
+//!   The prefix carries the chunk's read time ([`ReadTime`], taken right after the `read`). The prefix
+//!   encoder is tested against postcard below.
 //!
 //! Invariants: nothing is dropped or reordered. The caller reads a pipe only when
 //! [`EventOut::output_ready`] says the queue is empty and a whole chunk fits, so output never overtakes a
@@ -19,9 +20,24 @@ use std::collections::VecDeque;
 
 pub use shm_proto::error_chain;
 
-/// Room before the data for the `Event::Output` prefix: variant (1) + job (≤ 10) + stream (1) + length
-/// (≤ 3 bytes for lengths below 2 MiB).
-pub const OUTPUT_PREFIX_MAX: usize = 16;
+/// Room before the data for the `Event::Output` prefix: variant (1) + job (≤ 10) + stream (1) + the two
+/// read times (≤ 10 each) + length (≤ 3 bytes for lengths below 2 MiB).
+pub const OUTPUT_PREFIX_MAX: usize = 40;
+
+/// When the worker read a chunk: `CLOCK_MONOTONIC` and the wall clock, in ns, taken right after the
+/// `read` that returned it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadTime {
+    pub mono_ns: u64,
+    pub unix_ns: u64,
+}
+
+impl ReadTime {
+    /// Both clocks now.
+    pub fn now() -> ReadTime {
+        ReadTime { mono_ns: shm_proto::sys::monotonic_ns(), unix_ns: shm_proto::sys::unix_ns() }
+    }
+}
 
 /// Longest text carried in a `Warning` or `SpawnFailed` message.
 pub const MAX_MESSAGE: usize = 1024;
@@ -144,10 +160,10 @@ impl EventOut {
         &mut self.frame[OUTPUT_PREFIX_MAX..]
     }
 
-    /// Publish the first `n` bytes of [`EventOut::output_buf`] as `Event::Output`. Call only after
-    /// [`EventOut::output_ready`] returned true (space only grows meanwhile).
-    pub fn push_output(&mut self, job: JobId, stream: Stream, n: usize) -> Result<(), EmitError> {
-        let (prefix, len) = output_prefix(job, stream, n);
+    /// Publish the first `n` bytes of [`EventOut::output_buf`], read at `at`, as `Event::Output`. Call
+    /// only after [`EventOut::output_ready`] returned true (space only grows meanwhile).
+    pub fn push_output(&mut self, job: JobId, stream: Stream, at: ReadTime, n: usize) -> Result<(), EmitError> {
+        let (prefix, len) = output_prefix(job, stream, at, n);
         let start = OUTPUT_PREFIX_MAX - len;
         self.frame[start..OUTPUT_PREFIX_MAX].copy_from_slice(&prefix[..len]);
         self.ring.try_push(&self.frame[start..OUTPUT_PREFIX_MAX + n]).map_err(EmitError::Corrupt)?;
@@ -183,15 +199,18 @@ fn varint(mut v: u64, out: &mut [u8; OUTPUT_PREFIX_MAX], len: &mut usize) {
     }
 }
 
-/// postcard's encoding of `Event::Output { job, stream, data }` up to the data bytes: the variant index,
-/// the job, the stream's variant index and the data length, all as LEB128 varints.
-fn output_prefix(job: JobId, stream: Stream, n: usize) -> ([u8; OUTPUT_PREFIX_MAX], usize) {
+/// postcard's encoding of `Event::Output { job, stream, read_mono_ns, read_unix_ns, data }` up to the data
+/// bytes: the variant index, the job, the stream's variant index, the two times and the data length, all
+/// as LEB128 varints.
+fn output_prefix(job: JobId, stream: Stream, at: ReadTime, n: usize) -> ([u8; OUTPUT_PREFIX_MAX], usize) {
     const OUTPUT_VARIANT: u64 = 3;
     let mut out = [0u8; OUTPUT_PREFIX_MAX];
     let mut len = 0;
     varint(OUTPUT_VARIANT, &mut out, &mut len);
     varint(job, &mut out, &mut len);
     varint(if stream == Stream::Stdout { 0 } else { 1 }, &mut out, &mut len);
+    varint(at.mono_ns, &mut out, &mut len);
+    varint(at.unix_ns, &mut out, &mut len);
     varint(n as u64, &mut out, &mut len);
     (out, len)
 }
@@ -221,15 +240,21 @@ mod tests {
 
     #[test]
     fn output_prefix_matches_postcard() {
-        for job in [0, 1, 127, 128, 300, u32::MAX as u64, u64::MAX] {
+        let times = [(0, 0), (1, 127), (128, 1_700_000_000_000_000_000), (u64::MAX, u64::MAX)];
+        for (job, (mono_ns, unix_ns)) in
+            [0, 1, 127, 128, 300, u32::MAX as u64, u64::MAX].into_iter().zip(times.iter().cycle())
+        {
             for (stream, n) in [(Stream::Stdout, 0), (Stream::Stderr, 1), (Stream::Stdout, 127), (Stream::Stderr, 128)]
                 .into_iter()
                 .chain([(Stream::Stdout, 16383), (Stream::Stdout, 16384), (Stream::Stderr, MAX_OUTPUT_CHUNK)])
             {
                 let data: Vec<u8> = (0..n).map(|i| i as u8).collect();
                 let mut expect = Vec::new();
-                frame::encode(&Event::Output { job, stream, data: data.clone() }, &mut expect).unwrap();
-                let (prefix, len) = output_prefix(job, stream, n);
+                let (read_mono_ns, read_unix_ns) = (*mono_ns, *unix_ns);
+                let ev = Event::Output { job, stream, read_mono_ns, read_unix_ns, data: data.clone() };
+                frame::encode(&ev, &mut expect).unwrap();
+                let at = ReadTime { mono_ns: read_mono_ns, unix_ns: read_unix_ns };
+                let (prefix, len) = output_prefix(job, stream, at, n);
                 assert!(len <= OUTPUT_PREFIX_MAX);
                 assert_eq!(&expect[..len], &prefix[..len], "job {job} n {n}");
                 assert_eq!(&expect[len..], &data[..]);
@@ -243,10 +268,18 @@ mod tests {
         let mut out = EventOut::new(p);
         out.output_buf()[..5].copy_from_slice(b"hello");
         assert!(out.output_ready());
-        out.push_output(42, Stream::Stderr, 5).unwrap();
+        let at = ReadTime { mono_ns: 5_000_000_123, unix_ns: 1_700_000_000_000_000_456 };
+        out.push_output(42, Stream::Stderr, at, 5).unwrap();
         let mut buf = Vec::new();
         let ev: Event = c.pop_msg(&mut buf).unwrap().unwrap();
-        assert_eq!(ev, Event::Output { job: 42, stream: Stream::Stderr, data: b"hello".to_vec() });
+        let expect = Event::Output {
+            job: 42,
+            stream: Stream::Stderr,
+            read_mono_ns: at.mono_ns,
+            read_unix_ns: at.unix_ns,
+            data: b"hello".to_vec(),
+        };
+        assert_eq!(ev, expect);
     }
 
     #[test]

@@ -394,7 +394,7 @@ mod tests {
     fn queued_output_without_space_parks_and_is_woken_by_freed_space() {
         let (mut w, mut rx) = worker(1 << 16);
         while w.out.output_ready() {
-            w.out.push_output(1, Stream::Stdout, w.out.chunk()).unwrap();
+            w.out.push_output(1, Stream::Stdout, crate::emit::ReadTime::now(), w.out.chunk()).unwrap();
         }
         w.ready.push_back((1, Stream::Stdout));
         assert_eq!(w.timeout(false), None, "blocks: only the front can free space");

@@ -12,6 +12,7 @@
 //! is full, which is the end-to-end backpressure the contract asks for.
 
 use crate::cgroup::CgroupOps;
+use crate::emit::ReadTime;
 use crate::event_loop::{job_warning, WorkerError, CHUNKS_PER_PASS};
 use crate::Worker;
 use mio::unix::SourceFd;
@@ -38,8 +39,11 @@ impl<C: CgroupOps> Worker<C> {
         match nix::unistd::read(pipe.fd.as_fd(), self.out.output_buf()) {
             Ok(0) => self.close_pipe(job, stream),
             Ok(n) => {
+                // First thing after the read: the chunk's read time, as close to the bytes' arrival as
+                // the worker can see it (two vDSO clock reads, no system call).
+                let at = ReadTime::now();
                 pipe.until_exit = pipe.until_exit.saturating_sub(n);
-                self.out.push_output(job, stream, n)?;
+                self.out.push_output(job, stream, at, n)?;
                 // Ring a parked front now, not after the next read finds the pipe empty: waking it
                 // (often an idle vCPU) is the slow part of the hop, so it starts as early as possible.
                 self.flush_wake();

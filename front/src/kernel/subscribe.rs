@@ -12,7 +12,8 @@
 //! → {"jsonrpc":"2.0","id":4,"method":"subscribe","params":{"session":"demo"}}
 //! ← {"jsonrpc":"2.0","id":4,"result":{"subscription":1,"session":"demo","job":null,"raw":false}}
 //! ← {"jsonrpc":"2.0","method":"output","params":{"subscription":1,"seq":1,"session":"demo","job":2,
-//!    "stream":"stdout","offset":0,"len":3,"at_unix_ns":…,"lines":[],"data":null,"encoding":null}}
+//!    "stream":"stdout","offset":0,"len":3,"at_unix_ns":…,"read_mono_ns":…,"read_unix_ns":…,"lines":[],
+//!    "data":null,"encoding":null}}
 //! ```
 
 use crate::kernel::{Client, Kernel};
@@ -108,6 +109,7 @@ pub(crate) fn subscribe(
                 offset: c.offset,
                 data: &c.data,
                 at_unix_ns: c.unix_ns,
+                read: None,
                 fresh: &[],
             };
             publish_chunk(&mut one, &p.session, &chunk);

@@ -420,7 +420,7 @@ impl SessionData {
             None => None,
         };
         match (ev, job) {
-            (Event::Output { stream, data, .. }, Some(j)) => {
+            (Event::Output { stream, data, read_mono_ns, read_unix_ns, .. }, Some(j)) => {
                 let was_dirty = j.dirty();
                 let live = !self.subscribers.is_empty() && subscribe::wanted(&self.subscribers, j.id());
                 let s = crate::output::view::stream_index(stream);
@@ -438,6 +438,7 @@ impl SessionData {
                         offset,
                         data: &data,
                         at_unix_ns: ns,
+                        read: Some((read_mono_ns, read_unix_ns)),
                         fresh: &fresh,
                     };
                     subscribe::publish_chunk(&mut self.subscribers, &self.name, &c);
@@ -1089,7 +1090,8 @@ mod tests {
     #[test]
     fn events_for_unknown_jobs_are_ignored() {
         let mut st = SessionData::default();
-        let ev = Event::Output { job: 9, stream: Stream::Stdout, data: b"x".to_vec() };
+        let ev =
+            Event::Output { job: 9, stream: Stream::Stdout, read_mono_ns: 1, read_unix_ns: 1, data: b"x".to_vec() };
         assert!(!st.apply(ev, Instant::now(), 0));
         assert!(st.jobs.is_empty());
     }

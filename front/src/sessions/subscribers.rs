@@ -66,6 +66,8 @@ struct OutputParams<'a> {
     offset: u64,
     len: u64,
     at_unix_ns: u64,
+    read_mono_ns: Option<u64>,
+    read_unix_ns: Option<u64>,
     lines: &'a [LineOut<'a>],
     data: Option<String>,
     encoding: Option<&'static str>,
@@ -108,7 +110,11 @@ pub struct Chunk<'a> {
     pub stream: u8,
     pub offset: u64,
     pub data: &'a [u8],
+    /// Its arrival at the front (wall clock, ns).
     pub at_unix_ns: u64,
+    /// When the worker read it: `(CLOCK_MONOTONIC ns, wall clock ns)`; `None` for a chunk replayed
+    /// from the store, which does not keep it.
+    pub read: Option<(u64, u64)>,
     pub fresh: &'a [FreshLine],
 }
 
@@ -151,6 +157,8 @@ pub fn publish_chunk(subs: &mut Vec<Subscriber>, session: &str, c: &Chunk<'_>) {
             offset: c.offset,
             len: c.data.len() as u64,
             at_unix_ns: c.at_unix_ns,
+            read_mono_ns: c.read.map(|r| r.0),
+            read_unix_ns: c.read.map(|r| r.1),
             lines: &lines,
             data,
             encoding,
@@ -199,4 +207,54 @@ pub fn remove(subs: &mut Vec<Subscriber>, conn: u64, only: Option<u64>) -> usize
     let before = subs.len();
     subs.retain(|s| !(s.outbox.conn == conn && only.is_none_or(|id| id == s.id)));
     before - subs.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::doc_schema::{object_after, PROTOCOL_MD};
+    use std::collections::BTreeSet;
+
+    /// The keys a notification's params serialize to, less `subscription` and `seq` (docs/protocol.md
+    /// says once that every notification carries them).
+    fn keys(params: impl Serialize) -> BTreeSet<String> {
+        let serde_json::Value::Object(m) = serde_json::to_value(params).unwrap() else { panic!("not an object") };
+        m.keys().filter(|k| *k != "subscription" && *k != "seq").cloned().collect()
+    }
+
+    fn documented(anchor: &str) -> BTreeSet<String> {
+        object_after(PROTOCOL_MD, anchor)
+            .unwrap_or_else(|| panic!("docs/protocol.md has no brace list after {anchor:?}"))
+    }
+
+    #[test]
+    fn notification_params_match_the_docs() {
+        let output = OutputParams {
+            subscription: 1,
+            seq: 1,
+            session: "s",
+            job: 1,
+            stream: "stdout",
+            offset: 0,
+            len: 0,
+            at_unix_ns: 0,
+            read_mono_ns: None,
+            read_unix_ns: None,
+            lines: &[],
+            data: None,
+            encoding: None,
+        };
+        assert_eq!(keys(output), documented("- `output` "), "`output` notification vs docs/protocol.md");
+        let end = EndParams {
+            subscription: 1,
+            seq: 1,
+            session: "s",
+            job: 1,
+            state: JobState::Exited,
+            exit_code: None,
+            signal: None,
+            lines: &[],
+        };
+        assert_eq!(keys(end), documented("- `job.end` "), "`job.end` notification vs docs/protocol.md");
+    }
 }

@@ -172,7 +172,7 @@ impl Collector {
                 t.spawn_failed = Some(error);
                 push_kind(t, "spawn_failed");
             }
-            Event::Output { job, stream, data } => {
+            Event::Output { job, stream, data, .. } => {
                 let t = self.jobs.entry(job).or_default();
                 if t.exited.is_none() {
                     t.bytes_before_exit += data.len();
