@@ -396,11 +396,15 @@ pub struct Screen {
     /// The parser is known to be in its ground state (outside any escape sequence and UTF-8
     /// character), so plain text may bypass it. False means "not known", never "known not".
     ground: bool,
+    /// The stream's last bytes (up to 3, the longest unfinished UTF-8 character): whether a chunk
+    /// starts inside a character split by the previous chunks.
+    tail: [u8; 3],
+    tail_len: u8,
 }
 
 impl Default for Screen {
     fn default() -> Self {
-        Screen { parser: vte::Parser::default(), term: Term::default(), ground: true }
+        Screen { parser: vte::Parser::default(), term: Term::default(), ground: true, tail: [0; 3], tail_len: 0 }
     }
 }
 
@@ -442,10 +446,19 @@ impl Screen {
     pub fn feed(&mut self, bytes: &[u8]) {
         if self.ground && is_plain(bytes) {
             self.term.plain(bytes);
+            self.keep_tail(bytes);
             return;
         }
         let ground_before = self.ground;
+        // A chunk that continues a split character goes to the parser whole: vte's handling of a
+        // split character depends on where its input is cut, so a cut of ours would change the text.
+        let continues_char = ends_mid_char(&self.tail[..usize::from(self.tail_len)]);
+        self.keep_tail(bytes);
         match memchr::memrchr(0x1b, bytes) {
+            _ if continues_char => {
+                self.parser.advance(&mut self.term, bytes);
+                self.ground = false;
+            }
             Some(p) => {
                 // The ESC itself may end an OSC string (a dispatch) while starting a new sequence:
                 // only a dispatch after it proves the ground state.
@@ -461,9 +474,22 @@ impl Screen {
                 self.ground = (ground_before || self.term.seq_ended) && !self.term.in_dcs && !cancels;
             }
         }
-        if ends_mid_char(bytes) {
+        if ends_mid_char(&self.tail[..usize::from(self.tail_len)]) {
             self.ground = false;
         }
+    }
+
+    /// Remember the stream's last (up to 3) bytes after `bytes`.
+    fn keep_tail(&mut self, bytes: &[u8]) {
+        let mut all = [0u8; 6];
+        let old = usize::from(self.tail_len);
+        all[..old].copy_from_slice(&self.tail[..old]);
+        let new = bytes.len().min(3);
+        all[old..old + new].copy_from_slice(&bytes[bytes.len() - new..]);
+        let n = old + new;
+        let keep = n.min(3);
+        self.tail[..keep].copy_from_slice(&all[n - keep..n]);
+        self.tail_len = keep as u8;
     }
 
     /// Lines that can no longer change, in order, since the last call.
@@ -615,6 +641,19 @@ mod tests {
         }
         s.finish();
         s.take_committed()
+    }
+
+    #[test]
+    fn a_chunk_continuing_a_split_character_is_not_cut_at_its_escape() {
+        // A C1 control split across chunks, then ESC: cutting the second chunk after its ESC made vte
+        // swallow the ESC.
+        let chunks = [vec![194], vec![128, 27, 128, 80]];
+        let mut s = Screen::default();
+        for c in &chunks {
+            s.feed(c);
+        }
+        s.finish();
+        assert_eq!(s.take_committed(), parser_only(&chunks));
     }
 
     proptest! {
