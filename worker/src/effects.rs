@@ -98,8 +98,8 @@ pub(crate) fn work_tree(cwd: &Path) -> Option<PathBuf> {
 
 /// Runs git as the job would be run: the job's environment, Landlock ruleset and seccomp filter.
 pub(crate) struct Git<'a> {
-    pub program: PathBuf,
-    pub env: Vec<(String, String)>,
+    pub program: &'a Path,
+    pub env: &'a [(String, String)],
     pub ruleset: Option<std::os::fd::BorrowedFd<'a>>,
     pub seccomp: Option<&'a [launcher::seccomp::sock_filter]>,
 }
@@ -125,7 +125,7 @@ impl Git<'_> {
         let stdio = launcher::Stdio { stdin, stdout: dup(&out)?, stderr: dup(&err)? };
         let mut argv = vec!["git", "--no-optional-locks", "-c", "core.quotepath=off"];
         argv.extend_from_slice(args);
-        let mut p = launcher::Prepared::new(&self.program, &argv, &self.env, Some(dir), stdio)
+        let mut p = launcher::Prepared::new(self.program, &argv, self.env, Some(dir), stdio)
             .map_err(|e| format!("cannot prepare git: {e}"))?;
         if let Some(rs) = self.ruleset {
             p = p.with_landlock(rs).map_err(|e| format!("cannot prepare git's sandbox: {e}"))?;
@@ -434,6 +434,10 @@ impl TrackedLinks {
 /// The work tree's git dir (`.git`, or what a `.git` file names).
 fn git_dir(root: &Path) -> PathBuf {
     let dot = root.join(".git");
+    // One stat in the common case (a directory); only a `.git` file is opened and read.
+    if std::fs::symlink_metadata(&dot).is_ok_and(|m| m.is_dir()) {
+        return dot;
+    }
     match std::fs::read_to_string(&dot) {
         Ok(s) => match s.trim().strip_prefix("gitdir: ") {
             Some(d) => root.join(d),
@@ -706,12 +710,40 @@ pub(crate) struct Ledger {
     pub generation: u64,
     pub links: TrackedLinks,
     /// The change monitor of the work tree last snapshotted, and its last snapshot
-    /// ([`crate::effects_monitor`]).
     /// ([`crate::effects_monitor`]) and where that snapshot came from (`the after of job 3`).
     pub monitor: Option<(crate::effects_monitor::Monitor, Arc<Snapshot>, String)>,
     /// What keeps the watched roots' last walk valid ([`crate::effects_watch::Quiet`]); started at the
     /// first walk, `Err(())` once the kernel refused one.
     pub quiet: Option<Result<crate::effects_watch::Quiet, ()>>,
+    /// The last job environment's [`GitEnv`], and what it was made from: a job with the same
+    /// environment reuses it (no policy filtering, no `PATH` search for git).
+    pub git_env: Option<(EnvKey, Arc<GitEnv>)>,
+}
+
+/// What a job's environment is made from: its `env`, its carried `state_env`, whether it carries shell
+/// state, whether it has a terminal.
+pub(crate) type EnvKey = (Vec<(String, String)>, Vec<(String, String)>, bool, bool);
+
+/// The environment git runs with for a job's ledger (the job's, without `GIT_*` and with
+/// `GIT_OPTIONAL_LOCKS=0 LC_ALL=C`) and the git found on its `PATH` (`None`: none there).
+///
+/// Reused while jobs' environments stay the same, so a git installed on the `PATH` later is found
+/// at once (a missing git is looked up again every time) but a git removed later is still named until
+/// the environment changes: its runs then fail and the ledger says why.
+#[derive(Debug)]
+pub(crate) struct GitEnv {
+    pub env: Vec<(String, String)>,
+    pub program: Option<PathBuf>,
+}
+
+impl GitEnv {
+    pub(crate) fn new(mut env: Vec<(String, String)>) -> GitEnv {
+        env.retain(|(k, _)| !k.starts_with("GIT_") && k != "LC_ALL");
+        env.push(("GIT_OPTIONAL_LOCKS".into(), "0".into()));
+        env.push(("LC_ALL".into(), "C".into()));
+        let program = find_git(&env);
+        GitEnv { env, program }
+    }
 }
 
 impl Ledger {
@@ -733,8 +765,8 @@ pub(crate) struct JobEffects {
     pub before: Result<Arc<Snapshot>, String>,
     pub before_how: String,
     pub before_us: u64,
-    /// The job's environment (git runs with it).
-    pub env: Vec<(String, String)>,
+    /// The environment git runs with for this job, and the git it found.
+    pub git: Arc<GitEnv>,
     /// Other jobs of the session that could write while this one ran (running, or keeping survivors).
     pub overlapped: BTreeSet<shm_proto::msg::JobId>,
     /// The watched paths' "before" ([`crate::effects_watch`]); `None` when nothing is watched.

@@ -2,12 +2,12 @@
 //! comparison just before `Exited`.
 
 use crate::cgroup::CgroupOps;
-use crate::effects::{self, Git, JobEffects, Snapshot, GIT_RUNS};
+use crate::effects::{self, Git, GitEnv, JobEffects, Snapshot, GIT_RUNS};
 use crate::effects_monitor::{Changes, Monitor};
 use crate::effects_watch::{self, Quiet, Watch, WATCH_LIMIT};
 use crate::event_loop::WorkerError;
 use crate::Worker;
-use shm_proto::msg::{EffectsMode, Event, JobId, ProjectEffects, RunSpec};
+use shm_proto::msg::{EffectsMode, Event, JobId, ProjectEffects, RunSpec, StdinMode};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -26,17 +26,29 @@ impl<C: CgroupOps> Worker<C> {
         self.jobs.iter().any(|(id, j)| Some(*id) != except && !(j.exited_sent && j.emptied_sent))
     }
 
-    fn git_for(&self, env: &[(String, String)]) -> Option<Git<'_>> {
-        let mut env = env.to_vec();
-        env.retain(|(k, _)| !k.starts_with("GIT_") && k != "LC_ALL");
-        env.push(("GIT_OPTIONAL_LOCKS".into(), "0".into()));
-        env.push(("LC_ALL".into(), "C".into()));
+    fn git_for<'a>(&'a self, env: &'a GitEnv) -> Option<Git<'a>> {
         Some(Git {
-            program: effects::find_git(&env)?,
-            env,
+            program: env.program.as_deref()?,
+            env: &env.env,
             ruleset: self.sandbox.as_ref().and_then(|s| s.job_ruleset()),
             seccomp: self.sandbox.as_ref().and_then(|s| s.job_seccomp()),
         })
+    }
+
+    /// The environment git runs with for `spec`'s ledger: the last one when the job's environment is
+    /// made from the same parts, else made now (and kept).
+    fn git_env(&mut self, spec: &RunSpec) -> Arc<GitEnv> {
+        let tty = matches!(spec.stdin, StdinMode::Tty { .. });
+        if let Some(((env, state_env, state, t), made)) = &self.ledger.git_env {
+            let same = *env == spec.env && *state_env == spec.state_env && *state == spec.state.is_some() && *t == tty;
+            if same && made.program.is_some() {
+                return Arc::clone(made);
+            }
+        }
+        let made = Arc::new(GitEnv::new(self.spec_env(spec)));
+        let key = (spec.env.clone(), spec.state_env.clone(), spec.state.is_some(), tty);
+        self.ledger.git_env = Some((key, Arc::clone(&made)));
+        made
     }
 
     /// The job's "before", at launch: the last snapshot when still valid, else one taken now.
@@ -56,8 +68,8 @@ impl<C: CgroupOps> Worker<C> {
         }
         let cwd = Path::new(OsStr::from_bytes(&spec.cwd));
         let root = effects::work_tree(cwd);
-        let env = self.spec_env(spec);
         let t = Instant::now();
+        let env = self.git_env(spec);
         let runs = GIT_RUNS.load(Relaxed);
         let watching = |w: &Self, root: &Path| w.ledger.monitor.as_ref().is_some_and(|(m, _, _)| m.root == root);
         let (before, how) = match &root {
@@ -97,7 +109,7 @@ impl<C: CgroupOps> Worker<C> {
             before,
             before_how: how,
             before_us,
-            env,
+            git: env,
             overlapped,
             watched,
             watched_reused,
@@ -118,7 +130,7 @@ impl<C: CgroupOps> Worker<C> {
     /// The work tree at `root` now: through the change monitor when it watches `root` (no git run
     /// when it saw no change, a status of the changed paths when it saw a few), else a full status,
     /// with a monitor started first so the next look can use it.
-    fn project_now(&mut self, root: &Path, env: &[(String, String)]) -> Now {
+    fn project_now(&mut self, root: &Path, env: &GitEnv) -> Now {
         let no_git = || "no git program on the job's PATH".to_owned();
         let mut note = None;
         let drained = match self.ledger.monitor.as_mut().filter(|(m, _, _)| m.root == root) {
@@ -215,7 +227,7 @@ impl<C: CgroupOps> Worker<C> {
                 project.reasons.push(format!("the state before the job could not be read: {why}"));
             }
             (Some(root), Ok(before)) => {
-                let (after, method, note) = self.project_now(root, &fx.env);
+                let (after, method, note) = self.project_now(root, &fx.git);
                 match after {
                     Err(why) => {
                         project.root = root.to_string_lossy().into_owned();
@@ -224,7 +236,7 @@ impl<C: CgroupOps> Worker<C> {
                     }
                     Ok(after) => {
                         let mut links = std::mem::take(&mut self.ledger.links);
-                        if let Some(git) = self.git_for(&fx.env) {
+                        if let Some(git) = self.git_for(&fx.git) {
                             project = effects::compare(&git, &mut links, before, &after, fx.mode);
                         }
                         self.ledger.links = links;
