@@ -35,7 +35,7 @@ pub fn run(mib: usize, rounds: usize) -> anyhow::Result<()> {
         let (raw_tokens, view_tokens) = ((out.len() + err.len()) / 4, view.len() / 4);
         let times = (mib << 20) / (out.len() + err.len()).max(1) + 1;
         let (big_out, big_err) = (out.repeat(times), err.repeat(times));
-        let size = (big_out.len() + big_err.len()) as f64 / (1 << 20) as f64;
+        let size = (big_out.len() + big_err.len()) as f64 / f64::from(1u32 << 20);
         let (mut parse_s, mut copy_s) = (f64::MAX, f64::MAX);
         for _ in 0..rounds {
             let t = Instant::now();

@@ -76,7 +76,7 @@ fn emulator_cost(mib: usize) -> Result<()> {
     let out = Command::new("ls").args(["--color=always", "-R", "/usr"]).stderr(Stdio::null()).output()?;
     let mut data = out.stdout;
     data.truncate(mib << 20);
-    let size_mib = data.len() as f64 / (1 << 20) as f64;
+    let size_mib = data.len() as f64 / f64::from(1u32 << 20);
     let (mut emu, mut copy) = (Vec::new(), Vec::new());
     for _ in 0..5 {
         let mut term = front::terminal::Terminal::new(24, 80);

@@ -217,11 +217,14 @@ fn supervise(sup: &Path, args: &UpArgs, current: &AtomicI32, stopping: &AtomicBo
             cmd.env("HEDDLE_RETAIN_DISK_BYTES", b.to_string());
         }
         let mut child = cmd.spawn().with_context(|| format!("starting {}", sup.display()))?;
-        current.store(child.id() as i32, Ordering::SeqCst);
+        current.store(i32::try_from(child.id()).unwrap_or(0), Ordering::SeqCst);
         let started = Instant::now();
         if stopping.load(Ordering::SeqCst) {
             // A signal arrived between the spawn and the store: forward it now.
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32")),
+                nix::sys::signal::SIGTERM,
+            );
         }
         let status = child.wait().context("waiting for the supervisor")?;
         current.store(0, Ordering::SeqCst);

@@ -64,7 +64,7 @@ fn exit_code(child: &mut Child, timeout: Duration) -> Option<i32> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+    let _ = kill(Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32")), Signal::SIGKILL);
     None
 }
 
@@ -244,7 +244,7 @@ fn sigterm_exits_0() {
     let mut front = start_front();
     let mut c = Client::connect(&front.socket);
     assert_eq!(c.call("jobs", json!({"session": "none"}))["error"]["code"], -32001, "the front is up");
-    kill(Pid::from_raw(front.child.id() as i32), Signal::SIGTERM).unwrap();
+    kill(Pid::from_raw(i32::try_from(front.child.id()).expect("a pid fits in i32")), Signal::SIGTERM).unwrap();
     assert_eq!(exit_code(&mut front.child, Duration::from_secs(10)), Some(0));
 }
 

@@ -157,7 +157,7 @@ fn setid_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>, SeccompError> {
     let bit = |arg: u8, b: u64| {
         SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(b), b).map_err(compile)
     };
-    let setid = [libc::S_ISUID as u64, libc::S_ISGID as u64];
+    let setid = [u64::from(libc::S_ISUID), u64::from(libc::S_ISGID)];
     // chmod-like: (syscall, mode argument).
     let plain = [
         (libc::SYS_chmod, 1),
@@ -324,7 +324,7 @@ pub struct RefusedSocket {
 
 /// The family's usual name (`AF_INET`), or its number.
 pub fn family_name(family: u32) -> String {
-    match family as i32 {
+    match i32::try_from(family).unwrap_or(-1) {
         libc::AF_INET => "AF_INET".into(),
         libc::AF_INET6 => "AF_INET6".into(),
         libc::AF_NETLINK => "AF_NETLINK".into(),

@@ -534,7 +534,7 @@ mod tests {
                     Some("tail is not frame-aligned")
                 }
                 2 => {
-                    let len = (p.ring.max_frame() as u64 + amount).min(u32::MAX as u64) as u32;
+                    let len = (p.ring.max_frame() as u64 + amount).min(u64::from(u32::MAX)) as u32;
                     p.ring.write_at(tail, &len.to_le_bytes());
                     p.ring.ctl().tail.store(tail + FRAME_ALIGN as u64 * 2, Ordering::Release);
                     Some("frame length exceeds the limit")

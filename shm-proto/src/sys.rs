@@ -22,7 +22,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 /// A close-on-exec memfd that allows sealing, sized to `size` bytes.
 pub fn memfd_sized(name: &str, size: u64) -> std::io::Result<OwnedFd> {
     let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)?;
-    nix::unistd::ftruncate(&fd, size as i64)?;
+    nix::unistd::ftruncate(&fd, i64::try_from(size).map_err(|_| nix::errno::Errno::EFBIG)?)?;
     Ok(fd)
 }
 

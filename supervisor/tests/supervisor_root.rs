@@ -138,7 +138,7 @@ impl Fixture {
 
     /// SIGTERM our supervisor child and wait (bounded) for its exit status.
     fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = nix::unistd::Pid::from_raw(self.sup.id() as i32);
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.sup.id()).expect("a pid fits in i32"));
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {

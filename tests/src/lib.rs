@@ -168,7 +168,7 @@ impl Heddle {
     /// Stop the stack with SIGTERM (as a user would) and return `heddle up`'s exit status.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut up = self.up.take()?;
-        let pid = nix::unistd::Pid::from_raw(up.id() as i32);
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(up.id()).expect("a pid fits in i32"));
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
@@ -244,7 +244,10 @@ pub fn up_expecting_refusal(socket: &Path, state: &Path, cgroup: &Path) -> Refus
     };
     let Some(status) = status else {
         // Our own child, by the pid we spawned.
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32")),
+            nix::sys::signal::SIGTERM,
+        );
         let _ = child.wait();
         panic!("the second heddle up started instead of refusing; it printed: {}", reader.join().unwrap_or_default());
     };

@@ -177,7 +177,11 @@ fn a_restarted_supervisor_adopts_kept_jobs_and_removes_other_leftovers() {
     // SIGKILL of `heddle up` (our child) first, so it cannot restart the supervisor and clean up before the
     // assertions below (it restarts one that dies unasked after 100 ms), then of the supervisor (a process
     // of this test's stack, by its pid): the front exits after it.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(h.up_pid() as i32), nix::sys::signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(h.up_pid()).expect("a pid fits in i32")),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup as i32), nix::sys::signal::SIGKILL);
     assert!(eventually(Duration::from_secs(10), || !alive(front) && !alive(sup)), "the front follows its supervisor");
     h.stop();
@@ -209,6 +213,10 @@ fn a_restarted_supervisor_adopts_kept_jobs_and_removes_other_leftovers() {
     assert!(eventually(Duration::from_secs(5), || !alive(kept_pid)));
 
     // Our own child, by its pid.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup2.id() as i32), nix::sys::signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(sup2.id()).expect("a pid fits in i32")),
+        nix::sys::signal::SIGTERM,
+    )
+    .unwrap();
     assert!(sup2.wait().unwrap().success());
 }

@@ -66,7 +66,10 @@ impl Unit {
 impl Drop for Unit {
     fn drop(&mut self) {
         // Our own child, by the pid we spawned.
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.up.id() as i32), nix::sys::signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(self.up.id()).expect("a pid fits in i32")),
+            nix::sys::signal::SIGTERM,
+        );
         let _ = eventually(Duration::from_secs(20), || self.up.try_wait().ok().flatten().is_some());
         let _ = self.up.kill();
         let _ = self.up.wait();

@@ -94,7 +94,11 @@ fn a_database_left_by_a_killed_front_opens_cleanly_and_keeps_receipts() {
     // Kill the front once the burst is well under way (keyed runs answered, more in flight).
     let under_way = eventually(Duration::from_secs(30), || admitted.load(std::sync::atomic::Ordering::Relaxed) >= 20);
     assert!(under_way, "the burst got going");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(front as i32), nix::sys::signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(front).expect("a pid fits in i32")),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
     let done = burst.join().unwrap();
     assert!(done > 0 && done < 10_000, "the burst was cut by the kill ({done} runs)");
     h.restart(&[]);

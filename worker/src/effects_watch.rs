@@ -70,7 +70,9 @@ impl Watch {
     /// Walk `roots` (nested ones are walked once), at most `limit` entries.
     pub fn take(roots: &[PathBuf], limit: usize) -> Watch {
         let started = std::time::Instant::now();
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX));
         let outer = outer_roots(roots);
         let mut w = Watch { roots: outer.clone(), limit, ..Default::default() };
         'roots: for root in &outer {
@@ -82,7 +84,8 @@ impl Watch {
                     break 'roots;
                 }
                 let stat = stat_of(&m);
-                let racy = stat.kind == b'f' && (now - stat.ctime.max(stat.mtime)) < RACY.as_nanos() as i128;
+                let racy = stat.kind == b'f'
+                    && (now - stat.ctime.max(stat.mtime)) < i128::try_from(RACY.as_nanos()).unwrap_or(i128::MAX);
                 let hash = racy.then(|| hash_of(&p)).flatten();
                 let is_dir = stat.kind == b'd';
                 w.entries.insert(p.clone(), (stat, hash));

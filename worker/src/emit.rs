@@ -242,7 +242,7 @@ mod tests {
     fn output_prefix_matches_postcard() {
         let times = [(0, 0), (1, 127), (128, 1_700_000_000_000_000_000), (u64::MAX, u64::MAX)];
         for (job, (mono_ns, unix_ns)) in
-            [0, 1, 127, 128, 300, u32::MAX as u64, u64::MAX].into_iter().zip(times.iter().cycle())
+            [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX].into_iter().zip(times.iter().cycle())
         {
             for (stream, n) in [(Stream::Stdout, 0), (Stream::Stderr, 1), (Stream::Stdout, 127), (Stream::Stderr, 128)]
                 .into_iter()

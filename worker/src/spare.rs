@@ -102,7 +102,10 @@ fn where_cold_would_be(spare: &Spare, session_cwd: &[u8]) -> bool {
     use std::os::unix::fs::MetadataExt;
     let id = |m: std::fs::Metadata| (m.dev(), m.ino());
     let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-    let Ok(n) = nix::sys::uio::pread(&spare.state, &mut buf, spare.restore_len as i64) else { return false };
+    let Ok(n) = nix::sys::uio::pread(&spare.state, &mut buf, i64::try_from(spare.restore_len).unwrap_or(i64::MAX))
+    else {
+        return false;
+    };
     let Some(end) = buf[..n].iter().position(|&b| b == 0) else { return false };
     let logical = std::path::Path::new(std::ffi::OsStr::from_bytes(&buf[..end]));
     let session_dir = std::fs::metadata(std::ffi::OsStr::from_bytes(session_cwd)).is_ok_and(|m| m.is_dir());

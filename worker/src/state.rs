@@ -209,7 +209,11 @@ impl StatePipe {
         self.buf.resize(size, 0);
         let mut at = 0;
         while at < size {
-            match nix::sys::uio::pread(self.fd.as_fd(), &mut self.buf[at..], (self.from + at as u64) as i64) {
+            match nix::sys::uio::pread(
+                self.fd.as_fd(),
+                &mut self.buf[at..],
+                i64::try_from(self.from + at as u64).unwrap_or(i64::MAX),
+            ) {
                 Ok(0) => break,
                 Ok(n) => at += n,
                 Err(nix::errno::Errno::EINTR) => {}
@@ -261,7 +265,7 @@ pub fn state_memfd() -> io::Result<OwnedFd> {
 pub fn write_restore(fd: &OwnedFd, restore: &[u8]) -> io::Result<u64> {
     let mut at = 0;
     while at < restore.len() {
-        match nix::sys::uio::pwrite(fd, &restore[at..], at as i64) {
+        match nix::sys::uio::pwrite(fd, &restore[at..], i64::try_from(at).unwrap_or(i64::MAX)) {
             Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
             Ok(n) => at += n,
             Err(nix::errno::Errno::EINTR) => {}

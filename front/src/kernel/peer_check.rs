@@ -303,7 +303,8 @@ mod tests {
     #[test]
     fn this_process_is_read_and_placed_outside() {
         let pidfd = nix::sys::socket::getsockopt(&std::os::unix::net::UnixStream::pair().unwrap().0, PeerPidfd);
-        let path = read_cgroup(std::process::id() as i32, pidfd.ok()).expect("a v2 line");
+        let path =
+            read_cgroup(i32::try_from(std::process::id()).expect("a pid fits in i32"), pidfd.ok()).expect("a v2 line");
         assert_eq!(Place::of(&path, "/heddle-nowhere-such"), Place::Outside, "{path}");
     }
 

@@ -293,16 +293,16 @@ impl ReadPlan {
             file_off += RECORD_HEADER as u64 + len;
             if h[0] != self.stream || stream_off + len <= self.offset {
                 stream_off += if h[0] == self.stream { len } else { 0 };
-                r.seek_relative(len as i64).map_err(StoreError::Io)?;
+                r.seek_relative(signed(len)).map_err(StoreError::Io)?;
                 continue;
             }
             let skip = self.offset.saturating_sub(stream_off);
             let take = (len - skip).min(end - stream_off - skip);
-            r.seek_relative(skip as i64).map_err(StoreError::Io)?;
+            r.seek_relative(signed(skip)).map_err(StoreError::Io)?;
             let at = out.len();
             out.resize(at + take as usize, 0);
             r.read_exact(&mut out[at..]).map_err(StoreError::Io)?;
-            r.seek_relative((len - skip - take) as i64).map_err(StoreError::Io)?;
+            r.seek_relative(signed(len - skip - take)).map_err(StoreError::Io)?;
             stream_off += len;
         }
         Ok(out)
@@ -355,10 +355,10 @@ impl OutputStore {
             let skip = from[s].saturating_sub(at[s]).min(len);
             at[s] += len;
             if skip == len {
-                r.seek_relative(len as i64).map_err(StoreError::Io)?;
+                r.seek_relative(signed(len)).map_err(StoreError::Io)?;
                 continue;
             }
-            r.seek_relative(skip as i64).map_err(StoreError::Io)?;
+            r.seek_relative(signed(skip)).map_err(StoreError::Io)?;
             let mut data = vec![0u8; (len - skip) as usize];
             r.read_exact(&mut data).map_err(StoreError::Io)?;
             out.push(StoredChunk { stream: s as u8, offset: at[s] - len + skip, unix_ns, data });
@@ -487,7 +487,12 @@ pub(crate) fn punch(file: &File, from: u64, to: u64) {
     use nix::fcntl::{fallocate, FallocateFlags};
     let from = from & !0xffff;
     let mode = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
-    let _ = fallocate(file, mode, from as i64, (to - from) as i64);
+    let _ = fallocate(file, mode, signed(from), signed(to - from));
+}
+
+/// A file offset or length as the signed type the system calls take (files never reach 2^63 bytes).
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 fn open_for_read(path: &Path) -> Result<File, StoreError> {

@@ -79,8 +79,10 @@ impl tree_sitter::Decode for Narrowed {
         };
         let decoded = bytes.get(..width).and_then(|b| std::str::from_utf8(b).ok()).and_then(|s| s.chars().next());
         match decoded {
-            Some(c) if u32::from(c) <= 0xFF => (u32::from(c) as i32, width as u32),
-            Some(c) => ((0x80 | (u32::from(c) & 0x7F)) as i32, width as u32),
+            Some(c) => match u8::try_from(c) {
+                Ok(b) => (i32::from(b), width as u32),
+                Err(_) => (i32::from(0x80 | (u32::from(c) & 0x7F) as u8), width as u32),
+            },
             None => (-1, 1),
         }
     }

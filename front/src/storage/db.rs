@@ -386,7 +386,10 @@ fn migrate(conn: &mut Connection) -> rusqlite::Result<i64> {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
         tx.execute("DELETE FROM schema_version", [])?;
-        tx.execute("INSERT INTO schema_version (version) VALUES (?1)", params![i as i64 + 1])?;
+        tx.execute(
+            "INSERT INTO schema_version (version) VALUES (?1)",
+            params![i64::try_from(i + 1).unwrap_or(i64::MAX)],
+        )?;
         tx.commit()?;
     }
     Ok(found)

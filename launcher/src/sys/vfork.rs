@@ -120,7 +120,7 @@ pub(crate) fn clone3_vfork(plan: &ChildPlan<'_>, cgroup: Option<BorrowedFd<'_>>)
         // SAFETY: `args` is a valid clone_args naming a stack no other child uses (this thread's, free
         // because the previous vfork child is gone); `plan` and everything it borrows outlive the call, and
         // this thread does not run again until the child exec'd or exited (CLONE_VFORK).
-        let ret = unsafe { clone3_trampoline(&mut args, plan as *const ChildPlan<'_> as *const c_void) };
+        let ret = unsafe { clone3_trampoline(&mut args, std::ptr::from_ref(plan).cast::<c_void>()) };
         drop(guard);
         if ret < 0 {
             return Err(Errno::from_raw(i32::try_from(-ret).unwrap_or(libc::EINVAL)));
@@ -140,7 +140,7 @@ pub(crate) fn clone3_vfork(plan: &ChildPlan<'_>, cgroup: Option<BorrowedFd<'_>>)
 unsafe extern "C" fn vfork_child(plan: *const c_void) -> ! {
     // SAFETY: the trampoline passes the plan pointer given to `clone3_trampoline`; the parent's frame that
     // holds it is frozen until this child exec's or exits.
-    unsafe { child_exec(&*(plan as *const ChildPlan<'_>)) }
+    unsafe { child_exec(&*plan.cast::<ChildPlan<'_>>()) }
 }
 
 /// `clone3(args)`; in the child (return value 0, on the new stack) call `vfork_child(plan)`, which never

@@ -348,7 +348,7 @@ impl ProcessWorker {
         unsafe {
             cmd.pre_exec(move || {
                 for (i, fd) in raw.iter().enumerate() {
-                    if libc::dup2(*fd, 3 + i as i32) < 0 {
+                    if libc::dup2(*fd, 3 + i32::try_from(i).unwrap_or(i32::MAX)) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
