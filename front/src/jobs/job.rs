@@ -438,6 +438,49 @@ impl Job {
         self.store.flush();
         self.release_buffers();
         self.check_rest();
+        self.park_output();
+    }
+
+    /// An ended job that can write no more and was reported lets its rendered lines go: every view
+    /// reads them back from the line log (see [`RenderedOutput::park`]). A session keeps every job
+    /// it ran, so what an ended job holds is what a long session costs.
+    fn park_output(&mut self) {
+        if self.state.ended() && self.streams_closed && self.reported {
+            self.rendered.park();
+        }
+    }
+
+    /// An estimate of the heap bytes the job holds (its record, output bookkeeping, notes and shell
+    /// facts); shared data (the shell-state snapshot it started from) is not counted.
+    pub fn held_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let strings =
+            |v: &Vec<String>| v.capacity() * size_of::<String>() + v.iter().map(String::capacity).sum::<usize>();
+        let survivors = self
+            .survivors
+            .as_ref()
+            .map_or(0, |p| p.iter().map(|s| size_of::<ProcStat>() + s.cmdline.capacity()).sum::<usize>());
+        let files = self.files.capacity() * size_of::<crate::rpc::results::FileResult>()
+            + self
+                .files
+                .iter()
+                .map(|f| f.path.capacity() + f.error.as_ref().map_or(0, String::capacity))
+                .sum::<usize>();
+        size_of::<Job>()
+            + self.cmd.capacity()
+            + self.rendered.held_bytes()
+            + self.store.held_bytes()
+            + strings(&self.notes)
+            + strings(&self.kernel_refusals)
+            + strings(&self.warnings)
+            + self.shell.held_bytes()
+            + survivors
+            + files
+            + self.kept.as_ref().map_or(0, String::capacity)
+            + self.cgroup.as_ref().map_or(0, String::capacity)
+            + self.removed_why.as_ref().map_or(0, String::capacity)
+            + self.check.as_ref().map_or(0, |_| size_of::<protocol::checks::CheckReport>())
+            + self.effects.as_ref().map_or(0, |_| size_of::<shm_proto::msg::ProjectEffects>())
     }
 
     /// A job that can write no more gives its write buffers back once they are flushed (they grow to
@@ -466,6 +509,7 @@ impl Job {
         self.streams_closed = true;
         self.rendered.finish();
         self.flush();
+        self.park_output();
         ended
     }
 
@@ -479,6 +523,7 @@ impl Job {
         self.streams_closed = true;
         self.rendered.finish();
         self.flush();
+        self.park_output();
         ended
     }
 
@@ -647,6 +692,7 @@ impl Job {
         if let Some(line) = self.retention_line() {
             rendered.text.insert_str(0, &line);
         }
+        self.park_output();
         let [stdout_bytes, stderr_bytes] = self.counts();
         let liveness = self.liveness(now, None);
         let errors = [self.store.error(), self.rendered.error()];
@@ -695,6 +741,8 @@ impl Job {
         self.reported = true;
         self.shell.conflict_unannounced = false;
         self.watch_rest();
+        let last_lines = view::last_lines(&self.rendered);
+        self.park_output();
         Announcement {
             survivors_ended,
             job: self.id,
@@ -703,7 +751,7 @@ impl Job {
             exit_code: self.exit_code,
             signal: self.signal,
             duration_ms: millis(self.duration(now)),
-            last_lines: view::last_lines(&self.rendered),
+            last_lines,
             state_conflicts: self.shell.conflicts.clone(),
         }
     }
@@ -803,6 +851,26 @@ mod tests {
         let r = j.result("s", now, Vec::new(), false, 40_000);
         assert!(r.view.ends_with("line 00002999 of some build output\n"), "{}", &r.view[r.view.len() - 300..]);
         assert_eq!(j.counts()[0], text.len() as u64);
+    }
+
+    #[test]
+    fn an_ended_reported_job_holds_little_and_answers_the_same() {
+        let (_d, mut j) = job();
+        let now = Instant::now();
+        let text: String = (0..3000).map(|i| format!("line {i:08} of some build output\n")).collect();
+        j.on_output(Stream::Stdout, text.as_bytes(), now, 0);
+        j.on_exited(Some(0), None, 0, false, now);
+        j.on_streams_closed();
+        let held = j.held_bytes();
+        assert!(held > 100_000, "the rendered lines are held until the end is reported: {held}");
+        let views: Vec<JobResult> = [1_000, 40_000, 400_000].map(|b| j.result("s", now, vec![], true, b)).into();
+        assert!(j.rendered.parked(), "reported: its lines are read back from disk now");
+        let held = j.held_bytes();
+        assert!(held <= 8 * 1024, "an ended 3,000-line job holds {held} bytes");
+        for (b, before) in [1_000, 40_000, 400_000].into_iter().zip(views) {
+            assert_eq!(j.result("s", now, vec![], true, b).view, before.view);
+        }
+        assert_eq!(j.announce(now).last_lines.last().unwrap(), "line 00002999 of some build output");
     }
 
     #[test]
