@@ -8,19 +8,19 @@
 //!
 //! ```
 //! use front::jobs::job::Job;
-//! use front::rpc::results::JobState;
+//! use front::rpc::results::JobPhase;
 //! use std::time::Instant;
 //! let dir = tempfile::tempdir().unwrap();
 //! let mut j = Job::new(1, "true".into(), dir.path().join("1.log"));
 //! j.on_exited(Some(0), None, 0, false, Instant::now());
-//! assert_eq!(j.state(), JobState::Exited);
+//! assert_eq!(j.state(), JobPhase::Exited);
 //! ```
 
 use crate::output::rendered::RenderedOutput;
 use crate::output::store::{OutputStore, ReadPlan, StoreError};
 use crate::output::view::{self, stream_index, Omission};
 use crate::rpc::results::{
-    join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted, Survivor, Usage,
+    join_notes, millis, Announcement, JobPhase, JobResult, JobSummary, Liveness, Omitted, Survivor, Usage,
 };
 use shm_proto::msg::{JobId, Stream};
 use shm_proto::msg::{JobLiveness, JobUsage, ProcStat};
@@ -35,7 +35,7 @@ pub use shm_proto::sys::unix_ns;
 pub struct Job {
     id: JobId,
     cmd: String,
-    state: JobState,
+    state: JobPhase,
     exit_code: Option<i32>,
     signal: Option<i32>,
     submitted: Instant,
@@ -108,7 +108,7 @@ impl Job {
         Job {
             id,
             cmd,
-            state: JobState::Running,
+            state: JobPhase::Running,
             exit_code: None,
             signal: None,
             submitted: Instant::now(),
@@ -153,7 +153,7 @@ impl Job {
         (self.exit_code, self.signal)
     }
 
-    pub fn state(&self) -> JobState {
+    pub fn state(&self) -> JobPhase {
         self.state
     }
 
@@ -163,7 +163,7 @@ impl Job {
 
     /// True once no more output can arrive.
     pub fn settled(&self) -> bool {
-        self.streams_closed || matches!(self.state, JobState::Lost | JobState::Failed | JobState::Refused)
+        self.streams_closed || matches!(self.state, JobPhase::Lost | JobPhase::Failed | JobPhase::Refused)
     }
 
     /// True once nothing of the job runs in the session any more: its cgroup emptied, it was kept, or it
@@ -171,7 +171,7 @@ impl Job {
     pub fn cgroup_settled(&self) -> bool {
         self.emptied.is_some()
             || self.kept.is_some()
-            || matches!(self.state, JobState::Lost | JobState::Failed | JobState::Refused)
+            || matches!(self.state, JobPhase::Lost | JobPhase::Failed | JobPhase::Refused)
     }
 
     /// True once the worker said what remains after the main process's exit (survivors or empty).
@@ -248,7 +248,7 @@ impl Job {
     }
 
     /// True when nothing about the job remains to be announced now. What it left running may still end
-    /// later: the session lowers its mark to the job then (`SessionState::quiet_below`), so a server
+    /// later: the session lowers its mark to the job then (`SessionData::quiet_below`), so a server
     /// that runs for days does not make every call walk the jobs after it.
     pub fn quiet(&self) -> bool {
         self.state.ended() && self.reported && !self.rest_unannounced
@@ -308,7 +308,7 @@ impl Job {
 
     /// Liveness of a running job, with the worker's probe when it answered.
     pub fn liveness(&self, now: Instant, probe: Option<&JobLiveness>) -> Option<Liveness> {
-        (self.state == JobState::Running).then(|| Liveness {
+        (self.state == JobPhase::Running).then(|| Liveness {
             running_ms: self.duration(now).as_millis() as u64,
             last_output_ms_ago: self.last_output.map(|t| now.saturating_duration_since(t).as_millis() as u64),
             pid: self.pid,
@@ -344,7 +344,7 @@ impl Job {
 
     /// A guard refused the command before launch: the job ends `refused`, and nothing of it ran.
     pub fn on_refused(&mut self, why: Vec<String>, now: Instant) {
-        if self.end(JobState::Refused, now, None) {
+        if self.end(JobPhase::Refused, now, None) {
             for w in why {
                 self.note(w);
             }
@@ -352,7 +352,7 @@ impl Job {
     }
 
     pub fn on_spawn_failed(&mut self, error: &str, now: Instant) {
-        if self.end(JobState::Failed, now, None) {
+        if self.end(JobPhase::Failed, now, None) {
             self.note(format!("the job could not be launched: {error}"));
         }
     }
@@ -377,12 +377,12 @@ impl Job {
 
     pub fn on_exited(&mut self, code: Option<i32>, signal: Option<i32>, at_unix_ns: u64, killed: bool, now: Instant) {
         if let Some(why) = self.refusal.take() {
-            if self.end(JobState::Refused, now, Some(at_unix_ns)) {
+            if self.end(JobPhase::Refused, now, Some(at_unix_ns)) {
                 why.into_iter().for_each(|w| self.note(w));
             }
             return;
         }
-        let state = if killed { JobState::Killed } else { JobState::Exited };
+        let state = if killed { JobPhase::Killed } else { JobPhase::Exited };
         if self.end(state, now, Some(at_unix_ns)) {
             // Exactly one of the two is set once the job ended: a signal wins.
             self.signal = signal;
@@ -501,7 +501,7 @@ impl Job {
     /// The worker died (or its ring broke): an unfinished job is lost, never re-run.
     /// Whether this ended the job (it was still running).
     pub fn mark_lost(&mut self, why: &str, now: Instant) -> bool {
-        let ended = self.end(JobState::Lost, now, None);
+        let ended = self.end(JobPhase::Lost, now, None);
         if ended {
             self.shell.unknown("the job was lost");
             self.note(format!("{why}; the job's outcome is unknown and it is not re-run"));
@@ -515,7 +515,7 @@ impl Job {
 
     /// The session was closed under the job; whether this ended it (it was still running).
     pub fn mark_closed(&mut self, now: Instant) -> bool {
-        let ended = self.end(JobState::Killed, now, None);
+        let ended = self.end(JobPhase::Killed, now, None);
         if ended {
             self.shell.unknown("the session was closed");
             self.note("ended by session.close".to_owned());
@@ -528,7 +528,7 @@ impl Job {
     }
 
     /// Move to an end state; false (nothing changes) if the job already ended.
-    fn end(&mut self, state: JobState, now: Instant, at_unix_ns: Option<u64>) -> bool {
+    fn end(&mut self, state: JobPhase, now: Instant, at_unix_ns: Option<u64>) -> bool {
         if self.state.ended() {
             return false;
         }
@@ -880,7 +880,7 @@ mod tests {
         j.on_exited(Some(2), None, 10, false, now);
         j.on_exited(None, Some(9), 20, true, now);
         j.mark_lost("worker died", now);
-        assert_eq!((j.state(), j.exit_code, j.signal), (JobState::Exited, Some(2), None));
+        assert_eq!((j.state(), j.exit_code, j.signal), (JobPhase::Exited, Some(2), None));
         assert!(j.settled(), "mark_lost settles the output even of an ended job");
     }
 
@@ -888,7 +888,7 @@ mod tests {
     fn a_signal_clears_the_exit_code() {
         let (_d, mut j) = job();
         j.on_exited(Some(137), Some(9), 1, true, Instant::now());
-        assert_eq!((j.state(), j.exit_code, j.signal), (JobState::Killed, None, Some(9)));
+        assert_eq!((j.state(), j.exit_code, j.signal), (JobPhase::Killed, None, Some(9)));
     }
 
     #[test]
@@ -905,7 +905,7 @@ mod tests {
     fn final_results_mark_reported_and_running_ones_do_not() {
         let (_d, mut j) = job();
         let r = j.result("s", Instant::now(), vec![], true, view::DEFAULT_BUDGET);
-        assert_eq!(r.state, JobState::Running);
+        assert_eq!(r.state, JobPhase::Running);
         assert!(r.liveness.is_some());
         assert!(!j.reported());
         j.on_exited(Some(0), None, 0, false, Instant::now());
@@ -948,7 +948,7 @@ mod tests {
         let (_d, mut j) = job();
         j.on_spawn_failed("no such directory", Instant::now());
         let r = j.result("s", Instant::now(), vec![], true, view::DEFAULT_BUDGET);
-        assert_eq!((r.state, r.exit_code, r.signal, r.settled), (JobState::Failed, None, None, true));
+        assert_eq!((r.state, r.exit_code, r.signal, r.settled), (JobPhase::Failed, None, None, true));
         assert!(r.note.unwrap().contains("no such directory"));
     }
 }

@@ -5,7 +5,7 @@
 //! Optional fields serialize as `null`, never disappear, so clients can rely on every key being present.
 //!
 //! ```
-//! let json = serde_json::to_string(&front::rpc::results::JobState::Killed).unwrap();
+//! let json = serde_json::to_string(&front::rpc::results::JobPhase::Killed).unwrap();
 //! assert_eq!(json, r#""killed""#);
 //! ```
 
@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 pub use protocol::results::{
-    Announcement, FileResult, JobResult, JobState, JobSummary, JobsResult, Liveness, Omitted, StateVersions, Survivor,
+    Announcement, FileResult, JobPhase, JobResult, JobSummary, JobsResult, Liveness, Omitted, StateVersions, Survivor,
     Usage,
 };
 
