@@ -52,8 +52,8 @@ impl JobOutput {
         JobOutput { rendered, store, counts: [0, 0], last_output: None, streams_closed: false }
     }
 
-    /// A chunk arrived: count it, render it, store it. Returns the bytes kept on disk the larger of
-    /// the raw log and the line log, for the per-job cap.
+    /// A chunk arrived: count it, render it, store it. Returns the larger of the bytes the raw log and
+    /// the line log keep, which the job holds to its per-job cap.
     pub fn push(&mut self, stream: Stream, data: &[u8], now: Instant, unix_ns: u64) -> u64 {
         let s = stream_index(stream);
         self.counts[s] += data.len() as u64;
@@ -89,7 +89,7 @@ impl JobOutput {
     }
 
     /// Let the rendered lines go once nothing more can arrive: views read them back from the line log
-    /// (see [`RenderedOutput::park`]). Whether they are parked.
+    /// (see [`RenderedOutput::park`]). Returns whether they are parked.
     pub fn park(&mut self) -> bool {
         self.streams_closed && self.rendered.park()
     }
