@@ -20,6 +20,7 @@ mod doors;
 mod effects_bench;
 mod fleet;
 mod long;
+mod memory;
 mod shm_sub;
 mod spare;
 mod state;
@@ -91,6 +92,14 @@ enum Bench {
     },
     /// Pre-started shells at an agent's pace through the stack: spares on vs off, empty vs typical state,
     /// each vs a bare bash spawn.
+    /// What an ended job costs the front: VmRSS growth over N jobs of 3,000 lines, per job.
+    Memory {
+        #[arg(long, default_value_t = 200)]
+        jobs: usize,
+        /// Lines of 35 bytes each job prints (0: the jobs run `true`, the cost of a job without output).
+        #[arg(long, default_value_t = 3000)]
+        lines: usize,
+    },
     Spare {
         #[arg(long, default_value_t = 200)]
         iterations: usize,
@@ -197,6 +206,7 @@ fn main() -> Result<()> {
         Bench::Conns { iterations, idle, baseline_bins } => conns::run(iterations, idle, baseline_bins.as_deref()),
         Bench::Long { jobs, iterations } => long::run(jobs, iterations),
         Bench::State { iterations } => state::run(iterations),
+        Bench::Memory { jobs, lines } => memory::run(jobs, lines),
         Bench::Spare { iterations, pause_ms } => spare::run(iterations, pause_ms),
         Bench::Cgroup { iterations } => cgroup_bench::run(iterations),
         Bench::Sandbox { iterations } => sandbox::run(iterations),
@@ -225,6 +235,7 @@ fn all(fleet_sessions: usize) -> Result<()> {
         ("spare", "--iterations 40 --pause-ms 20", Box::new(|| spare::run(40, 20))),
         ("long", "--jobs 1500 --iterations 100", Box::new(|| long::run(1500, 100))),
         ("state", "--iterations 100", Box::new(|| state::run(100))),
+        ("memory", "--jobs 200 --lines 3000", Box::new(|| memory::run(200, 3000))),
         ("cgroup", "--iterations 500", Box::new(|| cgroup_bench::run(500))),
         ("sandbox", "--iterations 150", Box::new(|| sandbox::run(150))),
         ("latency", "--lines 1000 --batch 100", Box::new(|| output::latency(1000, 100, false))),

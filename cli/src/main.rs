@@ -384,7 +384,7 @@ fn print_job(r: &Value) -> Result<i32> {
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(match r.state {
-        protocol::results::JobState::Running => EXIT_STILL_RUNNING,
+        protocol::results::JobPhase::Running => EXIT_STILL_RUNNING,
         _ => match (r.exit_code, r.signal) {
             (Some(code), _) => code,
             (None, Some(sig)) => 128 + sig,

@@ -6,16 +6,17 @@
 //! client reads a newer server's results.
 //!
 //! ```
-//! let json = serde_json::to_string(&protocol::results::JobState::Killed).unwrap();
+//! let json = serde_json::to_string(&protocol::results::JobPhase::Killed).unwrap();
 //! assert_eq!(json, r#""killed""#);
 //! ```
 
 use serde::{Deserialize, Serialize};
 
-/// A job's state.
+/// A job's lifecycle phase. Results carry it in their `state` field, as `"running"`, `"exited"`,
+/// `"killed"`, `"lost"`, `"failed"` or `"refused"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum JobState {
+pub enum JobPhase {
     #[default]
     Running,
     Exited,
@@ -26,9 +27,9 @@ pub enum JobState {
     Refused,
 }
 
-impl JobState {
+impl JobPhase {
     pub fn ended(self) -> bool {
-        self != JobState::Running
+        self != JobPhase::Running
     }
 }
 
@@ -103,7 +104,7 @@ pub struct Survivor {
 pub struct Announcement {
     pub job: u64,
     pub cmd: String,
-    pub state: JobState,
+    pub state: JobPhase,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub duration_ms: f64,
@@ -122,7 +123,7 @@ pub struct JobResult {
     pub session: String,
     pub job: u64,
     pub cmd: String,
-    pub state: JobState,
+    pub state: JobPhase,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub duration_ms: f64,
@@ -281,7 +282,7 @@ pub struct WriteResult {
     pub session: String,
     pub job: u64,
     /// The job's state when the call returned.
-    pub state: JobState,
+    pub state: JobPhase,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     /// Bytes handed to the job's stdin by this call (queued in order; none are dropped).
@@ -316,7 +317,7 @@ pub struct StateVersions {
 pub struct JobSummary {
     pub job: u64,
     pub cmd: String,
-    pub state: JobState,
+    pub state: JobPhase,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub started_at_ms: u64,
@@ -354,4 +355,18 @@ pub struct FileResult {
     pub path: String,
     pub written: bool,
     pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_job_phase_goes_on_the_wire_as_state() {
+        let s = JobSummary { state: JobPhase::Refused, ..JobSummary::default() };
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["state"], "refused", "{v}");
+        let back: JobSummary = serde_json::from_value(serde_json::json!({"state": "lost"})).unwrap();
+        assert_eq!(back.state, JobPhase::Lost);
+    }
 }

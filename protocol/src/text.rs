@@ -13,13 +13,13 @@
 //! next. The same input renders the same bytes.
 //!
 //! ```
-//! use protocol::results::{JobResult, JobState};
-//! let r = JobResult { job: 7, state: JobState::Exited, exit_code: Some(2), duration_ms: 1400.0,
+//! use protocol::results::{JobResult, JobPhase};
+//! let r = JobResult { job: 7, state: JobPhase::Exited, exit_code: Some(2), duration_ms: 1400.0,
 //!                     view: "boom\n".into(), ..Default::default() };
 //! assert_eq!(protocol::text::job_result(&r), "exit 2 · 1.4 s · job 7\nboom\n");
 //! ```
 
-use crate::results::{Announcement, JobResult, JobState, JobSummary, Liveness, Survivor};
+use crate::results::{Announcement, JobPhase, JobResult, JobSummary, Liveness, Survivor};
 use std::fmt::Write;
 
 /// How many survivors a note names before it says how many more there are.
@@ -114,7 +114,7 @@ pub fn job_result(r: &JobResult) -> String {
     out.push('\n');
     match (&r.terminal, r.state) {
         // A running terminal job: its screen says more than the stream (a full-screen program redraws).
-        (Some(t), JobState::Running) => out.push_str(&terminal(t)),
+        (Some(t), JobPhase::Running) => out.push_str(&terminal(t)),
         _ => {
             out.push_str(&r.view);
             if !r.view.is_empty() && !r.view.ends_with('\n') {
@@ -155,7 +155,7 @@ pub fn terminal(t: &crate::results::TerminalScreen) -> String {
 /// output), liveness and notes.
 pub fn write_result(r: &crate::results::WriteResult) -> String {
     let state = match r.state {
-        JobState::Running => "running".to_owned(),
+        JobPhase::Running => "running".to_owned(),
         s => ending(s, r.exit_code, r.signal),
     };
     let settled = if r.settled { "settled" } else { "still changing" };
@@ -182,7 +182,7 @@ pub fn write_result(r: &crate::results::WriteResult) -> String {
 pub fn outcome(r: &JobResult) -> String {
     let took = duration(r.duration_ms);
     match r.state {
-        JobState::Running => {
+        JobPhase::Running => {
             format!("still running after {took} · job {} · wait with {{\"job\":{}}}", r.job, r.job)
         }
         state => format!("{} · {took} · job {}", ending(state, r.exit_code, r.signal), r.job),
@@ -190,17 +190,17 @@ pub fn outcome(r: &JobResult) -> String {
 }
 
 /// `exit 0`, `killed by SIGKILL`, `signal SIGSEGV`, `lost`, `failed to start`.
-fn ending(state: JobState, exit_code: Option<i32>, signal: Option<i32>) -> String {
+fn ending(state: JobPhase, exit_code: Option<i32>, signal: Option<i32>) -> String {
     match (state, exit_code, signal) {
-        (JobState::Killed, _, Some(s)) => format!("killed by {}", signal_name(s)),
-        (JobState::Killed, _, None) => "killed".to_owned(),
-        (JobState::Lost, ..) => "lost".to_owned(),
-        (JobState::Failed, ..) => "failed to start".to_owned(),
-        (JobState::Refused, ..) => "refused by a guard, not run".to_owned(),
+        (JobPhase::Killed, _, Some(s)) => format!("killed by {}", signal_name(s)),
+        (JobPhase::Killed, _, None) => "killed".to_owned(),
+        (JobPhase::Lost, ..) => "lost".to_owned(),
+        (JobPhase::Failed, ..) => "failed to start".to_owned(),
+        (JobPhase::Refused, ..) => "refused by a guard, not run".to_owned(),
         (_, Some(code), _) => format!("exit {code}"),
         (_, None, Some(s)) => format!("signal {}", signal_name(s)),
-        (JobState::Running, None, None) => "running".to_owned(),
-        (JobState::Exited, None, None) => "ended".to_owned(),
+        (JobPhase::Running, None, None) => "running".to_owned(),
+        (JobPhase::Exited, None, None) => "ended".to_owned(),
     }
 }
 
@@ -219,11 +219,11 @@ pub fn notes(r: &JobResult) -> Vec<String> {
     for c in &r.state_conflicts {
         v.push(c.clone()); // each already begins `conflict:`
     }
-    if let Some(l) = r.liveness.as_ref().filter(|_| r.state == JobState::Running) {
+    if let Some(l) = r.liveness.as_ref().filter(|_| r.state == JobPhase::Running) {
         v.push(liveness(l));
     }
     if !r.survivors.is_empty() {
-        let verb = if r.state == JobState::Running { "running" } else { "still alive after the job's end" };
+        let verb = if r.state == JobPhase::Running { "running" } else { "still alive after the job's end" };
         let count = r.survivors.len() + r.survivors_more as usize;
         let mut named = survivors(&r.survivors);
         if r.survivors_more > 0 {
@@ -337,7 +337,7 @@ pub fn jobs_table(jobs: &[JobSummary]) -> String {
     let mut out = format!("{:>4}  {:<16}  {:>9}  {:>9}  {}\n", "JOB", "STATE", "TIME", "OUTPUT", "COMMAND");
     for j in jobs {
         let mut state = ending(j.state, j.exit_code, j.signal);
-        if j.state == JobState::Running {
+        if j.state == JobPhase::Running {
             state = "running".to_owned();
         }
         if let Some(k) = &j.kept {
@@ -466,7 +466,7 @@ mod tests {
     fn exited(code: i32, view: &str) -> JobResult {
         JobResult {
             job: 7,
-            state: JobState::Exited,
+            state: JobPhase::Exited,
             exit_code: Some(code),
             duration_ms: 1400.0,
             view: view.into(),
@@ -512,7 +512,7 @@ mod tests {
     fn a_running_job_names_the_call_that_waits_for_it() {
         let r = JobResult {
             job: 3,
-            state: JobState::Running,
+            state: JobPhase::Running,
             duration_ms: 10_000.0,
             liveness: Some(Liveness {
                 running_ms: 10_000,
@@ -560,7 +560,7 @@ mod tests {
         r.announcements = vec![Announcement {
             job: 5,
             cmd: "sleep 1; echo done".into(),
-            state: JobState::Killed,
+            state: JobPhase::Killed,
             signal: Some(9),
             duration_ms: 2500.0,
             last_lines: vec!["done".into()],
@@ -600,7 +600,7 @@ mod tests {
         let j = JobSummary {
             job: 1,
             cmd: "make\ntest".into(),
-            state: JobState::Exited,
+            state: JobPhase::Exited,
             exit_code: Some(0),
             ..Default::default()
         };
@@ -614,7 +614,7 @@ mod tests {
         #[test]
         fn any_result_renders_deterministically(code in proptest::option::of(-300i32..300), sig in proptest::option::of(0i32..70),
                                                 ms in proptest::num::f64::ANY, view in ".{0,200}", cmd in ".{0,300}") {
-            for state in [JobState::Running, JobState::Exited, JobState::Killed, JobState::Lost, JobState::Failed, JobState::Refused] {
+            for state in [JobPhase::Running, JobPhase::Exited, JobPhase::Killed, JobPhase::Lost, JobPhase::Failed, JobPhase::Refused] {
                 let r = JobResult { job: 1, state, exit_code: code, signal: sig, duration_ms: ms, view: view.clone(),
                     announcements: vec![Announcement { cmd: cmd.clone(), state, exit_code: code, signal: sig, duration_ms: ms, ..Default::default() }],
                     ..Default::default() };

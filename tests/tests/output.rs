@@ -363,3 +363,36 @@ fn binary_stretches_are_named_with_their_size_and_the_text_around_them_stays_sea
     assert_eq!((g["matches"].as_u64(), g["lines"][0]["line"].as_u64()), (Some(1), Some(2)), "{g}");
     assert_eq!(g["lines"][0]["text"], "the build finished fine", "{g}");
 }
+
+#[test]
+fn an_ended_jobs_views_are_read_back_from_disk_and_it_holds_little() {
+    // 3,000 lines of 35 bytes: ~300 KB of rendered lines the front held for as long as the session
+    // kept the job. Once the job ended and was reported, its views read the line log back.
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run(&mut c, &s, "seq -f 'line %08g of some build output' 1 3000");
+    let job = &r["job"];
+    let held = |c: &mut Client| {
+        c.call("describe", json!({"session": s})).unwrap()["sessions"][0]["output_held_bytes"].as_u64().unwrap()
+    };
+    assert!(
+        heddle_tests::eventually(Duration::from_secs(10), || held(&mut c) <= 8 * 1024),
+        "an ended 3,000-line job holds {} bytes in the front",
+        held(&mut c)
+    );
+    let again = c.call("wait", json!({"session": s, "job": job, "yield_ms": 0})).unwrap();
+    assert_eq!(view(&again), view(&r), "the model view is the one the run answered with");
+    let small = c.call("wait", json!({"session": s, "job": job, "yield_ms": 0, "max_output_bytes": 1000})).unwrap();
+    assert!(view(&small).ends_with("line 00003000 of some build output\n"), "{}", view(&small));
+    let lines = output(&mut c, &s, job, json!({"lines": [1500, 1502]}));
+    assert_eq!(
+        lines["text"],
+        "1500: line 00001500 of some build output\n1501: line 00001501 of some build output\n1502: line 00001502 of some build output\n"
+    );
+    let tail = output(&mut c, &s, job, json!({"tail": 2}));
+    assert_eq!(tail["text"], "2999: line 00002999 of some build output\n3000: line 00003000 of some build output\n");
+    let grep = output(&mut c, &s, job, json!({"grep": {"pattern": "0000222[12]", "context": 0}}));
+    assert_eq!(grep["text"], "2221: line 00002221 of some build output\n2222: line 00002222 of some build output\n");
+    assert_eq!((grep["matches"].as_u64(), lines["total_lines"].as_u64()), (Some(2), Some(3000)));
+}

@@ -1,26 +1,29 @@
-//! A job's record in the front: state machine, output (store + view), timing, and the bookkeeping that
-//! decides whether its end still has to be announced.
+//! A job's record in the front: its lifecycle (phase, exit, times, pid: a private `Lifecycle`), its
+//! output ([`crate::jobs::output_part`]), its shell-state part ([`crate::jobs::shell_part`]), notes, and
+//! the bookkeeping that decides whether its end still has to be announced. `result`, `announce` and
+//! `summary` take what they say alike from one place (`Facts`).
 //!
-//! States move only forward: `running` → `exited` | `killed` | `failed` | `lost`, once. Events that
+//! Phases move only forward: `running` → `exited` | `killed` | `failed` | `lost`, once. Events that
 //! arrive for an ended job change nothing but its output (processes the job left behind may still
 //! write until its pipes close) and `settled`. `reported` turns true when a response carried the job's
 //! final result or its announcement; it never turns false.
 //!
 //! ```
 //! use front::jobs::job::Job;
-//! use front::rpc::results::JobState;
+//! use front::rpc::results::JobPhase;
 //! use std::time::Instant;
 //! let dir = tempfile::tempdir().unwrap();
 //! let mut j = Job::new(1, "true".into(), dir.path().join("1.log"));
 //! j.on_exited(Some(0), None, 0, false, Instant::now());
-//! assert_eq!(j.state(), JobState::Exited);
+//! assert_eq!(j.state(), JobPhase::Exited);
 //! ```
 
+use crate::jobs::output_part::JobOutput;
 use crate::output::rendered::RenderedOutput;
-use crate::output::store::{OutputStore, ReadPlan, StoreError};
-use crate::output::view::{self, stream_index, Omission};
+use crate::output::store::{ReadPlan, StoreError, StoredChunk};
+use crate::output::view::{self, Omission};
 use crate::rpc::results::{
-    join_notes, millis, Announcement, JobResult, JobState, JobSummary, Liveness, Omitted, Survivor, Usage,
+    join_notes, millis, Announcement, JobPhase, JobResult, JobSummary, Liveness, Omitted, Survivor, Usage,
 };
 use shm_proto::msg::{JobId, Stream};
 use shm_proto::msg::{JobLiveness, JobUsage, ProcStat};
@@ -35,21 +38,8 @@ pub use shm_proto::sys::unix_ns;
 pub struct Job {
     id: JobId,
     cmd: String,
-    state: JobState,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    submitted: Instant,
-    submitted_unix_ns: u64,
-    /// When the worker said it started: our clock, and the worker's `at_unix_ns`.
-    started: Option<(Instant, u64)>,
-    /// When it ended: our clock, and the worker's `at_unix_ns` when it told one.
-    ended: Option<(Instant, Option<u64>)>,
-    pid: Option<u32>,
-    rendered: RenderedOutput,
-    counts: [u64; 2],
-    store: OutputStore,
-    last_output: Option<Instant>,
-    streams_closed: bool,
+    life: Lifecycle,
+    output: JobOutput,
     kill_requested: bool,
     reported: bool,
     /// Processes of the job still ran when it was reported (survivors, or a kept job's processes
@@ -88,6 +78,73 @@ pub struct Job {
     pub effects: Option<Box<shm_proto::msg::ProjectEffects>>,
 }
 
+/// The job's phase and its times: submitted, started (with its pid), ended (with how).
+#[derive(Debug)]
+struct Lifecycle {
+    phase: JobPhase,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    submitted: Instant,
+    submitted_unix_ns: u64,
+    /// When the worker said it started: our clock, and the worker's `at_unix_ns`.
+    started: Option<(Instant, u64)>,
+    /// When it ended: our clock, and the worker's `at_unix_ns` when it told one.
+    ended: Option<(Instant, Option<u64>)>,
+    pid: Option<u32>,
+}
+
+impl Lifecycle {
+    fn new() -> Lifecycle {
+        Lifecycle {
+            phase: JobPhase::Running,
+            exit_code: None,
+            signal: None,
+            submitted: Instant::now(),
+            submitted_unix_ns: unix_ns(),
+            started: None,
+            ended: None,
+            pid: None,
+        }
+    }
+
+    /// Move to an end phase; false (nothing changes) if the job already ended.
+    fn end(&mut self, phase: JobPhase, now: Instant, at_unix_ns: Option<u64>) -> bool {
+        if self.phase.ended() {
+            return false;
+        }
+        self.phase = phase;
+        self.ended = Some((now, at_unix_ns));
+        true
+    }
+
+    /// From start (or submission) to the end, or to `now`; by the worker's clock when it told both ends.
+    fn duration(&self, now: Instant) -> Duration {
+        let start = self.started.map_or(self.submitted, |s| s.0);
+        match (self.started, self.ended) {
+            (Some((_, a)), Some((_, Some(b)))) if b >= a => Duration::from_nanos(b - a),
+            (_, Some((end, _))) => end.saturating_duration_since(start),
+            (_, None) => now.saturating_duration_since(start),
+        }
+    }
+}
+
+/// What every answer about a job says the same way (`result`, `announce`, `summary`), built once.
+struct Facts {
+    cmd: String,
+    state: JobPhase,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    duration_ms: f64,
+    survivors: Vec<Survivor>,
+    survivors_more: u32,
+    settled: bool,
+    liveness: Option<Liveness>,
+    usage: Option<Usage>,
+    kept: Option<String>,
+    oom_killed: bool,
+    state_conflicts: Vec<String>,
+}
+
 impl Job {
     /// A job just submitted; its output goes to `log_path` (and its line log beside it).
     pub fn new(id: JobId, cmd: String, log_path: PathBuf) -> Job {
@@ -97,30 +154,11 @@ impl Job {
     /// [`Job::new`], with its two files already made (empty, open at `log_path` and beside it: see
     /// [`crate::jobs::files`]) or, with `None`, made now.
     pub fn with_files(id: JobId, cmd: String, log_path: PathBuf, files: Option<crate::jobs::files::JobFiles>) -> Job {
-        let lines_path = log_path.with_extension("lines");
-        let (store, rendered) = match files {
-            Some(f) => (
-                OutputStore::with_file(log_path, f.log),
-                RenderedOutput::with_log(crate::output::linelog::LineLog::with_file(lines_path, f.lines)),
-            ),
-            None => (OutputStore::create(log_path), RenderedOutput::new(lines_path)),
-        };
         Job {
             id,
             cmd,
-            state: JobState::Running,
-            exit_code: None,
-            signal: None,
-            submitted: Instant::now(),
-            submitted_unix_ns: unix_ns(),
-            started: None,
-            ended: None,
-            pid: None,
-            rendered,
-            counts: [0, 0],
-            store,
-            last_output: None,
-            streams_closed: false,
+            life: Lifecycle::new(),
+            output: JobOutput::new(log_path, files),
             kill_requested: false,
             reported: false,
             rest_watched: false,
@@ -150,11 +188,11 @@ impl Job {
 
     /// `(exit_code, signal)` once known.
     pub fn exit(&self) -> (Option<i32>, Option<i32>) {
-        (self.exit_code, self.signal)
+        (self.life.exit_code, self.life.signal)
     }
 
-    pub fn state(&self) -> JobState {
-        self.state
+    pub fn state(&self) -> JobPhase {
+        self.life.phase
     }
 
     pub fn reported(&self) -> bool {
@@ -163,7 +201,7 @@ impl Job {
 
     /// True once no more output can arrive.
     pub fn settled(&self) -> bool {
-        self.streams_closed || matches!(self.state, JobState::Lost | JobState::Failed | JobState::Refused)
+        self.output.streams_closed() || matches!(self.life.phase, JobPhase::Lost | JobPhase::Failed | JobPhase::Refused)
     }
 
     /// True once nothing of the job runs in the session any more: its cgroup emptied, it was kept, or it
@@ -171,17 +209,17 @@ impl Job {
     pub fn cgroup_settled(&self) -> bool {
         self.emptied.is_some()
             || self.kept.is_some()
-            || matches!(self.state, JobState::Lost | JobState::Failed | JobState::Refused)
+            || matches!(self.life.phase, JobPhase::Lost | JobPhase::Failed | JobPhase::Refused)
     }
 
     /// True once the worker said what remains after the main process's exit (survivors or empty).
     pub fn end_known(&self) -> bool {
-        self.state.ended() && (self.cgroup_settled() || self.survivors.is_some())
+        self.life.phase.ended() && (self.cgroup_settled() || self.survivors.is_some())
     }
 
     /// True when a probe tells more: the job runs, or it ended and survivors may still run.
     pub fn worth_probing(&self) -> bool {
-        !self.state.ended() || (self.survivors.is_some() && !self.cgroup_settled())
+        !self.life.phase.ended() || (self.survivors.is_some() && !self.cgroup_settled())
     }
 
     /// The job's processes still alive after its main process exited.
@@ -226,7 +264,7 @@ impl Job {
     /// processes that still hold its pipes.
     fn rest_running(&self) -> bool {
         match self.kept {
-            Some(_) => !self.streams_closed,
+            Some(_) => !self.output.streams_closed(),
             None => self.survivors.as_ref().is_some_and(|p| p.total() > 0) && self.emptied.is_none(),
         }
     }
@@ -234,13 +272,13 @@ impl Job {
     /// Called as the job is reported: watch what it left running, so its end is announced.
     fn watch_rest(&mut self) {
         self.rest_unannounced = false;
-        self.rest_watched = self.state.ended() && self.rest_running();
+        self.rest_watched = self.life.phase.ended() && self.rest_running();
     }
 
     /// What the job left running ended (its cgroup emptied and its pipes closed; for a kept job, whose
     /// cgroup left the session, its pipes closed): announce it, unless a kill asked for that end.
     fn check_rest(&mut self) {
-        let done = self.streams_closed && (self.emptied.is_some() || self.kept.is_some());
+        let done = self.output.streams_closed() && (self.emptied.is_some() || self.kept.is_some());
         if self.rest_watched && done {
             self.rest_watched = false;
             self.rest_unannounced = !self.kill_requested;
@@ -248,10 +286,10 @@ impl Job {
     }
 
     /// True when nothing about the job remains to be announced now. What it left running may still end
-    /// later: the session lowers its mark to the job then (`SessionState::quiet_below`), so a server
+    /// later: the session lowers its mark to the job then (`SessionData::quiet_below`), so a server
     /// that runs for days does not make every call walk the jobs after it.
     pub fn quiet(&self) -> bool {
-        self.state.ended() && self.reported && !self.rest_unannounced
+        self.life.phase.ended() && self.reported && !self.rest_unannounced
     }
 
     /// The kernel refused the job something (a sentence from [`crate::sessions::sandbox`]).
@@ -269,7 +307,7 @@ impl Job {
     pub fn set_kept(&mut self, name: String) {
         self.kept = Some(name);
         // Its processes left the session: only its pipes can still tell their end.
-        if self.streams_closed {
+        if self.output.streams_closed() {
             self.rest_watched = false;
         }
     }
@@ -284,7 +322,7 @@ impl Job {
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.pid
+        self.life.pid
     }
 
     /// The job's cgroup, relative to the session's (a job cgroup is reused by later jobs once empty).
@@ -308,10 +346,10 @@ impl Job {
 
     /// Liveness of a running job, with the worker's probe when it answered.
     pub fn liveness(&self, now: Instant, probe: Option<&JobLiveness>) -> Option<Liveness> {
-        (self.state == JobState::Running).then(|| Liveness {
+        (self.life.phase == JobPhase::Running).then(|| Liveness {
             running_ms: self.duration(now).as_millis() as u64,
-            last_output_ms_ago: self.last_output.map(|t| now.saturating_duration_since(t).as_millis() as u64),
-            pid: self.pid,
+            last_output_ms_ago: self.output.last_output().map(|t| now.saturating_duration_since(t).as_millis() as u64),
+            pid: self.life.pid,
             cpu_ms: probe.map(|p| p.cpu_usec as f64 / 1000.0),
             procs: probe.map(|p| p.procs),
             busy_pid: probe.map(|p| p.pid),
@@ -334,9 +372,9 @@ impl Job {
     }
 
     pub fn on_started(&mut self, pid: u32, at_unix_ns: u64, prestarted: bool, cgroup: String, now: Instant) {
-        if self.started.is_none() {
-            self.started = Some((now, at_unix_ns));
-            self.pid = Some(pid);
+        if self.life.started.is_none() {
+            self.life.started = Some((now, at_unix_ns));
+            self.life.pid = Some(pid);
             self.prestarted = prestarted;
             self.cgroup = Some(cgroup).filter(|c| !c.is_empty());
         }
@@ -344,7 +382,7 @@ impl Job {
 
     /// A guard refused the command before launch: the job ends `refused`, and nothing of it ran.
     pub fn on_refused(&mut self, why: Vec<String>, now: Instant) {
-        if self.end(JobState::Refused, now, None) {
+        if self.end(JobPhase::Refused, now, None) {
             for w in why {
                 self.note(w);
             }
@@ -352,19 +390,13 @@ impl Job {
     }
 
     pub fn on_spawn_failed(&mut self, error: &str, now: Instant) {
-        if self.end(JobState::Failed, now, None) {
+        if self.end(JobPhase::Failed, now, None) {
             self.note(format!("the job could not be launched: {error}"));
         }
     }
 
     pub fn on_output(&mut self, stream: Stream, data: &[u8], now: Instant, unix_ns: u64) {
-        let s = stream_index(stream);
-        self.counts[s] += data.len() as u64;
-        crate::output::retention::wrote(data.len() as u64);
-        self.rendered.push(s, data);
-        self.store.append(stream, data, unix_ns);
-        self.last_output = Some(now);
-        if self.store.kept_len() > self.cap || self.rendered.kept_len() > self.cap {
+        if self.output.push(stream, data, now, unix_ns) > self.cap {
             let why = format!("max {} per job", crate::output::sniff::human_bytes(self.cap));
             self.remove_output(self.cap, &why);
         }
@@ -377,16 +409,16 @@ impl Job {
 
     pub fn on_exited(&mut self, code: Option<i32>, signal: Option<i32>, at_unix_ns: u64, killed: bool, now: Instant) {
         if let Some(why) = self.refusal.take() {
-            if self.end(JobState::Refused, now, Some(at_unix_ns)) {
+            if self.end(JobPhase::Refused, now, Some(at_unix_ns)) {
                 why.into_iter().for_each(|w| self.note(w));
             }
             return;
         }
-        let state = if killed { JobState::Killed } else { JobState::Exited };
+        let state = if killed { JobPhase::Killed } else { JobPhase::Exited };
         if self.end(state, now, Some(at_unix_ns)) {
             // Exactly one of the two is set once the job ended: a signal wins.
-            self.signal = signal;
-            self.exit_code = if signal.is_some() { None } else { code };
+            self.life.signal = signal;
+            self.life.exit_code = if signal.is_some() { None } else { code };
             if code.is_none() && signal.is_none() {
                 self.note("the worker reported neither an exit code nor a signal".to_owned());
             }
@@ -433,119 +465,140 @@ impl Job {
     }
 
     pub fn on_streams_closed(&mut self) {
-        self.streams_closed = true;
-        self.rendered.finish();
-        self.store.flush();
-        self.release_buffers();
+        self.output.close_streams();
         self.check_rest();
+        self.park_output();
     }
 
-    /// A job that can write no more gives its write buffers back once they are flushed (they grow to
-    /// the flush size, 256 KiB each, while it streams) and lets its two files go: a session keeps every
-    /// job it ran, and views open the files by path.
-    fn release_buffers(&mut self) {
-        if self.streams_closed {
-            self.store.close();
-            self.rendered.close();
+    /// An ended job that can write no more and was reported lets its rendered lines go: every view
+    /// reads them back from the line log (see [`JobOutput::park`]). A session keeps every job
+    /// it ran, so what an ended job holds is what a long session costs.
+    fn park_output(&mut self) {
+        if self.life.phase.ended() && self.reported {
+            self.output.park();
         }
+    }
+
+    /// An estimate of the heap bytes the job holds (its record, output bookkeeping, notes and shell
+    /// facts); shared data (the shell-state snapshot it started from) is not counted.
+    pub fn held_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let strings =
+            |v: &Vec<String>| v.capacity() * size_of::<String>() + v.iter().map(String::capacity).sum::<usize>();
+        let survivors = self
+            .survivors
+            .as_ref()
+            .map_or(0, |p| p.iter().map(|s| size_of::<ProcStat>() + s.cmdline.capacity()).sum::<usize>());
+        let files = self.files.capacity() * size_of::<crate::rpc::results::FileResult>()
+            + self
+                .files
+                .iter()
+                .map(|f| f.path.capacity() + f.error.as_ref().map_or(0, String::capacity))
+                .sum::<usize>();
+        size_of::<Job>()
+            + self.cmd.capacity()
+            + self.output.held_bytes()
+            + strings(&self.notes)
+            + strings(&self.kernel_refusals)
+            + strings(&self.warnings)
+            + self.shell.held_bytes()
+            + survivors
+            + files
+            + self.kept.as_ref().map_or(0, String::capacity)
+            + self.cgroup.as_ref().map_or(0, String::capacity)
+            + self.removed_why.as_ref().map_or(0, String::capacity)
+            + self.check.as_ref().map_or(0, |_| size_of::<protocol::checks::CheckReport>())
+            + self.effects.as_ref().map_or(0, |_| size_of::<shm_proto::msg::ProjectEffects>())
     }
 
     /// Whether the job still holds its output files open (only while it can write).
     pub fn files_open(&self) -> bool {
-        self.store.is_open() || self.rendered.is_open()
+        self.output.files_open()
     }
 
     /// The worker died (or its ring broke): an unfinished job is lost, never re-run.
     /// Whether this ended the job (it was still running).
     pub fn mark_lost(&mut self, why: &str, now: Instant) -> bool {
-        let ended = self.end(JobState::Lost, now, None);
+        let ended = self.end(JobPhase::Lost, now, None);
         if ended {
             self.shell.unknown("the job was lost");
             self.note(format!("{why}; the job's outcome is unknown and it is not re-run"));
         }
-        self.streams_closed = true;
-        self.rendered.finish();
-        self.flush();
+        self.output.settle();
+        self.park_output();
         ended
     }
 
     /// The session was closed under the job; whether this ended it (it was still running).
     pub fn mark_closed(&mut self, now: Instant) -> bool {
-        let ended = self.end(JobState::Killed, now, None);
+        let ended = self.end(JobPhase::Killed, now, None);
         if ended {
             self.shell.unknown("the session was closed");
             self.note("ended by session.close".to_owned());
         }
-        self.streams_closed = true;
-        self.rendered.finish();
-        self.flush();
+        self.output.settle();
+        self.park_output();
         ended
     }
 
-    /// Move to an end state; false (nothing changes) if the job already ended.
-    fn end(&mut self, state: JobState, now: Instant, at_unix_ns: Option<u64>) -> bool {
-        if self.state.ended() {
-            return false;
+    /// Move to an end phase; false (nothing changes) if the job already ended.
+    fn end(&mut self, phase: JobPhase, now: Instant, at_unix_ns: Option<u64>) -> bool {
+        let ended = self.life.end(phase, now, at_unix_ns);
+        if ended {
+            self.output.flush_store();
         }
-        self.state = state;
-        self.ended = Some((now, at_unix_ns));
-        self.store.flush();
-        true
+        ended
     }
 
     /// Write buffered output to disk.
     pub fn flush(&mut self) {
-        self.store.flush();
-        self.rendered.flush();
-        self.release_buffers();
+        self.output.flush();
     }
 
     /// Bytes of the job's log file written so far.
     pub fn log_len(&self) -> u64 {
-        self.store.durable_len()
+        self.output.log_len()
     }
 
     pub fn dirty(&self) -> bool {
-        self.store.dirty() || self.rendered.dirty()
+        self.output.dirty()
     }
 
     pub fn duration(&self, now: Instant) -> Duration {
-        let start = self.started.map_or(self.submitted, |s| s.0);
-        match (self.started, self.ended) {
-            (Some((_, a)), Some((_, Some(b)))) if b >= a => Duration::from_nanos(b - a),
-            (_, Some((end, _))) => end.saturating_duration_since(start),
-            (_, None) => now.saturating_duration_since(start),
-        }
+        self.life.duration(now)
     }
 
     /// Per-stream byte counts `[stdout, stderr]`.
     pub fn counts(&self) -> [u64; 2] {
-        self.counts
+        self.output.counts()
+    }
+
+    /// The job's output: its store, rendered lines and counts.
+    pub fn output(&self) -> &JobOutput {
+        &self.output
+    }
+
+    pub fn output_mut(&mut self) -> &mut JobOutput {
+        &mut self.output
     }
 
     /// The rendered (model-facing, redacted) output.
     pub fn rendered(&self) -> &RenderedOutput {
-        &self.rendered
+        self.output.rendered()
     }
 
     pub fn rendered_mut(&mut self) -> &mut RenderedOutput {
-        &mut self.rendered
+        self.output.rendered_mut()
     }
 
     /// Plan a read of stored bytes (flushes first so the newest bytes are readable).
     pub fn plan_read(&mut self, stream: Stream, offset: u64) -> (ReadPlan, u64) {
-        self.store.flush();
-        (self.store.plan(stream, offset), self.store.stored(stream))
+        self.output.plan_read(stream, offset)
     }
 
-    /// The stored chunks from stream offsets `from` on (flushes first); see [`OutputStore::chunks_from`].
-    pub fn chunks_from(
-        &mut self,
-        from: [u64; 2],
-        max: u64,
-    ) -> Result<Vec<crate::output::store::StoredChunk>, StoreError> {
-        self.store.flush();
-        self.store.chunks_from(from, max)
+    /// The stored chunks from stream offsets `from` on (flushes first); see [`JobOutput::chunks_from`].
+    pub fn chunks_from(&mut self, from: [u64; 2], max: u64) -> Result<Vec<StoredChunk>, StoreError> {
+        self.output.chunks_from(from, max)
     }
 
     /// The worker wrote (or refused) the job's files.
@@ -563,26 +616,17 @@ impl Job {
     /// Retention: remove the oldest output until at most `keep` bytes of the raw log and of the line
     /// log remain; `why` is said in every view. Returns true when something was removed.
     pub fn remove_output(&mut self, keep: u64, why: &str) -> bool {
-        let raw = self.store.remove_oldest(keep, why);
-        let lines = self.rendered.remove_oldest(keep);
-        if raw || lines {
+        let removed = self.output.remove_oldest(keep, why);
+        if removed {
             self.removed_why = Some(why.to_owned());
-            crate::output::retention::save_removed(&self.log_path(), &self.removed_record());
+            crate::output::retention::save_removed(self.output.log_path(), &self.removed_record());
         }
-        raw || lines
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.store.path().to_owned()
+        removed
     }
 
     /// What retention removed from the raw log, as `<job>.removed` keeps it for a restarted front.
     pub fn removed_record(&self) -> crate::output::retention::Removed {
-        crate::output::retention::Removed {
-            file: self.store.removed_file(),
-            bytes: self.store.removed(),
-            why: self.removed_why.clone().unwrap_or_default(),
-        }
+        self.output.removed_record(self.removed_why.as_deref().unwrap_or_default())
     }
 
     /// A fresh job continuing a log retention had cut (a restarted front, before the kept records are
@@ -590,41 +634,59 @@ impl Job {
     /// at the first kept byte, said in a note), and the record is saved again for the new log (which
     /// starts with the first kept record).
     pub fn carry_removed(&mut self, r: &crate::output::retention::Removed) {
-        self.counts = r.bytes;
-        self.store.carry_removed(r.bytes, &r.why);
+        self.output.carry_removed(r);
         self.removed_why = Some(r.why.clone());
         self.note("the front restarted after retention removed this job's oldest output: byte counts and raw offsets are exact, line numbers start again at the first kept byte".to_owned());
-        crate::output::retention::save_removed(&self.log_path(), &self.removed_record());
+        crate::output::retention::save_removed(self.output.log_path(), &self.removed_record());
     }
 
     /// Bytes of output kept on disk (raw log and line log).
     pub fn kept_bytes(&self) -> u64 {
-        self.store.kept_len() + self.rendered.kept_len()
+        self.output.kept_bytes()
     }
 
     /// Bytes of the line log kept (part of [`Job::kept_bytes`]).
     pub fn kept_lines_bytes(&self) -> u64 {
-        self.rendered.kept_len()
+        self.output.kept_lines_bytes()
     }
 
     /// When the job ended, by our clock.
     pub fn ended_at(&self) -> Option<Instant> {
-        self.ended.map(|(at, _)| at)
+        self.life.ended.map(|(at, _)| at)
     }
 
     /// Raw bytes removed by retention per stream `[stdout, stderr]`, and lines removed (`1..=n`).
     pub fn removed(&self) -> ([u64; 2], u64) {
-        (self.store.removed(), self.rendered.removed().0)
+        self.output.removed()
     }
 
     /// The view's first line when retention removed output.
     pub fn retention_line(&self) -> Option<String> {
-        crate::output::retention::marker(self.store.removed(), self.rendered.removed().0, self.removed_why.as_deref()?)
+        self.output.retention_line(self.removed_why.as_deref()?)
     }
 
     /// The store's error, when storing stopped.
     pub fn store_error(&self) -> Option<&str> {
-        self.store.error()
+        self.output.store_error()
+    }
+
+    /// What `result`, `announce` and `summary` say alike.
+    fn facts(&self, now: Instant) -> Facts {
+        Facts {
+            cmd: crate::rpc::results::redacted(&self.cmd),
+            state: self.life.phase,
+            exit_code: self.life.exit_code,
+            signal: self.life.signal,
+            duration_ms: millis(self.duration(now)),
+            survivors: self.survivors(),
+            survivors_more: self.survivors_more(),
+            settled: self.settled() && self.cgroup_settled(),
+            liveness: self.liveness(now, None),
+            usage: self.usage(),
+            kept: self.kept.clone(),
+            oom_killed: self.oom_killed,
+            state_conflicts: self.shell.conflicts.clone(),
+        }
     }
 
     /// The full result. `final_result` marks the job reported when it has ended.
@@ -638,54 +700,56 @@ impl Job {
         final_result: bool,
         budget: usize,
     ) -> JobResult {
-        if final_result && self.state.ended() {
+        if final_result && self.life.phase.ended() {
             self.reported = true;
             self.shell.conflict_unannounced = false;
             self.watch_rest();
         }
-        let mut rendered = view::render(&self.rendered, budget, session, self.id);
+        let mut rendered = self.output.view(budget, session, self.id);
         if let Some(line) = self.retention_line() {
             rendered.text.insert_str(0, &line);
         }
+        self.park_output();
         let [stdout_bytes, stderr_bytes] = self.counts();
-        let liveness = self.liveness(now, None);
-        let errors = [self.store.error(), self.rendered.error()];
-        let notes = self.notes.iter().cloned().chain(errors.into_iter().flatten().map(str::to_owned)).chain(extra);
+        let notes = self.output.errors().into_iter().flatten().map(str::to_owned);
+        let notes = self.notes.iter().cloned().chain(notes).chain(extra);
+        let f = self.facts(now);
+        let effects = self
+            .effects
+            .as_deref()
+            .map(|p| crate::rpc::results::effects(p, &f.survivors, f.survivors_more, self.settled()));
         JobResult {
             session: session.to_owned(),
             job: self.id,
-            cmd: crate::rpc::results::redacted(&self.cmd),
-            state: self.state,
-            exit_code: self.exit_code,
-            signal: self.signal,
-            duration_ms: millis(self.duration(now)),
+            cmd: f.cmd,
+            state: f.state,
+            exit_code: f.exit_code,
+            signal: f.signal,
+            duration_ms: f.duration_ms,
             view: rendered.text,
             stdout_bytes,
             stderr_bytes,
             omitted: rendered.omitted.map(|o| omitted(session, self.id, o)),
-            liveness,
-            survivors: self.survivors(),
-            survivors_more: self.survivors_more(),
-            settled: self.settled() && self.cgroup_settled(),
+            liveness: f.liveness,
+            survivors: f.survivors,
+            survivors_more: f.survivors_more,
+            settled: f.settled,
             note: join_notes(notes).map(|n| crate::rpc::results::redacted(&n)),
             announcements: Vec::new(),
             state_note: self.shell.note.clone(),
             state_changes: self.shell.changes.clone(),
             state_version: self.shell.versions(),
-            usage: self.usage(),
-            kept: self.kept.clone(),
-            oom_killed: self.oom_killed,
+            usage: f.usage,
+            kept: f.kept,
+            oom_killed: f.oom_killed,
             prestarted: self.prestarted,
             files: self.files.clone(),
             refusals: self.kernel_refusals.clone(),
             warnings: self.warnings.clone(),
-            state_conflicts: self.shell.conflicts.clone(),
+            state_conflicts: f.state_conflicts,
             terminal: None,
             check: self.check.as_deref().cloned(),
-            effects: self
-                .effects
-                .as_deref()
-                .map(|p| crate::rpc::results::effects(p, &self.survivors(), self.survivors_more(), self.settled())),
+            effects,
         }
     }
 
@@ -695,22 +759,25 @@ impl Job {
         self.reported = true;
         self.shell.conflict_unannounced = false;
         self.watch_rest();
+        let last_lines = self.output.last_lines();
+        self.park_output();
+        let f = self.facts(now);
         Announcement {
             survivors_ended,
             job: self.id,
-            cmd: crate::rpc::results::redacted(&self.cmd),
-            state: self.state,
-            exit_code: self.exit_code,
-            signal: self.signal,
-            duration_ms: millis(self.duration(now)),
-            last_lines: view::last_lines(&self.rendered),
-            state_conflicts: self.shell.conflicts.clone(),
+            cmd: f.cmd,
+            state: f.state,
+            exit_code: f.exit_code,
+            signal: f.signal,
+            duration_ms: f.duration_ms,
+            last_lines,
+            state_conflicts: f.state_conflicts,
         }
     }
 
     /// True when the job ended and no response has carried that yet.
     pub fn needs_announcement(&self) -> bool {
-        self.state.ended() && (!self.reported || self.shell.conflict_unannounced || self.rest_unannounced)
+        self.life.phase.ended() && (!self.reported || self.shell.conflict_unannounced || self.rest_unannounced)
     }
 
     /// The command as submitted.
@@ -725,26 +792,27 @@ impl Job {
 
     pub fn summary(&self, now: Instant) -> JobSummary {
         let [stdout_bytes, stderr_bytes] = self.counts();
-        let started_ns = self.started.map_or(self.submitted_unix_ns, |s| s.1);
+        let started_ns = self.life.started.map_or(self.life.submitted_unix_ns, |s| s.1);
+        let f = self.facts(now);
         JobSummary {
             job: self.id,
-            cmd: crate::rpc::results::redacted(&self.cmd),
-            state: self.state,
-            exit_code: self.exit_code,
-            signal: self.signal,
+            cmd: f.cmd,
+            state: f.state,
+            exit_code: f.exit_code,
+            signal: f.signal,
             started_at_ms: started_ns / 1_000_000,
-            duration_ms: millis(self.duration(now)),
+            duration_ms: f.duration_ms,
             stdout_bytes,
             stderr_bytes,
-            survivors: self.survivors(),
-            survivors_more: self.survivors_more(),
-            settled: self.settled() && self.cgroup_settled(),
-            liveness: self.liveness(now, None),
-            usage: self.usage(),
-            kept: self.kept.clone(),
+            survivors: f.survivors,
+            survivors_more: f.survivors_more,
+            settled: f.settled,
+            liveness: f.liveness,
+            usage: f.usage,
+            kept: f.kept,
             cgroup: self.cgroup.clone(),
-            oom_killed: self.oom_killed,
-            state_conflicts: self.shell.conflicts.clone(),
+            oom_killed: f.oom_killed,
+            state_conflicts: f.state_conflicts,
         }
     }
 }
@@ -790,19 +858,40 @@ mod tests {
         let text: String = (0..3000).map(|i| format!("line {i:08} of some build output\n")).collect();
         j.on_output(Stream::Stdout, text.as_bytes(), now, 0);
         j.flush();
-        assert!(j.store.buffer_capacity() > 0 && j.rendered.buffer_capacity() > 0, "kept while it may write");
+        let (store, lines) = j.output.buffer_capacities();
+        assert!(store > 0 && lines > 0, "kept while it may write");
         j.on_exited(Some(0), None, 0, false, now);
         j.on_streams_closed();
         j.flush();
-        assert_eq!((j.store.buffer_capacity(), j.rendered.buffer_capacity()), (0, 0));
+        assert_eq!(j.output.buffer_capacities(), (0, 0));
         let (_d2, mut closed) = job();
         closed.on_output(Stream::Stdout, text.as_bytes(), now, 0);
         closed.mark_closed(now);
-        assert_eq!((closed.store.buffer_capacity(), closed.rendered.buffer_capacity()), (0, 0), "closed too");
+        assert_eq!(closed.output.buffer_capacities(), (0, 0), "closed too");
         assert!(!closed.dirty(), "its last lines are written");
         let r = j.result("s", now, Vec::new(), false, 40_000);
         assert!(r.view.ends_with("line 00002999 of some build output\n"), "{}", &r.view[r.view.len() - 300..]);
         assert_eq!(j.counts()[0], text.len() as u64);
+    }
+
+    #[test]
+    fn an_ended_reported_job_holds_little_and_answers_the_same() {
+        let (_d, mut j) = job();
+        let now = Instant::now();
+        let text: String = (0..3000).map(|i| format!("line {i:08} of some build output\n")).collect();
+        j.on_output(Stream::Stdout, text.as_bytes(), now, 0);
+        j.on_exited(Some(0), None, 0, false, now);
+        j.on_streams_closed();
+        let held = j.held_bytes();
+        assert!(held > 100_000, "the rendered lines are held until the end is reported: {held}");
+        let views: Vec<JobResult> = [1_000, 40_000, 400_000].map(|b| j.result("s", now, vec![], true, b)).into();
+        assert!(j.rendered().parked(), "reported: its lines are read back from disk now");
+        let held = j.held_bytes();
+        assert!(held <= 8 * 1024, "an ended 3,000-line job holds {held} bytes");
+        for (b, before) in [1_000, 40_000, 400_000].into_iter().zip(views) {
+            assert_eq!(j.result("s", now, vec![], true, b).view, before.view);
+        }
+        assert_eq!(j.announce(now).last_lines.last().unwrap(), "line 00002999 of some build output");
     }
 
     #[test]
@@ -812,7 +901,7 @@ mod tests {
         j.on_exited(Some(2), None, 10, false, now);
         j.on_exited(None, Some(9), 20, true, now);
         j.mark_lost("worker died", now);
-        assert_eq!((j.state(), j.exit_code, j.signal), (JobState::Exited, Some(2), None));
+        assert_eq!((j.state(), j.life.exit_code, j.life.signal), (JobPhase::Exited, Some(2), None));
         assert!(j.settled(), "mark_lost settles the output even of an ended job");
     }
 
@@ -820,7 +909,7 @@ mod tests {
     fn a_signal_clears_the_exit_code() {
         let (_d, mut j) = job();
         j.on_exited(Some(137), Some(9), 1, true, Instant::now());
-        assert_eq!((j.state(), j.exit_code, j.signal), (JobState::Killed, None, Some(9)));
+        assert_eq!((j.state(), j.life.exit_code, j.life.signal), (JobPhase::Killed, None, Some(9)));
     }
 
     #[test]
@@ -837,7 +926,7 @@ mod tests {
     fn final_results_mark_reported_and_running_ones_do_not() {
         let (_d, mut j) = job();
         let r = j.result("s", Instant::now(), vec![], true, view::DEFAULT_BUDGET);
-        assert_eq!(r.state, JobState::Running);
+        assert_eq!(r.state, JobPhase::Running);
         assert!(r.liveness.is_some());
         assert!(!j.reported());
         j.on_exited(Some(0), None, 0, false, Instant::now());
@@ -880,7 +969,7 @@ mod tests {
         let (_d, mut j) = job();
         j.on_spawn_failed("no such directory", Instant::now());
         let r = j.result("s", Instant::now(), vec![], true, view::DEFAULT_BUDGET);
-        assert_eq!((r.state, r.exit_code, r.signal, r.settled), (JobState::Failed, None, None, true));
+        assert_eq!((r.state, r.exit_code, r.signal, r.settled), (JobPhase::Failed, None, None, true));
         assert!(r.note.unwrap().contains("no such directory"));
     }
 }

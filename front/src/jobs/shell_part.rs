@@ -36,6 +36,19 @@ pub struct JobShellState {
 }
 
 impl JobShellState {
+    /// An estimate of the heap bytes held (the shared base snapshot is not counted).
+    pub fn held_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let strings =
+            |v: &Vec<String>| v.capacity() * size_of::<String>() + v.iter().map(String::capacity).sum::<usize>();
+        self.note.as_ref().map_or(0, String::capacity)
+            + strings(&self.changes)
+            + strings(&self.conflicts)
+            + self.scope.as_ref().map_or(0, strings)
+            + self.failures.capacity() * size_of::<(i32, String)>()
+            + self.failures.iter().map(|f| f.1.capacity()).sum::<usize>()
+    }
+
     /// Apply the capture of `job`; a capture that does not parse leaves the state unknown. Returns the
     /// earlier jobs whose changes this one overrode, with the items.
     pub fn captured(&mut self, data: &[u8], record: &mut StateRecord, job: u64) -> Vec<(u64, String)> {

@@ -95,6 +95,7 @@ fn facts(s: &Session) -> SessionFacts {
         shell_state: st.record().summary(),
         limits: None,
         jobs_cpu_ms: st.jobs().map(|j| j.cpu_ms()).sum(),
+        output_held_bytes: st.jobs().map(|j| j.held_bytes() as u64).sum(),
         sandbox: st.sandbox().cloned(),
         spawn_path: st.spawn_path().map(str::to_owned),
         guard_overrides: st.guard_overrides(),

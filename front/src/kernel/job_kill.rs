@@ -14,7 +14,7 @@
 
 use crate::kernel::job_wait::{answer, answer_when, view_budget};
 use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel, SEND_TIMEOUT};
-use crate::rpc::results::{join_notes, JobResult, JobState};
+use crate::rpc::results::{join_notes, JobPhase, JobResult};
 use crate::rpc::{self, RpcError};
 use serde::Deserialize;
 use serde_json::Value;
@@ -76,7 +76,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
         let note = "the job ended but its cgroup was not seen empty in time; kill it again".to_owned();
         result.note = join_notes(result.note.take().into_iter().chain([note]));
     }
-    if result.state == JobState::Running {
+    if result.state == JobPhase::Running {
         let waited = grace + KILL_WAIT;
         let note = format!(
             "the kill was sent but the job had not ended after {} ms; wait on it or kill it again",

@@ -28,7 +28,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 /// What was last written for a job: (state, bytes, settled, reported).
-type Seen = (crate::rpc::results::JobState, u64, bool, bool);
+type Seen = (crate::rpc::results::JobPhase, u64, bool, bool);
 
 /// What a job's row says now (the fields [`Seen`] compares), without building its summary.
 fn seen(job: &Job) -> Seen {

@@ -10,7 +10,7 @@ use crate::kernel::{clamp_wait, deadline, unknown_job, Client, Kernel};
 use crate::rpc::{self, RpcError};
 use crate::sessions::session::Session;
 use crate::terminal::keys;
-use protocol::results::{JobState, TerminalScreen, WriteResult};
+use protocol::results::{JobPhase, TerminalScreen, WriteResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use shm_proto::msg::{Command, JobId, StdinMode, MAX_INPUT_CHUNK};
@@ -280,7 +280,7 @@ fn finish(
     let quiet = Duration::from_millis(quiet_ms.unwrap_or(DEFAULT_QUIET_MS).min(60_000));
     let settled = settle(k, s, job, sent.seq, sent.at, until, quiet);
     let waited_ms = sent.at.elapsed().as_millis() as u64;
-    let running = s.lock().job(job).is_some_and(|j| j.state() == JobState::Running);
+    let running = s.lock().job(job).is_some_and(|j| j.state() == JobPhase::Running);
     // The probe (a round trip to the worker) tells whether the job now waits reading its terminal. A
     // caller that asked for the first output (`quiet_ms: 0`, a keystroke's echo) and got it is not made
     // to wait for it: the program is still answering then, and the probe was most of the call's time.
@@ -476,7 +476,7 @@ const WANTED_INPUT: [&str; 9] = [
 /// A pipe job that ended non-zero complaining about no terminal or EOF on stdin: say that `tty` mode
 /// (or a stdin pipe) would have let it be answered.
 pub fn point_to_tty(r: &mut protocol::results::JobResult) {
-    if r.state == JobState::Running || r.exit_code == Some(0) {
+    if r.state == JobPhase::Running || r.exit_code == Some(0) {
         return;
     }
     let tail: String = r.view.lines().rev().take(20).collect::<Vec<_>>().join("\n").to_lowercase();

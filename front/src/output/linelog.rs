@@ -357,6 +357,26 @@ impl LineLog {
         LinePlan { path: self.path.clone(), start, durable: self.durable }
     }
 
+    /// Every appended run is in the file: nothing waits in memory and no write failed.
+    pub fn whole_on_disk(&self) -> bool {
+        self.error.is_none() && self.open.runs == 0 && self.buf.is_empty()
+    }
+
+    /// Give back spare capacity (the log can grow no more).
+    pub fn shrink(&mut self) {
+        self.release_buffer();
+        self.index.shrink_to_fit();
+    }
+
+    /// The heap bytes the log holds: its path, buffers and block index.
+    pub fn held_bytes(&self) -> usize {
+        self.path.capacity()
+            + self.buf.capacity()
+            + self.open.plain.capacity()
+            + self.index.capacity() * std::mem::size_of::<(u64, u64)>()
+            + self.error.as_ref().map_or(0, String::capacity)
+    }
+
     /// Index entries (first line of each block), newest last: lets a tail start near the end.
     pub fn index_lines(&self) -> Vec<u64> {
         self.index.iter().map(|(l, _)| *l).collect()

@@ -2,7 +2,11 @@
 //! (terminal rendering) or a binary summary, then secret redaction, then numbering, collapsing of
 //! identical consecutive lines into runs, the [`LineLog`] on disk, and in memory what the model view
 //! needs — the first runs (head), the last runs (tail window), exact counts, and the error-shaped lines.
-//! Nothing here re-reads the output: a 200 MiB job costs its head, its tail window and its error list.
+//! Nothing here re-reads the output while it grows: a 200 MiB job costs its head, its tail window and
+//! its error list. Once the output is finished and its line log whole on disk, [`RenderedOutput::park`]
+//! lets the head and the tail window go (a session keeps every job it ran): views read those runs back
+//! from the log, knowing only where the head ends and where the window starts, and answer exactly as
+//! before.
 //!
 //! Invariants: line numbers are assigned once, in commit order, starting at 1, and never change; every
 //! committed line is in the log or in the pending run; `rendered_bytes` counts every committed line's
@@ -21,8 +25,10 @@
 use crate::output::linelog::{LineLog, LinePlan, Run};
 use crate::output::screen::Screen;
 use crate::output::sniff::{human_bytes, Piece, Splitter};
+use crate::output::store::StoreError;
 use policies::redaction::{BlockCursor, Redactor};
 use regex::Regex;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -84,11 +90,12 @@ impl Placed {
 /// What [`RenderedOutput::view_runs`] gives the model view.
 #[derive(Debug)]
 pub struct ViewRuns<'a> {
-    pub head: &'a [Placed],
+    /// Borrowed from memory, or read back from the line log once the output is parked.
+    pub head: Cow<'a, [Placed]>,
     /// Runs were dropped between the head and the tail.
     pub gap: bool,
-    /// The tail window's committed runs (borrowed), followed by `end`.
-    window: &'a VecDeque<Placed>,
+    /// The tail window's committed runs (borrowed, or read back), followed by `end`.
+    window: Cow<'a, VecDeque<Placed>>,
     /// The pending run and the open lines folded into runs (few, owned).
     end: Vec<Placed>,
 }
@@ -98,6 +105,18 @@ impl ViewRuns<'_> {
     pub fn tail(&self) -> Vec<&Placed> {
         self.window.iter().chain(&self.end).collect()
     }
+}
+
+/// Where the head and the tail window are once a finished output is parked
+/// ([`RenderedOutput::park`]): the runs themselves are in the line log. Both are taken after any
+/// retention cut (a cut of a parked output brings the runs back, cuts, and parks again), so they lie
+/// past the removed lines.
+#[derive(Clone, Copy, Debug)]
+struct Parked {
+    /// The last line of the head's last run (`None`: the head was empty).
+    head_last: Option<u64>,
+    /// The tail window's first run: its first line and the rendered bytes before it.
+    tail_first: Option<(u64, u64)>,
 }
 
 /// One run as the model sees it: `text (×3)` for repeated lines, `<3 blank lines>` for a run of blank
@@ -138,6 +157,8 @@ pub struct RenderedOutput {
     finished: bool,
     /// The stream of the previous chunk (a switch commits the other stream's complete lines).
     last_stream: Option<usize>,
+    /// Set once the finished output let its head and tail window go (they are read back from the log).
+    parked: Option<Parked>,
 }
 
 impl RenderedOutput {
@@ -167,6 +188,7 @@ impl RenderedOutput {
             fresh: None,
             finished: false,
             last_stream: None,
+            parked: None,
         }
     }
 
@@ -336,6 +358,20 @@ impl RenderedOutput {
     /// Retention: remove the oldest runs of the line log until at most `keep` bytes of it remain, and
     /// forget the removed runs held in memory. Returns true when something was removed.
     pub fn remove_oldest(&mut self, keep: u64) -> bool {
+        // A parked output is brought back for the cut and parked again: the runs kept follow the same
+        // rules either way.
+        let parked = self.parked.is_some();
+        if parked && self.log.kept_len() > keep && !self.unpark() {
+            return false;
+        }
+        let removed = self.remove_oldest_held(keep);
+        if parked {
+            self.park();
+        }
+        removed
+    }
+
+    fn remove_oldest_held(&mut self, keep: u64) -> bool {
         if !self.log.remove_oldest(keep) {
             return false;
         }
@@ -430,7 +466,118 @@ impl RenderedOutput {
             bytes += len;
         }
         end.extend(pending);
-        ViewRuns { head: &self.head, gap: self.evicted, window: &self.tail, end }
+        if let Some(parked) = self.parked {
+            // A read that fails shows no lines: the view's marker then covers them all and names the
+            // `output` call (whose error says what failed).
+            let (head, tail, gap) = match self.read_back(parked) {
+                Ok((head, tail)) => (head, tail, self.evicted),
+                Err(_) => Default::default(),
+            };
+            let gap = gap || (head.is_empty() && tail.is_empty() && self.line_count() > self.log.removed().0);
+            return ViewRuns { head: Cow::Owned(head), gap, window: Cow::Owned(tail), end };
+        }
+        ViewRuns { head: Cow::Borrowed(&self.head), gap: self.evicted, window: Cow::Borrowed(&self.tail), end }
+    }
+
+    /// Let the head and the tail window go once the output is finished and the line log holds every
+    /// run on disk (the job can write no more): views read them back from the log, and what stays in
+    /// memory is the counts, the error-shaped lines and the log's block index. Views are the same
+    /// either way. Returns whether the output is parked (false while it may grow or the log is not
+    /// whole).
+    pub fn park(&mut self) -> bool {
+        if self.parked.is_some() {
+            return true;
+        }
+        if !self.finished || self.pending.is_some() || !self.log.whole_on_disk() {
+            return false;
+        }
+        let head_last = self.head.last().map(|p| p.run.last());
+        let tail_first = self.tail.front().map(|p| (p.run.first, p.bytes_before));
+        self.parked = Some(Parked { head_last, tail_first });
+        self.head = Vec::new();
+        self.tail = VecDeque::new();
+        // Nothing is open once finished; fresh screens hold no lines.
+        self.screens = [Screen::default(), Screen::default()];
+        self.splitters = [Splitter::default(), Splitter::default()];
+        self.errors_first.shrink_to_fit();
+        self.errors_last.shrink_to_fit();
+        self.log.shrink();
+        true
+    }
+
+    /// Whether the head and the tail window are in the line log only.
+    pub fn parked(&self) -> bool {
+        self.parked.is_some()
+    }
+
+    /// Bring a parked output's runs back into memory; false (still parked) when the log cannot be read.
+    fn unpark(&mut self) -> bool {
+        let Some(parked) = self.parked else { return true };
+        match self.read_back(parked) {
+            Ok((head, tail)) => {
+                (self.head, self.tail, self.parked) = (head, tail, None);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The head and the tail window of a parked output, read from the line log: the head is the log's
+    /// first kept runs up to its last line, the window the runs from its first line on, each with the
+    /// rendered bytes before it counted from a known point (what retention removed, the window's start).
+    fn read_back(&self, parked: Parked) -> Result<(Vec<Placed>, VecDeque<Placed>), StoreError> {
+        let (gone, gone_bytes) = self.log.removed();
+        let mut head = Vec::new();
+        if let Some(last) = parked.head_last {
+            let mut bytes = gone_bytes;
+            self.log.plan(gone + 1).scan(|run| {
+                if run.first > last {
+                    return false;
+                }
+                let len = (run.text.len() as u64 + 1) * u64::from(run.count);
+                head.push(Placed { run, bytes_before: bytes });
+                bytes += len;
+                true
+            })?;
+        }
+        let mut tail = VecDeque::new();
+        if let Some((first, mut bytes)) = parked.tail_first {
+            self.log.plan(first).scan(|run| {
+                if run.first < first {
+                    return true;
+                }
+                let len = (run.text.len() as u64 + 1) * u64::from(run.count);
+                tail.push_back(Placed { run, bytes_before: bytes });
+                bytes += len;
+                true
+            })?;
+        }
+        Ok((head, tail))
+    }
+
+    /// An estimate of the heap bytes this output holds: runs, error-shaped lines, screens, buffers and
+    /// the line log's index.
+    pub fn held_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let placed = |p: &Placed| size_of::<Placed>() + p.run.text.capacity();
+        let error = |e: &(u64, String)| e.1.capacity();
+        let head =
+            self.head.capacity() * size_of::<Placed>() + self.head.iter().map(|p| p.run.text.capacity()).sum::<usize>();
+        let tail =
+            self.tail.capacity() * size_of::<Placed>() + self.tail.iter().map(|p| p.run.text.capacity()).sum::<usize>();
+        let errors = (self.errors_first.capacity() + self.errors_last.capacity()) * size_of::<(u64, String)>()
+            + self.errors_first.iter().chain(&self.errors_last).map(error).sum::<usize>();
+        let fresh = self
+            .fresh
+            .as_ref()
+            .map_or(0, |f| f.capacity() * size_of::<FreshLine>() + f.iter().map(|l| l.text.capacity()).sum::<usize>());
+        head + tail
+            + self.pending.as_ref().map_or(0, placed)
+            + errors
+            + fresh
+            + self.screens.iter().map(Screen::held_bytes).sum::<usize>()
+            + self.splitters.iter().map(Splitter::held_bytes).sum::<usize>()
+            + self.log.held_bytes()
     }
 
     /// Error-shaped lines kept, in order, and how many there were in all.
@@ -473,6 +620,9 @@ impl RenderedOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::view;
+    use crate::output::views::{self, Source, StreamSel};
+    use proptest::prelude::*;
 
     fn out() -> (tempfile::TempDir, RenderedOutput) {
         let dir = tempfile::tempdir().unwrap();
@@ -612,5 +762,94 @@ mod tests {
         assert_eq!(runs.head[0].run.text, "line 0");
         assert_eq!(runs.tail().last().unwrap().run.text, "line 199999");
         assert!(r.tail_bytes <= TAIL_KEEP && r.head_bytes <= HEAD_KEEP);
+    }
+
+    /// Every view of `out`, as text: model views at several budgets, views since a mark, announcement
+    /// lines, counts, errors, and the line views (ranges, tails, grep, errors) on each stream.
+    fn every_view(out: &mut RenderedOutput) -> Vec<String> {
+        let mut v = Vec::new();
+        for budget in [1_000, 4_000, 40_000, 400_000] {
+            v.push(format!("{:?}", view::render(out, budget, "s", 1)));
+        }
+        let total = out.line_count();
+        for from in [1, 2, total / 3, total / 2, total.saturating_sub(5), total, total + 1] {
+            v.push(view::since(out, from.max(1), from * 7, 4_000, "s", 1));
+        }
+        v.push(format!("{:?} {:?}", view::last_lines(out), out.display_lines()));
+        v.push(format!("{:?} {} {} {:?} {:?}", out.mark(), total, out.rendered_bytes(), out.errors(), out.removed()));
+        v.push(format!("{:?} {:?}", out.open_lines(), out.index_lines()));
+        let re = views::compile("[0-9]7|error|%").unwrap();
+        for sel in [StreamSel::Both, StreamSel::Stdout, StreamSel::Stderr] {
+            for (a, b) in [(1, 10), (total / 2, total / 2 + 40), (total.saturating_sub(30), u64::MAX)] {
+                let (plan, pending) = out.plan(a);
+                let src = Source { plan, pending };
+                v.push(format!("{:?}", views::lines(&src, a, b, sel, 4_000).unwrap()));
+            }
+            let (plan, pending) = out.plan(1);
+            let src = Source { plan, pending };
+            v.push(format!("{:?}", views::search(&src, sel, 2, 50, 8_000, |r| re.is_match(&r.text)).unwrap()));
+            v.push(format!("{:?}", views::search(&src, sel, 1, 50, 8_000, views::is_error).unwrap()));
+        }
+        v
+    }
+
+    /// One piece of a job's output: plain lines, long lines, colours, `\r` rewrites, invalid UTF-8,
+    /// repeats, error lines and bulk (enough to push runs out of the head and the tail window).
+    fn piece() -> impl Strategy<Value = (bool, Vec<u8>)> {
+        let kind = prop_oneof![
+            (0usize..200).prop_map(|n| format!("plain {}\n", "p".repeat(n)).into_bytes()),
+            (8_000usize..40_000).prop_map(|n| format!("long {}\n", "L".repeat(n)).into_bytes()),
+            Just(b"\x1b[31mred\x1b[0m and \x1b[1mbold\x1b[0m\n".to_vec()),
+            (1u32..30).prop_map(|n| {
+                let mut b: Vec<u8> = (0..n).flat_map(|i| format!("progress {i}%\r").into_bytes()).collect();
+                b.extend_from_slice(b"done\n");
+                b
+            }),
+            Just(b"bad \xff\xfe utf8 \xc3\n".to_vec()),
+            (1usize..500).prop_map(|n| "same\n".repeat(n).into_bytes()),
+            Just(b"error: it broke\n\n\n".to_vec()),
+            (1usize..15_000).prop_map(|n| (0..n).flat_map(|i| format!("bulk line {i:06} ok\n").into_bytes()).collect()),
+            Just(b"no newline yet".to_vec()),
+        ];
+        (any::<bool>(), kind)
+    }
+
+    fn fed(dir: &std::path::Path, pieces: &[(bool, Vec<u8>)]) -> RenderedOutput {
+        let mut r = RenderedOutput::new(dir.join("1.lines"));
+        for (err, data) in pieces {
+            r.push(usize::from(*err), data);
+        }
+        r.finish();
+        r.close();
+        r
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn parking_changes_no_view(
+            pieces in proptest::collection::vec(piece(), 0..40),
+            keep in proptest::option::of(0.0f64..1.0),
+        ) {
+            let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let (mut held, mut parked) = (fed(d1.path(), &pieces), fed(d2.path(), &pieces));
+            let before = every_view(&mut held);
+            prop_assert!(parked.park());
+            prop_assert!(parked.held_bytes() < 2_048 + held.errors().0.len() * 400, "{}", parked.held_bytes());
+            let after = every_view(&mut parked);
+            for (b, a) in before.iter().zip(&after) {
+                prop_assert_eq!(b, a);
+            }
+            if let Some(keep) = keep {
+                // A share of the line log: cuts land in the head, the gap and the tail window alike.
+                let keep = (held.kept_len() as f64 * keep) as u64;
+                prop_assert_eq!(held.remove_oldest(keep), parked.remove_oldest(keep));
+                prop_assert!(parked.parked(), "parked again after retention");
+                let (before, after) = (every_view(&mut held), every_view(&mut parked));
+                for (b, a) in before.iter().zip(&after) {
+                    prop_assert_eq!(b, a);
+                }
+            }
+        }
     }
 }

@@ -402,6 +402,23 @@ pub struct Screen {
     tail_len: u8,
 }
 
+impl Screen {
+    /// An estimate of the heap bytes the screen holds (its lines, cells and committed lines).
+    pub fn held_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let t = &self.term;
+        let line = |l: &Line| {
+            (l.chars.capacity() + l.snap.capacity()) * size_of::<char>()
+                + l.secret.capacity() * size_of::<Option<&str>>()
+                + l.overflow.capacity()
+        };
+        t.lines.capacity() * size_of::<Line>()
+            + t.lines.iter().map(line).sum::<usize>()
+            + t.committed.capacity() * size_of::<String>()
+            + t.committed.iter().map(String::capacity).sum::<usize>()
+    }
+}
+
 impl Default for Screen {
     fn default() -> Self {
         Screen { parser: vte::Parser::default(), term: Term::default(), ground: true, tail: [0; 3], tail_len: 0 }

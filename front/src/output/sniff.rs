@@ -132,6 +132,11 @@ fn trimmed_len(seg: &[u8]) -> usize {
 
 impl Splitter {
     /// Feed bytes; returns the pieces they complete.
+    /// The heap bytes the splitter holds.
+    pub fn held_bytes(&self) -> usize {
+        self.head.capacity() + self.line.capacity() + self.held.capacity()
+    }
+
     pub fn feed(&mut self, data: &[u8]) -> Vec<Piece> {
         if self.head.len() < 16 {
             let n = (16 - self.head.len()).min(data.len());

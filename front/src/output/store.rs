@@ -368,6 +368,15 @@ impl OutputStore {
 }
 
 impl OutputStore {
+    /// The heap bytes the store holds: its path, write buffer, sparse index and strings.
+    pub fn held_bytes(&self) -> usize {
+        self.path.capacity()
+            + self.buf.capacity()
+            + self.index.iter().map(|i| i.capacity() * std::mem::size_of::<IndexEntry>()).sum::<usize>()
+            + self.error.as_ref().map_or(0, String::capacity)
+            + self.removed_why.capacity()
+    }
+
     /// Bytes of the file not removed by retention (buffered ones included).
     pub fn kept_len(&self) -> u64 {
         (self.durable + self.buf.len() as u64).saturating_sub(self.removed_file)

@@ -18,7 +18,7 @@
 //! assert_eq!(render(&out, 40_000, "s", 1).text, "hello\n");
 //! ```
 
-use crate::output::rendered::{Placed, RenderedOutput};
+use crate::output::rendered::{Placed, RenderedOutput, ViewRuns};
 use shm_proto::msg::{JobId, Stream};
 
 /// Default view budget in bytes (about 10k tokens).
@@ -91,9 +91,9 @@ fn marker_of(lines: u64, bytes: u64, first: u64, last: u64, session: &str, job: 
     )
 }
 
-/// Every line of `out` so far (open ones included) and their rendered bytes.
-fn totals(out: &RenderedOutput) -> (u64, u64) {
-    let runs = out.view_runs();
+/// Every line of `out` so far (open ones included) and their rendered bytes (`runs` is
+/// `out.view_runs()`).
+fn totals(out: &RenderedOutput, runs: &ViewRuns) -> (u64, u64) {
     let last = runs.tail().last().copied().or(runs.head.last()).map(|p| (p.run.last(), p.bytes_before + run_bytes(p)));
     let (lines, bytes) = last.unwrap_or_default();
     (lines.max(out.line_count()), bytes.max(out.rendered_bytes()))
@@ -102,9 +102,9 @@ fn totals(out: &RenderedOutput) -> (u64, u64) {
 /// Bytes a view of `out` within `budget` may give to lines: the budget less the longest marker line
 /// the output could need (every number in it at most the output's totals) and, when the output has
 /// error-shaped lines, the errors block's share.
-fn line_room(out: &RenderedOutput, budget: usize, session: &str, job: JobId, errors: bool) -> usize {
+fn line_room(out: &RenderedOutput, runs: &ViewRuns, budget: usize, session: &str, job: JobId, errors: bool) -> usize {
     let budget = budget.clamp(MIN_BUDGET, MAX_BUDGET);
-    let (lines, bytes) = totals(out);
+    let (lines, bytes) = totals(out, runs);
     let marker = marker_of(lines, bytes, lines, lines, session, job).len() + 1;
     let errors = if errors { ERRORS_ROOM.min(budget / 4) } else { 0 };
     budget.saturating_sub(marker + errors)
@@ -119,7 +119,7 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
     let budget = budget.clamp(MIN_BUDGET, MAX_BUDGET);
     // The tail includes the lines still open, folded into runs (`RenderedOutput::view_runs`).
     let runs = out.view_runs();
-    let (head, tail) = (runs.head, runs.tail());
+    let (head, tail) = (&runs.head[..], runs.tail());
     let shown = |p: &Placed| p.display_len() + 1;
     let total: usize = head.iter().map(shown).sum::<usize>() + tail.iter().map(|p| shown(p)).sum::<usize>();
     if !runs.gap && total <= budget {
@@ -130,7 +130,7 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
         }
         return View { text, omitted: None };
     }
-    let room = line_room(out, budget, session, job, !out.errors().0.is_empty());
+    let room = line_room(out, &runs, budget, session, job, !out.errors().0.is_empty());
     let (mut used, mut h) = (0, 0);
     while h < head.len() && used + shown(&head[h]) <= room / 2 {
         used += shown(&head[h]);
@@ -188,8 +188,8 @@ pub fn render(out: &RenderedOutput, budget: usize, session: &str, job: JobId) ->
 /// marker line first, with its exact range, bytes and the `output` call that shows it. Empty when
 /// nothing came.
 pub fn since(out: &RenderedOutput, from: u64, from_bytes: u64, budget: usize, session: &str, job: JobId) -> String {
-    let room = line_room(out, budget, session, job, false);
     let runs = out.view_runs();
+    let room = line_room(out, &runs, budget, session, job, false);
     let tail = runs.tail();
     // Runs reaching line `from`, a run that straddles it cut to its lines from `from` on.
     let mut new: Vec<Placed> = Vec::new();
@@ -416,7 +416,7 @@ mod tests {
                 let runs = out.view_runs();
                 let last = runs.tail().last().copied().or(runs.head.last()).map(|p| p.display()).unwrap();
                 let shown_last = v.text.ends_with(&format!("{last}\n"));
-                let room = line_room(&out, budget, "s", 1, !out.errors().0.is_empty());
+                let room = line_room(&out, &runs, budget, "s", 1, !out.errors().0.is_empty());
                 prop_assert!(last.len() + 1 > room / 2 || shown_last, "the last line is missing");
             }
         }

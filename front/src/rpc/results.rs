@@ -5,7 +5,7 @@
 //! Optional fields serialize as `null`, never disappear, so clients can rely on every key being present.
 //!
 //! ```
-//! let json = serde_json::to_string(&front::rpc::results::JobState::Killed).unwrap();
+//! let json = serde_json::to_string(&front::rpc::results::JobPhase::Killed).unwrap();
 //! assert_eq!(json, r#""killed""#);
 //! ```
 
@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 pub use protocol::results::{
-    Announcement, FileResult, JobResult, JobState, JobSummary, JobsResult, Liveness, Omitted, StateVersions, Survivor,
+    Announcement, FileResult, JobPhase, JobResult, JobSummary, JobsResult, Liveness, Omitted, StateVersions, Survivor,
     Usage,
 };
 
@@ -137,6 +137,9 @@ pub struct SessionFacts {
     pub limits: Option<SessionLimitsInfo>,
     /// CPU time of the session's ended jobs whose cgroups emptied.
     pub jobs_cpu_ms: f64,
+    /// An estimate of the front's heap bytes holding the session's jobs (records and output
+    /// bookkeeping; an ended, reported job's lines are read back from disk, see `Job::held_bytes`).
+    pub output_held_bytes: u64,
     /// The session's sandbox as its worker enforces it: policy, writable roots, Landlock ABI and what
     /// is enforced, seccomp denials; `null` until the worker reported it.
     pub sandbox: Option<shm_proto::msg::SandboxInfo>,

@@ -965,7 +965,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rpc::results::JobState;
+    use crate::rpc::results::JobPhase;
     use shm_proto::msg::Stream;
     use shm_proto::region::RegionConfig;
 
@@ -1017,7 +1017,7 @@ mod tests {
         assert!(st.take_announcements(now).is_empty(), "never twice");
         st.apply(Event::SpawnFailed { job: b, error: "nope".into() }, now, 0);
         let second = st.take_announcements(now);
-        assert_eq!((second.len(), second[0].state), (1, JobState::Failed));
+        assert_eq!((second.len(), second[0].state), (1, JobPhase::Failed));
     }
 
     #[test]
@@ -1057,11 +1057,11 @@ mod tests {
         let (a, b) = (st.add_job("a".into(), dir.path()), st.add_job("b".into(), dir.path()));
         st.apply(Event::Exited { job: a, code: Some(1), signal: None, at_unix_ns: 0, killed: false }, now, 0);
         st.mark_lost("worker died".into(), vec![], now);
-        assert_eq!((st.jobs[&a].state(), st.jobs[&b].state()), (JobState::Exited, JobState::Lost));
+        assert_eq!((st.jobs[&a].state(), st.jobs[&b].state()), (JobPhase::Exited, JobPhase::Lost));
         let mut closing = SessionData { closing: true, ..Default::default() };
         let c = closing.add_job("c".into(), dir.path());
         closing.mark_lost("worker died".into(), vec![], now);
-        assert_eq!((closing.jobs[&c].state(), closing.lost().is_none()), (JobState::Running, true));
+        assert_eq!((closing.jobs[&c].state(), closing.lost().is_none()), (JobPhase::Running, true));
     }
 
     #[test]
@@ -1121,7 +1121,7 @@ mod tests {
         p.try_push(&[0xff; 8]).unwrap(); // a frame that does not decode: skipped
         let mut scratch = Vec::new();
         assert_eq!(s.drain_events(&mut end, &mut scratch), Drained::Some);
-        assert_eq!(s.lock().jobs[&job].state(), JobState::Running);
+        assert_eq!(s.lock().jobs[&job].state(), JobPhase::Running);
         assert!(!s.is_lost());
         // Overwrite the next frame's length: the evt ring's data starts 512 bytes after its offset, and the
         // first frame (64-byte header slot + 8-byte body, padded to 64) took bytes 0..128.
@@ -1131,7 +1131,7 @@ mod tests {
         assert_eq!(s.drain_events(&mut end, &mut scratch), Drained::Corrupt);
         assert!(s.is_lost());
         let st = s.lock();
-        assert_eq!(st.jobs[&job].state(), JobState::Lost);
+        assert_eq!(st.jobs[&job].state(), JobPhase::Lost);
         assert!(st.lost().unwrap().note.contains("corrupt"));
     }
 }

@@ -10,7 +10,7 @@
 //! it, with a last `subscription.overflow` notification that says so — never a silent gap.
 
 use crate::output::rendered::FreshLine;
-use crate::rpc::results::JobState;
+use crate::rpc::results::JobPhase;
 use base64::Engine;
 use serde::Serialize;
 use shm_proto::msg::JobId;
@@ -79,7 +79,7 @@ struct EndParams<'a> {
     seq: u64,
     session: &'a str,
     job: JobId,
-    state: JobState,
+    state: JobPhase,
     exit_code: Option<i32>,
     signal: Option<i32>,
     lines: &'a [LineOut<'a>],
@@ -123,7 +123,7 @@ pub struct Chunk<'a> {
 pub struct End<'a> {
     pub job: JobId,
     pub settled: bool,
-    pub state: JobState,
+    pub state: JobPhase,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub fresh: &'a [FreshLine],
@@ -250,7 +250,7 @@ mod tests {
             seq: 1,
             session: "s",
             job: 1,
-            state: JobState::Exited,
+            state: JobPhase::Exited,
             exit_code: None,
             signal: None,
             lines: &[],

@@ -11,7 +11,7 @@
 
 use crate::kernel::{Client, Kernel};
 use crate::rpc::outbox::Outbox;
-use protocol::results::JobState;
+use protocol::results::JobPhase;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -79,7 +79,7 @@ impl<'a> Progress<'a> {
             let (line, running_ms) = {
                 let st = s.lock();
                 let Some(j) = st.job(job) else { return };
-                if j.state() != JobState::Running {
+                if j.state() != JobPhase::Running {
                     return;
                 }
                 let line = crate::output::view::last_lines(j.rendered()).pop();

@@ -24,7 +24,7 @@
 
 use crate::kernel::{Client, Kernel};
 use crate::rpc::{ErrorKind, RpcError};
-use protocol::results::JobState;
+use protocol::results::JobPhase;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -126,12 +126,12 @@ impl Tasks {
         let took = protocol::text::duration(crate::rpc::results::millis(j.duration(Instant::now())));
         let cmd = protocol::text::one_line(j.cmd(), 80);
         match j.state() {
-            JobState::Running => {
+            JobPhase::Running => {
                 let line = crate::output::view::last_lines(j.rendered()).pop();
                 let last = line.map(|l| format!(" · {}", protocol::text::one_line(&l, 120))).unwrap_or_default();
                 ("working", format!("job {} · running {took} · {cmd}{last}", t.job))
             }
-            JobState::Lost | JobState::Failed => (
+            JobPhase::Lost | JobPhase::Failed => (
                 "failed",
                 format!("job {} · {} after {took}: fetch tasks/result for its record", t.job, phase_word(j.state())),
             ),
@@ -223,14 +223,14 @@ impl Tasks {
     }
 }
 
-fn phase_word(s: JobState) -> &'static str {
+fn phase_word(s: JobPhase) -> &'static str {
     match s {
-        JobState::Running => "running",
-        JobState::Exited => "exited",
-        JobState::Killed => "killed",
-        JobState::Lost => "lost",
-        JobState::Failed => "failed",
-        JobState::Refused => "refused",
+        JobPhase::Running => "running",
+        JobPhase::Exited => "exited",
+        JobPhase::Killed => "killed",
+        JobPhase::Lost => "lost",
+        JobPhase::Failed => "failed",
+        JobPhase::Refused => "refused",
     }
 }
 

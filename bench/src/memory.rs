@@ -1,0 +1,93 @@
+//! `heddle-bench memory`: what an ended job costs the front. One session runs N jobs, each printing
+//! 3,000 lines of 35 bytes and waited for; the front's VmRSS (`/proc/<front pid>/status`, the pid from
+//! `describe`) is read before and after, and the growth per ended job is set against the job's rendered
+//! output (what the front would hold if it kept an ended job's lines in memory). `describe`'s
+//! `output_held_bytes` (the front's own estimate of the heap its jobs hold) is reported beside it.
+//! The stack is started from the binaries beside `heddle-bench`: a copy of it next to an older build's
+//! binaries measures that build (whose `describe` may not report `output_held_bytes`).
+
+use anyhow::{Context, Result};
+use heddle_bench::record;
+use serde_json::{json, Value};
+
+/// The length of each line a job prints, with its newline.
+const LINE_BYTES: usize = 35;
+/// Jobs run before the first reading, so the allocator's and the session's one-off costs are paid.
+const WARMUP: usize = 20;
+
+fn vm_rss_kib(pid: u64) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("reading the front's status")?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS line")?;
+    let kib = line.split_whitespace().nth(1).context("no VmRSS value")?;
+    Ok(kib.parse::<f64>()?)
+}
+
+/// The session's `output_held_bytes` once every job's streams closed (it stops moving); `None` from a
+/// front that does not report it (an older build, run as a baseline).
+fn held_bytes(c: &mut heddle_tests::Client, s: &Value) -> Result<Option<u64>> {
+    let mut last = None;
+    for _ in 0..100 {
+        let d = c.call("describe", json!({"session": s}))?;
+        let Some(held) = d["sessions"][0]["output_held_bytes"].as_u64() else { return Ok(None) };
+        if last == Some(held) {
+            break;
+        }
+        last = Some(held);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok(last)
+}
+
+pub fn run(jobs: usize, lines: usize) -> Result<()> {
+    let h = heddle_tests::Heddle::start();
+    let mut c = h.client();
+    let front = c.call("describe", json!({}))?["front"]["pid"].as_u64().context("describe gave no front pid")?;
+    let s = h.open_session(&mut c);
+    let cmd = match lines {
+        0 => "true".to_owned(),
+        n => format!("seq -f 'line %08g of some build output' 1 {n}"),
+    };
+    let run = |c: &mut heddle_tests::Client| -> Result<()> {
+        let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 60_000}))?;
+        anyhow::ensure!(r["exit_code"] == 0 && r["stdout_bytes"] == lines * LINE_BYTES, "{r}");
+        Ok(())
+    };
+    for _ in 0..WARMUP {
+        run(&mut c)?;
+    }
+    let held_before = held_bytes(&mut c, &s)?;
+    let before = vm_rss_kib(front)?;
+    for _ in 0..jobs {
+        run(&mut c)?;
+    }
+    let held_after = held_bytes(&mut c, &s)?;
+    let after = vm_rss_kib(front)?;
+    let per_job = (after - before) / jobs as f64;
+    let rendered = (lines * LINE_BYTES) as f64 / 1024.0;
+    println!("== memory: {jobs} ended jobs of {lines} lines × {LINE_BYTES} bytes (after {WARMUP} warm-up jobs)");
+    println!("front VmRSS: {before:.0} KiB before, {after:.0} KiB after: {per_job:.2} KiB per ended job");
+    let held_per_job = match (held_before, held_after) {
+        (Some(b), Some(a)) => {
+            let per = a.saturating_sub(b) as f64 / jobs as f64 / 1024.0;
+            println!("describe output_held_bytes: {b} before, {a} after: {per:.2} KiB per ended job");
+            Some(per)
+        }
+        _ => {
+            println!("describe output_held_bytes: not reported by this front");
+            None
+        }
+    };
+    println!("one job's rendered output: {rendered:.1} KiB");
+    let base = "the job's rendered lines, KiB";
+    let figure = |what: &str| format!("{what} per ended {lines}-line job, KiB");
+    if lines > 0 {
+        record(&figure("front VmRSS growth"), base, rendered, per_job, None, "KiB");
+        if let Some(held) = held_per_job {
+            record(&figure("describe output_held_bytes"), base, rendered, held, None, "KiB");
+        }
+    }
+    heddle_bench::note(format!(
+        "memory: front VmRSS {before:.0} → {after:.0} KiB over {jobs} ended jobs of {lines} lines (pid {front})"
+    ));
+    Ok(())
+}
