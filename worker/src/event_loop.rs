@@ -269,7 +269,6 @@ impl<C: CgroupOps> Worker<C> {
                     Source::Stdout => self.mark_ready(job, Stream::Stdout),
                     Source::Stderr => self.mark_ready(job, Stream::Stderr),
                     Source::Pidfd => self.reap(job)?,
-                    Source::State => self.read_state(job),
                     Source::Done => self.shell_status(job)?,
                     Source::Stdin => self.feed(job)?,
                 }

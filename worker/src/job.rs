@@ -22,16 +22,14 @@ pub(crate) enum Source {
     Stdout = 0,
     Stderr = 1,
     Pidfd = 2,
-    /// The private state pipe of a shell-state job.
-    State = 3,
     /// The control socket of the persistent shell (the command's status line).
-    Done = 4,
+    Done = 3,
     /// The job's stdin, fed by `Command::Input` (watched for writability while input is queued).
-    Stdin = 5,
+    Stdin = 4,
 }
 
 /// Poll sources per job (the token stride).
-pub(crate) const SOURCES: usize = 6;
+pub(crate) const SOURCES: usize = 5;
 
 impl Source {
     pub(crate) fn from_index(i: usize) -> Source {
@@ -39,8 +37,7 @@ impl Source {
             0 => Source::Stdout,
             1 => Source::Stderr,
             2 => Source::Pidfd,
-            3 => Source::State,
-            4 => Source::Done,
+            3 => Source::Done,
             _ => Source::Stdin,
         }
     }
@@ -84,7 +81,7 @@ pub(crate) struct Job {
     /// A `Kill` for this job arrived before `Exited` went out.
     pub kill_requested: bool,
     /// The state pipe's read end, until the main process is reaped.
-    pub state: Option<crate::state::StatePipe>,
+    pub state: Option<crate::state::StateFile>,
     /// `Emptied` went out: the cgroup was seen empty and removed.
     pub emptied_sent: bool,
     /// The job was kept (`Forget`): its processes left the session.
@@ -127,14 +124,6 @@ impl<C: CgroupOps> Worker<C> {
         }
     }
 
-    /// The state pipe is readable: take what is there (bash blocks on a full pipe otherwise).
-    pub(crate) fn read_state(&mut self, job: JobId) {
-        let limit = self.state_limit();
-        if let Some(pipe) = self.jobs.get_mut(&job).and_then(|j| j.state.as_mut()) {
-            pipe.read_available(limit);
-        }
-    }
-
     /// The largest capture that fits one event frame.
     pub(crate) fn state_limit(&self) -> usize {
         self.out.max_frame().saturating_sub(64)
@@ -160,11 +149,8 @@ impl<C: CgroupOps> Worker<C> {
         j.exit = Some((status, at));
         let in_shell = j.in_shell;
         if let Some(mut pipe) = j.state.take() {
-            if pipe.pollable() {
-                let _ = self.poll.registry().deregister(&mut SourceFd(&pipe.fd.as_raw_fd()));
-            }
             let limit = self.state_limit();
-            pipe.read_available(limit);
+            pipe.read_capture(limit);
             let mut verdict = pipe.verdict(job, limit);
             if let (Event::StateUnknown { reason, .. }, true) = (&mut verdict, in_shell) {
                 let how = status.map_or_else(|| "unknown status".to_owned(), |s| format!("{s:?}"));

@@ -299,7 +299,7 @@ impl<C: CgroupOps> Worker<C> {
             exited_sent: false,
             closed_sent: false,
             kill_requested: false,
-            state: state_r.map(|(fd, from)| crate::state::StatePipe::memfd(fd, from)),
+            state: state_r.map(|(fd, from)| crate::state::StateFile::memfd(fd, from)),
             emptied_sent: false,
             kept: false,
             procs_seen: 1,

@@ -127,9 +127,10 @@ impl<C: CgroupOps> Worker<C> {
             nix::sys::socket::SockFlag::SOCK_CLOEXEC,
         )
         .map_err(|e| StartError::Pipes(e.into()))?;
-        let (out_r, out_w) = crate::state::state_pipe().map_err(StartError::Pipes)?;
-        let (err_r, err_w) = crate::state::state_pipe().map_err(StartError::Pipes)?;
-        let (state_r, state_w) = crate::state::state_pipe().map_err(StartError::Pipes)?;
+        let (out_r, out_w) = crate::state::nonblocking_pipe().map_err(StartError::Pipes)?;
+        let (err_r, err_w) = crate::state::nonblocking_pipe().map_err(StartError::Pipes)?;
+        let state = crate::state::state_memfd().map_err(StartError::Pipes)?;
+        let state_w = state.try_clone().map_err(StartError::Pipes)?;
         let stdio = Stdio { stdin: theirs, stdout: out_w, stderr: err_w };
         let env = launcher::job_env(&self.base_env, &spec.env);
         let cwd = Path::new(OsStr::from_bytes(&spec.cwd));
@@ -144,7 +145,7 @@ impl<C: CgroupOps> Worker<C> {
         }
         let child = launcher::spawn(&prepared)?;
         drop(prepared);
-        Ok(Shell { child, ctl, out: out_r, err: err_r, state: state_r })
+        Ok(Shell { child, ctl, out: out_r, err: err_r, state })
     }
 
     /// The control socket is readable: the command's status line, once complete, ends the command.
@@ -163,10 +164,18 @@ impl<C: CgroupOps> Worker<C> {
         j.exit = Some((Some(Exit::Code(code)), unix_ns()));
         if let Some(pipe) = j.state.as_mut() {
             let limit = self.out.max_frame().saturating_sub(64);
-            pipe.read_available(limit);
+            pipe.read_capture(limit);
             let verdict = pipe.verdict(job, limit);
-            pipe.buf.clear();
-            pipe.overflow = false;
+            if let Err(e) = pipe.rewind() {
+                // The next capture would follow this one in the memfd and be read as garbage: end the shell
+                // instead (the next command starts a new one from the record).
+                let _ = self.cgroups.kill(SHELL_CGROUP);
+                self.out.emit(&crate::event_loop::job_warning(
+                    job,
+                    "cannot reset the persistent shell's state memfd",
+                    &e,
+                ))?;
+            }
             self.out.emit(&verdict)?;
         }
         let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
@@ -227,7 +236,6 @@ fn shell_fd(j: &Job, source: Source) -> Option<i32> {
         Source::Stdout => j.pipes[0].as_ref().map(|p| &p.fd),
         Source::Stderr => j.pipes[1].as_ref().map(|p| &p.fd),
         Source::Pidfd => j.child.as_ref().map(|c| &c.pidfd),
-        Source::State => j.state.as_ref().map(|s| &s.fd),
         Source::Done => j.shell.as_ref().map(|l| &l.ctl),
         Source::Stdin => j.input.as_ref().map(|i| &i.fd),
     };

@@ -102,7 +102,7 @@ macro_rules! heddle_err_trap {
 /// The wrappers' first read: the restore script, from the state memfd where the worker put it
 /// ([`write_restore`]), up to its end (`read -N` reads a regular file in 4 KiB blocks; its status at end
 /// of file is 1, which nothing checks). The memfd's offset is then the restore's length, where the spare's
-/// `$PWD` or the capture goes (the worker reads from there: [`StatePipe::memfd`]).
+/// `$PWD` or the capture goes (the worker reads from there: [`StateFile::memfd`]).
 macro_rules! read_restore {
     () => {
         " builtin read -r -u 4 -N 2147483647 __heddle_r;"
@@ -143,62 +143,27 @@ pub const SPARE_WRAPPER: &str = concat!(
 /// The marker that ends a complete capture (the format's owner is [`shm_proto::capture`]).
 pub use shm_proto::capture::END_MARKER;
 
-/// The job's end of its state channel (a pipe, or a memfd read at reap) and what was read so far.
-pub(crate) struct StatePipe {
+/// The job's end of its state memfd ([`state_memfd`]) and the capture read from it. The fd shares its
+/// open file description, and so its offset, with bash's fd 4.
+pub(crate) struct StateFile {
     pub fd: OwnedFd,
     pub buf: Vec<u8>,
     /// More than `limit` bytes arrived: the capture is dropped.
     pub overflow: bool,
-    /// `fd` is a memfd: read with `pread` from `from` (bash's writes move the shared offset), once.
-    file: bool,
-    /// Where the capture starts in the memfd: after the restore script the worker put before it.
+    /// Where the capture starts: after the restore script the worker put before it (0 for the
+    /// persistent shell, whose restore comes on its control socket).
     from: u64,
 }
 
-impl StatePipe {
-    /// The read end of a state pipe (the persistent shell's: one capture per command).
-    pub(crate) fn new(fd: OwnedFd) -> StatePipe {
-        StatePipe { fd, buf: Vec::new(), overflow: false, file: false, from: 0 }
+impl StateFile {
+    /// A state memfd whose capture starts at offset `from` (the restore's length).
+    pub(crate) fn memfd(fd: OwnedFd, from: u64) -> StateFile {
+        StateFile { fd, buf: Vec::new(), overflow: false, from }
     }
 
-    /// A state memfd ([`state_memfd`]), read once, at reap, from offset `from` (the restore's length).
-    pub(crate) fn memfd(fd: OwnedFd, from: u64) -> StatePipe {
-        StatePipe { fd, buf: Vec::new(), overflow: false, file: true, from }
-    }
-
-    /// A pipe that mio watches (a memfd is never registered: epoll refuses regular files).
-    pub(crate) fn pollable(&self) -> bool {
-        !self.file
-    }
-
-    /// Read what is available (non-blocking) into the buffer, up to `limit` bytes in all.
-    pub(crate) fn read_available(&mut self, limit: usize) {
-        if self.file {
-            return self.read_file(limit);
-        }
-        let mut chunk = [0u8; 16 * 1024];
-        loop {
-            match nix::unistd::read(self.fd.as_fd(), &mut chunk) {
-                Ok(0) => return,
-                Ok(n) if self.overflow => {
-                    let _ = n;
-                }
-                Ok(n) => {
-                    if self.buf.len() + n > limit {
-                        self.overflow = true;
-                        self.buf = Vec::new();
-                    } else {
-                        self.buf.extend_from_slice(&chunk[..n]);
-                    }
-                }
-                Err(nix::errno::Errno::EINTR) => {}
-                Err(_) => return, // EAGAIN: nothing more for now
-            }
-        }
-    }
-
-    /// Everything the memfd holds, or `overflow` when it holds more than `limit` bytes.
-    fn read_file(&mut self, limit: usize) {
+    /// Everything the memfd holds (read with `pread`: bash's writes move the shared offset), or
+    /// `overflow` when it holds more than `limit` bytes.
+    pub(crate) fn read_capture(&mut self, limit: usize) {
         let end = nix::sys::stat::fstat(self.fd.as_fd()).map_or(0, |st| st.st_size.max(0) as u64);
         let size = end.saturating_sub(self.from) as usize;
         if size > limit {
@@ -223,6 +188,16 @@ impl StatePipe {
         self.buf.truncate(at);
     }
 
+    /// Ready the channel for the persistent shell's next capture: forget what was read, empty the memfd and
+    /// move the offset it shares with bash back to 0.
+    pub(crate) fn rewind(&mut self) -> io::Result<()> {
+        self.buf.clear();
+        self.overflow = false;
+        nix::unistd::ftruncate(self.fd.as_fd(), 0)?;
+        nix::unistd::lseek(self.fd.as_fd(), 0, nix::unistd::Whence::SeekSet)?;
+        Ok(())
+    }
+
     /// The event for this job once its bash has exited.
     pub(crate) fn verdict(&mut self, job: JobId, limit: usize) -> Event {
         if self.overflow {
@@ -242,7 +217,7 @@ impl StatePipe {
 }
 
 /// A close-on-exec pipe whose read end is non-blocking: `(read, write)`.
-pub(crate) fn state_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn nonblocking_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
     let flags = OFlag::from_bits_truncate(fcntl(r.as_fd(), FcntlArg::F_GETFL)?);
@@ -345,8 +320,8 @@ mod tests {
         let mut out = String::new();
         std::fs::File::from(r).read_to_string(&mut out).unwrap();
         let status = child.wait().unwrap();
-        let mut state = StatePipe::memfd(fd, from);
-        state.read_available(1 << 20);
+        let mut state = StateFile::memfd(fd, from);
+        state.read_capture(1 << 20);
         (out, std::mem::take(&mut state.buf), status)
     }
 
@@ -417,13 +392,29 @@ mod tests {
         let fd = state_memfd().unwrap();
         let big = [b"x".repeat(100_000).as_slice(), END_MARKER].concat();
         nix::unistd::write(&fd, &big).unwrap(); // the writer's offset is the worker's too: pread ignores it
-        let mut p = StatePipe::memfd(fd.try_clone().unwrap(), 0);
-        assert!(!p.pollable());
-        p.read_available(1 << 20);
+        let mut p = StateFile::memfd(fd.try_clone().unwrap(), 0);
+        p.read_capture(1 << 20);
         assert!(matches!(p.verdict(1, 1 << 20), Event::StateCaptured { data, .. } if data == big));
-        let mut small = StatePipe::memfd(fd, 0);
-        small.read_available(1000);
+        let mut small = StateFile::memfd(fd, 0);
+        small.read_capture(1000);
         assert!(matches!(small.verdict(1, 1000), Event::StateUnknown { .. }));
+    }
+
+    #[test]
+    fn a_rewound_memfd_takes_the_next_capture_at_its_start() {
+        // The persistent shell's case: bash's fd 4 and the worker's fd share one offset.
+        let fd = state_memfd().unwrap();
+        let bash = fd.try_clone().unwrap();
+        let mut p = StateFile::memfd(fd, 0);
+        let first = [b"first, the longer capture".as_slice(), END_MARKER].concat();
+        nix::unistd::write(&bash, &first).unwrap();
+        p.read_capture(1 << 20);
+        assert!(matches!(p.verdict(1, 1 << 20), Event::StateCaptured { data, .. } if data == first));
+        p.rewind().unwrap();
+        let second = [b"second".as_slice(), END_MARKER].concat();
+        nix::unistd::write(&bash, &second).unwrap();
+        p.read_capture(1 << 20);
+        assert!(matches!(p.verdict(2, 1 << 20), Event::StateCaptured { data, .. } if data == second));
     }
 
     #[test]
