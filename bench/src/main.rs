@@ -21,6 +21,7 @@ mod effects_bench;
 mod fleet;
 mod long;
 mod memory;
+mod persistent;
 mod shm_sub;
 mod spare;
 mod state;
@@ -90,8 +91,6 @@ enum Bench {
         #[arg(long, default_value_t = 300)]
         iterations: usize,
     },
-    /// Pre-started shells at an agent's pace through the stack: spares on vs off, empty vs typical state,
-    /// each vs a bare bash spawn.
     /// What an ended job costs the front: VmRSS growth over N jobs of 3,000 lines, per job.
     Memory {
         #[arg(long, default_value_t = 200)]
@@ -100,10 +99,20 @@ enum Bench {
         #[arg(long, default_value_t = 3000)]
         lines: usize,
     },
+    /// Pre-started shells at an agent's pace through the stack: spares on vs off, empty vs typical state,
+    /// each vs a bare bash spawn.
     Spare {
         #[arg(long, default_value_t = 200)]
         iterations: usize,
         #[arg(long, default_value_t = 40)]
+        pause_ms: u64,
+    },
+    /// A named persistent session's `run("true")` round trip (empty and typical state, scoped and full
+    /// capture, with and without the effects ledger) vs a raw persistent bash over pipes.
+    Persistent {
+        #[arg(long, default_value_t = 300)]
+        iterations: usize,
+        #[arg(long, default_value_t = 5)]
         pause_ms: u64,
     },
     /// Shell-state restore + capture around a bash spawn, vs the same spawn without them.
@@ -206,6 +215,7 @@ fn main() -> Result<()> {
         Bench::Conns { iterations, idle, baseline_bins } => conns::run(iterations, idle, baseline_bins.as_deref()),
         Bench::Long { jobs, iterations } => long::run(jobs, iterations),
         Bench::State { iterations } => state::run(iterations),
+        Bench::Persistent { iterations, pause_ms } => persistent::run(iterations, pause_ms),
         Bench::Memory { jobs, lines } => memory::run(jobs, lines),
         Bench::Spare { iterations, pause_ms } => spare::run(iterations, pause_ms),
         Bench::Cgroup { iterations } => cgroup_bench::run(iterations),
@@ -235,6 +245,7 @@ fn all(fleet_sessions: usize) -> Result<()> {
         ("spare", "--iterations 40 --pause-ms 20", Box::new(|| spare::run(40, 20))),
         ("long", "--jobs 1500 --iterations 100", Box::new(|| long::run(1500, 100))),
         ("state", "--iterations 100", Box::new(|| state::run(100))),
+        ("persistent", "--iterations 200 --pause-ms 5", Box::new(|| persistent::run(200, 5))),
         ("memory", "--jobs 200 --lines 3000", Box::new(|| memory::run(200, 3000))),
         ("cgroup", "--iterations 500", Box::new(|| cgroup_bench::run(500))),
         ("sandbox", "--iterations 150", Box::new(|| sandbox::run(150))),

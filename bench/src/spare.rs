@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 /// The typical state of issue 3: 20 exported variables, 5 functions, 10 aliases.
-fn typical_state() -> String {
+pub(crate) fn typical_state() -> String {
     let mut s = String::new();
     for i in 0..20 {
         s.push_str(&format!("export BENCH_VAR_{i}='value {i} with some text /usr/local/lib/x{i}'; "));
