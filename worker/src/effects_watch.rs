@@ -53,6 +53,32 @@ struct Stat {
     mode: u32,
 }
 
+/// Names shown per reason for directories that could not be listed; the rest are counted.
+const UNLISTED_NAMED: usize = 3;
+
+/// One reason per error kind for the directories the walks before and after the job could not list
+/// (each directory once, though both walks usually meet it): `9 directories could not be listed
+/// (permission denied): /tmp/a, /tmp/b, /tmp/c and 6 more`.
+fn unlisted_reasons(before: &[(PathBuf, String)], after: &[(PathBuf, String)]) -> Vec<String> {
+    let mut by_kind: BTreeMap<&str, std::collections::BTreeSet<&Path>> = BTreeMap::new();
+    for (path, kind) in before.iter().chain(after) {
+        by_kind.entry(kind.as_str()).or_default().insert(path.as_path());
+    }
+    by_kind
+        .into_iter()
+        .map(|(kind, paths)| {
+            let n = paths.len();
+            let named: Vec<String> = paths.iter().take(UNLISTED_NAMED).map(|p| p.display().to_string()).collect();
+            let more = match n.saturating_sub(UNLISTED_NAMED) {
+                0 => String::new(),
+                m => format!(" and {m} more"),
+            };
+            let what = if n == 1 { "directory" } else { "directories" };
+            format!("{n} {what} could not be listed ({kind}): {}{more}", named.join(", "))
+        })
+        .collect()
+}
+
 /// The entries under the watched roots at one moment.
 #[derive(Debug, Default)]
 pub struct Watch {
@@ -60,8 +86,8 @@ pub struct Watch {
     entries: BTreeMap<PathBuf, (Stat, Option<u64>)>,
     /// The walk stopped at the limit after this path.
     stopped_after: Option<PathBuf>,
-    /// Directories that could not be listed.
-    unlisted: Vec<String>,
+    /// Directories that could not be listed, with why (the error's kind, e.g. "permission denied").
+    unlisted: Vec<(PathBuf, String)>,
     pub limit: usize,
     pub cost_us: u64,
 }
@@ -96,7 +122,7 @@ impl Watch {
                             kids.sort();
                             stack.extend(kids.into_iter().rev());
                         }
-                        Err(e) => w.unlisted.push(format!("{} ({e})", p.display())),
+                        Err(e) => w.unlisted.push((p.clone(), e.kind().to_string())),
                     }
                 }
             }
@@ -280,14 +306,11 @@ pub fn compare(before: &Watch, after: &Watch) -> WatchedEffects {
             b.display()
         ));
     }
-    let unlisted: Vec<&String> = before.unlisted.iter().chain(&after.unlisted).collect();
-    if !unlisted.is_empty() {
-        let first: Vec<&str> = unlisted.iter().take(4).map(|s| s.as_str()).collect();
-        reasons.push(format!("{} director(ies) could not be listed: {}", unlisted.len(), first.join(", ")));
-    }
+    reasons.extend(unlisted_reasons(&before.unlisted, &after.unlisted));
+    let unlisted = !before.unlisted.is_empty() || !after.unlisted.is_empty();
     let changed_more = changed.len().saturating_sub(MAX_LISTED) as u32;
     changed.truncate(MAX_LISTED);
-    let complete = bound.is_none() && unlisted.is_empty();
+    let complete = bound.is_none() && !unlisted;
     WatchedEffects {
         roots: after.roots.iter().map(|r| r.to_string_lossy().into_owned()).collect(),
         scope: format!(
@@ -315,6 +338,22 @@ mod tests {
             .iter()
             .map(|c| (Path::new(&c.path).strip_prefix(root).unwrap().display().to_string(), c.change.clone()))
             .collect()
+    }
+
+    #[test]
+    fn unlisted_directories_are_named_once_by_reason_and_the_rest_counted() {
+        let kind = |n: &str, k: &str| (PathBuf::from(n), k.to_owned());
+        let before: Vec<_> = ["/t/a", "/t/b", "/t/c", "/t/d"].map(|n| kind(n, "permission denied")).into();
+        let mut after = before.clone();
+        after.push(kind("/t/gone", "not found"));
+        assert_eq!(
+            unlisted_reasons(&before, &after),
+            [
+                "1 directory could not be listed (not found): /t/gone",
+                "4 directories could not be listed (permission denied): /t/a, /t/b, /t/c and 1 more",
+            ]
+        );
+        assert!(unlisted_reasons(&[], &[]).is_empty());
     }
 
     #[test]
