@@ -105,3 +105,46 @@ fn a_command_starts_with_the_previous_commands_status_as_in_one_shell() {
     ok(&mut c, &s, "set +x -e; :() { echo shadow-colon; }");
     assert_eq!(ok(&mut c, &s, "echo $- $?"), "ehBc 0\n", "the shell lives on under set -e, its loop calls no `:`");
 }
+
+fn changes(r: &Value) -> String {
+    r["state_changes"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect::<Vec<_>>().join(" | ")
+}
+
+#[test]
+fn a_trap_that_changes_variables_keeps_every_capture_whole() {
+    // `true` changes nothing by its text, so its capture would be scoped to nothing; but a DEBUG trap
+    // counts every command the shell runs. The worker sees the trap and takes the whole capture, so the
+    // record follows the shell.
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = persistent(&h, &mut c);
+    ok(&mut c, &s, "export KEEP=1");
+    ok(&mut c, &s, "true");
+    ok(&mut c, &s, "TICKS=0; trap 'TICKS=$((TICKS+1))' DEBUG");
+    let r = run(&mut c, &s, "true");
+    assert!(r["state_note"].is_null(), "{r}");
+    assert!(changes(&r).contains("TICKS"), "the trap's count is in the record: {r}");
+    let r = run(&mut c, &s, "trap - DEBUG");
+    assert!(r["state_note"].is_null(), "{r}");
+    let counted = ok(&mut c, &s, "echo $TICKS");
+    // Without the trap the next captures may be scoped again, and still nothing is missed.
+    let r = run(&mut c, &s, "MORE=2; true");
+    assert_eq!(changes(&r), "+var MORE", "{r}");
+    assert_eq!(ok(&mut c, &s, "echo $TICKS $MORE"), format!("{} 2\n", counted.trim()));
+}
+
+#[test]
+fn a_command_queued_behind_one_that_defines_its_function_keeps_its_capture_whole() {
+    // At admission the record does not know `f` yet (the command defining it still runs), so `f` reads
+    // as a program that changes nothing; the front must not scope its capture then.
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = persistent(&h, &mut c);
+    ok(&mut c, &s, "export KEEP=1");
+    let first = c.call("run", json!({"session": s, "cmd": "sleep 0.5; f() { FROM_F=set; }", "yield_ms": 0})).unwrap();
+    assert_eq!(first["state"], "running", "{first}");
+    let r = run(&mut c, &s, "f");
+    assert!(r["state_note"].is_null(), "{r}");
+    assert!(changes(&r).contains("FROM_F"), "f's assignment is in the record: {r}");
+    assert_eq!(ok(&mut c, &s, "echo $FROM_F"), "set\n");
+}

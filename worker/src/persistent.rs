@@ -2,16 +2,21 @@
 //!
 //! The shell runs [`LOOP`] in its own cgroup (`<session>/shell`, [`SHELL_CGROUP`]). Its fds:
 //! - fd 0: the worker's control socket (a `SOCK_STREAM` socketpair). The worker writes each command as two
-//!   NUL-terminated blocks, the restore script (empty while the shell lives) and the command text; bash
+//!   NUL-terminated blocks, the restore script (empty while the shell lives) and the command text (and a
+//!   third, below); bash
 //!   values cannot hold NUL, so the framing cannot be forged. After a command, bash writes its exit
 //!   status as one line back on the same socket: that line is the command's boundary. Output is never
 //!   scanned for markers.
 //! - fd 1/2: one stdout and one stderr pipe for the shell's whole life, shared by its commands.
+//!   A third block is the capture's scope (`__heddle_n=(NAME…)`, see `crate::state::scope_line`), or
+//!   empty for the full capture: the worker passes on the scope the front read from the command only
+//!   while [`Persistent::scoped_ok`].
 //! - fd 4: the state memfd ([`crate::state::STATE_FD`]); after each command the loop writes the same
 //!   capture as the fresh-process wrapper, so the front's record follows the shell. The worker's fd and
 //!   bash's fd 4 share one open file description (one offset): when the status line arrives the worker
 //!   reads the capture from offset 0, then truncates the memfd and moves the shared offset back to 0, so
-//!   the next capture starts there. A memfd, not a pipe: bash writes a capture in dozens of small
+//!   the next capture starts there. Before the capture the loop writes `trap -p` there: the bytes
+//!   before the capture's first NUL are the shell's traps (see [`split_traps`]). A memfd, not a pipe: bash writes a capture in dozens of small
 //!   `write`s, and each one on a pipe woke the worker (~50 wake-ups per command).
 //!
 //! The command runs as `eval "$cmd" 0</dev/null 4>&-`: its stdin is `/dev/null` and the control and
@@ -47,18 +52,23 @@ pub const SHELL_CGROUP: JobId = JobId::MAX;
 pub const LOOP: &str = concat!(
     "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS; builtin set +euvx; __heddle_f= __heddle_rc=0\n",
     "while builtin true; do\n",
-    " { IFS= builtin read -r -d '' __heddle_r && IFS= builtin read -r -d '' __heddle_c; } || builtin exit 0\n",
+    " { IFS= builtin read -r -d '' __heddle_r && IFS= builtin read -r -d '' __heddle_c",
+    " && IFS= builtin read -r -d '' __heddle_s; } || builtin exit 0\n",
     " if [[ -n $__heddle_r ]]; then builtin eval \"$__heddle_r\" 0</dev/null 4>&-;",
     " { __heddle_f=$-; builtin set +euvx; } 2>/dev/null; fi\n",
     " __heddle_t=${__heddle_f//[!euvx]/}\n",
     crate::heddle_echo_first_line!(),
     "\n",
     " __heddle_status() { builtin unset -f __heddle_status; [[ -z $2 ]] || builtin set -$2; builtin return \"$1\"; } 2>/dev/null\n",
-    " builtin eval \"builtin unset -v __heddle_c __heddle_r __heddle_t;__heddle_status $__heddle_rc $__heddle_t && { builtin true; } 2>/dev/null;",
+    " builtin eval \"$__heddle_s\"\n",
+    " builtin eval \"builtin unset -v __heddle_c __heddle_r __heddle_t __heddle_s;__heddle_status $__heddle_rc $__heddle_t && { builtin true; } 2>/dev/null;",
     "$__heddle_c\" 0</dev/null 4>&-\n",
-    " { __heddle_rc=$? __heddle_f=$- __heddle_p=$SHELLOPTS; builtin set +euvx;",
+    " { __heddle_rc=$? __heddle_f=$- __heddle_p=$SHELLOPTS; builtin set +euvx; builtin trap -p >&4;",
+    " if [[ ${__heddle_n-} ]]; then ",
+    shm_proto::heddle_scoped_capture!(),
+    " else ",
     shm_proto::heddle_state_capture!(),
-    " builtin printf '%s\\n' \"$__heddle_rc\" >&0; } 2>/dev/null\n",
+    " fi; builtin unset -v __heddle_n; builtin printf '%s\\n' \"$__heddle_rc\" >&0; } 2>/dev/null\n",
     "done\n",
 );
 
@@ -78,6 +88,11 @@ pub(crate) struct Persistent {
     pub idle: Option<Shell>,
     /// A command is running in the shell.
     pub active: Option<JobId>,
+    /// The next command may get the scoped capture the front asked for: the shell's last capture was
+    /// read whole and the shell had no trap then (a trap, `DEBUG` above all, can change variables while
+    /// any command runs, which a capture scoped to the command's own names would miss). False for a
+    /// shell just started: its first command's capture is full.
+    pub scoped_ok: bool,
     pub queue: VecDeque<RunSpec>,
 }
 
@@ -118,3 +133,29 @@ impl Job {
 /// The poll sources a command of the shell watches (not its state memfd: epoll refuses regular files, and
 /// bash's writes to it wake nobody; it is read when the status line arrives).
 pub(crate) const SHELL_SOURCES: [Source; 4] = [Source::Stdout, Source::Stderr, Source::Pidfd, Source::Done];
+
+/// Split what the loop wrote to the state memfd into the shell's traps (`trap -p`, before the capture's
+/// first NUL; traps cannot hold NUL) and the capture: true when the shell has a trap.
+pub(crate) fn split_traps(buf: &mut Vec<u8>) -> bool {
+    let cut = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    buf.drain(..cut);
+    cut > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_traps;
+
+    #[test]
+    fn the_traps_before_the_capture_are_cut_off_and_reported() {
+        let mut with = b"trap -- 'X=1' DEBUG\n\0O\0rest".to_vec();
+        assert!(split_traps(&mut with));
+        assert_eq!(with, b"\0O\0rest");
+        let mut without = b"\0O\0rest".to_vec();
+        assert!(!split_traps(&mut without));
+        assert_eq!(without, b"\0O\0rest");
+        let mut cut_short = b"trap -- '' INT\n".to_vec();
+        assert!(split_traps(&mut cut_short));
+        assert!(cut_short.is_empty(), "no capture after the traps: the verdict says the shell did not return");
+    }
+}

@@ -75,9 +75,16 @@ impl<C: CgroupOps> Worker<C> {
         }
         let (shell, restore) = match idle {
             Some(sh) => (sh, &[][..]),
-            None => (self.spawn_shell(spec)?, spec.state.as_deref().unwrap_or_default()),
+            None => {
+                self.persistent.scoped_ok = false;
+                (self.spawn_shell(spec)?, spec.state.as_deref().unwrap_or_default())
+            }
         };
-        let block = [restore, b"\0", spec.cmd.as_bytes(), b"\0"].concat();
+        let scope = match self.persistent.scoped_ok {
+            true => crate::state::scope_line(spec.capture_only.as_deref()),
+            false => String::new(),
+        };
+        let block = [restore, b"\0", spec.cmd.as_bytes(), b"\0", scope.as_bytes(), b"\0"].concat();
         if spec.cmd.contains('\0') {
             return Err(StartError::Prepare(launcher::PrepareError::Nul { what: "the command" }));
         }
@@ -165,7 +172,9 @@ impl<C: CgroupOps> Worker<C> {
         if let Some(pipe) = j.state.as_mut() {
             let limit = self.out.max_frame().saturating_sub(64);
             pipe.read_capture(limit);
+            let traps = crate::persistent::split_traps(&mut pipe.buf);
             let verdict = pipe.verdict(job, limit);
+            self.persistent.scoped_ok = !traps && matches!(verdict, Event::StateCaptured { .. });
             if let Err(e) = pipe.rewind() {
                 // The next capture would follow this one in the memfd and be read as garbage: end the shell
                 // instead (the next command starts a new one from the record).

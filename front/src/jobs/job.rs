@@ -443,6 +443,10 @@ impl Job {
         self.shell.persistent = true;
     }
 
+    pub fn in_persistent_shell(&self) -> bool {
+        self.shell.persistent
+    }
+
     /// The worker sent the job's capture: apply it to the session's record.
     /// Returns the earlier jobs whose changes this one overrode, with the items.
     pub fn on_state_captured(

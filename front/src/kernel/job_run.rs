@@ -203,22 +203,27 @@ fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
     let mut st = crate::kernel::lock_for_new_job(s)?;
     let id = st.add_job(cmd.to_owned(), &s.jobs_dir());
     let (version, base) = st.record().snapshot();
-    let restore = match s.spec().persistent {
+    let persistent = s.spec().persistent;
+    let restore = match persistent {
         // The persistent shell is started once and restored in place: everything goes by script.
         true => crate::shell::record::Restore { script: crate::shell::record::restore_script(&base), env: Vec::new() },
         false => crate::shell::record::restore(&base),
     };
+    // A command of the persistent shell is read against the record only while no earlier command of the
+    // shell is unfinished: one still running or queued may define a function or an alias this command
+    // calls, which the record does not hold yet. (The worker also falls back to the full capture while
+    // the shell has a trap or its last capture was not read.)
+    let behind = persistent && st.jobs().any(|j| j.id() != id && j.in_persistent_shell() && !j.state().ended());
     if let Some(j) = st.job_mut(id) {
         j.set_state_base(version, Arc::clone(&base));
-        if s.spec().persistent {
+        if persistent {
             j.set_in_persistent_shell();
         }
     }
     drop(st);
     // Read outside the session's lock (10–40 µs); the job's capture cannot arrive before its spec is
-    // sent. The session's first capture records everything the shell has (its environment too); the
-    // persistent shell's capture is always whole.
-    let scope = match s.spec().persistent || version == 0 {
+    // sent. The session's first capture records everything the shell has (its environment too).
+    let scope = match version == 0 || behind {
         true => None,
         false => crate::shell::scope::scope(cmd, &base),
     };
