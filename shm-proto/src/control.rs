@@ -124,13 +124,16 @@ pub enum FromSupervisor {
         /// True once the subtree was verified empty and removed.
         verified_empty: bool,
     },
-    /// A session's worker died without being asked to; its subtree was killed.
+    /// A session's worker died without being asked to; its subtree was killed (the supervisor forgot the
+    /// session then: a later `CloseSession` for it gets `Error`).
     WorkerDied {
         session: String,
         code: Option<i32>,
         signal: Option<i32>,
         /// Processes that were still alive in the session's job cgroups and were killed.
         killed: ProcList<ProcInfo>,
+        /// True once the subtree was verified empty and removed, as in `SessionClosed`.
+        verified_empty: bool,
     },
     /// Answer to `Describe`.
     Info {

@@ -78,6 +78,35 @@ mod tests {
             let _ = decode::<crate::control::FromSupervisor>(&bytes);
         }
 
+        /// A `WorkerDied` round-trips with its teardown's outcome (the last field). Cut short anywhere — as
+        /// one from a build without `verified_empty` would look — it does not decode, and a last byte that
+        /// is not a bool is refused: the front never reads a death's outcome the supervisor did not send.
+        #[test]
+        fn worker_died_round_trips_and_a_cut_or_bad_outcome_is_refused(
+            session in "[a-z0-9-]{1,64}",
+            code in any::<Option<i32>>(),
+            signal in any::<Option<i32>>(),
+            pids in proptest::collection::vec(any::<u32>(), 0..8),
+            verified_empty in any::<bool>(),
+            at in any::<prop::sample::Index>(),
+            bad in 2u8..,
+        ) {
+            use crate::control::{FromSupervisor, ProcInfo};
+            let killed = pids.iter().map(|&pid| ProcInfo { pid, cmdline: "sleep 1".into(), cgroup: "slot-1".into() });
+            let msg = FromSupervisor::WorkerDied {
+                session, code, signal, killed: crate::procs::ProcList::new(killed.collect()), verified_empty,
+            };
+            let mut buf = Vec::new();
+            encode(&msg, &mut buf).unwrap();
+            prop_assert_eq!(buf.last().copied(), Some(u8::from(verified_empty)), "the outcome is the last byte");
+            prop_assert_eq!(decode::<FromSupervisor>(&buf).unwrap(), msg);
+            let cut = at.index(buf.len());
+            prop_assert!(decode::<FromSupervisor>(&buf[..cut]).is_err(), "cut at {} of {} decoded", cut, buf.len());
+            let last = buf.len() - 1;
+            buf[last] = bad;
+            prop_assert!(decode::<FromSupervisor>(&buf).is_err(), "an outcome byte {} decoded", bad);
+        }
+
         /// Garbage behind the `Output` variant's tag (3): the job, stream, read times and length are all
         /// read from hostile bytes.
         #[test]
@@ -141,6 +170,7 @@ mod tests {
             cgroup_len in prop_oneof![1usize..16, 200usize..4096],
             ch in proptest::char::any(),
             job in any::<u64>(),
+            verified_empty in any::<bool>(),
         ) {
             use crate::control::{FromSupervisor, KeptInfo, ProcInfo, MAX_CONTROL_PACKET};
             use crate::msg::ProcStat;
@@ -160,8 +190,11 @@ mod tests {
             let session = "s".repeat(64);
             let listed = ProcList::new(infos.clone());
             for mut msg in [
-                FromSupervisor::WorkerDied { session: session.clone(), code: Some(i32::MIN), signal: Some(i32::MIN), killed: ProcList::new(infos.clone()) },
-                FromSupervisor::SessionClosed { req: u64::MAX, session: session.clone(), killed: ProcList::new(infos.clone()), verified_empty: true },
+                FromSupervisor::WorkerDied {
+                    session: session.clone(), code: Some(i32::MIN), signal: Some(i32::MIN), killed: ProcList::new(infos.clone()),
+                    verified_empty,
+                },
+                FromSupervisor::SessionClosed { req: u64::MAX, session: session.clone(), killed: ProcList::new(infos.clone()), verified_empty },
                 FromSupervisor::KeptList {
                     req: u64::MAX,
                     kept: (0..n.min(80)).map(|i| KeptInfo {
@@ -176,9 +209,11 @@ mod tests {
                 encode(&msg, &mut buf).unwrap();
                 prop_assert!(buf.len() <= MAX_CONTROL_PACKET, "{} bytes", buf.len());
                 let back: FromSupervisor = decode(&buf).unwrap();
+                prop_assert_eq!(&back, &msg, "what was sent is what is read");
                 match back {
-                    FromSupervisor::WorkerDied { killed, .. } | FromSupervisor::SessionClosed { killed, .. } => {
+                    FromSupervisor::WorkerDied { killed, verified_empty: v, .. } | FromSupervisor::SessionClosed { killed, verified_empty: v, .. } => {
                         prop_assert_eq!(killed.total(), n as u64, "every killed process is listed or counted");
+                        prop_assert_eq!(v, verified_empty);
                     }
                     FromSupervisor::KeptList { kept, more, .. } => {
                         prop_assert_eq!(kept.len() as u64 + u64::from(more), kept_before);

@@ -551,6 +551,7 @@ mod tests {
             code: None,
             signal: Some(libc::SIGKILL),
             killed: ProcList::new(vec![ProcInfo { pid: 5, cmdline: "make".into(), cgroup: "slot-1".into() }]),
+            verified_empty: true,
         };
         assert_eq!(msg, want);
         assert!(r.lp.sessions.get("w").is_none());

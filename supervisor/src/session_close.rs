@@ -70,8 +70,18 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
         let t = self.teardown(s);
         let (code, signal) = t.exit.map(Exit::split).unwrap_or((None, None));
         let how = t.exit.map_or_else(|| "an unknown status".to_owned(), |e| e.to_string());
-        tracing::warn!("worker of session {id:?} died with {how}; {} job processes killed", t.killed.total());
-        Some(Outgoing::plain(FromSupervisor::WorkerDied { session: id.to_owned(), code, signal, killed: t.killed }))
+        let empty = if t.verified_empty { "verified empty" } else { "NOT verified empty" };
+        tracing::warn!(
+            "worker of session {id:?} died with {how}; {} job processes killed; subtree {empty}",
+            t.killed.total()
+        );
+        Some(Outgoing::plain(FromSupervisor::WorkerDied {
+            session: id.to_owned(),
+            code,
+            signal,
+            killed: t.killed,
+            verified_empty: t.verified_empty,
+        }))
     }
 
     /// Close every live session (at shutdown).
@@ -203,9 +213,21 @@ mod tests {
             code: None,
             signal: Some(9),
             killed: ProcList::new(vec![proc1()]),
+            verified_empty: true,
         };
         assert_eq!(out.msg, want);
         assert!(t.worker_died("w").is_none(), "a second notice for the same worker is ignored");
+    }
+
+    #[test]
+    fn worker_death_whose_subtree_never_empties_says_so() {
+        let (mut t, calls) = table();
+        open(&mut t, "w");
+        calls.take();
+        calls.never_empty();
+        let out = t.worker_died("w").unwrap();
+        assert!(matches!(out.msg, FromSupervisor::WorkerDied { verified_empty: false, .. }), "{:?}", out.msg);
+        assert!(!calls.take().iter().any(|c| matches!(c, Call::RemoveTree(_))));
     }
 
     #[test]

@@ -282,6 +282,7 @@ fn worker_death_is_reported_and_its_jobs_killed() {
     assert!(died.starts_with("WorkerDied"), "{died}");
     assert!(died.contains("code: Some(3)") && died.contains("signal: None"), "{died}");
     assert_eq!(died.matches("cmdline: \"sleep 1000\"").count(), 2, "{died}");
+    assert!(died.contains("verified_empty: true"), "the subtree was verified empty at the death: {died}");
     assert!(!fx.root.join("session-w").exists());
     let closed = c.ask("close w");
     assert!(closed.starts_with("Error") && closed.contains("no open session"), "{closed}");

@@ -130,3 +130,26 @@ fn a_persistent_session_gets_a_new_shell_with_its_state_after_its_worker_dies() 
     assert_eq!(d["sessions"][0]["persistent"], true, "{d}");
     assert_eq!(read_stream(&mut c, &s, &lost, "stdout"), b"before-p\n");
 }
+
+#[test]
+fn closing_a_session_whose_worker_died_reports_the_teardown_then_verified_empty() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    // The front learned of the death (the job is `lost`); no `run` followed, so no new worker started.
+    let (_, pid) = kill_worker_mid_job(&h, &mut c, &s, "closed");
+    let d = c.call("describe", json!({"session": s})).unwrap();
+    assert_eq!(d["sessions"][0]["state"], "lost", "{d}");
+    assert!(eventually(Duration::from_secs(5), || !alive(pid)), "the job's process {pid} went with the worker");
+    // The supervisor ended the session's cgroups at the death (and forgot it): the close says what that
+    // teardown found, not that nobody confirmed.
+    let closed = c.call("session.close", json!({"session": s})).unwrap();
+    assert_eq!(closed["verified_empty"], true, "{closed}");
+    let note = closed["note"].as_str().unwrap_or_default();
+    assert!(note.contains("the session's worker died (killed by signal 9)"), "{closed}");
+    assert!(note.contains("ended the session's cgroups then and verified them empty"), "{closed}");
+    let survivors = closed["survivors"].as_array().unwrap();
+    assert!(survivors.iter().any(|p| p["pid"] == pid), "the job's process is reported killed: {closed}");
+    let e = c.call("describe", json!({"session": s})).unwrap_err();
+    assert_eq!(e.code(), Some(-32001), "the session is forgotten (unknown_session): {e}");
+}

@@ -343,8 +343,16 @@ impl Kernel {
         &self.shutting_down
     }
 
-    /// The supervisor reports that a session's worker died: its unfinished jobs are lost.
-    pub fn worker_died(&self, session: &str, code: Option<i32>, signal: Option<i32>, killed: &ProcList<ProcInfo>) {
+    /// The supervisor reports that a session's worker died: its unfinished jobs are lost. `verified_empty`
+    /// is what the supervisor's teardown found then; a `session.close` of the session reports it.
+    pub fn worker_died(
+        &self,
+        session: &str,
+        code: Option<i32>,
+        signal: Option<i32>,
+        killed: &ProcList<ProcInfo>,
+        verified_empty: bool,
+    ) {
         let found = match self.registry().slots.get(session) {
             Some(Slot::Open(s)) => Some(s.clone()),
             _ => None,
@@ -361,7 +369,7 @@ impl Kernel {
         let note = format!("the session's worker died ({how})");
         tracing::info!("session '{session}': {note}");
         let listed = crate::sessions::prestart::without_spares(&s.lock(), killed);
-        s.mark_worker_died(note, listed, killed.more());
+        s.mark_worker_died(note, listed, killed.more(), Some(verified_empty));
         self.pump.remove(s.spec().serial);
     }
 
@@ -485,7 +493,7 @@ mod tests {
             let waiter = scope.spawn(|| h.ok("wait", json!({"session": "demo", "job": 2, "yield_ms": 60000})));
             std::thread::sleep(Duration::from_millis(50));
             h.sup.kill_worker("demo");
-            h.kernel.worker_died("demo", None, Some(9), &Default::default());
+            h.kernel.worker_died("demo", None, Some(9), &Default::default(), true);
             let r = waiter.join().unwrap();
             assert_eq!(
                 (r["state"].as_str(), r["exit_code"].is_null(), r["settled"].as_bool()),

@@ -90,7 +90,9 @@ fn start_worker(k: &Kernel, s: &Arc<Session>, reopen: &Reopen) -> Result<(), Str
     let end = match s.replace_worker(opened.fds, worker) {
         Ok(end) => end,
         Err(e) => {
-            let _ = k.link.close_session(name);
+            // The session stays lost as it was; the close's verdict joins the death's.
+            let closed = k.link.close_session(name);
+            s.mark_worker_died(String::new(), Vec::new(), 0, teardown_verdict(&closed));
             return Err(format!("its shared memory could not be attached ({e})"));
         }
     };
@@ -107,7 +109,21 @@ fn start_worker(k: &Kernel, s: &Arc<Session>, reopen: &Reopen) -> Result<(), Str
     };
     drop(st);
     k.pump.remove(s.spec().serial);
-    s.mark_worker_died(why.clone(), Vec::new(), 0);
-    let _ = k.link.close_session(name);
+    s.mark_worker_died(why.clone(), Vec::new(), 0, None);
+    let closed = k.link.close_session(name);
+    s.mark_worker_died(why.clone(), Vec::new(), 0, teardown_verdict(&closed));
     Err(why)
+}
+
+/// What closing a new worker's session again says of its subtree, for the session's lost record:
+/// refused means the supervisor had already torn it down at the worker's death, and its `WorkerDied`
+/// carries the verdict (`None` here); no answer at all means nothing was verified.
+fn teardown_verdict(
+    closed: &Result<crate::sessions::supervisor::ClosedSession, crate::sessions::supervisor::LinkError>,
+) -> Option<bool> {
+    match closed {
+        Ok(c) => Some(c.verified_empty),
+        Err(crate::sessions::supervisor::LinkError::Refused(_)) => None,
+        Err(_) => Some(false),
+    }
 }

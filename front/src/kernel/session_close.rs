@@ -6,7 +6,9 @@
 //! running become `killed` with the note "ended by session.close". The session leaves the registry
 //! whatever the supervisor answered: if it could not confirm, `verified_empty` is false and `note`
 //! says why. A lost session closes the same way; the processes the supervisor killed when its worker
-//! died are reported as its survivors.
+//! died are reported as its survivors. The supervisor forgot a session whose worker died (it ended and
+//! verified the subtree then, and refuses the close): unless a new worker was started since, the close
+//! reports that teardown's `verified_empty` (`Lost::death_verified_empty`), and `note` says so.
 //!
 //! ```text
 //! → {"jsonrpc":"2.0","id":9,"method":"session.close","params":{"session":"demo"}}
@@ -17,7 +19,8 @@
 use crate::kernel::{Client, Kernel};
 use crate::rpc::results::{join_notes, SessionCloseResult, Survivor};
 use crate::rpc::{self, ErrorKind, RpcError};
-use crate::sessions::supervisor::error_chain;
+use crate::sessions::session::Lost;
+use crate::sessions::supervisor::{error_chain, LinkError};
 use serde::Deserialize;
 use serde_json::Value;
 use std::time::Instant;
@@ -51,15 +54,22 @@ pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCl
     };
     let answer = k.link.close_session(&p.session);
     k.pump.remove(s.spec().serial);
+    let death = was_lost.as_ref().and_then(death_verdict);
     let (mut survivors, mut more): (Vec<Survivor>, u32) =
         was_lost.map(|l| (l.killed, l.killed_more)).unwrap_or_default();
-    let (verified_empty, note) = match answer {
-        Ok(closed) => {
+    let (verified_empty, note) = match (answer, death) {
+        (Ok(closed), _) => {
             survivors.extend(crate::sessions::prestart::without_spares(&s.lock(), &closed.killed));
             more = more.saturating_add(closed.killed.more());
             (closed.verified_empty, None)
         }
-        Err(e) => (false, Some(format!("the supervisor did not confirm the close: {}", error_chain(&e)))),
+        // The supervisor ended the session at its worker's death and forgot it: that teardown's verdict
+        // is the answer (no worker was started since: the session is still lost, and revival waits).
+        (Err(LinkError::Refused(_)), Some((verified, note))) => (verified, Some(note)),
+        (Err(e), Some((verified, note))) => {
+            (verified, Some(format!("{note}; the supervisor did not answer the close: {}", error_chain(&e))))
+        }
+        (Err(e), None) => (false, Some(format!("the supervisor did not confirm the close: {}", error_chain(&e)))),
     };
     let (announcements, kept) = {
         let mut st = s.lock();
@@ -85,6 +95,18 @@ pub(crate) fn close(k: &Kernel, client: &Client, name: &str) -> Result<SessionCl
         note: join_notes(note),
         announcements,
     })
+}
+
+/// For a session lost because its worker died: what the supervisor's teardown then found, and a note
+/// saying so. `None` when no teardown was reported.
+fn death_verdict(l: &Lost) -> Option<(bool, String)> {
+    let verified = l.death_verified_empty.filter(|_| l.worker_died)?;
+    let found = if verified {
+        "and verified them empty"
+    } else {
+        "but could not verify them empty (what is left stays on disk)"
+    };
+    Some((verified, format!("{}; the supervisor ended the session's cgroups then {found}", l.note)))
 }
 
 #[cfg(test)]
@@ -127,11 +149,39 @@ mod tests {
             cgroup: cgroup.into(),
         };
         let killed = vec![proc(77, "sleep 100", "slot-1"), proc(78, "bash --noprofile --norc", "slot-2")];
-        h.kernel.worker_died("demo", None, Some(9), &shm_proto::procs::ProcList::new(killed));
+        h.kernel.worker_died("demo", None, Some(9), &shm_proto::procs::ProcList::new(killed), true);
+        // The supervisor forgot the session at the death (the fake refuses the close, as the real one
+        // does): the teardown then verified the subtree empty, and that is the answer.
         let r = h.ok("session.close", json!({"session": "demo"}));
         assert_eq!(r["survivors"], json!([{"pid": 77, "cmdline": "sleep 100", "age_ms": null, "cpu_ms": null}]));
-        assert_eq!((r["killed"].as_u64(), r["verified_empty"].as_bool()), (Some(1), Some(false)));
-        assert!(r["note"].as_str().unwrap().contains("did not confirm"));
+        assert_eq!((r["killed"].as_u64(), r["verified_empty"].as_bool()), (Some(1), Some(true)));
+        assert_eq!(
+            r["note"],
+            "the session's worker died (killed by signal 9); the supervisor ended the session's cgroups then and verified them empty"
+        );
         assert_eq!(r["announcements"][0]["state"], "lost");
+    }
+
+    #[test]
+    fn a_dead_workers_session_whose_teardown_did_not_verify_closes_unverified() {
+        let h = Harness::new();
+        h.open("demo");
+        h.sup.kill_worker("demo");
+        h.kernel.worker_died("demo", Some(3), None, &Default::default(), false);
+        let r = h.ok("session.close", json!({"session": "demo"}));
+        assert_eq!(r["verified_empty"], false, "{r}");
+        let note = r["note"].as_str().unwrap();
+        assert!(note.contains("worker died (exit code 3)") && note.contains("could not verify them empty"), "{note}");
+    }
+
+    #[test]
+    fn a_dead_worker_unknown_to_the_front_is_no_verdict() {
+        // A worker gone without any `WorkerDied` (the fake supervisor forgot it): nothing confirms.
+        let h = Harness::new();
+        h.open("demo");
+        h.sup.kill_worker("demo");
+        let r = h.ok("session.close", json!({"session": "demo"}));
+        assert_eq!(r["verified_empty"], false, "{r}");
+        assert!(r["note"].as_str().unwrap().contains("did not confirm"), "{r}");
     }
 }

@@ -95,8 +95,8 @@ pub fn serve_with(
                 crate::kernel::shutdown::close_all(&kernel);
                 break shm_proto::control::FRONT_EXIT_SHUTDOWN;
             }
-            Ok(Notice::WorkerDied { session, code, signal, killed }) => {
-                kernel.worker_died(&session, code, signal, &killed)
+            Ok(Notice::WorkerDied { session, code, signal, killed, verified_empty }) => {
+                kernel.worker_died(&session, code, signal, &killed, verified_empty)
             }
             Ok(Notice::Shutdown) => break 0,
             Ok(Notice::Signal(sig)) => {

@@ -88,6 +88,11 @@ pub struct Lost {
     /// The worker died (as opposed to a corrupt ring): the next `run` may start a new worker for the
     /// session (`kernel/revive.rs`).
     pub worker_died: bool,
+    /// Whether the supervisor's teardowns since the session was lost (the one at the worker's death, and
+    /// that of a new worker that never took over) verified the session's cgroup subtree empty and
+    /// removed it: `session.close` reports it, since the supervisor has forgotten the session by then.
+    /// `None` when no teardown was reported (a corrupt ring: the worker may still be alive).
+    pub death_verified_empty: Option<bool>,
 }
 
 /// The part of a session behind its mutex: its jobs and what it knows of its worker, shell state,
@@ -550,7 +555,7 @@ impl SessionData {
                 publish_end(&mut self.subscribers, &self.name, job, true);
             }
         }
-        self.worker.lost = Some(Lost { note, killed, killed_more: 0, worker_died: false });
+        self.worker.lost = Some(Lost { note, killed, killed_more: 0, worker_died: false, death_verified_empty: None });
     }
 
     /// The highest job id handed out so far.
@@ -810,13 +815,27 @@ impl Session {
     }
 
     /// The session's worker died: mark it lost (see [`SessionData::mark_lost`]) as one a new worker may
-    /// be started for.
-    pub fn mark_worker_died(&self, note: String, killed: Vec<Survivor>, killed_more: u32) {
+    /// be started for. `verified_empty` is what the supervisor's teardown found (`None`: not known); the
+    /// record keeps `false` once any teardown said so. A death already recorded keeps its note and counts.
+    pub fn mark_worker_died(
+        &self,
+        note: String,
+        killed: Vec<Survivor>,
+        killed_more: u32,
+        verified_empty: Option<bool>,
+    ) {
         let mut st = self.lock();
+        let recorded = st.worker.lost.as_ref().is_some_and(|l| l.worker_died);
         st.mark_lost(note, killed, Instant::now());
         if let Some(l) = st.worker.lost.as_mut() {
-            l.worker_died = true;
-            l.killed_more = killed_more;
+            if !recorded {
+                l.worker_died = true;
+                l.killed_more = killed_more;
+            }
+            l.death_verified_empty = match (l.death_verified_empty, verified_empty) {
+                (Some(a), Some(b)) => Some(a && b),
+                (a, b) => a.or(b),
+            };
         }
         drop(st);
         self.lost.store(true, Ordering::SeqCst);

@@ -144,6 +144,8 @@ pub enum Notice {
         code: Option<i32>,
         signal: Option<i32>,
         killed: ProcList<ProcInfo>,
+        /// The supervisor's teardown at the death verified the session's subtree empty and removed it.
+        verified_empty: bool,
     },
     /// The supervisor asked the front to exit.
     Shutdown,
@@ -229,12 +231,13 @@ impl ControlLink {
             other => other,
         };
         let req = match &msg {
-            FromSupervisor::WorkerDied { session, code, signal, killed } => {
+            FromSupervisor::WorkerDied { session, code, signal, killed, verified_empty } => {
                 let n = Notice::WorkerDied {
                     session: session.clone(),
                     code: *code,
                     signal: *signal,
                     killed: killed.clone(),
+                    verified_empty: *verified_empty,
                 };
                 let _ = notices.send(n);
                 return;
@@ -479,6 +482,7 @@ mod tests {
                 code: None,
                 signal: Some(9),
                 killed: Default::default(),
+                verified_empty: true,
             };
             control::send(sup.as_fd(), &died, &[]).unwrap();
             control::send(sup.as_fd(), &FromSupervisor::SessionFailed { req, session, error: "no cgroup".into() }, &[])
@@ -489,7 +493,7 @@ mod tests {
         assert!(matches!(&err, LinkError::Refused(e) if e == "no cgroup"), "{err}");
         t.join().unwrap();
         let n = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        assert!(matches!(n, Notice::WorkerDied { signal: Some(9), .. }), "{n:?}");
+        assert!(matches!(n, Notice::WorkerDied { signal: Some(9), verified_empty: true, .. }), "{n:?}");
         let n = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert!(matches!(n, Notice::SupervisorGone(_)), "{n:?}");
         assert!(matches!(link.describe(), Err(LinkError::Gone)));
