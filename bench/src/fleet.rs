@@ -3,8 +3,9 @@
 //! sessions all open at the same time), then close them all. Reported: each phase's wall time and its
 //! calls' p50/p99; the burst's jobs per second against the same N commands started by
 //! `xargs -P <parallel> bash --noprofile --norc -c true` (the baseline, timed before and after the
-//! burst, their mean used); and the CPU the front, the supervisor and the whole cgroup tree (workers,
-//! spares) spend during an idle stretch with the N sessions open and again after they closed.
+//! burst, their mean used); the CPU the front, the supervisor and the cgroup tree spend in each phase;
+//! and the CPU they spend during idle stretches: with the N sessions open right after their jobs (each
+//! worker then starts its next spare shell), the next stretch, and after the sessions closed.
 
 use anyhow::{ensure, Context, Result};
 use heddle_bench::{record, Summary};
@@ -131,7 +132,16 @@ pub fn run(sessions: usize, parallel: usize, idle_secs: u64) -> Result<()> {
     })?;
     spent(&mut cpus, &mut at);
     if idle_secs > 0 {
-        idle(&format!("with the {n} sessions open"), idle_secs, front, supervisor, &h.cgroup_root);
+        // The first stretch right after the jobs is when each worker starts its next spare shell; the
+        // second is the fleet left alone.
+        idle(
+            &format!("with the {n} sessions open, right after their jobs"),
+            idle_secs,
+            front,
+            supervisor,
+            &h.cgroup_root,
+        );
+        idle(&format!("with the {n} sessions open, {idle_secs} s later"), idle_secs, front, supervisor, &h.cgroup_root);
     }
     at = cpu();
     let (close_s, close) = phase(&h.socket, n, parallel, |c, i| {
