@@ -3,8 +3,9 @@
 //! sessions all open at the same time), then close them all. Reported: each phase's wall time and its
 //! calls' p50/p99; the burst's jobs per second against the same N commands started by
 //! `xargs -P <parallel> bash --noprofile --norc -c true` (the baseline, timed before and after the
-//! burst, their mean used); and the CPU the front, the supervisor and the whole cgroup tree (workers,
-//! spares) spend during an idle stretch with the N sessions open and again after they closed.
+//! burst, their mean used); the CPU the front, the supervisor and the cgroup tree spend in each phase;
+//! and the CPU they spend during idle stretches: with the N sessions open right after their jobs (each
+//! worker then starts its next spare shell), the next stretch, and after the sessions closed.
 
 use anyhow::{ensure, Context, Result};
 use heddle_bench::{record, Summary};
@@ -68,9 +69,11 @@ fn process_cpu_ms(pid: u64) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name's closing parenthesis: utime is the 12th, stime the 13th.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    // Indexed before parsing: the first field (the state letter) is not a number.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| f.get(i).and_then(|w| w.parse::<f64>().ok()).unwrap_or(0.0);
     let tick = 1000.0 / nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
-    f.get(11).zip(f.get(12)).map_or(0.0, |(u, s)| (u + s) * tick)
+    (field(11) + field(12)) * tick
 }
 
 /// CPU used by everything in a cgroup tree so far, in ms (`cpu.stat` `usage_usec`).
@@ -104,11 +107,21 @@ pub fn run(sessions: usize, parallel: usize, idle_secs: u64) -> Result<()> {
     let ids: Vec<Mutex<Value>> = (0..n).map(|_| Mutex::new(Value::Null)).collect();
     let lock = |i: usize| ids[i].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let project = h.project.clone();
+    let cpu = || (process_cpu_ms(front), process_cpu_ms(supervisor), cgroup_cpu_ms(&h.cgroup_root));
+    // CPU of the front, the supervisor and the cgroup tree in each phase.
+    let mut cpus = Vec::new();
+    let mut at = cpu();
+    let spent = |cpus: &mut Vec<(f64, f64, f64)>, at: &mut (f64, f64, f64)| {
+        let now = cpu();
+        cpus.push((now.0 - at.0, now.1 - at.1, now.2 - at.2));
+        *at = now;
+    };
     let (open_s, open) = phase(&h.socket, n, parallel, |c, i| {
         let r = c.call("session.open", json!({"cwd": project}))?;
         *lock(i) = r["session"].clone();
         Ok(())
     })?;
+    spent(&mut cpus, &mut at);
     let prestarted = AtomicUsize::new(0);
     let (run_s, run) = phase(&h.socket, n, parallel, |c, i| {
         let s = lock(i).clone();
@@ -117,28 +130,45 @@ pub fn run(sessions: usize, parallel: usize, idle_secs: u64) -> Result<()> {
         prestarted.fetch_add(usize::from(r["prestarted"] == true), Ordering::Relaxed);
         Ok(())
     })?;
+    spent(&mut cpus, &mut at);
     if idle_secs > 0 {
-        idle(&format!("with the {n} sessions open"), idle_secs, front, supervisor, &h.cgroup_root);
+        // The first stretch right after the jobs is when each worker starts its next spare shell; the
+        // second is the fleet left alone.
+        idle(
+            &format!("with the {n} sessions open, right after their jobs"),
+            idle_secs,
+            front,
+            supervisor,
+            &h.cgroup_root,
+        );
+        idle(&format!("with the {n} sessions open, {idle_secs} s later"), idle_secs, front, supervisor, &h.cgroup_root);
     }
+    at = cpu();
     let (close_s, close) = phase(&h.socket, n, parallel, |c, i| {
         let s = lock(i).clone();
         c.call("session.close", json!({"session": s}))?;
         Ok(())
     })?;
+    spent(&mut cpus, &mut at);
     if idle_secs > 0 {
         idle(&format!("after the {n} sessions closed"), idle_secs, front, supervisor, &h.cgroup_root);
     }
     let bare_after = xargs_burst(n, parallel)?;
     let bare_s = (bare_before + bare_after) / 2.0;
     println!("== fleet: {n} sessions, {parallel} client connections, one `true` each");
-    println!("{:<34} {:>9} {:>10} {:>10}", "", "wall s", "p50 ms", "p99 ms");
-    for (name, wall, times) in
+    println!(
+        "{:<16} {:>7} {:>8} {:>8} {:>10} {:>10} {:>10}",
+        "", "wall s", "p50 ms", "p99 ms", "front ms", "superv ms", "tree ms"
+    );
+    for ((name, wall, times), (f, sv, tree)) in
         [("session.open", open_s, open), ("run(\"true\")", run_s, run), ("session.close", close_s, close)]
+            .into_iter()
+            .zip(cpus)
     {
         let s = Summary::of(times);
-        println!("{name:<34} {wall:>9.2} {:>10.1} {:>10.1}", s.p50 / 1e3, s.p99 / 1e3);
+        println!("{name:<16} {wall:>7.2} {:>8.1} {:>8.1} {f:>10.0} {sv:>10.0} {tree:>10.0}", s.p50 / 1e3, s.p99 / 1e3);
         heddle_bench::note(format!(
-            "fleet of {n}, {parallel} connections: {name} phase {wall:.2} s wall, p50 {:.1} ms, p99 {:.1} ms per call",
+            "fleet of {n}, {parallel} connections: {name} phase {wall:.2} s wall, p50 {:.1} ms, p99 {:.1} ms per call; CPU: front {f:.0} ms, supervisor {sv:.0} ms, cgroup tree {tree:.0} ms",
             s.p50 / 1e3,
             s.p99 / 1e3
         ));

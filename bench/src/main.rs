@@ -40,7 +40,7 @@ enum Bench {
     /// of ratios (Markdown, as docs/performance.md keeps it), with the load average before and after.
     All {
         /// Sessions in the fleet burst.
-        #[arg(long, default_value_t = 200)]
+        #[arg(long, default_value_t = 1000)]
         fleet_sessions: usize,
     },
     /// A fleet arriving at once: open N sessions, run one `true` in each, close them, over `--parallel`
@@ -50,7 +50,8 @@ enum Bench {
         sessions: usize,
         #[arg(long, default_value_t = 64)]
         parallel: usize,
-        /// Seconds of idleness measured with the sessions open and again after they closed (0: none).
+        /// Seconds of each idle stretch measured: two with the sessions open (right after their jobs, then
+        /// the next), one after they closed (0: none).
         #[arg(long, default_value_t = 60)]
         idle_secs: u64,
     },

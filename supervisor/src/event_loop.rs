@@ -1,11 +1,18 @@
 //! The supervisor's single-threaded main loop (mio): the front's control requests, a pidfd per worker
 //! and one for the front, and SIGINT/SIGTERM; then the orderly shutdown.
 //!
-//! Invariants: each request gets exactly one answer, sent in request order, with `WorkerDied` notices
-//! in between as deaths are seen; messages the socket cannot take yet wait in an outbox (flushed when
-//! the socket turns writable), so a slow front never blocks the loop. A front that dies is reaped and
-//! logged; its sessions stay alive (with their fds in the table) and the loop goes on. Requests are
-//! handled synchronously: a close blocks the loop for at most the teardown bound (5 s).
+//! Invariants: each request gets exactly one answer, with `WorkerDied` notices in between as deaths are
+//! seen; answers go out in request order, except a `CloseSession`'s, which waits for its teardown (see
+//! below) while later requests are answered. Messages the socket cannot take yet wait in an outbox
+//! (flushed when the socket turns writable), so a slow front never blocks the loop. A front that dies is
+//! reaped and logged; its sessions stay alive (with their fds in the table) and the loop goes on.
+//!
+//! Requests are handled one at a time, and only a close waits on anything: it kills the session at once
+//! (`Sessions::start_close`), then the loop goes on while the kernel kills, and finishes the teardown
+//! when the worker's pidfd or the subtree's `cgroup.events` (`populated 0`, POLLPRI) says so, or at the
+//! latest on a [`CLOSE_SWEEP`] tick that checks every close under way (the teardown bound, 5 s, holds).
+//! The answer of a close begun under a front that has since gone is dropped, not sent to the next one
+//! (whose request numbers start again).
 //!
 //! ```no_run
 //! # fn parts() -> supervisor::event_loop::Parts<supervisor::cgroup::RealCgroups, supervisor::spawn::RealProcesses> { unimplemented!() }
@@ -34,6 +41,9 @@ const CONTROL: Token = Token(0);
 const SIGNALS: Token = Token(1);
 const FRONT: Token = Token(2);
 const FIRST_WORKER: usize = 16;
+
+/// How often every close under way is checked, whatever its fds said.
+pub const CLOSE_SWEEP: Duration = Duration::from_millis(50);
 
 /// The first delay before starting a new front after one died; it doubles per death up to
 /// [`MAX_BACKOFF`] and goes back to this after a front lived [`BACKOFF_RESET`].
@@ -122,6 +132,21 @@ pub struct EventLoop<C: CgroupTreeOps, P: ProcessOps> {
     outbox: VecDeque<Outgoing>,
     workers: HashMap<Token, String>,
     next_token: usize,
+    /// The tokens of closes under way (the worker's pidfd, the subtree's `cgroup.events`) → session.
+    closing: HashMap<Token, String>,
+    close_watch: HashMap<String, CloseWatch>,
+    last_sweep: Instant,
+    /// Counts control sockets dropped: a close's answer goes only to the front that asked.
+    generation: u64,
+}
+
+/// What the loop holds for one close under way.
+#[derive(Debug)]
+struct CloseWatch {
+    /// `cgroup.events` of the session's subtree, registered for POLLPRI.
+    _events: Option<std::fs::File>,
+    tokens: Vec<Token>,
+    generation: u64,
 }
 
 fn register(poll: &Poll, fd: BorrowedFd<'_>, token: Token, interest: Interest) -> Result<(), LoopError> {
@@ -152,6 +177,10 @@ impl<C: CgroupTreeOps, P: ProcessOps> EventLoop<C, P> {
             outbox: VecDeque::new(),
             workers: HashMap::new(),
             next_token: FIRST_WORKER,
+            closing: HashMap::new(),
+            close_watch: HashMap::new(),
+            last_sweep: Instant::now(),
+            generation: 0,
         };
         lp.hand_over();
         Ok(lp)
@@ -228,7 +257,12 @@ impl<C: CgroupTreeOps, P: ProcessOps> EventLoop<C, P> {
     pub fn run(mut self) -> Result<(), LoopError> {
         let mut events = Events::with_capacity(64);
         loop {
-            let timeout = self.respawn_at.map(|t| t.saturating_duration_since(Instant::now()));
+            let respawn = self.respawn_at.map(|t| t.saturating_duration_since(Instant::now()));
+            let sweep = (!self.close_watch.is_empty()).then_some(CLOSE_SWEEP);
+            let timeout = match (respawn, sweep) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             if self.turn(&mut events, timeout)? {
                 break;
             }
@@ -265,7 +299,16 @@ impl<C: CgroupTreeOps, P: ProcessOps> EventLoop<C, P> {
                         return Ok(true);
                     }
                 }
-                token => self.worker_event(token),
+                token => match self.closing.get(&token).cloned() {
+                    Some(id) => self.poll_close(&id),
+                    None => self.worker_event(token),
+                },
+            }
+        }
+        if !self.close_watch.is_empty() && self.last_sweep.elapsed() >= CLOSE_SWEEP {
+            self.last_sweep = Instant::now();
+            for id in self.sessions.closing_ids() {
+                self.poll_close(&id);
             }
         }
         self.flush();
@@ -292,18 +335,56 @@ impl<C: CgroupTreeOps, P: ProcessOps> EventLoop<C, P> {
     }
 
     fn dispatch(&mut self, msg: ToSupervisor) {
-        let closing = match &msg {
-            ToSupervisor::CloseSession { session, .. } => Some(session.clone()),
-            _ => None,
-        };
+        if let ToSupervisor::CloseSession { req, session } = msg {
+            self.start_close(req, session);
+            return;
+        }
         let out = self.sessions.handle(msg);
         if let FromSupervisor::SessionOpened { session, .. } = &out.msg {
             self.watch_worker(session.clone());
         }
-        if let Some(id) = closing {
-            self.workers.retain(|_, s| *s != id);
-        }
         self.outbox.push_back(out);
+    }
+
+    /// Kill the session now; answer when its teardown is done, without holding up other requests.
+    fn start_close(&mut self, req: u64, id: String) {
+        let worker = self.workers.iter().find(|(_, s)| **s == id).map(|(t, _)| *t);
+        if let Some(t) = worker {
+            self.workers.remove(&t);
+        }
+        if let Some(out) = self.sessions.start_close(req, &id) {
+            self.outbox.push_back(out);
+            return;
+        }
+        // The worker's pidfd stays registered under its token, which now means "this close may go on".
+        let mut tokens: Vec<Token> = worker.into_iter().collect();
+        let events = self.sessions.closing(&id).and_then(|s| std::fs::File::open(s.cgroup.join("cgroup.events")).ok());
+        if let Some(f) = &events {
+            let token = Token(self.next_token);
+            self.next_token += 1;
+            match register(&self.poll, f.as_fd(), token, Interest::PRIORITY) {
+                Ok(()) => tokens.push(token),
+                Err(e) => tracing::debug!("cannot watch the cgroup.events of session {id:?}: {}", error_chain(&e)),
+            }
+        }
+        for t in &tokens {
+            self.closing.insert(*t, id.clone());
+        }
+        self.close_watch.insert(id, CloseWatch { _events: events, tokens, generation: self.generation });
+    }
+
+    /// Finish the close of `id` if its teardown can finish now, and answer it.
+    fn poll_close(&mut self, id: &str) {
+        let Some(out) = self.sessions.poll_close(id) else { return };
+        let watch = self.close_watch.remove(id);
+        for t in watch.iter().flat_map(|w| &w.tokens) {
+            self.closing.remove(t);
+        }
+        if watch.is_none_or(|w| w.generation == self.generation) {
+            self.outbox.push_back(out);
+        } else {
+            tracing::info!("closed session {id:?}; the front that asked is gone, so no one is told");
+        }
     }
 
     /// Poll the new session's worker pidfd for its death.
@@ -357,6 +438,7 @@ impl<C: CgroupTreeOps, P: ProcessOps> EventLoop<C, P> {
     }
 
     fn drop_control(&mut self) {
+        self.generation += 1;
         if let Some(fd) = self.control.take() {
             let _ = self.poll.registry().deregister(&mut SourceFd(&fd.as_raw_fd()));
         }
@@ -413,6 +495,8 @@ impl<C: CgroupTreeOps, P: ProcessOps> EventLoop<C, P> {
             stop_front(&front);
         }
         self.drop_control();
+        self.close_watch.clear();
+        self.closing.clear();
         for (id, t) in self.sessions.close_all() {
             tracing::info!(
                 "closed session {id:?}: {} processes killed, verified empty: {}",
@@ -536,6 +620,44 @@ mod tests {
         shm_proto::region::Region::attach(fds[0].as_fd()).expect("the first fd is the session region");
         let (third, _) = r.recv();
         assert!(matches!(third, FromSupervisor::SessionClosed { req: 3, verified_empty: true, .. }), "{third:?}");
+    }
+
+    #[test]
+    fn a_close_waiting_for_its_subtree_does_not_hold_up_later_requests() {
+        let mut r = rig();
+        r.send(crate::fake::open_msg(1, "slow", 0));
+        r.recv();
+        r.calls.slow_empty(3);
+        r.send(ToSupervisor::CloseSession { req: 2, session: "slow".into() });
+        r.send(ToSupervisor::Describe { req: 3 });
+        r.send(crate::fake::open_msg(4, "slow", 0));
+        let (first, _) = r.recv();
+        assert!(matches!(first, FromSupervisor::Info { req: 3, .. }), "{first:?}");
+        let (second, _) = r.recv();
+        assert!(
+            matches!(&second, FromSupervisor::SessionFailed { req: 4, error, .. } if error.contains("still being closed")),
+            "{second:?}"
+        );
+        let (third, _) = r.recv();
+        assert!(matches!(third, FromSupervisor::SessionClosed { req: 2, verified_empty: true, .. }), "{third:?}");
+        assert!(r.lp.sessions.closing("slow").is_none() && r.lp.close_watch.is_empty() && r.lp.closing.is_empty());
+    }
+
+    #[test]
+    fn a_close_begun_under_a_front_that_died_is_not_answered_to_the_next() {
+        let mut r = rig();
+        r.send(crate::fake::open_msg(1, "old", 0));
+        r.recv();
+        r.calls.slow_empty(2);
+        r.send(ToSupervisor::CloseSession { req: 2, session: "old".into() });
+        r.lp.turn(&mut r.events, Some(Duration::from_millis(10))).unwrap();
+        assert!(r.lp.sessions.closing("old").is_some(), "the close waits for the subtree");
+        r.lp.drop_control();
+        for _ in 0..30 {
+            r.lp.turn(&mut r.events, Some(Duration::from_millis(10))).unwrap();
+        }
+        assert!(r.lp.sessions.closing("old").is_none(), "the close finished all the same");
+        assert!(r.lp.outbox.is_empty(), "{:?}", r.lp.outbox);
     }
 
     #[test]

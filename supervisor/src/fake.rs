@@ -42,6 +42,8 @@ struct Recorded {
     fail_chown: bool,
     fail_spawn: bool,
     never_empty: bool,
+    /// `wait_empty` answers "not yet" this many more times.
+    not_empty_yet: u32,
     procs: Vec<ProcInfo>,
     /// Doorbells standing in for the spawned workers' pidfds (an eventfd polls readable when rung).
     pidfds: Vec<EventFd>,
@@ -72,6 +74,10 @@ impl Recorder {
     /// `wait_empty` times out.
     pub fn never_empty(&self) {
         self.0.borrow_mut().never_empty = true;
+    }
+    /// `wait_empty` answers "not yet" the next `n` times (a subtree that takes a while to empty).
+    pub fn slow_empty(&self, n: u32) {
+        self.0.borrow_mut().not_empty_yet = n;
     }
     /// Play the death of the last spawned worker: its stand-in pidfd turns readable.
     pub fn ring_last_pidfd(&self) {
@@ -116,7 +122,12 @@ impl CgroupTreeOps for FakeCgroups {
     }
     fn wait_empty(&self, dir: &Path, _timeout: Duration) -> Result<bool, CgroupError> {
         self.0.push(Call::WaitEmpty(dir.to_owned()));
-        Ok(!self.0 .0.borrow().never_empty)
+        let mut r = self.0 .0.borrow_mut();
+        if r.not_empty_yet > 0 {
+            r.not_empty_yet -= 1;
+            return Ok(false);
+        }
+        Ok(!r.never_empty)
     }
     fn remove_tree(&self, dir: &Path) -> Result<(), CgroupError> {
         self.0.push(Call::RemoveTree(dir.to_owned()));

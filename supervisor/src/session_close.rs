@@ -4,8 +4,11 @@
 //!
 //! Invariants: nothing is killed by pid; the subtree is only reported empty (`verified_empty`) once
 //! `cgroup.events` said `populated 0` and every directory was removed. Each step is bounded: the whole
-//! teardown waits at most [`TEARDOWN_TIMEOUT`] (it blocks the main loop meanwhile; a killed cgroup
-//! normally empties within milliseconds).
+//! teardown waits at most [`TEARDOWN_TIMEOUT`] (a killed cgroup normally empties within milliseconds).
+//! A teardown is two halves: [`Sessions::begin_teardown`] (freeze, list, kill; never waits) and
+//! [`Sessions::finish_teardown`] (reap, `populated 0`, remove). The front's `CloseSession` runs them apart
+//! ([`Sessions::start_close`], [`Sessions::poll_close`]), so the main loop goes on serving while the kernel
+//! kills; a worker's death and shutdown run them back to back.
 //!
 //! ```no_run
 //! # use supervisor::{cgroup::RealCgroups, session_table::Sessions, spawn::RealProcesses};
@@ -55,12 +58,61 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
     pub(crate) fn end(&mut self, s: Session) -> Teardown {
         let (id, uid) = (s.id.clone(), s.worker.uid);
         let t = self.teardown(s);
+        self.ended(id, uid, &t);
+        t
+    }
+
+    fn ended(&mut self, id: String, uid: u32, t: &Teardown) {
         if t.verified_empty {
             self.free_uid(&crate::session_uids::Holder::Session(id));
         } else if self.uids.as_ref().is_some_and(|p| p.contains(uid)) {
             tracing::info!("session {id:?}: its uid {uid} stays held until a restart");
         }
-        t
+    }
+
+    /// `CloseSession` without waiting: the session is killed now, and its answer is returned at once
+    /// when the teardown needs no wait, else by [`Sessions::poll_close`] once the worker is reaped and
+    /// the subtree empty (or [`TEARDOWN_TIMEOUT`] passed). Meanwhile the session is [`Sessions::closing`].
+    pub fn start_close(&mut self, req: u64, id: &str) -> Option<Outgoing> {
+        let Some(s) = self.live.remove(id) else { return Some(self.handle_close(req, id.to_owned())) };
+        let mut c = self.begin_teardown(s);
+        if self.teardown_ready(&mut c) {
+            return Some(self.closed(req, c));
+        }
+        self.closing.insert(id.to_owned(), (req, c));
+        None
+    }
+
+    /// The answer to the close of `id` if its teardown can finish now (see [`Sessions::start_close`]).
+    pub fn poll_close(&mut self, id: &str) -> Option<Outgoing> {
+        let (req, mut c) = self.closing.remove(id)?;
+        if !self.teardown_ready(&mut c) {
+            self.closing.insert(id.to_owned(), (req, c));
+            return None;
+        }
+        Some(self.closed(req, c))
+    }
+
+    /// A session whose close was started and has not been answered yet.
+    pub fn closing(&self, id: &str) -> Option<&Session> {
+        self.closing.get(id).map(|(_, c)| &c.session)
+    }
+
+    /// The ids of the sessions being closed.
+    pub fn closing_ids(&self) -> Vec<String> {
+        self.closing.keys().cloned().collect()
+    }
+
+    fn closed(&mut self, req: u64, c: Closing) -> Outgoing {
+        let (id, uid) = (c.session.id.clone(), c.session.worker.uid);
+        let t = self.finish_teardown(c);
+        self.ended(id.clone(), uid, &t);
+        Outgoing::plain(FromSupervisor::SessionClosed {
+            req,
+            session: id,
+            killed: t.killed,
+            verified_empty: t.verified_empty,
+        })
     }
 
     /// The worker of `id` died (its pidfd turned readable): reap it, end its subtree, and tell the
@@ -86,12 +138,27 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
 
     /// Close every live session (at shutdown).
     pub fn close_all(&mut self) -> Vec<(String, Teardown)> {
+        let mut done = Vec::new();
+        for (id, (_, c)) in std::mem::take(&mut self.closing) {
+            let uid = c.session.worker.uid;
+            let t = self.finish_teardown(c);
+            self.ended(id.clone(), uid, &t);
+            done.push((id, t));
+        }
         let all = std::mem::take(&mut self.live);
-        all.into_iter().map(|(id, s)| (id, self.end(s))).collect()
+        done.extend(all.into_iter().map(|(id, s)| (id, self.end(s))));
+        done
     }
 
-    /// Kill, verify and remove one session's subtree; reap its worker.
-    pub(crate) fn teardown(&self, mut s: Session) -> Teardown {
+    /// Kill, verify and remove one session's subtree; reap its worker (blocking, up to [`TEARDOWN_TIMEOUT`]).
+    pub(crate) fn teardown(&self, s: Session) -> Teardown {
+        let c = self.begin_teardown(s);
+        self.finish_teardown(c)
+    }
+
+    /// The first half of a teardown, which never waits: freeze the subtree, rescue kept jobs' output,
+    /// list what is in it, `cgroup.kill` it.
+    pub(crate) fn begin_teardown(&self, mut s: Session) -> Closing {
         let deadline = Instant::now() + TEARDOWN_TIMEOUT;
         let dir = &s.cgroup;
         let warn = |what: &str, e: &dyn std::error::Error| {
@@ -116,17 +183,44 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
         if let Err(e) = self.cg.kill(dir) {
             warn("cgroup.kill", &e);
         }
-        let exit = match self.procs.reap(s.worker.pidfd.as_fd(), left(deadline)) {
-            Ok(exit) => exit,
-            Err(e) => {
-                warn("reaping the worker", &e);
-                None
-            }
+        Closing { session: s, killed, deadline, exit: None, empty: false }
+    }
+
+    /// Whether `c` can finish now without waiting: its worker was reaped and its subtree is empty, or
+    /// its time is up. Never blocks.
+    pub(crate) fn teardown_ready(&self, c: &mut Closing) -> bool {
+        if c.exit.is_none() {
+            c.exit = self.procs.reap(c.session.worker.pidfd.as_fd(), Duration::ZERO).unwrap_or(None);
+        }
+        if c.exit.is_some() && !c.empty {
+            c.empty = self.cg.wait_empty(&c.session.cgroup, Duration::ZERO).unwrap_or(false);
+        }
+        (c.exit.is_some() && c.empty) || Instant::now() >= c.deadline
+    }
+
+    /// The second half: reap the worker and wait for `populated 0` (what is not done yet, until the
+    /// deadline), then remove every directory of the subtree and the temp dir.
+    pub(crate) fn finish_teardown(&self, c: Closing) -> Teardown {
+        let Closing { session: s, killed, deadline, mut exit, mut empty } = c;
+        let dir = &s.cgroup;
+        let warn = |what: &str, e: &dyn std::error::Error| {
+            tracing::warn!("session {:?}: {what} failed: {}", s.id, error_chain(e));
         };
-        let empty = self.cg.wait_empty(dir, left(deadline)).unwrap_or_else(|e| {
-            warn("waiting for the cgroup to empty", &e);
-            false
-        });
+        if exit.is_none() {
+            exit = match self.procs.reap(s.worker.pidfd.as_fd(), left(deadline)) {
+                Ok(exit) => exit,
+                Err(e) => {
+                    warn("reaping the worker", &e);
+                    None
+                }
+            };
+        }
+        if !empty {
+            empty = self.cg.wait_empty(dir, left(deadline)).unwrap_or_else(|e| {
+                warn("waiting for the cgroup to empty", &e);
+                false
+            });
+        }
         let removed = empty && self.cg.remove_tree(dir).map_err(|e| warn("removing the cgroup", &e)).is_ok();
         if removed {
             crate::limits::remove_dirs(&s.v1);
@@ -139,6 +233,18 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
         }
         Teardown { killed, verified_empty: removed, exit }
     }
+}
+
+/// A session being closed: killed, waiting for its worker to be reaped and its subtree to empty.
+#[derive(Debug)]
+pub struct Closing {
+    pub(crate) session: Session,
+    killed: ProcList<ProcInfo>,
+    deadline: Instant,
+    /// How the worker ended, once reaped.
+    exit: Option<Exit>,
+    /// `populated 0` was seen.
+    empty: bool,
 }
 
 fn left(deadline: Instant) -> Duration {

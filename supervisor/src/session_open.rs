@@ -33,6 +33,8 @@ pub enum OpenError {
     InvalidId(#[from] InvalidId),
     #[error("a session named {0:?} is already open")]
     Duplicate(String),
+    #[error("a session named {0:?} is still being closed; retry in a moment")]
+    Closing(String),
     #[error("looking up the worker's user (uid {0}) failed")]
     User(u32, #[source] nix::Error),
     #[error("the client is uid {0}, and workers never run as root")]
@@ -89,6 +91,9 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
         validate_policy(policy)?;
         if self.live.contains_key(id) {
             return Err(OpenError::Duplicate(id.to_owned()));
+        }
+        if self.closing.contains_key(id) {
+            return Err(OpenError::Closing(id.to_owned()));
         }
         let user = self.worker_user(id, client_uid)?;
         match self.open_as(id, &user, policy, limits) {

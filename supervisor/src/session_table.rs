@@ -55,6 +55,8 @@ pub struct Sessions<C: CgroupTreeOps, P: ProcessOps> {
     /// The owner of the session subtrees and the workers' real uid; never a job's uid.
     pub(crate) cgroup_owner: UserInfo,
     pub(crate) live: BTreeMap<String, Session>,
+    /// Sessions killed on the front's request and not yet reaped and removed, with the request's number.
+    pub(crate) closing: BTreeMap<String, (u64, crate::session_close::Closing)>,
     /// The v1 memory/pids parents on hybrid hosts (`None`: no v1 limits, as in tests).
     pub(crate) v1: Option<crate::limits::V1Root>,
     /// Limits for sessions that ask for none.
@@ -85,6 +87,7 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
             default_worker,
             cgroup_owner: UserInfo::fallback_cgroup_owner(),
             live: BTreeMap::new(),
+            closing: BTreeMap::new(),
             v1: None,
             defaults: SessionLimits::default(),
             adopted: BTreeSet::new(),
@@ -336,7 +339,7 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
         }
     }
 
-    fn handle_close(&mut self, req: u64, session: String) -> Outgoing {
+    pub(crate) fn handle_close(&mut self, req: u64, session: String) -> Outgoing {
         match self.close(&session) {
             Some(t) => Outgoing::plain(FromSupervisor::SessionClosed {
                 req,
