@@ -52,7 +52,11 @@ fn a_corrupt_event_ring_loses_its_session_and_nothing_else() {
     let worker = facts["sessions"][0]["worker"]["pid"].as_u64().unwrap();
 
     // The worker's shared region (it keeps the mapping, not the fd), mapped here too, and its event
-    // ring's tail set beyond the ring.
+    // ring's tail set beyond the ring. The worker (of the stack this test started) is stopped meanwhile:
+    // it owns the tail, and an event it published (a spare starting, say) would write a good tail over the
+    // bad one before the front looked, and the ring would never be found corrupt.
+    let stop = |sig| nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker as i32), sig);
+    stop(nix::sys::signal::Signal::SIGSTOP).unwrap();
     let memfds = links_of(worker, "map_files", "/memfd:heddle-session");
     assert_eq!(memfds.len(), 1, "the worker maps one session region: {memfds:?}");
     let file = std::fs::OpenOptions::new().read(true).write(true).open(&memfds[0].0).unwrap();
@@ -69,10 +73,12 @@ fn a_corrupt_event_ring_loses_its_session_and_nothing_else() {
 
     // The session is lost and says why; its job too; nothing of it runs any more.
     let lost = eventually(Duration::from_secs(10), || {
-        c.call("run", json!({"session": s, "cmd": "true"})).is_err_and(|e| e.code() == Some(-32003))
+        c.call("describe", json!({"session": s})).unwrap()["sessions"][0]["state"] == "lost"
     });
+    let _ = stop(nix::sys::signal::Signal::SIGCONT); // it may be gone already: the front had it killed
+    assert!(lost, "the front found the ring corrupt and lost the session");
     let refused = c.call("run", json!({"session": s, "cmd": "true"})).unwrap_err();
-    assert!(lost, "a run in the session is refused as session_lost: {refused:?}");
+    assert_eq!(refused.code(), Some(-32003), "a run in the session is refused as session_lost: {refused:?}");
     assert!(format!("{refused:?}").contains("corrupt"), "the refusal says the ring was corrupt: {refused:?}");
     let ended = c.call("wait", json!({"session": s, "job": job, "yield_ms": 5000})).unwrap();
     assert_eq!(ended["state"], "lost", "the job running when the ring broke ends lost: {ended}");
