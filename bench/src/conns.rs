@@ -2,10 +2,12 @@
 //! round trip on a raw socket with none and with them open. With `--baseline-bins DIR` (another build's
 //! binaries, say the main branch's) both stacks run side by side and the round trips are interleaved, so
 //! the ratios compare the two builds in the same run; without it, the ratio is with vs without the idle
-//! connections.
+//! connections. With `--http`, the stacks serve the HTTP door too and the idle connections are HTTP
+//! ones (each served one `POST /rpc` `describe`), and the front's resident memory is reported as well.
 
 use anyhow::{Context, Result};
 use heddle_bench::{report, time_us, Summary};
+use heddle_tests::http::{door_address, HttpConn};
 use heddle_tests::Heddle;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -50,18 +52,20 @@ struct Stack {
     session: Value,
     front: u64,
     idle: Vec<Raw>,
+    idle_http: Vec<HttpConn>,
 }
 
 impl Stack {
-    fn start(name: &str, bins: Option<&Path>) -> Result<Stack> {
+    fn start(name: &str, bins: Option<&Path>, http: bool) -> Result<Stack> {
+        let extra: &[&str] = if http { &["--http", "127.0.0.1:0"] } else { &[] };
         let h = match bins {
-            Some(b) => Heddle::start_from(b, &[], &[], |_| {}),
-            None => Heddle::start(),
+            Some(b) => Heddle::start_from(b, extra, &[], |_| {}),
+            None => Heddle::start_with(extra),
         };
         let mut c = Raw::connect(&h)?;
         let session = c.call("session.open", json!({"cwd": h.project}))?["session"].clone();
         let front = c.call("describe", json!({}))?["front"]["pid"].as_u64().context("front pid")?;
-        Ok(Stack { name: name.to_owned(), h, c, session, front, idle: Vec::new() })
+        Ok(Stack { name: name.to_owned(), h, c, session, front, idle: Vec::new(), idle_http: Vec::new() })
     }
 
     fn run_true(&mut self) -> f64 {
@@ -81,13 +85,29 @@ impl Stack {
         })
     }
 
-    /// (threads, fds) of the front now.
-    fn cost(&self) -> (usize, usize) {
+    /// (threads, fds, resident KiB) of the front now.
+    fn cost(&self) -> (usize, usize, u64) {
         let count = |d: &str| std::fs::read_dir(format!("/proc/{}/{d}", self.front)).map_or(0, |e| e.count());
-        (count("task"), count("fd"))
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.front)).unwrap_or_default();
+        let rss = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0);
+        (count("task"), count("fd"), rss)
     }
 
-    fn open_idle(&mut self, n: usize) -> Result<()> {
+    fn open_idle(&mut self, n: usize, http: bool) -> Result<()> {
+        if http {
+            let addr = door_address(&self.h.state_dir);
+            for _ in 0..n {
+                let mut c = HttpConn::connect(addr)?;
+                let r = c.post("/rpc", &[], &json!({"jsonrpc": "2.0", "id": 1, "method": "describe", "params": {}}))?;
+                anyhow::ensure!(r.status == 200, "POST /rpc answered {}: {}", r.status, r.text());
+                self.idle_http.push(c);
+            }
+            return Ok(());
+        }
         for _ in 0..n {
             let mut c = Raw::connect(&self.h)?;
             c.call("describe", json!({}))?;
@@ -121,22 +141,26 @@ fn both(stacks: &mut [Stack], iterations: usize) -> [(&'static str, Vec<Summary>
     ]
 }
 
-pub fn run(iterations: usize, idle: usize, baseline_bins: Option<&Path>) -> Result<()> {
+pub fn run(iterations: usize, idle: usize, baseline_bins: Option<&Path>, http: bool) -> Result<()> {
     let mut stacks = Vec::new();
     if let Some(b) = baseline_bins {
-        stacks.push(Stack::start(&format!("baseline ({})", b.display()), Some(b))?);
+        stacks.push(Stack::start(&format!("baseline ({})", b.display()), Some(b), http)?);
     }
-    stacks.push(Stack::start("this build", None)?);
-    let before: Vec<(usize, usize)> = stacks.iter().map(Stack::cost).collect();
+    stacks.push(Stack::start("this build", None, http)?);
+    let before: Vec<_> = stacks.iter().map(Stack::cost).collect();
     let quiet = both(&mut stacks, iterations);
     for s in &mut stacks {
-        s.open_idle(idle)?;
+        s.open_idle(idle, http)?;
     }
-    let after: Vec<(usize, usize)> = stacks.iter().map(Stack::cost).collect();
+    let after: Vec<_> = stacks.iter().map(Stack::cost).collect();
     let loaded = both(&mut stacks, iterations);
-    println!("== the front with {idle} idle connections (each served one `describe`)");
-    for (s, ((t0, f0), (t1, f1))) in stacks.iter().zip(before.iter().zip(&after)) {
-        println!("{:<44} threads {t0:>5} -> {t1:>5}   fds {f0:>5} -> {f1:>5}", s.name);
+    let kind = if http { "HTTP (`POST /rpc`)" } else { "socket" };
+    println!("== the front with {idle} idle {kind} connections (each served one `describe`)");
+    for (s, ((t0, f0, r0), (t1, f1, r1))) in stacks.iter().zip(before.iter().zip(&after)) {
+        println!(
+            "{:<44} threads {t0:>5} -> {t1:>5}   fds {f0:>5} -> {f1:>5}   resident {r0:>7} -> {r1:>7} KiB",
+            s.name
+        );
     }
     let last = stacks.len() - 1;
     for ((what, quiet), (_, loaded)) in quiet.iter().zip(&loaded) {

@@ -73,6 +73,9 @@ enum Bench {
         /// `heddle-worker` and `heddle-launch`.
         #[arg(long, value_name = "DIR")]
         baseline_bins: Option<std::path::PathBuf>,
+        /// Serve the HTTP door too, and make the idle connections HTTP ones.
+        #[arg(long)]
+        http: bool,
     },
     /// `run("true")` end to end through the socket vs a bare spawn of `bash --noprofile --norc -c true`,
     /// each call after a pause as an agent's are (so the worker can start the next pre-started shell).
@@ -213,7 +216,9 @@ fn main() -> Result<()> {
         Bench::Fleet { sessions, parallel, idle_secs } => fleet::run(sessions, parallel, idle_secs),
         Bench::Checks { mib, rounds } => checks_bench::run(mib, rounds),
         Bench::Spawn { iterations, pause_ms } => spawn(iterations, pause_ms),
-        Bench::Conns { iterations, idle, baseline_bins } => conns::run(iterations, idle, baseline_bins.as_deref()),
+        Bench::Conns { iterations, idle, baseline_bins, http } => {
+            conns::run(iterations, idle, baseline_bins.as_deref(), http)
+        }
         Bench::Long { jobs, iterations } => long::run(jobs, iterations),
         Bench::State { iterations } => state::run(iterations),
         Bench::Persistent { iterations, pause_ms } => persistent::run(iterations, pause_ms),
