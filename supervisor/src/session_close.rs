@@ -63,7 +63,8 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
     }
 
     fn ended(&mut self, id: String, uid: u32, t: &Teardown) {
-        if t.verified_empty {
+        let died_unverified = self.unverified_deaths.remove(&id);
+        if t.verified_empty && !died_unverified {
             self.free_uid(&crate::session_uids::Holder::Session(id));
         } else if self.uids.as_ref().is_some_and(|p| p.contains(uid)) {
             tracing::info!("session {id:?}: its uid {uid} stays held until a restart");
@@ -123,6 +124,9 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
         let (code, signal) = t.exit.map(Exit::split).unwrap_or((None, None));
         let how = t.exit.map_or_else(|| "an unknown status".to_owned(), |e| e.to_string());
         let empty = if t.verified_empty { "verified empty" } else { "NOT verified empty" };
+        if !t.verified_empty {
+            self.unverified_deaths.insert(id.to_owned());
+        }
         tracing::warn!(
             "worker of session {id:?} died with {how}; {} job processes killed; subtree {empty}",
             t.killed.total()
@@ -334,6 +338,31 @@ mod tests {
         let out = t.worker_died("w").unwrap();
         assert!(matches!(out.msg, FromSupervisor::WorkerDied { verified_empty: false, .. }), "{:?}", out.msg);
         assert!(!calls.take().iter().any(|c| matches!(c, Call::RemoveTree(_))));
+    }
+
+    #[test]
+    fn a_death_that_left_the_subtree_unverified_keeps_the_uid_held_past_the_close() {
+        use crate::session_uids::{Holder, UidPool};
+        let holder = |id: &str| Holder::Session(id.to_owned());
+        let (t, calls) = table();
+        let mut t = t.with_session_uids(UidPool::new(1_879_048_192..=1_879_048_200, None));
+        open(&mut t, "stuck");
+        open(&mut t, "clean");
+        let uid = |t: &crate::fake::Table, id| t.uids.as_ref().unwrap().uid_of(&holder(id));
+        assert!(uid(&t, "stuck").is_some() && uid(&t, "clean").is_some());
+        calls.never_empty();
+        t.worker_died("stuck").unwrap();
+        let out = t.handle(ToSupervisor::CloseSession { req: 5, session: "stuck".into() });
+        assert!(matches!(out.msg, FromSupervisor::Error { .. }), "{:?}", out.msg);
+        assert!(uid(&t, "stuck").is_some(), "something may still run as the uid: it stays held");
+        // A death whose teardown verified the subtree empty frees the uid at the close.
+        let (t2, calls2) = table();
+        let mut t2 = t2.with_session_uids(UidPool::new(1_879_048_192..=1_879_048_200, None));
+        open(&mut t2, "clean");
+        calls2.take();
+        t2.worker_died("clean").unwrap();
+        t2.handle(ToSupervisor::CloseSession { req: 6, session: "clean".into() });
+        assert!(uid(&t2, "clean").is_none(), "a verified death frees the uid at the close");
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub struct Sessions<C: CgroupTreeOps, P: ProcessOps> {
     pub(crate) live: BTreeMap<String, Session>,
     /// Sessions killed on the front's request and not yet reaped and removed, with the request's number.
     pub(crate) closing: BTreeMap<String, (u64, crate::session_close::Closing)>,
+    /// Sessions whose worker died and whose teardown then could not verify the subtree empty: their uid
+    /// stays held when they close (something may still run as it) until a restart.
+    pub(crate) unverified_deaths: BTreeSet<String>,
     /// The v1 memory/pids parents on hybrid hosts (`None`: no v1 limits, as in tests).
     pub(crate) v1: Option<crate::limits::V1Root>,
     /// Limits for sessions that ask for none.
@@ -88,6 +91,7 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
             cgroup_owner: UserInfo::fallback_cgroup_owner(),
             live: BTreeMap::new(),
             closing: BTreeMap::new(),
+            unverified_deaths: BTreeSet::new(),
             v1: None,
             defaults: SessionLimits::default(),
             adopted: BTreeSet::new(),
@@ -349,8 +353,12 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
             }),
             None => {
                 // A session whose worker died (torn down then) and that the front closes without
-                // opening it again: its uid is no longer needed.
-                self.free_uid(&crate::session_uids::Holder::Session(session.clone()));
+                // opening it again: its uid is no longer needed, unless that teardown left something.
+                if self.unverified_deaths.remove(&session) {
+                    tracing::info!("session {session:?}: its uid stays held until a restart (its worker's death left the subtree not verified empty)");
+                } else {
+                    self.free_uid(&crate::session_uids::Holder::Session(session.clone()));
+                }
                 Outgoing::plain(FromSupervisor::Error {
                     req,
                     error: format!("there is no open session {session:?}; nothing was closed"),
