@@ -143,6 +143,11 @@ fn a_command_queued_behind_one_that_defines_its_function_keeps_its_capture_whole
     ok(&mut c, &s, "export KEEP=1");
     let first = c.call("run", json!({"session": s, "cmd": "sleep 0.5; f() { FROM_F=set; }", "yield_ms": 0})).unwrap();
     assert_eq!(first["state"], "running", "{first}");
+    // A command killed while it waits its turn ends before the one ahead of it: it proves nothing.
+    let queued = c.call("run", json!({"session": s, "cmd": "true", "yield_ms": 0})).unwrap();
+    c.call("kill", json!({"session": s, "job": queued["job"]})).unwrap();
+    let gone = c.call("wait", json!({"session": s, "job": queued["job"], "yield_ms": 5000})).unwrap();
+    assert_ne!(gone["state"], "running", "{gone}");
     let r = run(&mut c, &s, "f");
     assert!(r["state_note"].is_null(), "{r}");
     assert!(changes(&r).contains("FROM_F"), "f's assignment is in the record: {r}");

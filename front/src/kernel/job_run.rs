@@ -17,7 +17,7 @@ use crate::kernel::job_wait::{answer, view_budget};
 use crate::kernel::session_open::validate_env;
 use crate::kernel::{clamp_wait, deadline, Client, Kernel, DEFAULT_YIELD_MS, SEND_TIMEOUT};
 use crate::output::view;
-use crate::rpc::results::JobResult;
+use crate::rpc::results::{JobPhase, JobResult};
 use crate::rpc::{self, RpcError};
 pub(crate) use crate::sessions::sandbox::merge_env;
 use crate::sessions::session::{SendError, Session};
@@ -213,7 +213,7 @@ fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
     // shell is unfinished: one still running or queued may define a function or an alias this command
     // calls, which the record does not hold yet. (The worker also falls back to the full capture while
     // the shell has a trap or its last capture was not read.)
-    let behind = persistent && st.jobs().any(|j| j.id() != id && j.in_persistent_shell() && !j.state().ended());
+    let behind = persistent && shell_busy(&st, id);
     if let Some(j) = st.job_mut(id) {
         j.set_state_base(version, Arc::clone(&base));
         if persistent {
@@ -231,6 +231,22 @@ fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
         j.set_capture_scope(Some(names.clone()));
     }
     Ok((id, restore, scope))
+}
+
+/// An earlier command of the persistent shell is unfinished (running, or queued behind one). The shell
+/// runs its commands one at a time in admission order, so the newest earlier command that exited after
+/// running proves every one before it over: the scan stops there (usually at the previous job), not at
+/// the session's first job.
+fn shell_busy(st: &crate::sessions::session::SessionData, id: JobId) -> bool {
+    for j in st.jobs().rev().filter(|j| j.id() != id && j.in_persistent_shell()) {
+        match j.state() {
+            JobPhase::Running => return true,
+            JobPhase::Exited => return false,
+            // Killed, refused, failed to start (a kill while queued), lost: it may not have run; look on.
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Attach the preflight warnings (writes outside the writable roots) to the new job.
