@@ -34,7 +34,9 @@ import tempfile
 import time
 
 EVENTS = [
-    "sched:sched_wakeup",
+    # `sched_waking` fires in the waker's context; `sched_wakeup` may fire on the wakee's CPU (a queued
+    # remote wake-up, in the idle task's context there), which would hide who woke whom.
+    "sched:sched_waking",
     "sched:sched_wakeup_new",
     "sched:sched_switch",
     "sched:sched_process_fork",
@@ -150,7 +152,7 @@ def analyse(events, ours, client_tid, windows):
         while j < len(events) and events[j][0] <= t1 + 2000:
             t, ev, tid, comm, f = events[j]
             j += 1
-            if ev in ("sched_wakeup", "sched_wakeup_new"):
+            if ev in ("sched_waking", "sched_wakeup_new"):
                 wakee = int(f["pid"])
                 names[wakee] = f["comm"]
                 if wakee in ours:
