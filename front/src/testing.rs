@@ -51,6 +51,8 @@ pub(crate) struct FakeSupervisor {
     pub refuse: Mutex<Option<String>>,
     /// Workers started from now on never say hello.
     pub silent: AtomicBool,
+    /// The supervisor is gone (as the control socket's end tells a real front).
+    pub gone: AtomicBool,
     /// Times any worker found the front parked and rang its `evt_data` doorbell.
     pub wakes: Arc<AtomicUsize>,
     pub ring: RegionConfig,
@@ -62,6 +64,7 @@ impl FakeSupervisor {
             workers: Mutex::default(),
             refuse: Mutex::default(),
             silent: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
             wakes: Arc::default(),
             ring,
         })
@@ -128,6 +131,10 @@ impl SupervisorLink for FakeSupervisor {
 
     fn describe(&self) -> Result<SupervisorFacts, LinkError> {
         Ok(SupervisorFacts { pid: 1, cgroup_root: "/fake".into(), cgroup_mode: "v2".into() })
+    }
+
+    fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::SeqCst)
     }
 }
 

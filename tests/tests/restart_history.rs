@@ -96,3 +96,26 @@ fn a_session_reopened_after_a_supervisor_restart_lists_its_earlier_jobs() {
     c.call("session.open", json!({"name": "hist", "cwd": h.project})).unwrap();
     assert_eq!(c.call("jobs", json!({"session": "hist"})).unwrap()["jobs"].as_array().unwrap().len(), 0);
 }
+
+/// A job run in a session re-opened after a supervisor restart belongs to the new worker: a front
+/// restart afterwards takes it over running and it ends as it would have (it is not judged a job of the
+/// old worker, whose processes the restart killed). The torture run's scenario, made deterministic.
+#[test]
+fn a_job_of_a_session_reopened_after_a_supervisor_restart_survives_a_front_restart() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "again", "cwd": h.project})).unwrap();
+    assert_eq!(run_ok(&mut c, &json!("again"), "echo early"), "early\n");
+    kill_and_wait_for_new(&h, "supervisor");
+    let mut c = h.client();
+    let opened = c.call("session.open", json!({"name": "again", "cwd": h.project})).unwrap();
+    assert_eq!(opened["attached"], false, "{opened}");
+    let r = c.call("run", json!({"session": "again", "cmd": "sleep 1; echo after", "yield_ms": 0})).unwrap();
+    assert_eq!((r["job"].as_u64(), r["state"].as_str()), (Some(2), Some("running")), "{r}");
+    kill_and_wait_for_new(&h, "front");
+    let mut c = h.client();
+    let w = c.call("wait", json!({"session": "again", "job": 2, "yield_ms": 30000})).unwrap();
+    assert_eq!((w["state"].as_str(), w["exit_code"].as_i64()), (Some("exited"), Some(0)), "{w}");
+    assert_eq!(read_stream(&mut c, &json!("again"), &json!(2), "stdout"), b"after\n");
+    assert_eq!(read_stream(&mut c, &json!("again"), &json!(1), "stdout"), b"early\n");
+}

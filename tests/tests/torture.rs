@@ -6,7 +6,7 @@
 //! - **replayed: 0** — no idempotency key ran its command twice, whatever was killed meanwhile, and a key
 //!   whose job is known to have exited ran exactly once;
 //! - **a job is lost only with its worker or supervisor**: a lost job met a kill of its session's worker or
-//!   of the supervisor after it was submitted;
+//!   of the supervisor after it was submitted (a kill reaches until the front has heard of the death);
 //! - **nothing left over** — after the sessions close, no process is left in the cgroup tree, and the
 //!   front's fds did not grow with the work done.
 //!
@@ -132,14 +132,39 @@ fn the_stack_keeps_its_promises_while_its_processes_are_killed_at_random() {
                     _ => ("supervisor", None, d["supervisor"]["pid"].as_u64()),
                 };
                 let Some(pid) = pid else { continue };
+                let front = d["front"]["pid"].as_u64();
                 if kill(Pid::from_raw(pid as i32), Signal::SIGKILL).is_ok() {
-                    // Noted after the signal: a job submitted up to here may have met the dying process.
                     *kills.lock().unwrap().entry(what).or_default() += 1;
+                    eventually(Duration::from_secs(30), || !alive(pid));
+                    // A fatal kill is noted once the front can no longer hand the dying process a job: a
+                    // job submitted up to here may have met it. `kill` returns before the process is torn
+                    // down, and the front hears of the death only after that, so the kill reaches jobs
+                    // submitted after the signal: a worker's, until the supervisor's `WorkerDied` reached
+                    // the front (the session is lost, or has another worker); the supervisor's, until the
+                    // front that served its sessions has exited (it runs jobs in them until it reads the
+                    // control socket's end, and the restarted supervisor ends them as leftovers).
+                    match (what, session) {
+                        ("worker", Some(s)) => {
+                            eventually(Duration::from_secs(30), || {
+                                let mut c = None;
+                                let facts = call(&h, &mut c, "describe", &json!({"session": s}));
+                                facts.ok().is_some_and(|f| {
+                                    let f = &f["sessions"][0];
+                                    f["state"] == "lost" || f["worker"]["pid"].as_u64().is_some_and(|p| p != pid)
+                                })
+                            });
+                        }
+                        ("supervisor", _) => {
+                            if let Some(front) = front {
+                                eventually(Duration::from_secs(30), || !alive(front));
+                            }
+                        }
+                        _ => {}
+                    }
                     if what != "front" {
                         fatal.lock().unwrap().push((Instant::now(), session));
                     }
                     // Let the stack come back before the next blow.
-                    eventually(Duration::from_secs(30), || !alive(pid));
                     let _ = describe(&h);
                 }
             }

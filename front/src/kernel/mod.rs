@@ -327,9 +327,11 @@ impl Kernel {
         Ok(s)
     }
 
-    /// Refuse new work once shutdown began.
+    /// Refuse new work once shutdown began or the supervisor is gone.
     pub(crate) fn admit(&self) -> Result<(), RpcError> {
-        if self.is_shutting_down() {
+        // A front whose supervisor is gone exits as soon as its control loop hears of it; work taken
+        // meanwhile would run in sessions the restarted supervisor ends as leftovers.
+        if self.is_shutting_down() || self.link.is_gone() {
             return Err(RpcError::shutting_down());
         }
         Ok(())

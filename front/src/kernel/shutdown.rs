@@ -136,4 +136,17 @@ mod tests {
         assert_eq!(found["receipt"]["op"], "session.open");
         assert!(h.ok("jobs", json!({"session": "demo"}))["jobs"].as_array().unwrap().is_empty());
     }
+
+    /// A front takes no job once its supervisor is gone, before its control loop starts the shutdown:
+    /// the restarted supervisor ends the old sessions' processes, so such a job would only be lost
+    /// (found by the torture run: a job submitted just after the supervisor's SIGKILL).
+    #[test]
+    fn a_front_whose_supervisor_is_gone_takes_no_new_work() {
+        let h = Harness::new();
+        h.open("demo");
+        h.sup.gone.store(true, std::sync::atomic::Ordering::SeqCst);
+        let e = h.call("run", json!({"session": "demo", "cmd": "echo x"})).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ShuttingDown);
+        assert!(h.ok("jobs", json!({"session": "demo"}))["jobs"].as_array().unwrap().is_empty());
+    }
 }

@@ -111,6 +111,11 @@ pub trait SupervisorLink: Send + Sync {
     fn close_session(&self, session: &str) -> Result<ClosedSession, LinkError>;
     /// The supervisor's own facts.
     fn describe(&self) -> Result<SupervisorFacts, LinkError>;
+    /// True once the supervisor is known to be gone (the control socket closed or failed): the front
+    /// is about to exit, and the sessions' processes are ended by the supervisor that comes next.
+    fn is_gone(&self) -> bool {
+        false
+    }
     /// Move the processes of the job's cgroup (`cgroup`, relative to the session's) to `kept/NAME`.
     fn keep_job(
         &self,
@@ -328,6 +333,10 @@ impl SupervisorLink for ControlLink {
             }
             (other, _) => Err(LinkError::Protocol(format!("unexpected answer to CloseSession: {other:?}"))),
         }
+    }
+
+    fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::SeqCst)
     }
 
     fn describe(&self) -> Result<SupervisorFacts, LinkError> {
