@@ -114,10 +114,14 @@ impl Journal {
     }
 }
 
-/// Write `<dir>/session.json`.
+/// Write `<dir>/session.json`, whole or not at all: into `session.json.new`, then renamed over it, so a
+/// front killed mid-write (the crash recovery reads this file) leaves the previous settings, never a
+/// truncated file.
 pub fn write_meta(dir: &Path, meta: &Meta) -> std::io::Result<()> {
     let json = serde_json::to_vec(meta).map_err(std::io::Error::other)?;
-    std::fs::write(dir.join("session.json"), json)
+    let new = dir.join("session.json.new");
+    std::fs::write(&new, json)?;
+    std::fs::rename(&new, dir.join("session.json"))
 }
 
 /// Read `<dir>/session.json`.
@@ -157,6 +161,26 @@ pub struct Reopen {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn settings_are_replaced_whole_and_a_torn_earlier_write_does_not_matter() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = |cwd: &str| Meta {
+            owner_uid: 1000,
+            cwd: cwd.into(),
+            env: Vec::new(),
+            persistent: false,
+            reopen: None,
+            db_key: None,
+        };
+        write_meta(dir.path(), &meta("/first")).unwrap();
+        // What a front killed in the middle of a write leaves: a torn temporary file, the old settings whole.
+        std::fs::write(dir.path().join("session.json.new"), b"{\"owner_uid\": 10").unwrap();
+        assert_eq!(read_meta(dir.path()).unwrap().cwd, "/first");
+        write_meta(dir.path(), &meta("/second")).unwrap();
+        assert_eq!(read_meta(dir.path()).unwrap().cwd, "/second");
+        assert!(!dir.path().join("session.json.new").exists(), "the temporary file is renamed, not left");
+    }
 
     #[test]
     fn entries_round_trip_and_a_torn_tail_is_ignored() {
