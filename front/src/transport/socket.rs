@@ -6,7 +6,8 @@
 //! what arrives without blocking (`MSG_DONTWAIT`) and, once a connection has a complete line, hands
 //! the connection to a worker of a small pool that grows while requests are in flight and shrinks
 //! when idle ([`WORKER_IDLE`]). The worker answers every complete line, reads on while more is
-//! there, then gives the connection back to the loop. A long `wait` or `run` holds its worker only,
+//! there, then gives the connection back to the loop, waking it only when bytes already wait
+//! ([`give_back`]: the connection's next request wakes the loop anyway). A long `wait` or `run` holds its worker only,
 //! never the loop or another connection. Answers and notifications leave through the connection's
 //! [`Outbox`] (which starts a writer thread only while a slow reader leaves lines queued).
 //!
@@ -588,12 +589,34 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
         }
         let _ = c.fill();
         if c.lines.ready.is_empty() && !c.eof {
-            // Given back, the loop reads it again first thing: whatever `fill` left is not lost.
-            let _ = shared.back.send(Back::Idle(c));
-            let _ = shared.waker.wake();
+            give_back(shared, c);
             return;
         }
     }
+}
+
+/// Give an idle connection back to the loop without waking it, unless something is waiting to be read
+/// on it already. The loop takes back what the workers returned whenever it wakes, before it reads, so
+/// the connection's next request (an edge-triggered event, raised after the send below) finds it there;
+/// only bytes (or a hang-up) that arrived before the send raised their event while the worker still
+/// held the connection, and the check after the send sees those and wakes the loop. This saves a
+/// wake-up of the loop per call (`docs/performance.md`). The check polls duplicates of the
+/// connection's descriptors, taken before it left this thread (the loop may end it meanwhile); when
+/// they cannot be taken, the loop is woken as before.
+fn give_back(shared: &Arc<Shared>, c: Box<Conn>) {
+    #[cfg(test)]
+    std::thread::sleep(Duration::from_millis(tests::GIVE_BACK_DELAY_MS.load(Ordering::SeqCst)));
+    let dups: Option<Vec<OwnedFd>> = c.watched().iter().map(|fd| fd.try_clone_to_owned().ok()).collect();
+    let _ = shared.back.send(Back::Idle(c));
+    if dups.is_none_or(|fds| fds.is_empty() || readable_now(&fds)) {
+        let _ = shared.waker.wake();
+    }
+}
+
+/// True when any of `fds` has something to read, a hang-up or an error now (or cannot be polled).
+fn readable_now(fds: &[OwnedFd]) -> bool {
+    let mut polled: Vec<PollFd<'_>> = fds.iter().map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN)).collect();
+    !matches!(poll(&mut polled, PollTimeout::ZERO), Ok(0))
 }
 
 /// The buffer asked for an agent's stdout pipe after a hand-over (a Unix socket's default send buffer
@@ -941,6 +964,27 @@ mod tests {
         let v = reply(&mut r);
         assert_eq!((v["id"].as_u64(), v["error"]["code"].as_i64()), (Some(7), Some(-32601)), "the long line's answer");
         writer.join().unwrap();
+        server.stop_accepting();
+    }
+
+    /// Milliseconds a worker waits between its last read of a connection and giving it back (0 but in
+    /// the test below, which widens that window to land a request in it).
+    pub(super) static GIVE_BACK_DELAY_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    #[test]
+    fn a_request_that_arrives_while_a_connection_is_given_back_is_answered() {
+        let h = Harness::new();
+        let (server, mut r, mut w) = connected(&h);
+        r.get_ref().set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        GIVE_BACK_DELAY_MS.store(300, Ordering::SeqCst);
+        w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"nope\"}\n").unwrap();
+        assert_eq!(reply(&mut r)["id"], 1);
+        // The worker has read the socket dry and waits before giving the connection back: this request
+        // raises its event while no one holds the connection for the loop.
+        std::thread::sleep(Duration::from_millis(50));
+        w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"nope\"}\n").unwrap();
+        GIVE_BACK_DELAY_MS.store(0, Ordering::SeqCst);
+        assert_eq!(reply(&mut r)["id"], 2, "answered, not left waiting for another event");
         server.stop_accepting();
     }
 
