@@ -12,6 +12,12 @@
 //! Invariants: nothing is dropped or reordered. The caller reads a pipe only when
 //! [`EventOut::output_ready`] says the queue is empty and a whole chunk fits, so output never overtakes a
 //! queued control event. [`EventOut::wake_needed`] is asked once per batch, not per frame.
+//!
+//! A `Started` goes out without ringing the front's doorbell ([`EventOut::emit_quiet`]): most jobs an
+//! agent runs end within milliseconds, and their end rings anyway, so the front wakes once for both
+//! instead of twice (and its waiting caller once instead of twice). A quiet frame rings at the latest
+//! [`QUIET_WAKE`] after it was published (the worker's poll wakes for it, [`EventOut::quiet_due_in`]);
+//! frames are never reordered, so whatever rings first delivers it.
 
 use shm_proto::frame;
 use shm_proto::msg::{Event, JobId, Stream, MAX_OUTPUT_CHUNK};
@@ -38,6 +44,9 @@ impl ReadTime {
         ReadTime { mono_ns: shm_proto::sys::monotonic_ns(), unix_ns: shm_proto::sys::unix_ns() }
     }
 }
+
+/// The longest a frame published by [`EventOut::emit_quiet`] waits for a ring of the front's doorbell.
+pub const QUIET_WAKE: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Longest text carried in a `Warning` or `SpawnFailed` message.
 pub const MAX_MESSAGE: usize = 1024;
@@ -66,6 +75,8 @@ pub struct EventOut {
     scratch: Vec<u8>,
     pending: VecDeque<Vec<u8>>,
     pushed: bool,
+    /// When the oldest frame published quietly since the last ring went out.
+    quiet_since: Option<std::time::Instant>,
     chunk: usize,
     frame: Vec<u8>,
 }
@@ -78,6 +89,7 @@ impl EventOut {
             scratch: Vec::with_capacity(1024),
             pending: VecDeque::new(),
             pushed: false,
+            quiet_since: None,
             chunk,
             frame: vec![0; OUTPUT_PREFIX_MAX + chunk],
         }
@@ -118,6 +130,23 @@ impl EventOut {
         }
         self.pending.push_back(self.scratch.clone());
         Ok(())
+    }
+
+    /// [`EventOut::emit`], without asking for the doorbell: the event reaches the front with whatever
+    /// rings next, or [`QUIET_WAKE`] later (see the module docs).
+    pub fn emit_quiet(&mut self, ev: &Event) -> Result<(), EmitError> {
+        let pushed = std::mem::replace(&mut self.pushed, false);
+        let r = self.emit(ev);
+        self.pushed = pushed;
+        if self.quiet_since.is_none() {
+            self.quiet_since = Some(std::time::Instant::now());
+        }
+        r
+    }
+
+    /// How long until a quietly published frame must ring the doorbell (`None`: none waits).
+    pub fn quiet_due_in(&self) -> Option<std::time::Duration> {
+        self.quiet_since.map(|t| QUIET_WAKE.saturating_sub(t.elapsed()))
     }
 
     /// Publish queued control events while they fit; true when none remain.
@@ -171,9 +200,16 @@ impl EventOut {
         Ok(())
     }
 
-    /// True once per batch when the front is parked and its doorbell must ring.
+    /// True once per batch when the front is parked and its doorbell must ring: something was published
+    /// since the last ask, or a quiet frame has waited [`QUIET_WAKE`].
     pub fn wake_needed(&mut self) -> bool {
-        std::mem::take(&mut self.pushed) && self.ring.wake_needed()
+        let due = self.pushed || self.quiet_due_in().is_some_and(|d| d.is_zero());
+        if !due {
+            return false;
+        }
+        self.pushed = false;
+        self.quiet_since = None;
+        self.ring.wake_needed()
     }
 
     /// Park for space for [`EventOut::space_needed`]; false if it is already there.
@@ -341,6 +377,32 @@ mod tests {
         out.emit(&Event::StreamsClosed { job: 2 }).unwrap();
         assert!(out.wake_needed());
         assert!(!out.wake_needed(), "nothing pushed since");
+    }
+
+    #[test]
+    fn a_quiet_frame_rings_with_the_next_one_or_after_its_wait() {
+        let (p, mut c) = heap_ring(4096);
+        let mut out = EventOut::new(p);
+        assert!(c.park_prepare());
+        let started = Event::Started { job: 1, pid: 7, at_unix_ns: 0, prestarted: true, cgroup: String::new() };
+        out.emit_quiet(&started).unwrap();
+        assert!(!out.wake_needed(), "a quiet frame alone does not ring at once");
+        assert!(out.quiet_due_in().is_some_and(|d| d <= QUIET_WAKE));
+        out.emit(&Event::StreamsClosed { job: 1 }).unwrap();
+        assert!(out.wake_needed(), "the next frame rings for both");
+        assert_eq!(out.quiet_due_in(), None);
+        let mut buf = Vec::new();
+        assert_eq!(c.pop_msg::<Event>(&mut buf).unwrap(), Some(started.clone()), "in order");
+        assert_eq!(c.pop_msg::<Event>(&mut buf).unwrap(), Some(Event::StreamsClosed { job: 1 }));
+
+        c.park_done();
+        assert!(c.park_prepare());
+        out.emit_quiet(&started).unwrap();
+        assert!(!out.wake_needed());
+        std::thread::sleep(QUIET_WAKE);
+        assert_eq!(out.quiet_due_in(), Some(std::time::Duration::ZERO));
+        assert!(out.wake_needed(), "rung once it waited QUIET_WAKE");
+        assert!(!out.wake_needed(), "and only once");
     }
 
     #[test]

@@ -215,10 +215,7 @@ impl<C: CgroupOps> Worker<C> {
             self.flush_wake();
             let busy = more_cmds || more_output;
             let retry = if busy { None } else { self.refill_spare() };
-            let timeout = match (self.timeout(busy), retry) {
-                (Some(t), Some(r)) => Some(t.min(r)),
-                (t, r) => t.or(r),
-            };
+            let timeout = [self.timeout(busy), retry, self.out.quiet_due_in()].into_iter().flatten().min();
             match self.poll.poll(&mut events, timeout) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

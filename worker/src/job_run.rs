@@ -162,7 +162,7 @@ impl<C: CgroupOps> Worker<C> {
                 }
                 self.jobs.insert(job, Job { effects, ..j });
                 self.rearm(job);
-                self.out.emit(&Event::Started {
+                self.out.emit_quiet(&Event::Started {
                     job,
                     pid,
                     at_unix_ns: unix_ns(),

@@ -33,7 +33,7 @@ impl<C: CgroupOps> Worker<C> {
         match self.start_in_shell(&spec) {
             Ok(pid) => {
                 self.persistent.active = Some(job);
-                self.out.emit(&Event::Started {
+                self.out.emit_quiet(&Event::Started {
                     job,
                     pid,
                     at_unix_ns: unix_ns(),

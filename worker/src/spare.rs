@@ -289,7 +289,7 @@ impl<C: CgroupOps> Worker<C> {
     /// The `Started` of a job handed to a spare.
     pub(crate) fn spare_started(&mut self, job: JobId, pid: u32) -> Result<(), WorkerError> {
         self.rearm(job);
-        Ok(self.out.emit(&Event::Started {
+        Ok(self.out.emit_quiet(&Event::Started {
             job,
             pid,
             at_unix_ns: crate::job::unix_ns(),
