@@ -196,6 +196,22 @@ pub fn monotonic_ns() -> u64 {
         .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
 }
 
+/// Mark the calling thread as background work (`SCHED_BATCH`): the scheduler gives it the same share
+/// of a CPU as before, but its wake-ups never preempt a running thread. The front's writers (database
+/// rows, output files made ahead, retention) are woken during a call; without this, each wake-up
+/// preempted the thread answering the call on its own CPU (measured in `docs/performance.md`).
+pub fn background_thread() -> std::io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the duration of the call,
+    // and SCHED_BATCH takes priority 0. The call changes only this thread's policy.
+    let ret = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// How a reaped child ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Exit {

@@ -18,21 +18,24 @@ pub fn timer_period(r: Retention) -> Duration {
 pub fn start_timer(kernel: Weak<Kernel>) -> std::io::Result<()> {
     let period = timer_period(config());
     let wake = crate::output::retention::wake_channel();
-    std::thread::Builder::new().name("retention".into()).spawn(move || loop {
-        match &wake {
-            Some(rx) => match rx.recv_timeout(period) {
-                Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(period),
-            },
-            None => std::thread::sleep(period),
+    std::thread::Builder::new().name("retention".into()).spawn(move || {
+        let _ = shm_proto::sys::background_thread();
+        loop {
+            match &wake {
+                Some(rx) => match rx.recv_timeout(period) {
+                    Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(period),
+                },
+                None => std::thread::sleep(period),
+            }
+            let Some(k) = kernel.upgrade() else { return };
+            crate::output::retention::take_written();
+            let sessions = k.open_sessions();
+            let totals: Vec<u64> = sessions.iter().map(|s| enforce(&mut s.lock(), config(), Instant::now())).collect();
+            let budget = config().disk_bytes;
+            let closed = closed_within(&k, budget.saturating_sub(totals.iter().sum()));
+            enforce_disk(&totals, |i| sessions.get(i).map(|s| s.lock()), budget.saturating_sub(closed));
         }
-        let Some(k) = kernel.upgrade() else { return };
-        crate::output::retention::take_written();
-        let sessions = k.open_sessions();
-        let totals: Vec<u64> = sessions.iter().map(|s| enforce(&mut s.lock(), config(), Instant::now())).collect();
-        let budget = config().disk_bytes;
-        let closed = closed_within(&k, budget.saturating_sub(totals.iter().sum()));
-        enforce_disk(&totals, |i| sessions.get(i).map(|s| s.lock()), budget.saturating_sub(closed));
     })?;
     Ok(())
 }

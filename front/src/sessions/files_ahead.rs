@@ -22,7 +22,10 @@ impl Maker {
     /// Start the thread (it ends when the maker is dropped).
     pub fn start() -> std::io::Result<Maker> {
         let (tx, rx) = unbounded();
-        std::thread::Builder::new().name("job-files".into()).spawn(move || run(rx))?;
+        std::thread::Builder::new().name("job-files".into()).spawn(move || {
+            let _ = shm_proto::sys::background_thread();
+            run(rx)
+        })?;
         Ok(Maker { tx })
     }
 

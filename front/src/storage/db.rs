@@ -233,7 +233,10 @@ impl Db {
         let b = boot.clone();
         let thread = std::thread::Builder::new()
             .name("db-writer".into())
-            .spawn(move || writer_loop(writer, rx, b))
+            .spawn(move || {
+                let _ = shm_proto::sys::background_thread();
+                writer_loop(writer, rx, b)
+            })
             .map_err(DbError::Thread)?;
         Ok(Db { tx, reader: Mutex::new(conn), thread: Mutex::new(Some(thread)), boot })
     }
