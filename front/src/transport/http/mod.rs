@@ -24,6 +24,7 @@
 //! tokio lives here only: one thread runs a current-thread runtime; kernel calls (which block up to
 //! `yield_ms`) run on its blocking pool, event streams each on a thread of their own.
 
+mod after_write;
 mod cockpit;
 mod mcp_stream;
 pub mod peer;
@@ -33,7 +34,7 @@ use crate::kernel::{Client, Kernel};
 use crate::rpc::outbox::{Outbox, OutboxReader};
 use crate::rpc::{self, ErrorKind, RpcError};
 use crate::transport::mcp::{McpConnection, PROTOCOL_VERSIONS};
-use crate::transport::socket::{after_answer, answer_line_on};
+use crate::transport::socket::answer_line_on;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Frame, Incoming};
@@ -247,16 +248,20 @@ async fn accept_loop(listener: tokio::net::TcpListener, door: Arc<Door>) {
                     return;
                 }
             };
-            let io = hyper_util::rt::TokioIo::new(stream);
+            let slot = after_write::Slot::default();
+            let io = hyper_util::rt::TokioIo::new(after_write::AfterWrite { io: stream, slot: slot.clone() });
             let svc = hyper::service::service_fn(move |req| {
                 let door = door.clone();
                 async move { Ok::<_, std::convert::Infallible>(handle(&door, uid, req).await) }
             });
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30))
-                .serve_connection(io, svc)
-                .await;
+            let served = after_write::scope(
+                slot,
+                hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(30))
+                    .serve_connection(io, svc),
+            )
+            .await;
             if let Err(e) = served {
                 if !e.is_incomplete_message() && !e.is_canceled() {
                     tracing::warn!("an HTTP connection from {peer} ended: {e}");
@@ -445,7 +450,7 @@ async fn post_rpc(door: &Door, client: Client, req: Request<Incoming>) -> Respon
         Ok((reply, named)) => {
             if let Some((kernel, s)) = named {
                 // The database rows after the reply, as on the socket.
-                tokio::task::spawn_blocking(move || after_answer(&kernel, &s));
+                after_answer_in_background(&kernel, s);
             }
             match reply {
                 Some(mut r) => {
@@ -462,10 +467,9 @@ async fn post_rpc(door: &Door, client: Client, req: Request<Incoming>) -> Respon
 }
 
 /// The database rows of the session a call named, after its reply, as on the socket: no client waits
-/// on them.
+/// on them ([`after_write`]).
 fn after_answer_in_background(kernel: &Arc<Kernel>, s: Arc<crate::sessions::session::Session>) {
-    let kernel = kernel.clone();
-    tokio::task::spawn_blocking(move || after_answer(&kernel, &s));
+    after_write::leave(kernel, s);
 }
 
 fn reply_empty(status: StatusCode) -> Response<Body> {
