@@ -1,21 +1,22 @@
 //! The named persistent session: one long-lived `bash --noprofile --norc` whose commands run one at a time.
 //!
 //! The shell runs [`LOOP`] in its own cgroup (`<session>/shell`, [`SHELL_CGROUP`]). Its fds:
-//! - fd 0: the worker's control socket (a `SOCK_STREAM` socketpair). The worker writes each command as two
-//!   NUL-terminated blocks, the restore script (empty while the shell lives) and the command text (and a
-//!   third, below); bash
-//!   values cannot hold NUL, so the framing cannot be forged. After a command, bash writes its exit
-//!   status as one line back on the same socket: that line is the command's boundary. Output is never
-//!   scanned for markers.
+//! - fd 0: the worker's control socket (a `SOCK_STREAM` socketpair), a doorbell: the worker writes one
+//!   newline when a command waits in the state memfd. After a command, bash writes its exit status as
+//!   one line back on the same socket: that line is the command's boundary. Output is never scanned
+//!   for markers.
 //! - fd 1/2: one stdout and one stderr pipe for the shell's whole life, shared by its commands.
-//!   A third block is the capture's scope (`__heddle_n=(NAME…)`, see `crate::state::scope_line`), or
-//!   empty for the full capture: the worker passes on the scope the front read from the command only
-//!   while [`Persistent::scoped_ok`].
-//! - fd 4: the state memfd ([`crate::state::STATE_FD`]); after each command the loop writes the same
-//!   capture as the fresh-process wrapper, so the front's record follows the shell. The worker's fd and
-//!   bash's fd 4 share one open file description (one offset): when the status line arrives the worker
-//!   reads the capture from offset 0, then truncates the memfd and moves the shared offset back to 0, so
-//!   the next capture starts there. Before the capture the loop writes `trap -p` there: the bytes
+//! - fd 4: the state memfd ([`crate::state::STATE_FD`]). The worker writes each command at its start as
+//!   three NUL-terminated blocks: the restore script (empty while the shell lives), the command text,
+//!   and the capture's scope (`__heddle_n=(NAME…)`, see `crate::state::scope_line`, or empty for the
+//!   full capture: the worker passes on the scope the front read from the command only while
+//!   [`Persistent::scoped_ok`]). Bash values cannot hold NUL, so the framing cannot be forged. The loop
+//!   reads them with one `mapfile` (a few `read`s of the whole memfd, where `read -d ''` from a socket
+//!   takes a system call per byte). After each command the loop writes, right behind the blocks, the
+//!   same capture as the fresh-process wrapper, so the front's record follows the shell. The worker's
+//!   fd and bash's fd 4 share one open file description (one offset): when the status line arrives the
+//!   worker reads the capture from behind the blocks, then truncates the memfd and moves the shared
+//!   offset back to 0, so the next command's blocks start there. Before the capture the loop writes `trap -p` there: the bytes
 //!   before the capture's first NUL are the shell's traps (see [`split_traps`]). A memfd, not a pipe: bash writes a capture in dozens of small
 //!   `write`s, and each one on a pipe woke the worker (~50 wake-ups per command).
 //!
@@ -52,8 +53,9 @@ pub const SHELL_CGROUP: JobId = JobId::MAX;
 pub const LOOP: &str = concat!(
     "__heddle_o=$SHELLOPTS __heddle_b=$BASHOPTS; builtin set +euvx; __heddle_f= __heddle_rc=0\n",
     "while builtin true; do\n",
-    " { IFS= builtin read -r -d '' __heddle_r && IFS= builtin read -r -d '' __heddle_c",
-    " && IFS= builtin read -r -d '' __heddle_s; } || builtin exit 0\n",
+    " IFS= builtin read -r __heddle_d || builtin exit 0\n",
+    " builtin mapfile -t -d '' -u 4 __heddle_m\n",
+    " __heddle_r=${__heddle_m[0]-} __heddle_c=${__heddle_m[1]-} __heddle_s=${__heddle_m[2]-}; builtin unset -v __heddle_m __heddle_d\n",
     " if [[ -n $__heddle_r ]]; then builtin eval \"$__heddle_r\" 0</dev/null 4>&-;",
     " { __heddle_f=$-; builtin set +euvx; } 2>/dev/null; fi\n",
     " __heddle_t=${__heddle_f//[!euvx]/}\n",
@@ -103,8 +105,9 @@ pub(crate) struct ShellLink {
 }
 
 impl Job {
-    /// Build the job of one command from the idle shell's parts.
-    pub(crate) fn in_shell(serial: usize, shell: Shell) -> Job {
+    /// Build the job of one command from the idle shell's parts; its capture starts at `capture_at` in the
+    /// state memfd (behind the command's blocks).
+    pub(crate) fn in_shell(serial: usize, shell: Shell, capture_at: u64) -> Job {
         Job {
             input: None,
             net_refused: None,
@@ -117,7 +120,7 @@ impl Job {
             exited_sent: false,
             closed_sent: false,
             kill_requested: false,
-            state: Some(crate::state::StateFile::memfd(shell.state, 0)),
+            state: Some(crate::state::StateFile::memfd(shell.state, capture_at)),
             shell: Some(ShellLink { ctl: shell.ctl, line: Vec::new() }),
             in_shell: true,
             started: std::time::Instant::now(),

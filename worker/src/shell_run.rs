@@ -17,7 +17,6 @@ use mio::unix::SourceFd;
 use mio::Interest;
 use shm_proto::msg::{Event, JobId, RunSpec};
 use std::ffi::OsStr;
-use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -88,12 +87,13 @@ impl<C: CgroupOps> Worker<C> {
         if spec.cmd.contains('\0') {
             return Err(StartError::Prepare(launcher::PrepareError::Nul { what: "the command" }));
         }
-        std::fs::File::from(shell.ctl.try_clone().map_err(StartError::Pipes)?)
-            .write_all(&block)
-            .map_err(StartError::Pipes)?;
+        // The memfd is empty and its shared offset at 0 (a fresh shell's, or `StateFile::rewind` after the
+        // last command): the blocks go at its start, the loop's capture right behind them.
+        let capture_at = crate::state::write_restore(&shell.state, &block).map_err(StartError::Pipes)?;
+        write_doorbell(&shell.ctl).map_err(StartError::Pipes)?;
         let serial = self.next_serial;
         self.next_serial += 1;
-        let job = Job::in_shell(serial, shell);
+        let job = Job::in_shell(serial, shell, capture_at);
         let pid = job.pid;
         for source in SHELL_SOURCES {
             let fd = shell_fd(&job, source).expect("a fresh shell job has every source");
@@ -236,6 +236,18 @@ impl<C: CgroupOps> Worker<C> {
             }
         }
         Ok(())
+    }
+}
+
+/// Wake the idle shell: its command waits in the state memfd.
+fn write_doorbell(ctl: &OwnedFd) -> std::io::Result<()> {
+    loop {
+        match nix::unistd::write(ctl, b"\n") {
+            Ok(1) => return Ok(()),
+            Ok(_) => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero)),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
