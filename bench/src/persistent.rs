@@ -7,7 +7,8 @@
 //! - empty state, `true` (the front reads it as changing nothing: a scoped capture);
 //! - typical state (20 exported variables, 5 functions, 10 aliases), `true`;
 //! - typical state, `eval true` (the front cannot read it: the full capture);
-//! - typical state, `true` with `effects: "none"` (no effects ledger: what the ledger adds).
+//! - typical state, `true` with `effects: "none"` (no effects ledger: what the ledger adds);
+//! - typical state, a 4 KiB command (`true # xxx…`: what the shell pays to read a long script).
 
 use anyhow::{Context, Result};
 use heddle_bench::{report, time_us, Summary};
@@ -86,11 +87,14 @@ impl Variant {
 pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
     let h = Heddle::start();
     let typical = crate::spare::typical_state();
+    // A script as agents send them (a heredoc, a loop): the shell reads every byte of it.
+    let long = format!("true # {}", "x".repeat(4089));
     let mut variants = [
         Variant::new(&h, "empty state", "true", "true", json!({})),
         Variant::new(&h, "typical state", &typical, "true", json!({})),
         Variant::new(&h, "typical state, full capture", &typical, "eval true", json!({})),
         Variant::new(&h, "typical state, effects none", &typical, "true", json!({"effects": "none"})),
+        Variant::new(&h, "typical state, a 4 KiB command", &typical, &long, json!({})),
     ];
     let mut raw = RawBash::start()?;
     let pause = Duration::from_millis(pause_ms);
@@ -113,7 +117,7 @@ pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
     println!("pause before every call: {pause_ms} ms; raw persistent bash p50 {:.1} µs", base.p50);
     for v in &variants {
         report(
-            &format!("persistent session run({:?}), {} vs a raw persistent bash", v.params["cmd"], v.name),
+            &format!("persistent session run({}), {} vs a raw persistent bash", shown(&v.params["cmd"]), v.name),
             "raw persistent bash over pipes: write `true; echo $?`, read the line",
             base,
             v.name,
@@ -121,4 +125,13 @@ pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A command as the report names it: a long one by its start and length.
+fn shown(cmd: &Value) -> String {
+    let cmd = cmd.as_str().unwrap_or_default();
+    match cmd.len() > 40 {
+        true => format!("{:?}… ({} bytes)", &cmd[..12], cmd.len()),
+        false => format!("{cmd:?}"),
+    }
 }
