@@ -21,8 +21,9 @@
 //! the `Authorization: Bearer` token ([`tokens::Tokens`]); otherwise `401`. On loopback an `Origin`
 //! that is not a loopback host is refused `403` (DNS rebinding). Bodies over [`MAX_BODY`] are `413`.
 //!
-//! tokio lives here only: one thread runs a current-thread runtime; kernel calls (which block up to
-//! `yield_ms`) run on its blocking pool, event streams each on a thread of their own.
+//! tokio lives here only: a multi-thread runtime with one worker; kernel calls (which block up to
+//! `yield_ms`) run on the thread that read the request, inside `block_in_place`; what follows an answer
+//! runs after its write on the same thread ([`after_write`]); event streams each on a thread of their own.
 
 mod after_write;
 mod cockpit;
