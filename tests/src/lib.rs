@@ -79,6 +79,17 @@ pub struct Heddle {
 }
 
 impl Heddle {
+    /// The state of every row `heddle.db` stores for job `job` of sessions named `session`.
+    pub fn job_rows(&self, session: &str, job: u64) -> Vec<String> {
+        let db = rusqlite::Connection::open_with_flags(
+            self.state_dir.join("heddle.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .expect("open heddle.db");
+        let mut q = db.prepare("SELECT state FROM jobs WHERE session = ?1 AND job = ?2").unwrap();
+        q.query_map(rusqlite::params![session, job], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    }
+
     /// Start the stack and wait until its socket answers.
     pub fn start() -> Heddle {
         Self::start_with(&[])

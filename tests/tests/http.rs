@@ -483,17 +483,6 @@ fn the_http_door_caps_connections_per_uid_with_a_sentence() {
     assert!(back, "a closed connection's place came back: {}", refused());
 }
 
-/// The state of every stored row of job `job` of sessions named `session`.
-fn job_rows(h: &Heddle, session: &str, job: u64) -> Vec<String> {
-    let db = rusqlite::Connection::open_with_flags(
-        h.state_dir.join("heddle.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .expect("open heddle.db");
-    let mut q = db.prepare("SELECT state FROM jobs WHERE session = ?1 AND job = ?2").unwrap();
-    q.query_map(rusqlite::params![session, job], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
-}
-
 #[test]
 fn a_call_through_the_http_door_leaves_its_database_rows_while_the_connection_stays_open() {
     let (h, addr) = door();
@@ -505,7 +494,7 @@ fn a_call_through_the_http_door_leaves_its_database_rows_while_the_connection_st
     let job = ran["result"]["job"].as_u64().unwrap();
     // The connection stays open and idle: the rows follow the answer, not the connection's end or a later
     // request on it.
-    let stored = eventually(Duration::from_secs(10), || job_rows(&h, "rows", job) == ["exited"]);
-    assert!(stored, "one row, saying exited: {:?}", job_rows(&h, "rows", job));
+    let stored = eventually(Duration::from_secs(10), || h.job_rows("rows", job) == ["exited"]);
+    assert!(stored, "one row, saying exited: {:?}", h.job_rows("rows", job));
     drop(c);
 }

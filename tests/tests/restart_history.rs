@@ -22,17 +22,6 @@ fn kill_and_wait_for_new(h: &Heddle, who: &str) {
     );
 }
 
-/// Every stored row (state) of job `job` of sessions named `session`.
-fn job_rows(h: &Heddle, session: &str, job: u64) -> Vec<String> {
-    let db = rusqlite::Connection::open_with_flags(
-        h.state_dir.join("heddle.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .expect("open heddle.db");
-    let mut q = db.prepare("SELECT state FROM jobs WHERE session = ?1 AND job = ?2").unwrap();
-    q.query_map(rusqlite::params![session, job], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
-}
-
 #[test]
 fn a_restarted_fronts_database_rows_follow_the_jobs_it_rebuilt() {
     let h = Heddle::start();
@@ -45,8 +34,8 @@ fn a_restarted_fronts_database_rows_follow_the_jobs_it_rebuilt() {
     let r = c.call("wait", json!({"session": "rows", "job": slow["job"], "yield_ms": 30000})).unwrap();
     assert_eq!((r["state"].as_str(), r["exit_code"].as_i64()), (Some("exited"), Some(0)), "{r}");
     let job = slow["job"].as_u64().unwrap();
-    let settled = eventually(Duration::from_secs(10), || job_rows(&h, "rows", job) == ["exited"]);
-    assert!(settled, "one row, saying exited: {:?}", job_rows(&h, "rows", job));
+    let settled = eventually(Duration::from_secs(10), || h.job_rows("rows", job) == ["exited"]);
+    assert!(settled, "one row, saying exited: {:?}", h.job_rows("rows", job));
 }
 
 #[test]
@@ -85,12 +74,8 @@ fn a_session_reopened_after_a_supervisor_restart_lists_its_earlier_jobs() {
     };
     assert!(eventually(Duration::from_secs(10), || settled(&mut c, "hist")), "the session's jobs ended");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x\n", "nothing was run again");
-    assert!(
-        eventually(Duration::from_secs(10), || job_rows(&h, "hist", 2) == ["lost"]),
-        "{:?}",
-        job_rows(&h, "hist", 2)
-    );
-    assert_eq!(job_rows(&h, "hist", 1), ["exited"]);
+    assert!(eventually(Duration::from_secs(10), || h.job_rows("hist", 2) == ["lost"]), "{:?}", h.job_rows("hist", 2));
+    assert_eq!(h.job_rows("hist", 1), ["exited"]);
     // A closed session's history is not carried into a new session of its name.
     c.call("session.close", json!({"session": "hist"})).unwrap();
     c.call("session.open", json!({"name": "hist", "cwd": h.project})).unwrap();
