@@ -102,8 +102,9 @@ impl Watch {
         let outer = outer_roots(roots);
         let mut w = Watch { roots: outer.clone(), limit, ..Default::default() };
         'roots: for root in &outer {
-            let mut stack = vec![root.clone()];
-            while let Some(p) = stack.pop() {
+            // Each path with the device of the directory that listed it (none for the root).
+            let mut stack = vec![(root.clone(), None)];
+            while let Some((p, parent_dev)) = stack.pop() {
                 let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
                 if w.entries.len() >= limit {
                     w.stopped_after = w.entries.keys().next_back().cloned();
@@ -113,14 +114,16 @@ impl Watch {
                 let racy = stat.kind == b'f'
                     && (now - stat.ctime.max(stat.mtime)) < i128::try_from(RACY.as_nanos()).unwrap_or(i128::MAX);
                 let hash = racy.then(|| hash_of(&p)).flatten();
-                let is_dir = stat.kind == b'd';
+                // A kernel filesystem mounted below a root (`/proc` under `/`) is listed as a directory but
+                // not walked: its files' times move by themselves, and no job's work is kept there.
+                let is_dir = stat.kind == b'd' && !(parent_dev.is_some_and(|d| d != m.dev()) && kernel_fs(&p));
                 w.entries.insert(p.clone(), (stat, hash));
                 if is_dir {
                     match std::fs::read_dir(&p) {
                         Ok(rd) => {
                             let mut kids: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
                             kids.sort();
-                            stack.extend(kids.into_iter().rev());
+                            stack.extend(kids.into_iter().rev().map(|k| (k, Some(m.dev()))));
                         }
                         Err(e) => w.unlisted.push((p.clone(), e.kind().to_string())),
                     }
@@ -130,6 +133,26 @@ impl Watch {
         w.cost_us = started.elapsed().as_micros() as u64;
         w
     }
+}
+
+/// True when `dir` (a mount point) holds one of the kernel's own filesystems: proc, sysfs, cgroups,
+/// devpts, the debug, trace, security and BPF filesystems, nsfs. tmpfs is not among them: jobs work there.
+fn kernel_fs(dir: &Path) -> bool {
+    use nix::sys::statfs as fs;
+    let Ok(st) = fs::statfs(dir) else { return false };
+    [
+        fs::PROC_SUPER_MAGIC,
+        fs::SYSFS_MAGIC,
+        fs::CGROUP_SUPER_MAGIC,
+        fs::CGROUP2_SUPER_MAGIC,
+        fs::DEVPTS_SUPER_MAGIC,
+        fs::DEBUGFS_MAGIC,
+        fs::TRACEFS_MAGIC,
+        fs::SECURITYFS_MAGIC,
+        fs::BPF_FS_MAGIC,
+        fs::NSFS_MAGIC,
+    ]
+    .contains(&st.filesystem_type())
 }
 
 /// What a [`Quiet`] watches each listed directory for.
@@ -379,6 +402,23 @@ mod tests {
             ]
         );
         assert_eq!(p.confidence, "complete", "{p:?}");
+    }
+
+    #[test]
+    fn a_kernel_filesystem_mounted_below_a_root_is_listed_but_not_walked() {
+        assert!(super::kernel_fs(Path::new("/proc")) && super::kernel_fs(Path::new("/sys")));
+        let d = tempfile::tempdir().unwrap();
+        assert!(!super::kernel_fs(d.path()), "a temp dir is no kernel filesystem");
+        // `/dev/pts` (devpts, always holding `ptmx`) is mounted below `/dev`.
+        let w = Watch::take(&[PathBuf::from("/dev")], 5000);
+        assert!(w.entries.contains_key(Path::new("/dev/pts")), "the mount point itself is listed");
+        let inside: Vec<&PathBuf> =
+            w.entries.keys().filter(|k| k.starts_with("/dev/pts") && *k != Path::new("/dev/pts")).collect();
+        assert!(inside.is_empty(), "nothing under devpts is walked: {inside:?}");
+        assert!(w.entries.len() > 2, "the rest of /dev is walked: {:?}", w.entries.keys().collect::<Vec<_>>());
+        // A root that is itself a kernel filesystem is walked: someone asked for it.
+        let pts = Watch::take(&[PathBuf::from("/dev/pts")], 5000);
+        assert!(pts.entries.contains_key(Path::new("/dev/pts/ptmx")), "{:?}", pts.entries.keys().collect::<Vec<_>>());
     }
 
     #[test]
