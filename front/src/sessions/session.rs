@@ -905,7 +905,6 @@ impl Session {
         if end.consumer.is_empty() {
             return Drained::Empty;
         }
-        let (now, ns) = (Instant::now(), unix_ns());
         let from = end.consumer.positions().1;
         let (mut events, mut corrupt) = (Vec::new(), None);
         while events.len() < DRAIN_BUDGET {
@@ -926,6 +925,9 @@ impl Session {
             }
         }
         let to = end.consumer.positions().1;
+        // The batch's arrival: taken once the last of its frames is popped, so no frame is stamped before
+        // the worker published it (one that arrived while the batch was popped had been, by a few µs).
+        let (now, ns) = (Instant::now(), unix_ns());
         let mut st = self.lock();
         let live = !st.subscribers.is_empty();
         let mut wake = false;
