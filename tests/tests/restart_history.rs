@@ -104,3 +104,47 @@ fn a_job_of_a_session_reopened_after_a_supervisor_restart_survives_a_front_resta
     assert_eq!(read_stream(&mut c, &json!("again"), &json!(2), "stdout"), b"after\n");
     assert_eq!(read_stream(&mut c, &json!("again"), &json!(1), "stdout"), b"early\n");
 }
+
+/// The job numbers and states `jobs` lists for `session`.
+fn job_states(c: &mut heddle_tests::Client, session: &str) -> Vec<(u64, String)> {
+    let jobs = c.call("jobs", json!({"session": session})).unwrap();
+    let list = jobs["jobs"].as_array().unwrap_or_else(|| panic!("a job list: {jobs}"));
+    list.iter().map(|j| (j["job"].as_u64().unwrap(), j["state"].as_str().unwrap().to_owned())).collect()
+}
+
+#[test]
+fn a_session_opened_without_a_name_after_a_restart_never_takes_an_earlier_sessions_jobs() {
+    let mut h = Heddle::start_with(&["--socket-group", "65534"]);
+    let mut c = h.client();
+    let first = h.open_session(&mut c);
+    assert_eq!(first, "s1", "the first generated name");
+    assert_eq!(run_ok(&mut c, &first, "echo from-the-first"), "from-the-first\n");
+    let r = c.call("run", json!({"session": first, "cmd": "sleep 1000", "yield_ms": 0})).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    c.call("session.open", json!({"name": "roots", "cwd": h.project})).unwrap();
+    assert_eq!(run_ok(&mut c, &json!("roots"), "echo kept"), "kept\n");
+    drop(c);
+    h.restart(&["--socket-group", "65534"]);
+
+    // A fresh session is new: another name, no jobs, nothing announced.
+    let mut c = h.client();
+    let fresh = h.open_session(&mut c);
+    assert_ne!(fresh, first, "a generated name skips the one the restart left");
+    assert_eq!(job_states(&mut c, fresh.as_str().unwrap()), [], "a fresh session lists no jobs");
+    let r = c.call("run", json!({"session": fresh, "cmd": "true", "yield_ms": 10000})).unwrap();
+    assert_eq!(r["job"], 1, "{r}");
+    assert_eq!(r["announcements"], json!([]), "nothing of the earlier session is announced: {r}");
+
+    // The left name still carries its history for a re-open by name.
+    let opened = c.call("session.open", json!({"name": first, "cwd": h.project})).unwrap();
+    assert_eq!(opened["attached"], false, "{opened}");
+    let earlier = [(1, "exited".to_owned()), (2, "lost".to_owned())];
+    assert_eq!(job_states(&mut c, "s1"), earlier, "the re-opened s1 lists its earlier jobs");
+
+    // Another uid cannot open root's left name, and trying clears nothing.
+    let tried = heddle_tests::as_nobody(&h, &[("session.open", json!({"name": "roots"}))]);
+    let msg = tried[0]["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("not available to you"), "nobody is refused root's left name: {}", tried[0]);
+    c.call("session.open", json!({"name": "roots", "cwd": h.project})).unwrap();
+    assert_eq!(read_stream(&mut c, &json!("roots"), &json!(1), "stdout"), b"kept\n");
+}

@@ -63,6 +63,13 @@ pub(crate) fn earlier(dir: &Path, uid: u32) -> Option<Meta> {
     journal::read_meta(dir).ok().filter(|m| m.owner_uid == uid)
 }
 
+/// Whether `dir` holds an earlier incarnation another uid left (not closed: its `session.json` is there).
+/// Its name is not available to `uid`, as a live session of another uid's is not: opening it would clear
+/// that uid's history. Unreadable settings count as none (the directory is cleared as a stale one).
+pub(crate) fn left_by_other(dir: &Path, uid: u32) -> bool {
+    journal::read_meta(dir).is_ok_and(|m| m.owner_uid != uid)
+}
+
 /// What `session.json` is removed by: a closed session's history is not carried into a new one.
 pub(crate) fn forget(dir: &Path) {
     let _ = std::fs::remove_file(dir.join("session.json"));

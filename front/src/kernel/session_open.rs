@@ -3,7 +3,8 @@
 //!
 //! Steps for a new session: claim the name (an `Opening` slot), ask the supervisor
 //! (`OpenSession{client_uid}` from the connection's peer credentials), prepare
-//! `<state-dir>/sessions/<name>/jobs` (a stale directory of an earlier session of that name is removed),
+//! `<state-dir>/sessions/<name>/jobs` (a stale directory of an earlier session of that name is removed,
+//! unless that session was left by a restart: then its jobs are carried on, `recovery::restore_earlier`),
 //! attach the region, register the session and hand its event end to the pump, then wait (5 s) for the
 //! worker's `Hello` to learn the shell and the worker. Any failure undoes what was done (the supervisor
 //! is asked to close the session) and answers `session_open_failed`.
@@ -181,12 +182,15 @@ enum Claim {
 }
 
 fn claim(k: &Kernel, client: &Client, name: Option<&str>) -> Result<Claim, RpcError> {
+    let sessions = k.cfg.state_dir.join("sessions");
     let mut reg = k.registry();
     let Some(name) = name else {
         loop {
             reg.next_name += 1;
             let name = format!("s{}", reg.next_name);
-            if !reg.slots.contains_key(&name) {
+            // A name an earlier incarnation left behind is skipped: a session opened without a name is
+            // new, and must not carry that incarnation's jobs (they stay for a re-open by that name).
+            if !reg.slots.contains_key(&name) && !sessions.join(&name).join("session.json").exists() {
                 reg.slots.insert(name.clone(), Slot::Opening);
                 return Ok(Claim::New(name));
             }
@@ -195,6 +199,9 @@ fn claim(k: &Kernel, client: &Client, name: Option<&str>) -> Result<Claim, RpcEr
     let until = deadline(CLAIM_TIMEOUT);
     loop {
         let busy = match reg.slots.get(name) {
+            None if crate::kernel::recovery::left_by_other(&sessions.join(name), client.uid) => {
+                return Err(name_unavailable(name))
+            }
             None => {
                 reg.slots.insert(name.to_owned(), Slot::Opening);
                 return Ok(Claim::New(name.to_owned()));
