@@ -48,6 +48,7 @@ mod tests {
             state_env: Vec::new(),
             capture_only: None,
             effects: Default::default(),
+            state_cwd: Some(b"/x".to_vec()),
             job: 7,
             cmd: "echo 'hi'\n$HOME".into(),
             cwd: b"/tmp/\xff dir".to_vec(),

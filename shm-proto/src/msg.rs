@@ -79,6 +79,10 @@ pub struct RunSpec {
     /// The effects ledger of the job (docs/architecture.md, "Effects"): what the worker compares
     /// around it and reports in [`Event::Effects`] before `Exited`.
     pub effects: EffectsMode,
+    /// The directory the command starts in once `state` is restored: the session's carried cwd (raw
+    /// bytes), where `cwd` is where bash is started. `None`: none is carried (the command starts in
+    /// `cwd`). The effects ledger looks there, as a person who ran `cd repo` would.
+    pub state_cwd: Option<Vec<u8>>,
 }
 
 /// How much of the effects ledger a job gets (`run {effects}`).

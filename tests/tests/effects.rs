@@ -312,3 +312,20 @@ fn watched_paths_that_nothing_touched_are_not_walked_again() {
     let listed = r["effects"]["watched"]["changed"].to_string();
     assert!(listed.contains("/d/new") && listed.contains("modified"), "{r}");
 }
+
+/// The ledger looks where the command starts: after `cd repo` in a session opened above it, the next
+/// job's project part is that repository's, and the directory the session was opened in is not walked.
+#[test]
+fn after_cd_into_a_repository_the_ledger_is_that_repositorys() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, outer) = repo_session(&h, &mut c, "outer", "mkdir repo");
+    let r = run(&mut c, &s, &format!("cd repo && {INIT}"), Some("none"));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let r = run(&mut c, &s, "sed -i s/a/A/ f1", None);
+    let repo = outer.join("repo").display().to_string();
+    assert_eq!(r["effects"]["project"]["root"].as_str(), Some(repo.as_str()), "{r}");
+    assert_eq!(changed(&r), [("f1".to_owned(), "modified".to_owned())], "{r}");
+    let roots = r["effects"]["watched"]["roots"].to_string();
+    assert!(!roots.contains(&format!("\"{}\"", outer.display())), "the opening cwd is not watched: {r}");
+}

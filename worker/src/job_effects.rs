@@ -66,7 +66,9 @@ impl<C: CgroupOps> Worker<C> {
         if spec.effects == EffectsMode::None {
             return None;
         }
-        let cwd = Path::new(OsStr::from_bytes(&spec.cwd));
+        // Where the command starts: the carried cwd (after the restore's `cd`), when it is a directory.
+        let carried = spec.state_cwd.as_deref().map(|c| Path::new(OsStr::from_bytes(c))).filter(|c| c.is_dir());
+        let cwd = carried.unwrap_or(Path::new(OsStr::from_bytes(&spec.cwd)));
         let root = effects::work_tree(cwd);
         let t = Instant::now();
         let env = self.git_env(spec);

@@ -128,6 +128,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
         persistent: false,
         state_env: Vec::new(),
         capture_only: None,
+        state_cwd: None,
         effects: shm_proto::msg::EffectsMode::None,
     };
     let mut notes: Vec<String> = clamp_note.into_iter().collect();

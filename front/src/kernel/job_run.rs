@@ -116,7 +116,7 @@ pub(crate) fn call_admitting(
             ))
         }
     };
-    let (job, restore, mut capture_only) = admit_job(&s, &p.cmd)?;
+    let (job, restore, mut capture_only, state_cwd) = admit_job(&s, &p.cmd)?;
     crate::kernel::terminal_io::register(&s, job, stdin);
     on_admit(&s, job);
     preflight(&s, job, &p.cmd);
@@ -156,6 +156,7 @@ pub(crate) fn call_admitting(
         state_env: restore.env,
         capture_only,
         effects,
+        state_cwd,
     };
     let mut notes: Vec<String> = clamp_note.into_iter().collect();
     match s.send(&Command::Run(spec), SEND_TIMEOUT) {
@@ -198,7 +199,7 @@ pub(crate) fn call_admitting(
 /// Register the job, re-checking under the session's lock that the session still takes work; the job
 /// starts from the current state version, whose restore script is returned, with the scope of the job's
 /// capture (`shell::scope`; the persistent shell's is always full).
-type Admitted = (JobId, crate::shell::record::Restore, Option<Vec<String>>);
+type Admitted = (JobId, crate::shell::record::Restore, Option<Vec<String>>, Option<Vec<u8>>);
 fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
     let mut st = crate::kernel::lock_for_new_job(s)?;
     let id = st.add_job(cmd.to_owned(), &s.jobs_dir());
@@ -230,7 +231,7 @@ fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
     if let (Some(names), Some(j)) = (&scope, s.lock().job_mut(id)) {
         j.set_capture_scope(Some(names.clone()));
     }
-    Ok((id, restore, scope))
+    Ok((id, restore, scope, base.get("cwd").cloned()))
 }
 
 /// An earlier command of the persistent shell is unfinished (running, or queued behind one). The shell

@@ -67,6 +67,7 @@ pub(crate) fn next_hint(s: &Session, st: &SessionData) -> Option<Hint> {
         state_env: restore.env,
         capture_only: None,
         effects: Default::default(),
+        state_cwd: base.get("cwd").cloned(),
     };
     Some(Hint { spec, key })
 }

@@ -108,6 +108,7 @@ pub fn spec(job: JobId, cmd: &str, cwd: &str, env: &[(&str, &str)]) -> RunSpec {
         state_env: Vec::new(),
         capture_only: None,
         effects: Default::default(),
+        state_cwd: None,
     }
 }
 
