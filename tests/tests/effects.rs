@@ -1,7 +1,7 @@
 //! The effects ledger through the real stack: a job's result names what it changed in the project's git
 //! work tree (the repository is made by a job, so it is owned by the jobs' uid as a user's would be).
 
-use heddle_tests::{project_changes as changed, Client, Heddle};
+use heddle_tests::{project_changes as changed, text_form, Client, Heddle};
 use serde_json::{json, Value};
 
 fn run(c: &mut Client, s: &Value, cmd: &str, effects: Option<&str>) -> Value {
@@ -283,6 +283,23 @@ fn a_job_outside_any_repo_lists_what_it_changed_in_its_cwd() {
     assert!(w["reason"].as_str().unwrap().contains(&format!("more than {limit} entries")), "{r}");
     let listed = w["changed"].to_string();
     assert!(listed.contains("aaa-first") && !listed.contains("zzz-past-the-bound"), "{r}");
+    // Found over the bound, the paths are not walked again for a while: the part says so, costs
+    // nothing, and lists nothing (not even a change it would have seen).
+    let job = r["job"].as_u64().unwrap();
+    let r = run(&mut c, &s, "echo again > aaa-first; mkdir small", None);
+    let w = &r["effects"]["watched"];
+    assert_eq!((w["confidence"].as_str(), w["cost_us"].as_u64()), (Some("none"), Some(0)), "{r}");
+    let why = w["reason"].as_str().unwrap();
+    assert!(why.contains(&format!("more than {limit} entries")) && why.contains(&format!("job {job}")), "{r}");
+    assert_eq!(w["changed"], json!([]), "{r}");
+    assert!(text_form(&r).contains("effects confidence none in "), "the text form says it: {}", text_form(&r));
+    // A job in a smaller directory is walked and compared as before.
+    let r = run(&mut c, &s, "cd small", Some("none"));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let r = run(&mut c, &s, "echo x > in-small", None);
+    let w = &r["effects"]["watched"];
+    assert_eq!(w["confidence"], "complete", "{r}");
+    assert!(w["changed"].to_string().contains("small/in-small"), "{r}");
 }
 
 /// While inotify sees nothing change under the watched paths, a job walks them neither before nor

@@ -715,6 +715,8 @@ pub(crate) struct Ledger {
     /// What keeps the watched roots' last walk valid ([`crate::effects_watch::Quiet`]); started at the
     /// first walk, `Err(())` once the kernel refused one.
     pub quiet: Option<Result<crate::effects_watch::Quiet, ()>>,
+    /// Watched roots found over the walk's limit, not walked again for a while.
+    pub over_limit: crate::effects_watch::OverLimit,
     /// The last job environment's [`GitEnv`], and what it was made from: a job with the same
     /// environment reuses it (no policy filtering, no `PATH` search for git).
     pub git_env: Option<(EnvKey, Arc<GitEnv>)>,
@@ -773,6 +775,8 @@ pub(crate) struct JobEffects {
     pub watched: Option<Arc<crate::effects_watch::Watch>>,
     /// The "before" of the watched part took no walk (the last one was still valid).
     pub watched_reused: bool,
+    /// The watched part when the roots are not walked for this job ([`crate::effects_watch::OverLimit`]).
+    pub watched_skipped: Option<shm_proto::msg::WatchedEffects>,
     /// git processes the "before" ran.
     pub before_git_runs: u32,
 }

@@ -83,7 +83,8 @@ fn unlisted_reasons(before: &[(PathBuf, String)], after: &[(PathBuf, String)]) -
 #[derive(Debug, Default)]
 pub struct Watch {
     pub roots: Vec<PathBuf>,
-    entries: BTreeMap<PathBuf, (Stat, Option<u64>)>,
+    /// In walk order, which is [`path_cmp`]'s order (a depth-first walk of sorted siblings).
+    entries: Vec<(PathBuf, Stat, Option<u64>)>,
     /// The walk stopped at the limit after this path.
     stopped_after: Option<PathBuf>,
     /// Directories that could not be listed, with why (the error's kind, e.g. "permission denied").
@@ -107,7 +108,7 @@ impl Watch {
             while let Some((p, parent_dev)) = stack.pop() {
                 let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
                 if w.entries.len() >= limit {
-                    w.stopped_after = w.entries.keys().next_back().cloned();
+                    w.stopped_after = w.entries.last().map(|e| e.0.clone());
                     break 'roots;
                 }
                 let stat = stat_of(&m);
@@ -117,21 +118,68 @@ impl Watch {
                 // A kernel filesystem mounted below a root (`/proc` under `/`) is listed as a directory but
                 // not walked: its files' times move by themselves, and no job's work is kept there.
                 let is_dir = stat.kind == b'd' && !(parent_dev.is_some_and(|d| d != m.dev()) && kernel_fs(&p));
-                w.entries.insert(p.clone(), (stat, hash));
                 if is_dir {
                     match std::fs::read_dir(&p) {
                         Ok(rd) => {
                             let mut kids: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-                            kids.sort();
+                            kids.sort_unstable_by(|a, b| path_cmp(a, b));
                             stack.extend(kids.into_iter().rev().map(|k| (k, Some(m.dev()))));
                         }
                         Err(e) => w.unlisted.push((p.clone(), e.kind().to_string())),
                     }
                 }
+                w.entries.push((p, stat, hash));
             }
         }
         w.cost_us = started.elapsed().as_micros() as u64;
         w
+    }
+}
+
+/// How long roots whose walk stopped at the limit are not walked again ([`OverLimit`]).
+pub const OVER_LIMIT_PAUSE: Duration = Duration::from_secs(300);
+
+/// The watched roots whose last walk stopped at the limit (a session opened in `/` or a busy `/tmp`):
+/// for [`OVER_LIMIT_PAUSE`] after that walk, jobs with the same roots are not walked before or after
+/// (each pair of walks cost 50–250 ms there, for a comparison of an arbitrary first part in path
+/// order), and their part says so with confidence `none`. A walk that fits under the limit, other
+/// roots or the pause's end bring walking back.
+#[derive(Debug, Default)]
+pub struct OverLimit {
+    /// The roots (as a walk names them), when their walk stopped, and the job it was for.
+    last: Option<(Vec<PathBuf>, std::time::Instant, u64)>,
+}
+
+impl OverLimit {
+    /// Remember what the walk `w` of job `job` found.
+    pub fn note(&mut self, w: &Watch, job: u64) {
+        if w.stopped_after.is_some() {
+            self.last = Some((w.roots.clone(), std::time::Instant::now(), job));
+        } else if self.last.as_ref().is_some_and(|(r, ..)| *r == w.roots) {
+            self.last = None;
+        }
+    }
+
+    /// The part for a job whose watched roots are `roots`, when they are not to be walked now.
+    pub fn skipped(&self, roots: &[PathBuf], limit: usize) -> Option<WatchedEffects> {
+        let (last, at, job) = self.last.as_ref()?;
+        let roots = outer_roots(roots);
+        if *last != roots || at.elapsed() >= OVER_LIMIT_PAUSE {
+            return None;
+        }
+        let names = roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ");
+        Some(WatchedEffects {
+            roots: roots.iter().map(|r| r.to_string_lossy().into_owned()).collect(),
+            scope: format!("{names}: not walked for this job"),
+            confidence: "none".into(),
+            reasons: vec![format!(
+                "more than {limit} entries are here (the walk for job {job} stopped at that limit), so for {} min \
+                 after it no job walks them; a job whose cwd is a smaller directory (a project's) gets its changes listed",
+                OVER_LIMIT_PAUSE.as_secs() / 60
+            )],
+            limit: limit as u32,
+            ..Default::default()
+        })
     }
 }
 
@@ -173,8 +221,11 @@ fn quiet_mask() -> AddWatchFlags {
 /// Keeps the last walk of the watched roots valid while nothing changes under them: an inotify
 /// instance watches every directory that walk listed, and while no event arrives (no entry created,
 /// deleted, moved, written or re-moded; no queue overflow) the last walk *is* the state now, so a job
-/// that wrote nothing there costs no walk, before or after. Any event, other roots, a partial walk or
-/// a watch the kernel refuses (the per-uid `max_user_watches`) means a new walk, as without it.
+/// that wrote nothing there costs no walk, before or after. Any event, other roots, a directory that
+/// could not be listed or a watch the kernel refuses (the per-uid `max_user_watches`) means a new walk,
+/// as without it. A walk that stopped at the limit is kept: only paths up to where it stopped are
+/// compared, every directory it listed is watched, and a path created in a directory it did not list
+/// sorts past the point where it stopped.
 ///
 /// Blind spots, said in the part's scope when a walk was skipped: writes through a shared `mmap` (no
 /// inotify event), and a directory created in the instant between the walk listing its parent and the
@@ -209,8 +260,8 @@ impl Quiet {
         }
         self.last = None;
         let w = Arc::new(Watch::take(roots, limit));
-        let mut sound = w.stopped_after.is_none() && w.unlisted.is_empty();
-        for (p, (st, _)) in &w.entries {
+        let mut sound = w.unlisted.is_empty();
+        for (p, st, _) in &w.entries {
             if !sound {
                 break;
             }
@@ -237,9 +288,25 @@ impl Quiet {
     }
 }
 
-/// `roots` sorted, without duplicates and without those inside another (walked once, as the outer).
+/// `Path`'s order (component by component) for the paths a walk makes, without parsing components:
+/// bytes compared as they are, except that `/` sorts before every other byte (`a/b` < `a.txt`, as
+/// their components say). It holds for paths without `.` components, doubled or trailing slashes:
+/// the walk's paths are its normalized roots joined with names read from directories.
+fn path_cmp(a: &Path, b: &Path) -> std::cmp::Ordering {
+    use std::os::unix::ffi::OsStrExt;
+    let (a, b) = (a.as_os_str().as_bytes(), b.as_os_str().as_bytes());
+    let same = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let rank = |c: u8| if c == b'/' { 0 } else { u16::from(c) + 1 };
+    match (a.get(same), b.get(same)) {
+        (Some(&x), Some(&y)) => rank(x).cmp(&rank(y)),
+        (x, y) => x.is_some().cmp(&y.is_some()),
+    }
+}
+
+/// `roots` normalized and sorted, without duplicates and without those inside another (walked once,
+/// as the outer).
 fn outer_roots(roots: &[PathBuf]) -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = roots.to_vec();
+    let mut roots: Vec<PathBuf> = roots.iter().map(|r| r.components().collect()).collect();
     roots.sort();
     roots.dedup();
     roots.iter().filter(|r| !roots.iter().any(|o| o != *r && r.starts_with(o))).cloned().collect()
@@ -280,25 +347,25 @@ pub fn compare(before: &Watch, after: &Watch) -> WatchedEffects {
         (Some(a), Some(b)) => Some(a.min(b).clone()),
         (a, b) => a.clone().or_else(|| b.clone()),
     };
-    let within = |p: &PathBuf| bound.as_ref().is_none_or(|b| p <= b);
+    let within = |p: &PathBuf| bound.as_ref().is_none_or(|b| path_cmp(p, b).is_le());
     let mut changed: Vec<PathChange> = Vec::new();
     let mut listed = |path: &Path, change: &str| {
         changed.push(PathChange { path: path.to_string_lossy().into_owned(), change: change.into(), from: None })
     };
-    let mut a = before.entries.iter().filter(|(p, _)| within(p)).peekable();
-    let mut b = after.entries.iter().filter(|(p, _)| within(p)).peekable();
+    let mut a = before.entries.iter().filter(|(p, ..)| within(p)).peekable();
+    let mut b = after.entries.iter().filter(|(p, ..)| within(p)).peekable();
     loop {
         match (a.peek(), b.peek()) {
             (None, None) => break,
-            (Some((p, _)), None) => {
+            (Some((p, ..)), None) => {
                 listed(p, "deleted");
                 a.next();
             }
-            (None, Some((p, _))) => {
+            (None, Some((p, ..))) => {
                 listed(p, "added");
                 b.next();
             }
-            (Some((pa, (sa, ha))), Some((pb, (sb, hb)))) => match pa.cmp(pb) {
+            (Some((pa, sa, ha)), Some((pb, sb, hb))) => match path_cmp(pa, pb) {
                 std::cmp::Ordering::Less => {
                     listed(pa, "deleted");
                     a.next();
@@ -411,14 +478,50 @@ mod tests {
         assert!(!super::kernel_fs(d.path()), "a temp dir is no kernel filesystem");
         // `/dev/pts` (devpts, always holding `ptmx`) is mounted below `/dev`.
         let w = Watch::take(&[PathBuf::from("/dev")], 5000);
-        assert!(w.entries.contains_key(Path::new("/dev/pts")), "the mount point itself is listed");
-        let inside: Vec<&PathBuf> =
-            w.entries.keys().filter(|k| k.starts_with("/dev/pts") && *k != Path::new("/dev/pts")).collect();
+        let paths = |w: &Watch| w.entries.iter().map(|e| e.0.clone()).collect::<Vec<PathBuf>>();
+        assert!(paths(&w).contains(&PathBuf::from("/dev/pts")), "the mount point itself is listed");
+        let inside: Vec<PathBuf> =
+            paths(&w).into_iter().filter(|k| k.starts_with("/dev/pts") && k != Path::new("/dev/pts")).collect();
         assert!(inside.is_empty(), "nothing under devpts is walked: {inside:?}");
-        assert!(w.entries.len() > 2, "the rest of /dev is walked: {:?}", w.entries.keys().collect::<Vec<_>>());
+        assert!(w.entries.len() > 2, "the rest of /dev is walked: {:?}", paths(&w));
         // A root that is itself a kernel filesystem is walked: someone asked for it.
         let pts = Watch::take(&[PathBuf::from("/dev/pts")], 5000);
-        assert!(pts.entries.contains_key(Path::new("/dev/pts/ptmx")), "{:?}", pts.entries.keys().collect::<Vec<_>>());
+        assert!(paths(&pts).contains(&PathBuf::from("/dev/pts/ptmx")), "{:?}", paths(&pts));
+    }
+
+    proptest::proptest! {
+        /// The byte comparison the walk sorts by is `Path`'s component order, for any names.
+        #[test]
+        fn path_cmp_is_the_order_of_components(
+            a in proptest::collection::vec("[a-c./ _-]{1,3}", 1..4),
+            b in proptest::collection::vec("[a-c./ _-]{1,3}", 1..4),
+        ) {
+            let path = |names: &[String]| -> PathBuf {
+                let mut p = PathBuf::from("/");
+                for n in names.iter().flat_map(|n| n.split('/')).filter(|n| !n.is_empty() && *n != "." && *n != "..") {
+                    p.push(n);
+                }
+                p
+            };
+            let (a, b) = (path(&a), path(&b));
+            proptest::prop_assert_eq!(path_cmp(&a, &b), a.cmp(&b), "{:?} vs {:?}", a, b);
+        }
+    }
+
+    #[test]
+    fn a_walk_lists_its_entries_in_path_order() {
+        let d = tempfile::tempdir().unwrap();
+        for p in ["a/b", "a.txt", "a-b/c", "a/b.d/e", "ab"] {
+            let p = d.path().join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "x").unwrap();
+        }
+        let w = Watch::take(&[d.path().join(".").join("")], 100);
+        let walked: Vec<PathBuf> = w.entries.iter().map(|e| e.0.clone()).collect();
+        let mut sorted = walked.clone();
+        sorted.sort();
+        assert_eq!(walked, sorted, "the walk's order is Path's order");
+        assert_eq!(walked.len(), 9, "the root, 3 directories and 5 files: {walked:?}");
     }
 
     #[test]

@@ -97,10 +97,15 @@ impl<C: CgroupOps> Worker<C> {
         self.ledger.generation += 1;
         let before_us = t.elapsed().as_micros() as u64;
         let roots = self.watched_roots(cwd, root.as_deref());
-        let (watched, watched_reused) = match roots.is_empty() {
+        let watched_skipped = match roots.is_empty() {
+            true => None,
+            false => self.ledger.over_limit.skipped(&roots, WATCH_LIMIT as usize),
+        };
+        let (watched, watched_reused) = match roots.is_empty() || watched_skipped.is_some() {
             true => (None, false),
             false => {
                 let (w, walked) = self.look_watched(&roots);
+                self.ledger.over_limit.note(&w, spec.job);
                 (Some(w), !walked)
             }
         };
@@ -115,6 +120,7 @@ impl<C: CgroupOps> Worker<C> {
             overlapped,
             watched,
             watched_reused,
+            watched_skipped,
             before_git_runs,
         })
     }
@@ -264,6 +270,7 @@ impl<C: CgroupOps> Worker<C> {
         project.git_runs = fx.before_git_runs + GIT_RUNS.load(Relaxed).wrapping_sub(runs);
         if let Some(before) = &fx.watched {
             let (after, walked) = self.look_watched(&before.roots);
+            self.ledger.over_limit.note(&after, job);
             let mut part = effects_watch::compare(before, &after);
             // A side that took no walk cost nothing now (the walk it reused was paid for earlier).
             part.cost_us = if fx.watched_reused { 0 } else { before.cost_us } + if walked { after.cost_us } else { 0 };
@@ -277,6 +284,8 @@ impl<C: CgroupOps> Worker<C> {
                 part.confidence = "partial".into();
                 part.reasons.push(overlap_reason(&fx.overlapped));
             }
+            project.watched = Some(part);
+        } else if let Some(part) = fx.watched_skipped {
             project.watched = Some(part);
         }
         shrink_to(&mut project, self.out.max_frame().saturating_sub(512));
