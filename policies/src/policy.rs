@@ -265,6 +265,9 @@ pub struct GuardPattern {
     pub piped_from: Vec<String>,
     /// Match only with at most this many operands (words not starting with `-`): `python3` alone.
     pub max_operands: Option<usize>,
+    /// Match only when none of these flags is present (`--version`: the program prints and exits).
+    /// Combined short flags count, as for `flags`.
+    pub unless_flags: Vec<String>,
     /// An operand that must name something particular.
     pub target: Option<GuardTarget>,
     /// Match only when the job has no terminal.

@@ -184,6 +184,8 @@ pub(crate) struct RawGuard {
     pub piped_from: Vec<Spanned<String>>,
     #[serde(default)]
     pub max_operands: Option<usize>,
+    #[serde(default)]
+    pub unless_flags: Vec<Spanned<String>>,
     pub target: Option<RawGuardTarget>,
     #[serde(default)]
     pub without_tty: bool,

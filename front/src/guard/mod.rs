@@ -144,6 +144,9 @@ fn matches(g: &Guard, c: &SimpleCommand, ctx: &Ctx) -> bool {
     if p.max_operands.is_some_and(|max| operands > max) {
         return false;
     }
+    if p.unless_flags.iter().any(|f| has_flag(&statics, f)) {
+        return false;
+    }
     if p.without_tty && ctx.tty {
         return false;
     }
@@ -268,6 +271,13 @@ mod tests {
     fn the_default_warnings_annotate() {
         assert_eq!(rules("vim notes.txt").1, ["interactive-without-tty"]);
         assert_eq!(rules("python3").1, ["interactive-repl-without-tty"]);
+        assert_eq!(rules("python3 -i").1, ["interactive-repl-without-tty"]);
+        // A flag that makes the program print and exit (or run given code) is no prompt.
+        for cmd in
+            ["python -V", ". .venv/bin/activate && python --version", "node --version", "bash --version", "python3 -qV"]
+        {
+            assert!(rules(cmd).1.is_empty(), "{cmd}: {:?}", rules(cmd).1);
+        }
         assert_eq!(rules("ssh host").1, ["ssh-without-command"]);
         assert!(rules("ssh host uptime").1.is_empty());
         assert_eq!(rules("sudo apt-get install -y x").1, ["sudo"]);

@@ -70,6 +70,18 @@ fn pattern(src: &Src<'_>, g: &RawGuard, key: &str) -> Result<GuardPattern, Polic
         programs.push(p.get_ref().clone());
     }
     let mut seen = HashSet::new();
+    let mut unless_flags = Vec::new();
+    for (k, flag) in g.unless_flags.iter().enumerate() {
+        let f = flag.get_ref();
+        let invalid = |problem| src.invalid(flag.span(), format!("{key}.unless_flags[{k}]"), problem);
+        if !is_flag(f) {
+            return Err(invalid(Problem::BadFlag(f.clone())));
+        }
+        if unless_flags.contains(f) {
+            return Err(invalid(Problem::DuplicateItem(f.clone())));
+        }
+        unless_flags.push(f.clone());
+    }
     let mut flags = Vec::new();
     for (j, group) in g.flags.iter().enumerate() {
         if group.get_ref().is_empty() {
@@ -79,7 +91,7 @@ fn pattern(src: &Src<'_>, g: &RawGuard, key: &str) -> Result<GuardPattern, Polic
         for (k, flag) in group.get_ref().iter().enumerate() {
             let invalid = |problem| src.invalid(flag.span(), format!("{key}.flags[{j}][{k}]"), problem);
             let f = flag.get_ref();
-            if f.len() < 2 || !f.starts_with('-') || f.contains(|c: char| c.is_whitespace() || c == '\0') {
+            if !is_flag(f) {
                 return Err(invalid(Problem::BadFlag(f.clone())));
             }
             if !seen.insert(f.clone()) {
@@ -94,7 +106,13 @@ fn pattern(src: &Src<'_>, g: &RawGuard, key: &str) -> Result<GuardPattern, Polic
     let piped_from = words(src, &g.piped_from, &format!("{key}.piped_from"))?;
     let target = g.target.map(|RawGuardTarget::WritableRoot| GuardTarget::WritableRoot);
     let max_operands = g.max_operands;
-    Ok(GuardPattern { programs, flags, args, args_any, piped_from, max_operands, target, without_tty: g.without_tty })
+    let without_tty = g.without_tty;
+    Ok(GuardPattern { programs, flags, args, args_any, piped_from, max_operands, unless_flags, target, without_tty })
+}
+
+/// A flag's spelling: `-` and at least one more character, no whitespace, no NUL.
+fn is_flag(f: &str) -> bool {
+    f.len() >= 2 && f.starts_with('-') && !f.contains(|c: char| c.is_whitespace() || c == '\0')
 }
 
 /// Verbatim words (`args`, `args_any`, `piped_from`): not empty, no NUL, each once.
