@@ -251,6 +251,9 @@ pub struct ChangedPath {
     pub path: String,
     pub change: String,
     pub from: Option<String>,
+    /// For a directory added or deleted as a whole (the watched part): how many paths below it were
+    /// added or deleted with it, folded into this entry rather than listed. 0 otherwise.
+    pub under: u32,
 }
 
 /// The headless terminal of a PTY job, as a model reads it.

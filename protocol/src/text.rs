@@ -80,7 +80,14 @@ fn effects_lines(p: &crate::results::ProjectLedger) -> Vec<String> {
 fn watched_lines(w: &crate::results::WatchedLedger) -> Vec<String> {
     let roots = w.roots.join(", ");
     let mut v = Vec::new();
-    let paths: Vec<String> = w.changed.iter().map(|c| format!("{} ({})", c.path, c.change)).collect();
+    let paths: Vec<String> = w
+        .changed
+        .iter()
+        .map(|c| match c.under {
+            0 => format!("{} ({})", c.path, c.change),
+            n => format!("{}/ ({}, with {n} {} below it)", c.path, c.change, if n == 1 { "path" } else { "paths" }),
+        })
+        .collect();
     let more = if w.changed_more > 0 { format!(" and {} more", w.changed_more) } else { String::new() };
     match paths.len() {
         0 if w.confidence == "complete" => v.push(format!("effects: nothing changed in {roots}")),
@@ -483,7 +490,7 @@ mod tests {
             changed,
             ..Default::default()
         };
-        let gone = ChangedPath { path: "/w/gone".into(), change: "deleted".into(), from: None };
+        let gone = ChangedPath { path: "/w/gone".into(), change: "deleted".into(), from: None, under: 0 };
         let outside =
             ProjectLedger { confidence: "none".into(), reason: Some("no work tree".into()), ..Default::default() };
         let mut r = exited(0, "");
@@ -493,6 +500,10 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(job_result(&r), "exit 0 · 1.4 s · job 7\neffects: /w/gone (deleted)\n");
+        let venv = ChangedPath { path: "/w/.venv".into(), change: "added".into(), from: None, under: 1834 };
+        r.effects =
+            Some(Effects { project: outside.clone(), watched: Some(watched(vec![venv])), ..Default::default() });
+        assert_eq!(job_result(&r), "exit 0 · 1.4 s · job 7\neffects: /w/.venv/ (added, with 1834 paths below it)\n");
         r.effects = Some(Effects { project: outside, watched: Some(watched(vec![])), ..Default::default() });
         assert_eq!(job_result(&r), "exit 0 · 1.4 s · job 7\neffects: nothing changed in /w\n");
         let inside = ProjectLedger { root: Some("/p".into()), confidence: "complete".into(), ..Default::default() };

@@ -106,6 +106,9 @@ pub struct PathChange {
     pub change: String,
     /// A rename's old path.
     pub from: Option<String>,
+    /// For a directory added or deleted as a whole: how many paths below it were added or deleted
+    /// with it (folded into this one, not listed). 0 otherwise.
+    pub under: u32,
 }
 
 /// The project part of a job's effects, as the worker saw it (git status and content identities before

@@ -477,7 +477,7 @@ pub(crate) fn compare(
         let from = a.and_then(|a| a.orig.as_ref()).map(|o| String::from_utf8_lossy(o).into_owned());
         changed.push((
             k.clone(),
-            PathChange { path: String::from_utf8_lossy(k).into_owned(), change: change.to_owned(), from },
+            PathChange { path: String::from_utf8_lossy(k).into_owned(), change: change.to_owned(), from, under: 0 },
         ));
     }
     let mut reasons: Vec<String> = before.partial.iter().chain(&after.partial).cloned().collect();

@@ -79,12 +79,15 @@ fn unlisted_reasons(before: &[(PathBuf, String)], after: &[(PathBuf, String)]) -
         .collect()
 }
 
+/// One entry of a walk: its path, its identity, and its content's hash when it changed near the walk.
+type Entry = (PathBuf, Stat, Option<u64>);
+
 /// The entries under the watched roots at one moment.
 #[derive(Debug, Default)]
 pub struct Watch {
     pub roots: Vec<PathBuf>,
     /// In walk order, which is [`path_cmp`]'s order (a depth-first walk of sorted siblings).
-    entries: Vec<(PathBuf, Stat, Option<u64>)>,
+    entries: Vec<Entry>,
     /// The walk stopped at the limit after this path.
     stopped_after: Option<PathBuf>,
     /// Directories that could not be listed, with why (the error's kind, e.g. "permission denied").
@@ -349,38 +352,47 @@ pub fn compare(before: &Watch, after: &Watch) -> WatchedEffects {
     };
     let within = |p: &PathBuf| bound.as_ref().is_none_or(|b| path_cmp(p, b).is_le());
     let mut changed: Vec<PathChange> = Vec::new();
-    let mut listed = |path: &Path, change: &str| {
-        changed.push(PathChange { path: path.to_string_lossy().into_owned(), change: change.into(), from: None })
+    let mut listed = |path: &Path, change: &str, under: u32| {
+        changed.push(PathChange { path: path.to_string_lossy().into_owned(), change: change.into(), from: None, under })
     };
     let mut a = before.entries.iter().filter(|(p, ..)| within(p)).peekable();
     let mut b = after.entries.iter().filter(|(p, ..)| within(p)).peekable();
+    // A directory added (or deleted) is listed once, with the count of the paths below it, all added
+    // (deleted) with it: they follow it in path order. A new `.venv` is one line, not 1,800.
+    fn below<'e, I: Iterator<Item = &'e Entry>>(it: &mut std::iter::Peekable<I>, dir: &Path, st: &Stat) -> u32 {
+        let mut n = 0;
+        while st.kind == b'd' && it.next_if(|(p, ..)| p.starts_with(dir)).is_some() {
+            n += 1;
+        }
+        n
+    }
     loop {
-        match (a.peek(), b.peek()) {
+        match (a.peek().copied(), b.peek().copied()) {
             (None, None) => break,
-            (Some((p, ..)), None) => {
-                listed(p, "deleted");
+            (Some((p, st, _)), None) => {
                 a.next();
+                listed(p, "deleted", below(&mut a, p, st));
             }
-            (None, Some((p, ..))) => {
-                listed(p, "added");
+            (None, Some((p, st, _))) => {
                 b.next();
+                listed(p, "added", below(&mut b, p, st));
             }
             (Some((pa, sa, ha)), Some((pb, sb, hb))) => match path_cmp(pa, pb) {
                 std::cmp::Ordering::Less => {
-                    listed(pa, "deleted");
                     a.next();
+                    listed(pa, "deleted", below(&mut a, pa, sa));
                 }
                 std::cmp::Ordering::Greater => {
-                    listed(pb, "added");
                     b.next();
+                    listed(pb, "added", below(&mut b, pb, sb));
                 }
                 std::cmp::Ordering::Equal => {
                     // Equal stat but another hash: written within the clock tick of the "before".
                     let rehashed = || if hb.is_some() { *hb } else { hash_of(pb) };
                     if sa.kind != sb.kind {
-                        listed(pa, "type-changed");
+                        listed(pa, "type-changed", 0);
                     } else if sa != sb || (ha.is_some() && rehashed() != *ha) {
-                        listed(pa, "modified");
+                        listed(pa, "modified", 0);
                     }
                     a.next();
                     b.next();
@@ -461,13 +473,10 @@ mod tests {
         let p = compare(&before, &Watch::take(std::slice::from_ref(&r), 100));
         assert_eq!(
             names(&p, &r),
-            [
-                ("edit".into(), "modified".into()),
-                ("gone".into(), "deleted".into()),
-                ("new".into(), "added".into()),
-                ("new/f".into(), "added".into())
-            ]
+            [("edit".into(), "modified".into()), ("gone".into(), "deleted".into()), ("new".into(), "added".into())],
+            "new/f is folded into its new directory"
         );
+        assert_eq!(p.changed[2].under, 1, "{p:?}");
         assert_eq!(p.confidence, "complete", "{p:?}");
     }
 
@@ -506,6 +515,29 @@ mod tests {
             let (a, b) = (path(&a), path(&b));
             proptest::prop_assert_eq!(path_cmp(&a, &b), a.cmp(&b), "{:?} vs {:?}", a, b);
         }
+    }
+
+    #[test]
+    fn a_directory_added_or_deleted_whole_is_one_entry_with_the_count_below_it() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path().to_path_buf();
+        std::fs::create_dir_all(r.join("old/sub")).unwrap();
+        std::fs::write(r.join("old/sub/f"), "x").unwrap();
+        std::fs::create_dir(r.join("kept")).unwrap();
+        let before = Watch::take(std::slice::from_ref(&r), 100);
+        std::fs::remove_dir_all(r.join("old")).unwrap();
+        std::fs::create_dir_all(r.join("new/a/b")).unwrap();
+        for f in ["new/1", "new/a/2", "new/a/b/3", "new.txt", "kept/in"] {
+            std::fs::write(r.join(f), "y").unwrap();
+        }
+        let p = compare(&before, &Watch::take(std::slice::from_ref(&r), 100));
+        let got: Vec<(String, String, u32)> = p
+            .changed
+            .iter()
+            .map(|c| (Path::new(&c.path).strip_prefix(&r).unwrap().display().to_string(), c.change.clone(), c.under))
+            .collect();
+        let want = [("kept/in", "added", 0), ("new", "added", 5), ("new.txt", "added", 0), ("old", "deleted", 2)];
+        assert_eq!(got, want.map(|(p, c, n)| (p.to_owned(), c.to_owned(), n)));
     }
 
     #[test]

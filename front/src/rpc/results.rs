@@ -233,6 +233,7 @@ pub fn effects(
                     path: c.path.clone(),
                     change: c.change.clone(),
                     from: c.from.clone(),
+                    under: c.under,
                 })
                 .collect(),
             changed_more: p.changed_more,
@@ -259,7 +260,12 @@ pub fn effects(
             changed: w
                 .changed
                 .iter()
-                .map(|c| protocol::results::ChangedPath { path: c.path.clone(), change: c.change.clone(), from: None })
+                .map(|c| protocol::results::ChangedPath {
+                    path: c.path.clone(),
+                    change: c.change.clone(),
+                    from: None,
+                    under: c.under,
+                })
                 .collect(),
             changed_more: w.changed_more,
             entries: w.entries,
