@@ -38,9 +38,10 @@ fn effects_lines(p: &crate::results::ProjectLedger) -> Vec<String> {
     let paths: Vec<String> = p
         .changed
         .iter()
-        .map(|c| match &c.from {
-            Some(f) => format!("{} ({} from {f})", c.path, c.change),
-            None => format!("{} ({})", c.path, c.change),
+        .map(|c| match (&c.from, c.under) {
+            (Some(f), _) => format!("{} ({} from {f})", c.path, c.change),
+            (None, 0) => format!("{} ({})", c.path, c.change),
+            (None, n) => format!("{}/ ({n} {} paths below it)", c.path, c.change),
         })
         .collect();
     let more = if p.changed_more > 0 { format!(" and {} more", p.changed_more) } else { String::new() };
@@ -500,6 +501,15 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(job_result(&r), "exit 0 · 1.4 s · job 7\neffects: /w/gone (deleted)\n");
+        let folded = ChangedPath { path: ".venv".into(), change: "untracked-new".into(), from: None, under: 1834 };
+        let p = ProjectLedger {
+            root: Some("/p".into()),
+            confidence: "complete".into(),
+            changed: vec![folded],
+            ..Default::default()
+        };
+        r.effects = Some(Effects { project: p, ..Default::default() });
+        assert_eq!(job_result(&r), "exit 0 · 1.4 s · job 7\neffects: .venv/ (1834 untracked-new paths below it)\n");
         let venv = ChangedPath { path: "/w/.venv".into(), change: "added".into(), from: None, under: 1834 };
         r.effects =
             Some(Effects { project: outside.clone(), watched: Some(watched(vec![venv])), ..Default::default() });

@@ -102,7 +102,10 @@ pub enum EffectsMode {
 pub struct PathChange {
     pub path: String,
     /// `modified`, `added`, `deleted`, `renamed`, `untracked-new`, `modified-again` (already dirty
-    /// before, changed again), `reverted` (dirty before, clean after), `type-changed`, `conflicted`.
+    /// before, changed again), `reverted` (dirty before, clean after, its bytes put back as git has them),
+    /// `committed` (dirty or untracked before, clean after with the same bytes: git holds them now),
+    /// `ignored` (untracked before, still there, matched by an ignore rule now), `type-changed`,
+    /// `conflicted`.
     pub change: String,
     /// A rename's old path.
     pub from: Option<String>,

@@ -346,3 +346,31 @@ fn after_cd_into_a_repository_the_ledger_is_that_repositorys() {
     let roots = r["effects"]["watched"]["roots"].to_string();
     assert!(!roots.contains(&format!("\"{}\"", outer.display())), "the opening cwd is not watched: {r}");
 }
+
+/// A path that leaves the status is named for what happened to it: committed (its bytes unchanged),
+/// ignored (still there, matched by a new ignore rule), reverted (put back as git has it), deleted.
+/// Until 2026-12-06 every untracked file a `git commit` took in was called `deleted`.
+#[test]
+fn paths_that_leave_the_status_are_committed_ignored_reverted_or_deleted() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "leave", INIT);
+    let setup =
+        "echo new > new.txt && echo log > junk.log && echo gone > gone.txt && sed -i s/a/A/ f1 && sed -i s/b/B/ f2";
+    assert_eq!(run(&mut c, &s, setup, Some("none"))["exit_code"], 0);
+    let commit = "git add new.txt f1 && git -c user.email=t@t -c user.name=t -c maintenance.auto=false commit -qm two \
+                  && echo '*.log' > .gitignore && git checkout -- f2 && rm gone.txt";
+    let r = run(&mut c, &s, commit, Some("diff"));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let want = [
+        (".gitignore", "untracked-new"),
+        ("f1", "committed"),
+        ("f2", "reverted"),
+        ("gone.txt", "deleted"),
+        ("junk.log", "ignored"),
+        ("new.txt", "committed"),
+    ];
+    assert_eq!(changed(&r), want.map(|(p, c)| (p.to_owned(), c.to_owned())), "{r}");
+    let diff = r["effects"]["project"]["diff"].as_str().unwrap_or_default();
+    assert!(!diff.contains("new.txt") && !diff.contains("junk.log"), "kept bytes have no diff: {diff}");
+}

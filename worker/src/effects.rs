@@ -107,6 +107,11 @@ pub(crate) struct Git<'a> {
 impl Git<'_> {
     /// `git ARGS` in `dir`, `input` on its stdin: its stdout, or a sentence with its stderr.
     fn run(&self, dir: &Path, args: &[&str], input: Option<&[u8]>) -> Result<Vec<u8>, String> {
+        self.run_ok(dir, args, input, &[0])
+    }
+
+    /// [`Git::run`], with the exit codes that mean success (`check-ignore` exits 1 when nothing is ignored).
+    fn run_ok(&self, dir: &Path, args: &[&str], input: Option<&[u8]>, ok: &[i32]) -> Result<Vec<u8>, String> {
         let mem = |name| {
             nix::sys::memfd::memfd_create(name, nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
                 .map_err(|e| format!("cannot make a memfd for git's output: {e}"))
@@ -144,7 +149,7 @@ impl Git<'_> {
             v
         };
         let (out, err) = (read_all(out), read_all(err));
-        if exit.code() == Some(0) {
+        if exit.code().is_some_and(|c| ok.contains(&c)) {
             return Ok(out);
         }
         let err = String::from_utf8_lossy(&err);
@@ -456,6 +461,8 @@ pub(crate) fn compare(
     mode: EffectsMode,
 ) -> ProjectEffects {
     let mut changed: Vec<(Vec<u8>, PathChange)> = Vec::new();
+    // Untracked before, still there, out of the status after: committed, or ignored now (git says which).
+    let mut untracked_gone: Vec<usize> = Vec::new();
     let keys: BTreeSet<&Vec<u8>> = before.entries.keys().chain(after.entries.keys()).collect();
     let renamed_from: BTreeSet<&Vec<u8>> = after.entries.values().filter_map(|e| e.orig.as_ref()).collect();
     for k in keys {
@@ -466,14 +473,11 @@ pub(crate) fn compare(
             // The source of a rename staged during the job is named with the rename.
             (None, Some(_)) | (Some(_), None) if renamed_from.contains(k) && a.is_none() => continue,
             (b, Some(a)) => label(b, a),
-            (Some(b), None) => match b.kind == b'?' {
-                true => "deleted",
-                false => match std::fs::symlink_metadata(after.root.join(OsStr::from_bytes(k))) {
-                    Ok(_) => "reverted",
-                    Err(_) => "deleted",
-                },
-            },
+            (Some(b), None) => gone_from_status(b, &after.root.join(OsStr::from_bytes(k))),
         };
+        if change == "committed" && b.is_some_and(|b| b.kind == b'?') {
+            untracked_gone.push(changed.len());
+        }
         let from = a.and_then(|a| a.orig.as_ref()).map(|o| String::from_utf8_lossy(o).into_owned());
         changed.push((
             k.clone(),
@@ -481,6 +485,26 @@ pub(crate) fn compare(
         ));
     }
     let mut reasons: Vec<String> = before.partial.iter().chain(&after.partial).cloned().collect();
+    if !untracked_gone.is_empty() {
+        let input: Vec<u8> = untracked_gone.iter().flat_map(|&i| changed[i].0.iter().copied().chain([0])).collect();
+        // Tracked paths are never reported by `check-ignore`: what it names is ignored, the rest committed.
+        match git.run_ok(&after.root, &["check-ignore", "-z", "--stdin"], Some(&input), &[0, 1]) {
+            Ok(out) => {
+                let ignored: BTreeSet<&[u8]> = out.split(|b| *b == 0).filter(|p| !p.is_empty()).collect();
+                for &i in &untracked_gone {
+                    if ignored.contains(changed[i].0.as_slice()) {
+                        changed[i].1.change = "ignored".into();
+                    }
+                }
+            }
+            Err(e) => {
+                for &i in &untracked_gone {
+                    changed[i].1.change = "committed-or-ignored".into();
+                }
+                reasons.push(format!("whether untracked paths that left the status were committed or are ignored now could not be read ({e})"));
+            }
+        }
+    }
     reasons.dedup();
     let mut out: Vec<String> = after.links_out.clone();
     match links.get(git, &after.root) {
@@ -500,11 +524,16 @@ pub(crate) fn compare(
     }
     let (diff, diff_note) = match mode {
         EffectsMode::Diff => {
-            let (d, n) = diff(git, before, after, &changed);
+            // A path committed or ignored now kept its bytes: it has no diff.
+            let kept = ["committed", "ignored", "committed-or-ignored"];
+            let content: Vec<(Vec<u8>, PathChange)> =
+                changed.iter().filter(|(_, c)| !kept.contains(&c.change.as_str())).cloned().collect();
+            let (d, n) = diff(git, before, after, &content);
             (Some(d), n)
         }
         _ => (None, None),
     };
+    let changed = fold_untracked(changed);
     let total = changed.len();
     let listed: Vec<PathChange> = changed.into_iter().take(MAX_LISTED).map(|(_, c)| c).collect();
     ProjectEffects {
@@ -529,6 +558,64 @@ pub(crate) fn compare(
 }
 
 /// The change of a path listed after the job (`b`: how it was listed before, if it was).
+/// A ledger longer than this folds its untracked-new paths by directory ([`fold_untracked`]).
+const FOLD_OVER: usize = 30;
+
+/// A long ledger (over [`FOLD_OVER`] paths) lists each directory whose changed paths below it are all
+/// `untracked-new` (at least two) once, as `DIR` with `under` counting them, at the shallowest such
+/// directory: a `pip install --target vendor` or a scaffolded app is one line per new tree, not one
+/// per file. The entry says only what is true of every path below it (they are untracked and new),
+/// not that the directory itself is new. A short ledger is listed path by path.
+fn fold_untracked(changed: Vec<(Vec<u8>, PathChange)>) -> Vec<(Vec<u8>, PathChange)> {
+    if changed.len() <= FOLD_OVER {
+        return changed;
+    }
+    let dirs = |k: &[u8]| -> Vec<Vec<u8>> {
+        k.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(i, _)| k[..i].to_vec()).collect()
+    };
+    // Per directory: untracked-new paths below it, and whether any other change lies below it.
+    let mut below: BTreeMap<Vec<u8>, (u32, bool)> = BTreeMap::new();
+    for (k, c) in &changed {
+        let new = c.change == "untracked-new";
+        for d in dirs(k) {
+            let e = below.entry(d).or_default();
+            e.0 += u32::from(new);
+            e.1 |= !new;
+        }
+    }
+    let folds = |d: &[u8]| below.get(d).is_some_and(|(n, other)| *n >= 2 && !other);
+    let mut out: Vec<(Vec<u8>, PathChange)> = Vec::new();
+    for (k, c) in changed {
+        match dirs(&k).into_iter().find(|d| folds(d)) {
+            Some(d) if out.last().is_some_and(|(last, _)| *last == d) => {}
+            Some(d) => {
+                let under = below[&d].0;
+                let path = String::from_utf8_lossy(&d).into_owned();
+                out.push((d, PathChange { path, change: "untracked-new".into(), from: None, under }));
+            }
+            None => out.push((k, c)),
+        }
+    }
+    out
+}
+
+/// A path in the status before and not after: gone from disk (`deleted`); its content as it was
+/// before and git content with it (`committed`: a dirty path whose bytes, or absence, are unchanged,
+/// so git now holds them; an untracked one still there, which [`compare`] splits from `ignored`);
+/// otherwise put back as git has it (`reverted`).
+fn gone_from_status(b: &Entry, path: &Path) -> &'static str {
+    let exists = std::fs::symlink_metadata(path).is_ok();
+    if b.kind == b'?' {
+        return if exists { "committed" } else { "deleted" };
+    }
+    let unchanged = b.ident.as_ref().is_some_and(|was| identify(path, was.hash.is_some(), None).0 == *was);
+    match (unchanged, exists) {
+        (true, _) => "committed",
+        (false, true) => "reverted",
+        (false, false) => "deleted",
+    }
+}
+
 fn label(b: Option<&Entry>, a: &Entry) -> &'static str {
     let dirty_before = b.is_some_and(|b| b.kind == b'?' || b.xy[1] != b'.');
     match a.kind {
@@ -794,6 +881,34 @@ mod tests {
             partial: Vec::new(),
             links_out: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_long_ledger_folds_trees_of_untracked_new_paths_and_a_short_one_lists_them() {
+        let entry = |p: &str, change: &str| {
+            (p.as_bytes().to_vec(), PathChange { path: p.into(), change: change.into(), from: None, under: 0 })
+        };
+        let mut changed = vec![entry("README.md", "modified"), entry("src/lib.rs", "modified")];
+        changed.extend((0..40).map(|i| entry(&format!(".venv/lib/m{i:02}.py"), "untracked-new")));
+        changed.push(entry("src/new.rs", "untracked-new"));
+        changed.extend((0..3).map(|i| entry(&format!("vendor/x/f{i}"), "untracked-new")));
+        changed.sort_by(|a, b| a.0.cmp(&b.0));
+        let got: Vec<(String, String, u32)> =
+            fold_untracked(changed.clone()).into_iter().map(|(_, c)| (c.path, c.change, c.under)).collect();
+        let want = [
+            (".venv", "untracked-new", 40),
+            ("README.md", "modified", 0),
+            ("src/lib.rs", "modified", 0),
+            ("src/new.rs", "untracked-new", 0),
+            ("vendor", "untracked-new", 3),
+        ];
+        assert_eq!(
+            got,
+            want.map(|(p, c, n)| (p.to_owned(), c.to_owned(), n)),
+            "src/ holds a modified path: not folded"
+        );
+        let short: Vec<_> = changed.into_iter().filter(|(k, _)| !k.starts_with(b".venv")).collect();
+        assert_eq!(fold_untracked(short.clone()), short, "a ledger of 30 paths or fewer is listed whole");
     }
 
     #[test]
