@@ -533,7 +533,7 @@ pub(crate) fn compare(
         }
         _ => (None, None),
     };
-    let changed = fold_untracked(changed);
+    let changed = fold_trees(changed);
     let total = changed.len();
     let listed: Vec<PathChange> = changed.into_iter().take(MAX_LISTED).map(|(_, c)| c).collect();
     ProjectEffects {
@@ -558,40 +558,48 @@ pub(crate) fn compare(
 }
 
 /// The change of a path listed after the job (`b`: how it was listed before, if it was).
-/// A ledger longer than this folds its untracked-new paths by directory ([`fold_untracked`]).
+/// A ledger longer than this folds its paths by directory ([`fold_trees`]).
 const FOLD_OVER: usize = 30;
 
-/// A long ledger (over [`FOLD_OVER`] paths) lists each directory whose changed paths below it are all
-/// `untracked-new` (at least two) once, as `DIR` with `under` counting them, at the shallowest such
-/// directory: a `pip install --target vendor` or a scaffolded app is one line per new tree, not one
-/// per file. The entry says only what is true of every path below it (they are untracked and new),
-/// not that the directory itself is new. A short ledger is listed path by path.
-fn fold_untracked(changed: Vec<(Vec<u8>, PathChange)>) -> Vec<(Vec<u8>, PathChange)> {
+/// A long ledger (over [`FOLD_OVER`] paths) lists each directory whose changed paths below it (at
+/// least two) all changed the same way (`untracked-new`, `ignored`, `committed`, `deleted`, …; never a
+/// rename) once, as `DIR` with that change and `under` counting them, at the shallowest such directory:
+/// a `pip install --target vendor`, a scaffolded app or a `.venv` newly ignored is one line per tree,
+/// not one per file. The entry says only what is true of every path below it, not that the directory
+/// itself is new or gone. A short ledger is listed path by path.
+fn fold_trees(changed: Vec<(Vec<u8>, PathChange)>) -> Vec<(Vec<u8>, PathChange)> {
     if changed.len() <= FOLD_OVER {
         return changed;
     }
     let dirs = |k: &[u8]| -> Vec<Vec<u8>> {
         k.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(i, _)| k[..i].to_vec()).collect()
     };
-    // Per directory: untracked-new paths below it, and whether any other change lies below it.
-    let mut below: BTreeMap<Vec<u8>, (u32, bool)> = BTreeMap::new();
+    // Per directory: the paths below it, and their one change (`None` once two differ or one is a rename).
+    let mut below: BTreeMap<Vec<u8>, (u32, Option<String>)> = BTreeMap::new();
     for (k, c) in &changed {
-        let new = c.change == "untracked-new";
         for d in dirs(k) {
-            let e = below.entry(d).or_default();
-            e.0 += u32::from(new);
-            e.1 |= !new;
+            let one = (c.from.is_none()).then(|| c.change.clone());
+            below
+                .entry(d)
+                .and_modify(|(n, same)| {
+                    *n += 1;
+                    if *same != one {
+                        *same = None;
+                    }
+                })
+                .or_insert((1, one));
         }
     }
-    let folds = |d: &[u8]| below.get(d).is_some_and(|(n, other)| *n >= 2 && !other);
+    let folds = |d: &[u8]| below.get(d).is_some_and(|(n, same)| *n >= 2 && same.is_some());
     let mut out: Vec<(Vec<u8>, PathChange)> = Vec::new();
     for (k, c) in changed {
         match dirs(&k).into_iter().find(|d| folds(d)) {
             Some(d) if out.last().is_some_and(|(last, _)| *last == d) => {}
             Some(d) => {
-                let under = below[&d].0;
+                let (under, change) = below[&d].clone();
                 let path = String::from_utf8_lossy(&d).into_owned();
-                out.push((d, PathChange { path, change: "untracked-new".into(), from: None, under }));
+                let change = change.expect("a folded directory has one change");
+                out.push((d, PathChange { path, change, from: None, under }));
             }
             None => out.push((k, c)),
         }
@@ -884,31 +892,32 @@ mod tests {
     }
 
     #[test]
-    fn a_long_ledger_folds_trees_of_untracked_new_paths_and_a_short_one_lists_them() {
+    fn a_long_ledger_folds_trees_changed_one_way_and_a_short_one_lists_them() {
         let entry = |p: &str, change: &str| {
             (p.as_bytes().to_vec(), PathChange { path: p.into(), change: change.into(), from: None, under: 0 })
         };
         let mut changed = vec![entry("README.md", "modified"), entry("src/lib.rs", "modified")];
-        changed.extend((0..40).map(|i| entry(&format!(".venv/lib/m{i:02}.py"), "untracked-new")));
+        changed.extend((0..40).map(|i| entry(&format!(".venv/lib/m{i:02}.py"), "ignored")));
         changed.push(entry("src/new.rs", "untracked-new"));
         changed.extend((0..3).map(|i| entry(&format!("vendor/x/f{i}"), "untracked-new")));
+        changed.push(entry("web/a.js", "untracked-new"));
+        changed.push(entry("web/b.js", "committed"));
         changed.sort_by(|a, b| a.0.cmp(&b.0));
         let got: Vec<(String, String, u32)> =
-            fold_untracked(changed.clone()).into_iter().map(|(_, c)| (c.path, c.change, c.under)).collect();
+            fold_trees(changed.clone()).into_iter().map(|(_, c)| (c.path, c.change, c.under)).collect();
         let want = [
-            (".venv", "untracked-new", 40),
+            (".venv", "ignored", 40),
             ("README.md", "modified", 0),
             ("src/lib.rs", "modified", 0),
             ("src/new.rs", "untracked-new", 0),
             ("vendor", "untracked-new", 3),
+            ("web/a.js", "untracked-new", 0),
+            ("web/b.js", "committed", 0),
         ];
-        assert_eq!(
-            got,
-            want.map(|(p, c, n)| (p.to_owned(), c.to_owned(), n)),
-            "src/ holds a modified path: not folded"
-        );
+        let want = want.map(|(p, c, n)| (p.to_owned(), c.to_owned(), n));
+        assert_eq!(got, want, "src/ and web/ hold paths changed two ways: not folded");
         let short: Vec<_> = changed.into_iter().filter(|(k, _)| !k.starts_with(b".venv")).collect();
-        assert_eq!(fold_untracked(short.clone()), short, "a ledger of 30 paths or fewer is listed whole");
+        assert_eq!(fold_trees(short.clone()), short, "a ledger of 30 paths or fewer is listed whole");
     }
 
     #[test]
