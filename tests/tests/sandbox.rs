@@ -222,3 +222,18 @@ fn the_files_channel_round_trips_nasty_contents_and_a_refused_file_does_not_bloc
     let e = c.call("run", json!({"session": s, "cmd": "true", "files": [{"path": "x"}]})).unwrap_err();
     assert!(format!("{e:?}").contains("exactly one of content and content_base64"), "{e:?}");
 }
+
+/// A relative `files` path is taken from where the command starts: after `cd sub`, `notes.txt` lands
+/// in `sub` and the command reads it there. (It used to land in the directory the session was opened in.)
+#[test]
+fn a_relative_file_path_follows_the_carried_cwd() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    assert_eq!(run(&mut c, &s, "mkdir sub && cd sub")["exit_code"], 0);
+    let files = json!([{"path": "notes.txt", "content": "here\n"}]);
+    let r = c.call("run", json!({"session": s, "cmd": "cat notes.txt", "files": files, "yield_ms": 30_000})).unwrap();
+    assert_eq!((r["exit_code"].as_i64(), r["view"].as_str()), (Some(0), Some("here\n")), "{r}");
+    assert_eq!(r["files"][0]["path"], h.project.join("sub/notes.txt").display().to_string(), "{r}");
+    assert!(!h.project.join("notes.txt").exists(), "nothing is written where the session was opened");
+}

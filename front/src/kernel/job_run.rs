@@ -25,6 +25,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use shm_proto::msg::{Command, JobId, RunSpec};
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -98,7 +101,11 @@ pub(crate) fn call_admitting(
     let s = k.session(client, &p.session)?;
     crate::kernel::revive::revive_if_worker_died(k, &s)?;
     let s = k.live_session(client, &p.session)?;
-    let files = crate::sessions::sandbox::file_specs(&p.files, &s.spec().cwd)?;
+    // Relative paths are taken from where the command starts: the carried cwd (after `cd repo`), else
+    // the directory the session was opened in.
+    let carried = s.lock().record().items().get("cwd").cloned();
+    let cwd = carried.as_deref().map_or(Path::new(&s.spec().cwd), |c| Path::new(OsStr::from_bytes(c)));
+    let files = crate::sessions::sandbox::file_specs(&p.files, cwd)?;
     let stdin = crate::kernel::terminal_io::stdin_mode(p.tty, p.stdin.as_deref(), s.spec().persistent)?;
     if let Some(o) = &p.overrides {
         if o.reason.trim().is_empty() || o.rule.trim().is_empty() {

@@ -104,7 +104,7 @@ pub const MAX_FILES: usize = 256;
 
 /// Turn `files` into specs with absolute paths (relative ones are taken from `cwd`), normalised
 /// lexically (`a/../b` is `b`, whether or not `a` exists).
-pub fn file_specs(files: &[FileParam], cwd: &str) -> Result<Vec<FileSpec>, RpcError> {
+pub fn file_specs(files: &[FileParam], cwd: &Path) -> Result<Vec<FileSpec>, RpcError> {
     use base64::Engine;
     if files.len() > MAX_FILES {
         return Err(RpcError::invalid_params("run", format!("{} files given; at most {MAX_FILES}", files.len())));
@@ -129,7 +129,7 @@ pub fn file_specs(files: &[FileParam], cwd: &str) -> Result<Vec<FileSpec>, RpcEr
                      the files channel writes permission bits only: give a mode of at most 0o777"
                 )));
             }
-            let path = normalise(&Path::new(cwd).join(&f.path));
+            let path = normalise(&cwd.join(&f.path));
             Ok(FileSpec { path: path.into_os_string().into_encoded_bytes(), content, mode: f.mode })
         })
         .collect()
