@@ -69,6 +69,9 @@ pub struct CheckReport {
     /// Where the check came from: `.heddle/checks.toml line 3`, or what detection saw (`Cargo.toml
     /// with [workspace]; cargo-nextest installed`).
     pub origin: String,
+    /// The project the check belongs to: the nearest directory from the session's carried cwd up that
+    /// has `.heddle/checks.toml` or a detected project file, else the session's cwd.
+    pub project: String,
     /// `null` while the job runs, and when the parser found nothing (`note` says so).
     pub parsed: Option<CheckParsed>,
     pub note: Option<String>,

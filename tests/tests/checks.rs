@@ -246,3 +246,35 @@ fn heddle_check_prints_the_routing_and_the_counts() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("\"origin\": \".heddle/checks.toml line 1\""), "{text}");
 }
+
+/// `check` and `checks` follow `cd`: in a session opened above two projects, `cd web/src` makes the
+/// checks `web`'s (found upward from the carried cwd), and the run is recorded under `web`.
+#[test]
+fn the_project_of_check_is_found_from_the_carried_cwd_upward() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let top = h.project.join("work");
+    let toml = |name: &str| format!("[check.{name}]\ncommand = \"pwd\"\nparser = \"none\"\n");
+    project(&top.join("api"), &[(".heddle/checks.toml", toml("api-unit"))]);
+    project(&top.join("web"), &[(".heddle/checks.toml", toml("web-unit")), ("src/app.js", String::new())]);
+    let s = open(&mut c, &top, json!({}));
+    let e = c.call("check", json!({"session": s})).unwrap_err();
+    assert!(e.to_string().contains("no check found"), "the opening directory has none: {e}");
+    let r = c.call("run", json!({"session": s, "cmd": "cd web/src", "yield_ms": 30_000})).unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let r = check(&mut c, &s, json!({}));
+    let web = top.join("web").display().to_string();
+    assert_eq!(
+        (r["check"]["name"].as_str(), r["check"]["project"].as_str()),
+        (Some("web-unit"), Some(web.as_str())),
+        "{r}"
+    );
+    assert!(r["view"].as_str().unwrap().contains(&format!("{web}\n")), "it ran in web: {r}");
+    let listed = c.call("checks", json!({"session": s})).unwrap();
+    let only = &listed["checks"][0];
+    assert_eq!(
+        (only["name"].as_str(), only["last_runs"].as_array().map(Vec::len)),
+        (Some("web-unit"), Some(1)),
+        "{listed}"
+    );
+}

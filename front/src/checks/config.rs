@@ -4,7 +4,7 @@
 //! ```toml
 //! [check.unit]
 //! command = "cargo nextest run --workspace"   # required: run by bash -c in the check's cwd
-//! cwd = "crates/core"                          # optional, relative to the project (the session's cwd)
+//! cwd = "crates/core"                          # optional, relative to the project (the directory holding `.heddle/`)
 //! env = { RUST_LOG = "debug" }                 # optional, on top of the session's environment
 //! timeout_ms = 300000                          # optional hint: the default yield of `check`; never kills
 //! parser = "nextest"                           # optional: libtest nextest pytest go jest vitest none;

@@ -17,7 +17,7 @@
 //!    "parsed":{"counts":{"passed":50,"failed":2,"skipped":1,"errors":0},"failures":[…],…},"note":null},…}}
 //! ```
 
-use crate::checks::config::{find, Check};
+use crate::checks::config::{find, Check, Found};
 use crate::checks::parse::{parse, Parser};
 use crate::jobs::job::Job;
 use crate::kernel::job_wait::{answer, view_budget};
@@ -57,9 +57,31 @@ pub(crate) fn session_path(s: &Session) -> Option<String> {
     s.spec().env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone())
 }
 
-/// The check `name` (or the first) of the session's project.
-fn pick(s: &Session, name: Option<&str>) -> Result<Check, RpcError> {
-    let found = find(std::path::Path::new(&s.spec().cwd), session_path(s).as_deref());
+/// The project a session's `check` and `checks` use, and its checks: the nearest directory from where
+/// the session's commands start (its carried cwd, so `cd other-project` moves it) up to `/` that has
+/// `.heddle/checks.toml` or a project file detection knows (`cd src` inside a crate keeps the crate);
+/// else the directory the session was opened in.
+pub(crate) fn project(s: &Session) -> (std::path::PathBuf, Found) {
+    use std::os::unix::ffi::OsStrExt;
+    let path = session_path(s);
+    let carried = s.lock().record().items().get("cwd").cloned();
+    if let Some(c) = carried {
+        let here = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&c));
+        for dir in here.ancestors() {
+            let found = find(dir, path.as_deref());
+            if found.file || !found.checks.is_empty() {
+                return (dir.to_path_buf(), found);
+            }
+        }
+    }
+    let dir = std::path::PathBuf::from(&s.spec().cwd);
+    let found = find(&dir, path.as_deref());
+    (dir, found)
+}
+
+/// The check `name` (or the first) of the session's project, and that project.
+fn pick(s: &Session, name: Option<&str>) -> Result<(Check, String), RpcError> {
+    let (dir, found) = project(s);
     let problems = match found.errors.is_empty() {
         true => String::new(),
         false => format!(" (problems of the checks file: {})", found.errors.join("; ")),
@@ -70,7 +92,7 @@ fn pick(s: &Session, name: Option<&str>) -> Result<Check, RpcError> {
         None => found.checks.first(),
     };
     match (hit, name) {
-        (Some(c), _) => Ok(c.clone()),
+        (Some(c), _) => Ok((c.clone(), dir.to_string_lossy().into_owned())),
         (None, Some(n)) if !names.is_empty() => Err(RpcError::invalid_params(
             "check",
             format!("no check named '{n}'; the project's checks are {}{problems}", names.join(", ")),
@@ -93,7 +115,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     let s = k.session(client, &p.session)?;
     crate::kernel::revive::revive_if_worker_died(k, &s)?;
     let s = k.live_session(client, &p.session)?;
-    let check = pick(&s, p.name.as_deref())?;
+    let (check, project) = pick(&s, p.name.as_deref())?;
     let mut command = check.command.clone();
     for a in &p.args {
         command.push(' ');
@@ -106,6 +128,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
         command: command.clone(),
         parser: check.parser.name().to_owned(),
         origin: check.origin.clone(),
+        project,
         parsed: None,
         note: None,
     };
@@ -223,7 +246,7 @@ pub(crate) fn parse_job(k: &Kernel, s: &Session, job: JobId) -> Option<CheckRepo
     drop(st);
     k.db.write(crate::storage::db::Write::CheckRun(crate::storage::db::CheckRunRow {
         owner_uid: s.spec().owner_uid,
-        project: s.spec().cwd.clone(),
+        project: report.project.clone(),
         name: report.name.clone(),
         session: s.name().to_owned(),
         job,

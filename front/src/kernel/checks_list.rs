@@ -10,7 +10,7 @@
 //!    "errors":[],"note":null,"announcements":[]}}
 //! ```
 
-use crate::checks::config::{find, FILE};
+use crate::checks::config::FILE;
 use crate::kernel::{Client, Kernel};
 use crate::rpc::{self, RpcError};
 use protocol::checks::{CheckEntry, CheckRun, ChecksList};
@@ -42,8 +42,8 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<ChecksL
         crate::kernel::check_run::parse_job(k, &s, job);
     }
     k.db.sync();
-    let project = s.spec().cwd.clone();
-    let found = find(std::path::Path::new(&project), crate::kernel::check_run::session_path(&s).as_deref());
+    let (dir, found) = crate::kernel::check_run::project(&s);
+    let project = dir.to_string_lossy().into_owned();
     let checks = found
         .checks
         .into_iter()
