@@ -47,6 +47,13 @@ fn writes_outside_the_roots_are_refused_and_explained() {
     assert!(!home.join(".bashrc").exists());
     let bashrc = format!("{}/.bashrc: writing it was refused by the sandbox", home.display());
     assert!(r["refusals"][0].as_str().unwrap().starts_with(&bashrc), "{r}");
+
+    // A relative path in the output is the shell's: after `cd /etc`, `./heddle-rel-test` is /etc's.
+    assert_eq!(run(&mut c, &s, "cd /etc")["exit_code"], 0);
+    let r = run(&mut c, &s, "echo x > ./heddle-rel-test");
+    assert_ne!(r["exit_code"], 0, "{r}");
+    let why = r["refusals"][0].as_str().unwrap_or_default();
+    assert!(why.starts_with("/etc/heddle-rel-test: writing it was refused by the sandbox"), "{r}");
 }
 
 #[test]

@@ -124,7 +124,11 @@ fn explain_refusals(s: &Session, st: &crate::sessions::session::SessionData, res
     if let (Some(info), Some(code)) = (st.sandbox(), result.exit_code) {
         if code != 0 {
             let user = st.worker().map(|w| crate::sessions::refusal::JobUser::of_worker(w.pid, w.uid));
-            let more = crate::sessions::sandbox::explain_refusals(&result.view, &s.spec().cwd, info, user.as_ref());
+            // Relative paths in the output are the shell's: from its carried cwd (after the job, so a
+            // `cd sub && touch x` names `sub/x`), else where the session was opened.
+            let carried = st.record().items().get("cwd").map(|c| String::from_utf8_lossy(c).into_owned());
+            let cwd = carried.as_deref().unwrap_or(&s.spec().cwd);
+            let more = crate::sessions::sandbox::explain_refusals(&result.view, cwd, info, user.as_ref());
             result.refusals.extend(more);
             result.refusals.extend(crate::sessions::sandbox::explain_ptys(&result.cmd, &result.view, info));
         }
