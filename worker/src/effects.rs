@@ -557,7 +557,6 @@ pub(crate) fn compare(
     }
 }
 
-/// The change of a path listed after the job (`b`: how it was listed before, if it was).
 /// A ledger longer than this folds its paths by directory ([`fold_trees`]).
 const FOLD_OVER: usize = 30;
 
@@ -624,6 +623,7 @@ fn gone_from_status(b: &Entry, path: &Path) -> &'static str {
     }
 }
 
+/// The change of a path listed after the job (`b`: how it was listed before, if it was).
 fn label(b: Option<&Entry>, a: &Entry) -> &'static str {
     let dirty_before = b.is_some_and(|b| b.kind == b'?' || b.xy[1] != b'.');
     match a.kind {

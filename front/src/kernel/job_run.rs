@@ -103,7 +103,10 @@ pub(crate) fn call_admitting(
     let s = k.live_session(client, &p.session)?;
     // Relative paths are taken from where the command starts: the carried cwd (after `cd repo`), else
     // the directory the session was opened in.
-    let carried = s.lock().record().items().get("cwd").cloned();
+    let carried = match p.files.is_empty() {
+        true => None,
+        false => s.lock().record().items().get("cwd").cloned(),
+    };
     let cwd = carried.as_deref().map_or(Path::new(&s.spec().cwd), |c| Path::new(OsStr::from_bytes(c)));
     let files = crate::sessions::sandbox::file_specs(&p.files, cwd)?;
     let stdin = crate::kernel::terminal_io::stdin_mode(p.tty, p.stdin.as_deref(), s.spec().persistent)?;

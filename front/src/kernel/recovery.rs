@@ -63,6 +63,11 @@ pub(crate) fn earlier(dir: &Path, uid: u32) -> Option<Meta> {
     journal::read_meta(dir).ok().filter(|m| m.owner_uid == uid)
 }
 
+/// Whether `dir` holds an earlier incarnation of any uid (`session.json` is there: a restart ended it).
+pub(crate) fn left(dir: &Path) -> bool {
+    dir.join("session.json").exists()
+}
+
 /// Whether `dir` holds an earlier incarnation another uid left (not closed: its `session.json` is there).
 /// Its name is not available to `uid`, as a live session of another uid's is not: opening it would clear
 /// that uid's history. Unreadable settings count as none (the directory is cleared as a stale one).

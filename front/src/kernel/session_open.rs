@@ -190,7 +190,7 @@ fn claim(k: &Kernel, client: &Client, name: Option<&str>) -> Result<Claim, RpcEr
             let name = format!("s{}", reg.next_name);
             // A name an earlier incarnation left behind is skipped: a session opened without a name is
             // new, and must not carry that incarnation's jobs (they stay for a re-open by that name).
-            if !reg.slots.contains_key(&name) && !sessions.join(&name).join("session.json").exists() {
+            if !reg.slots.contains_key(&name) && !crate::kernel::recovery::left(&sessions.join(&name)) {
                 reg.slots.insert(name.clone(), Slot::Opening);
                 return Ok(Claim::New(name));
             }
