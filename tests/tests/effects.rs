@@ -140,6 +140,24 @@ fn a_kept_job_writing_meanwhile_is_named() {
     c.call("kill", json!({"session": s, "job": writer["job"]})).unwrap();
 }
 
+/// A job beside which another ran changed nothing: its ledger says so plainly (nothing listed can be
+/// the other's); once it lists a path, the other job is named.
+#[test]
+fn a_job_running_beside_lowers_confidence_only_when_something_is_listed() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "repo", INIT);
+    let sleeper = c.call("run", json!({"session": s, "cmd": "sleep 30", "yield_ms": 0})).unwrap();
+    let job = sleeper["job"].as_u64().unwrap();
+    let r = run(&mut c, &s, "true", None);
+    assert_eq!(r["effects"]["project"]["confidence"], "complete", "{r}");
+    assert_eq!(r["effects"]["project"]["changed"], json!([]), "{r}");
+    let r = run(&mut c, &s, "echo mine > mine", None);
+    assert_eq!(r["effects"]["project"]["confidence"], "partial", "{r}");
+    assert!(reason(&r).contains(&format!("job {job} ")), "the job beside it is named: {r}");
+    c.call("kill", json!({"session": s, "job": job})).unwrap();
+}
+
 #[test]
 fn a_broken_index_gets_a_sentence() {
     let h = Heddle::start();

@@ -16,6 +16,19 @@ fn session(h: &Heddle, c: &mut Client) -> Value {
 }
 
 #[test]
+fn the_first_call_names_the_cwd_only_when_it_moved_from_where_the_session_was_opened() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let stay = h.open_session(&mut c);
+    let r = run(&mut c, &stay, "true");
+    assert!(changes(&r).iter().any(|x| x.starts_with("state recorded (")), "{r}");
+    assert!(!changes(&r).iter().any(|x| x.starts_with("cwd → ")), "the cwd did not change: {r}");
+    let moved = h.open_session(&mut c);
+    let r = run(&mut c, &moved, "cd /");
+    assert!(changes(&r).contains(&"cwd → /".to_owned()), "{r}");
+}
+
+#[test]
 fn cwd_with_spaces_quotes_newline_and_non_ascii_and_cd_dash_and_the_directory_stack() {
     let h = Heddle::start();
     let mut c = h.client();

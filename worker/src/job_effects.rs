@@ -257,7 +257,9 @@ impl<C: CgroupOps> Worker<C> {
                         project.method = method.into();
                         project.method_note = (method == "full").then_some(note).flatten();
                         self.set_origin(&Ok(Arc::clone(&after)), format!("the after of job {job}"));
-                        if !fx.overlapped.is_empty() {
+                        // Another job's writes can only be mistaken for this one's when something is
+                        // listed: an empty list is true of the tree whoever ran beside it.
+                        if !fx.overlapped.is_empty() && !project.changed.is_empty() {
                             project.confidence = "partial".into();
                             project.reasons.push(overlap_reason(&fx.overlapped));
                         }
@@ -280,7 +282,7 @@ impl<C: CgroupOps> Worker<C> {
                      again (writes through a shared mmap raise no event)",
                 );
             }
-            if !fx.overlapped.is_empty() {
+            if !fx.overlapped.is_empty() && !part.changed.is_empty() {
                 part.confidence = "partial".into();
                 part.reasons.push(overlap_reason(&fx.overlapped));
             }

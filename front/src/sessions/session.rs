@@ -167,7 +167,7 @@ impl SessionData {
 
     /// Start the shell state afresh (a session re-opened after a restart).
     pub fn reset_record(&mut self) {
-        self.record = Default::default();
+        self.record = self.record.restarted();
     }
 
     /// Open the session's journal in `dir` (a fresh one) and note the event ring being read.
@@ -730,7 +730,12 @@ impl Session {
         let (cmd, end) = map_rings(fds)?;
         let session = Session {
             cmd: Mutex::new(cmd),
-            data: Mutex::new(SessionData { name: spec.name.clone(), ring, ..SessionData::default() }),
+            data: Mutex::new(SessionData {
+                name: spec.name.clone(),
+                ring,
+                record: crate::shell::record::StateRecord::opened_in(spec.cwd.as_bytes()),
+                ..SessionData::default()
+            }),
             changed: Condvar::new(),
             lost: AtomicBool::new(false),
             reviving: Mutex::new(()),

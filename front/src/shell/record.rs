@@ -45,6 +45,9 @@ pub struct StateRecord {
     changed_by: BTreeMap<String, u64>,
     /// The items of the first record: the base of jobs that started before it.
     first: Option<Arc<Items>>,
+    /// The directory the session was opened in, where a job with no record starts: the first record's
+    /// summary names its cwd only when a job moved away from it.
+    opened_in: Option<Vec<u8>>,
 }
 
 /// What applying one job's capture did.
@@ -60,6 +63,16 @@ pub struct Applied {
 }
 
 impl StateRecord {
+    /// An empty record for a session opened in `cwd`.
+    pub fn opened_in(cwd: &[u8]) -> StateRecord {
+        StateRecord { opened_in: Some(cwd.to_vec()), ..StateRecord::default() }
+    }
+
+    /// The same session's record started afresh (a session re-opened after a restart).
+    pub fn restarted(&self) -> StateRecord {
+        StateRecord { opened_in: self.opened_in.clone(), ..StateRecord::default() }
+    }
+
     pub fn version(&self) -> u64 {
         self.version
     }
@@ -127,7 +140,8 @@ impl StateRecord {
         }
         if first {
             applied.changes.push(format!("state recorded ({} items)", items.len()));
-            applied.changes.extend(items.get("cwd").map(|c| format!("cwd → {}", String::from_utf8_lossy(c))));
+            let moved = items.get("cwd").filter(|c| self.opened_in.as_ref() != Some(*c));
+            applied.changes.extend(moved.map(|c| format!("cwd → {}", String::from_utf8_lossy(c))));
             self.first = Some(Arc::clone(&self.items));
         }
         if applied.changes.len() > MAX_CHANGES {
@@ -378,6 +392,21 @@ mod tests {
 
     fn items(kv: &[(&str, &str)]) -> Items {
         kv.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect()
+    }
+
+    #[test]
+    fn the_first_record_names_its_cwd_only_when_it_is_not_where_the_session_was_opened() {
+        for (cwd, named) in [("/w", false), ("/elsewhere", true)] {
+            let mut r = StateRecord::opened_in(b"/w");
+            let (v, base) = r.snapshot();
+            let applied = r.apply(v, &base, items(&[("cwd", cwd), ("var:A", "declare -- A=\"1\"")]), 1);
+            assert_eq!(applied.changes.contains(&format!("cwd → {cwd}")), named, "{:?}", applied.changes);
+            assert_eq!(applied.changes[0], "state recorded (2 items)");
+            let mut again = r.restarted();
+            let (v, base) = again.snapshot();
+            let applied = again.apply(v, &base, items(&[("cwd", cwd)]), 1);
+            assert_eq!(applied.changes.contains(&format!("cwd → {cwd}")), named, "after a restart");
+        }
     }
 
     #[test]
