@@ -156,6 +156,31 @@ fn a_pytest_project_gives_pytests_counts_and_failing_tests() {
     assert!(summary.starts_with("3 failed, 200 passed, 1 error in "), "{summary}");
 }
 
+/// An agent's usual Python project: its own `.venv` (the check runs without the session's activated
+/// one, so the venv is used by its path) and `addopts = "-q"` (the final line bare, no `===`).
+#[test]
+fn a_pytest_project_with_its_own_venv_and_quiet_output_is_counted() {
+    let venv = repo().join("target/checks-venv");
+    assert!(venv.join("bin/pytest").exists(), "pytest is installed by .ci/test into {}", venv.display());
+    let h = Heddle::start();
+    let mut c = h.client();
+    let dir = h.project.join("quiet");
+    let tests = "def test_add():\n    assert 1 + 1 == 2\n\ndef test_mul():\n    assert 2 * 4 == 6\n".to_owned();
+    let pyproject =
+        "[project]\nname = \"q\"\nversion = \"0\"\n\n[tool.pytest.ini_options]\naddopts = \"-q -p no:cacheprovider\"\n";
+    project(&dir, &[("pyproject.toml", pyproject.to_owned()), ("tests/test_q.py", tests)]);
+    std::os::unix::fs::symlink(&venv, dir.join(".venv")).unwrap();
+    let s = open(&mut c, &dir, json!({"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}));
+    let r = check(&mut c, &s, json!({}));
+    let text = heddle_tests::text_form(&r);
+    assert!(text.starts_with("check pytest → .venv/bin/python -m pytest (parser: pytest)\nexit 1 · "), "{text}");
+    assert_eq!(counts(&r), [1, 1, 0, 0], "{r}");
+    assert_eq!(failing(&r), ["tests/test_q.py::test_mul"]);
+    assert_eq!(r["check"]["parsed"]["incomplete"], false, "{r}");
+    let summary = r["check"]["parsed"]["summary_line"].as_str().unwrap_or_default();
+    assert!(summary.starts_with("1 failed, 1 passed in "), "the bare final line: {r}");
+}
+
 #[test]
 fn a_vitest_project_gives_vitests_counts_and_failing_tests() {
     let modules = repo().join("tests/checks-js/node_modules");

@@ -288,7 +288,14 @@ fn detect(project: &Path, path: Option<&str>) -> Vec<Check> {
         out.push(check("cargo", command, parser, format!("detected: Cargo.toml; {why}")));
     }
     if let Some(f) = ["pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini"].into_iter().find(|f| exists(f)) {
-        out.push(check("pytest", "pytest", Parser::Pytest, format!("detected: {f}")));
+        // A check runs without the session's shell state (no activated venv): the project's own virtual
+        // environment is used by its path when pytest is installed in it.
+        let venv = [".venv", "venv"].into_iter().find(|v| exists(&format!("{v}/bin/pytest")));
+        let (command, why) = match venv {
+            Some(v) => (format!("{v}/bin/python -m pytest"), format!("detected: {f}; pytest is installed in {v}")),
+            None => ("pytest".to_owned(), format!("detected: {f}")),
+        };
+        out.push(check("pytest", &command, Parser::Pytest, why));
     }
     if exists("go.mod") {
         out.push(check("go", "go test -json ./...", Parser::Go, "detected: go.mod".to_owned()));
@@ -382,6 +389,12 @@ mod tests {
             (f.checks[0].command.as_str(), f.checks[0].parser),
             ("cargo test --workspace --no-fail-fast", Parser::Libtest)
         );
+        let d = project(&[("pyproject.toml", ""), (".venv/bin/python", "")]);
+        assert_eq!(find(d.path(), None).checks[0].command, "pytest", "a venv without pytest");
+        std::fs::write(d.path().join(".venv/bin/pytest"), "").unwrap();
+        let f = find(d.path(), None);
+        assert_eq!(f.checks[0].command, ".venv/bin/python -m pytest");
+        assert!(f.checks[0].origin.ends_with("pytest is installed in .venv"), "{}", f.checks[0].origin);
         let d = project(&[("package.json", r#"{"scripts":{"test":"echo \"Error: no test specified\" && exit 1"}}"#)]);
         assert!(find(d.path(), None).checks.is_empty());
     }

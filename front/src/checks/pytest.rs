@@ -3,9 +3,13 @@
 //! since pytest 6) for the names, and the `___ title ___` sections of `FAILURES` and `ERRORS` for each
 //! one's lines (its `E …` lines and its `file:line: Type` line).
 //!
+//! With `-q` the final line has no `=` around it (`1 failed, 1 passed in 0.03s`); with `-qq` there is
+//! none, and the progress characters are counted.
+//!
 //! Counts: `passed` and `xpassed` are passed, `failed` failed, `skipped` and `xfailed` skipped, `error`
-//! errors. Without a final line (the run was killed) the progress characters (`.F E s x X` after the
-//! test file's name, or alone with `-q`) are counted and the result is `incomplete`.
+//! errors. Without a final line the progress characters (`.F E s x X` after the test file's name, or
+//! alone with `-q`) are counted, and the result is `incomplete` unless the progress reached `[100%]`
+//! (`-qq` prints no final line; a run killed midway never reaches it).
 
 use super::parse::count_before;
 use protocol::checks::{CheckCounts, CheckFailure, CheckParsed};
@@ -13,7 +17,8 @@ use protocol::checks::{CheckCounts, CheckFailure, CheckParsed};
 pub fn parse(out: &str, _err: &str) -> Option<CheckParsed> {
     let lines: Vec<&str> = out.lines().map(str::trim_end).collect();
     let summary = lines.iter().rev().find(|l| final_line(l)).copied();
-    let started = lines.iter().any(|l| l.contains("test session starts"));
+    let finished = lines.iter().any(|l| l.ends_with("[100%]"));
+    let started = finished || lines.iter().any(|l| l.contains("test session starts"));
     let mut failures = short_summary(&lines);
     let sections = sections(&lines);
     for f in &mut failures {
@@ -41,20 +46,40 @@ pub fn parse(out: &str, _err: &str) -> Option<CheckParsed> {
         failures,
         failures_more: 0,
         summary_line: summary.map(|s| s.trim_matches(|c| c == '=' || c == ' ').to_owned()),
-        incomplete: summary.is_none(),
+        incomplete: summary.is_none() && !finished,
     })
 }
 
 /// `==== 3 failed, 200 passed in 0.20s ====` (also `no tests ran in 0.01s`).
+/// With `-q`, the same line bare: `1 failed, 1 passed, 3 deselected in 0.03s` (every item `N word`, then
+/// ` in ` and a duration), so a test's own output line that mentions `passed` is not taken for it.
 fn final_line(l: &str) -> bool {
-    l.starts_with("==")
-        && l.ends_with("==")
-        && l.contains(" in ")
-        && (l.contains("passed")
-            || l.contains("failed")
-            || l.contains("error")
-            || l.contains("no tests ran")
-            || l.contains("skipped"))
+    if l.starts_with("==") && l.ends_with("==") {
+        return l.contains(" in ")
+            && (l.contains("passed")
+                || l.contains("failed")
+                || l.contains("error")
+                || l.contains("no tests ran")
+                || l.contains("skipped"));
+    }
+    let Some((items, took)) = l.rsplit_once(" in ") else { return false };
+    let took = took.split_once(' ').map_or(took, |(t, _)| t); // `12.05s (0:00:12)`
+    let duration = took.strip_suffix('s').is_some_and(|t| !t.is_empty() && t.parse::<f64>().is_ok());
+    const WORDS: [&str; 11] = [
+        "passed",
+        "failed",
+        "skipped",
+        "error",
+        "errors",
+        "xfailed",
+        "xpassed",
+        "deselected",
+        "warning",
+        "warnings",
+        "rerun",
+    ];
+    let item = |i: &str| i.trim().split_once(' ').is_some_and(|(n, w)| n.parse::<u64>().is_ok() && WORDS.contains(&w));
+    duration && (items == "no tests ran" || (!items.is_empty() && items.split(',').all(item)))
 }
 
 /// `FAILED nodeid - message` and `ERROR nodeid - message` lines, in order.
@@ -173,6 +198,40 @@ mod tests {
         let p = parse(Parser::Pytest, cut.as_bytes(), b"").unwrap();
         assert!(p.incomplete);
         assert_eq!(p.counts, Some(CheckCounts { passed: 125, failed: 0, skipped: 0, errors: 0 }));
+    }
+
+    #[test]
+    fn quiet_runs_give_counts_and_names_from_the_bare_final_line_or_the_progress() {
+        let q = parse(Parser::Pytest, include_bytes!("fixtures/pytest-q.stdout"), b"").unwrap();
+        assert_eq!(q.counts, Some(CheckCounts { passed: 1, failed: 1, skipped: 1, errors: 1 }));
+        assert_eq!(q.summary_line.as_deref(), Some("1 failed, 1 passed, 1 skipped, 1 error in 0.05s"));
+        let names: Vec<(&str, &str)> = q.failures.iter().map(|f| (f.name.as_str(), f.kind.as_str())).collect();
+        assert_eq!(names, [("tests/test_a.py::test_mul", "failed"), ("tests/test_a.py::test_err", "error")]);
+        assert_eq!(q.failures[0].lines, ["assert (2 * 4) == 6", "tests/test_a.py:3: AssertionError"]);
+        assert!(!q.incomplete);
+        // `-qq`: no final line; the progress reached 100 %, so the marks are the whole run.
+        let qq = parse(Parser::Pytest, include_bytes!("fixtures/pytest-qq.stdout"), b"").unwrap();
+        assert_eq!((qq.counts, qq.incomplete), (q.counts, false));
+        assert_eq!(qq.failures.len(), 2);
+        let collect = parse(Parser::Pytest, include_bytes!("fixtures/pytest-q-collect.stdout"), b"").unwrap();
+        assert_eq!(collect.counts, Some(CheckCounts { passed: 0, failed: 0, skipped: 0, errors: 1 }));
+        assert_eq!(collect.failures[0].name, "tests/test_b.py");
+        let k = parse(
+            Parser::Pytest,
+            b".                                   [100%]\n1 passed, 3 deselected in 0.01s\n",
+            b"",
+        );
+        assert_eq!(k.unwrap().counts, Some(CheckCounts { passed: 1, failed: 0, skipped: 0, errors: 0 }));
+    }
+
+    #[test]
+    fn a_line_that_only_mentions_counts_is_no_final_line() {
+        for l in ["it passed in 3 places", "2 passed in the end", "1 passed, then in 0.1s", "3 apples in 0.2s"] {
+            assert!(!super::final_line(l), "{l}");
+        }
+        for l in ["no tests ran in 0.01s", "2 passed, 1 warning in 12.05s (0:00:12)", "=== 1 failed in 0.1s ==="] {
+            assert!(super::final_line(l), "{l}");
+        }
     }
 
     #[test]
