@@ -393,3 +393,30 @@ fn paths_that_leave_the_status_are_committed_ignored_reverted_or_deleted() {
     let diff = r["effects"]["project"]["diff"].as_str().unwrap_or_default();
     assert!(!diff.contains("new.txt") && !diff.contains("junk.log"), "kept bytes have no diff: {diff}");
 }
+
+/// The index moving is not the bytes changing: `git add` of new and edited files is `staged`, the commit
+/// of what was staged in an earlier call is `committed` (it was `reverted`), `git restore --staged` is
+/// `unstaged`, `git reset --hard` of a staged edit is `reverted`, and files rewritten with the bytes they
+/// had (`git stash -u && git stash pop`) are no change.
+#[test]
+fn staging_unstaging_and_committing_in_separate_calls_are_named_as_such() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "stage", INIT);
+    let git = "git -c user.email=t@t -c user.name=t -c maintenance.auto=false";
+    let setup = "echo new > new.txt && sed -i s/a/A/ f1 && sed -i s/b/B/ f2";
+    assert_eq!(run(&mut c, &s, setup, Some("none"))["exit_code"], 0);
+    let r = run(&mut c, &s, "git add -A", None);
+    let want = [("dirty", "staged"), ("f1", "staged"), ("f2", "staged"), ("new.txt", "staged")];
+    assert_eq!(changed(&r), want.map(|(p, c)| (p.to_owned(), c.to_owned())), "{r}");
+    let r = run(&mut c, &s, "git restore --staged f2", None);
+    assert_eq!(changed(&r), [("f2".to_owned(), "unstaged".to_owned())], "{r}");
+    let r = run(&mut c, &s, &format!("{git} commit -qm staged"), None);
+    let want = [("dirty", "committed"), ("f1", "committed"), ("new.txt", "committed")];
+    assert_eq!(changed(&r), want.map(|(p, c)| (p.to_owned(), c.to_owned())), "{r}");
+    let r = run(&mut c, &s, "echo loose > loose.txt && git stash -u -q && git stash pop -q", None);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(changed(&r), [("loose.txt".to_owned(), "untracked-new".to_owned())], "f2 kept its bytes: {r}");
+    let r = run(&mut c, &s, "git add f2 && git reset -q --hard", None);
+    assert_eq!(changed(&r), [("f2".to_owned(), "reverted".to_owned())], "{r}");
+}

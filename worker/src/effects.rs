@@ -67,13 +67,35 @@ struct Entry {
     content: Option<Kept>,
 }
 
+impl Ident {
+    /// The same bytes, file type and mode. Where both sides were hashed the hashes decide: a file
+    /// rewritten with the bytes it had (`git stash -u && git stash pop`, a formatter that changed
+    /// nothing) is no change though its mtime and inode moved. Otherwise the stat decides.
+    fn same_bytes(&self, other: &Ident) -> bool {
+        match (&self.stat, &other.stat, self.hash, other.hash) {
+            (Some(a), Some(b), Some(x), Some(y)) => x == y && a.0 == b.0 && a.4 == b.4,
+            (a, b, _, _) => a == b,
+        }
+    }
+}
+
+/// Staged, with the work tree as staged (`M.`, `A.`): its bytes are the index's.
+fn staged_clean(e: &Entry) -> bool {
+    e.kind == b'1' && e.xy[1] == b'.' && e.xy[0] != b'.'
+}
+
 impl Entry {
     fn same(&self, other: &Entry) -> bool {
         self.kind == other.kind
             && self.xy == other.xy
             && self.index == other.index
             && self.orig == other.orig
-            && self.ident == other.ident
+            // Both staged-clean with one index entry: the bytes are that blob's on both sides.
+            && (staged_clean(self)
+                || match (&self.ident, &other.ident) {
+                    (Some(a), Some(b)) => a.same_bytes(b),
+                    (a, b) => a == b,
+                })
     }
 }
 
@@ -292,6 +314,11 @@ fn identify_dirty(snap: &mut Snapshot, only: Option<&BTreeSet<Vec<u8>>>, keep: b
         e.ident = Some(ident);
         e.content = content;
     }
+    // A staged path whose work tree is as staged gets its stat (no hash, no bytes kept): whether it
+    // still holds those bytes when it leaves the status or is unstaged tells a commit from a reset.
+    for (path, e) in snap.entries.iter_mut().filter(|(k, e)| staged_clean(e) && only.is_none_or(|o| o.contains(*k))) {
+        e.ident = Some(identify(&root.join(OsStr::from_bytes(path)), false, None).0);
+    }
     if over > 0 && !snap.partial.iter().any(|p| p.contains("over the budget of")) {
         snap.partial.push(format!(
             "the work tree has {hashed} dirty or untracked files, over the budget of {MAX_HASHED}: {over} were compared by stat only"
@@ -472,6 +499,13 @@ pub(crate) fn compare(
             (None, None) => continue,
             // The source of a rename staged during the job is named with the rename.
             (None, Some(_)) | (Some(_), None) if renamed_from.contains(k) && a.is_none() => continue,
+            (Some(b), Some(a))
+                if b"1?".contains(&b.kind)
+                    && b"1?".contains(&a.kind)
+                    && same_bytes_now(b, a, &after.root.join(OsStr::from_bytes(k))) =>
+            {
+                index_change(b, a)
+            }
             (b, Some(a)) => label(b, a),
             (Some(b), None) => gone_from_status(b, &after.root.join(OsStr::from_bytes(k))),
         };
@@ -525,7 +559,7 @@ pub(crate) fn compare(
     let (diff, diff_note) = match mode {
         EffectsMode::Diff => {
             // A path committed or ignored now kept its bytes: it has no diff.
-            let kept = ["committed", "ignored", "committed-or-ignored"];
+            let kept = ["committed", "ignored", "committed-or-ignored", "staged", "unstaged"];
             let content: Vec<(Vec<u8>, PathChange)> =
                 changed.iter().filter(|(_, c)| !kept.contains(&c.change.as_str())).cloned().collect();
             let (d, n) = diff(git, before, after, &content);
@@ -615,11 +649,33 @@ fn gone_from_status(b: &Entry, path: &Path) -> &'static str {
     if b.kind == b'?' {
         return if exists { "committed" } else { "deleted" };
     }
-    let unchanged = b.ident.as_ref().is_some_and(|was| identify(path, was.hash.is_some(), None).0 == *was);
+    let unchanged = b.ident.as_ref().is_some_and(|was| identify(path, was.hash.is_some(), None).0.same_bytes(was));
     match (unchanged, exists) {
         (true, _) => "committed",
         (false, true) => "reverted",
         (false, false) => "deleted",
+    }
+}
+
+/// Whether a path listed before and after (with another status) holds the bytes it held before: then
+/// only the index changed (`git add`, `git restore --staged`). The after side's identity is used when
+/// it has one.
+fn same_bytes_now(b: &Entry, a: &Entry, path: &Path) -> bool {
+    let Some(was) = &b.ident else { return false };
+    match &a.ident {
+        Some(now) => was.same_bytes(now),
+        None => was.same_bytes(&identify(path, was.hash.is_some(), None).0),
+    }
+}
+
+/// The change of a path whose bytes stayed and whose index entry moved: `staged` when the work tree is
+/// now (more) in the index, `unstaged` when the index went back (`git rm --cached`, `git restore
+/// --staged`).
+fn index_change(b: &Entry, a: &Entry) -> &'static str {
+    match () {
+        _ if a.kind == b'?' => "unstaged",
+        _ if a.xy[0] == b'.' && b.xy[0] != b'.' => "unstaged",
+        _ => "staged",
     }
 }
 
