@@ -107,6 +107,14 @@ fn warnings_annotate_and_the_call_runs() {
     let r = run(&mut c, &s, json!({"cmd": "python3"}));
     assert_eq!(r["state"], "exited", "{r}");
     assert!(r["warnings"].to_string().contains("guard interactive-repl-without-tty:"), "{r}");
+    // With a terminal (or a stdin pipe) the REPL has its input: no warning.
+    for input in [json!({"tty": {"rows": 24, "cols": 80}}), json!({"stdin": "pipe"})] {
+        let mut p = json!({"session": s, "cmd": "python3", "yield_ms": 200});
+        p.as_object_mut().unwrap().extend(input.as_object().unwrap().clone());
+        let r = c.call("run", p).unwrap();
+        assert!(r["warnings"].as_array().is_some_and(Vec::is_empty), "{input}: {r}");
+        c.call("kill", json!({"session": s, "job": r["job"]})).unwrap();
+    }
     let r = run(&mut c, &s, json!({"cmd": "cat > gen.sh <<EOF\necho $HOME\nEOF\ncat gen.sh"}));
     assert!(r["warnings"].to_string().contains("guard unquoted-heredoc:"), "{r}");
     let r = run(&mut c, &s, json!({"cmd": "cat > gen.sh <<'EOF'\necho $HOME\nEOF\ncat gen.sh"}));

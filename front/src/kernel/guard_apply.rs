@@ -38,6 +38,7 @@ pub(crate) fn apply(
     job: JobId,
     cmd: &str,
     over: Option<(&str, &str)>,
+    tty: bool,
 ) -> Option<Vec<String>> {
     let (policy, ctx) = {
         let st = s.lock();
@@ -52,7 +53,7 @@ pub(crate) fn apply(
             Some(info) => (info.policy.clone(), info.writable.iter().map(|r| PathBuf::from(&r.path)).collect()),
             None => (policies::DEFAULT_PROFILE.to_owned(), vec![PathBuf::from(&s.spec().cwd)]),
         };
-        (policy, Ctx { roots, cwd: cwd.into(), home: home.map(PathBuf::from), tty: false })
+        (policy, Ctx { roots, cwd: cwd.into(), home: home.map(PathBuf::from), tty })
     };
     let verdict = check(cmd, &guards_of(&policy), &ctx);
     let mut warnings: Vec<String> = verdict.warn.iter().map(Hit::sentence).collect();

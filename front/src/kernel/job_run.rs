@@ -127,6 +127,8 @@ pub(crate) fn call_admitting(
         }
     };
     let (job, restore, mut capture_only, state_cwd) = admit_job(&s, &p.cmd)?;
+    // A terminal or a stdin pipe gives the job input: the guards about a closed stdin do not apply.
+    let has_input = stdin != shm_proto::msg::StdinMode::Null;
     crate::kernel::terminal_io::register(&s, job, stdin);
     on_admit(&s, job);
     preflight(&s, job, &p.cmd);
@@ -137,6 +139,7 @@ pub(crate) fn call_admitting(
         job,
         &p.cmd,
         p.overrides.as_ref().map(|o| (&*o.rule, &*o.reason)),
+        has_input,
     );
     let mut cmd = p.cmd;
     if let Some(why) = refusal {
