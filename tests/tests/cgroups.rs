@@ -66,6 +66,11 @@ fn setsid_survivors_are_listed_and_kill_empties_only_the_jobs_cgroup() {
     assert_eq!(k["settled"], true, "{k}");
     assert!(k["usage"]["emptied_at_ms"].as_u64().unwrap() > 0, "{k}");
     assert!(k["survivors"].as_array().unwrap().is_empty(), "{k}");
+    let text = heddle_tests::text_form(&k);
+    let line = text.lines().find(|l| l.starts_with("killed what the job left running (")).unwrap_or_default();
+    assert!(line.contains("processes when last listed: ") && line.contains("sleep (pid "), "{text}");
+    let again = heddle_tests::text_form(&c.call("kill", json!({"session": s, "job": r["job"]})).unwrap());
+    assert!(again.contains("there was nothing to kill"), "{again}");
     assert!(!job_dir.exists() || pids_of(&job_dir).is_empty(), "the job's cgroup is empty");
     assert!(eventually(Duration::from_secs(5), || !job_dir.exists()), "and removed");
     for pid in survivors {

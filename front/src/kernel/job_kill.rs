@@ -1,11 +1,12 @@
 //! `kill {session, job, grace_ms?}`: end a job through its worker (`Command::Kill`: `grace_ms` 0 →
 //! `cgroup.kill` at once; more → SIGTERM to the job's cgroup first, `cgroup.kill` after the grace) and
-//! wait, bounded (grace + 5 s), for the end. Killing a job that already ended returns its result
-//! unchanged. If the job has not ended when the bound passes, the result is `running` and says so.
+//! wait, bounded (grace + 5 s), for the end. Killing a job that already ended and left nothing running
+//! returns its result with a note saying there was nothing to kill. If the job has not ended when the
+//! bound passes, the result is `running` and says so.
 //!
 //! A job whose main process ended but whose cgroup still holds survivors is killed the same way: the
 //! kill reaches every process of its cgroup, and the result comes once the cgroup emptied
-//! (`populated 0`), with `settled: true` and `usage.emptied_at_ms`.
+//! (`populated 0`), with `settled: true`, `usage.emptied_at_ms` and a note naming what it ended.
 //!
 //! ```text
 //! → {"jsonrpc":"2.0","id":4,"method":"kill","params":{"session":"demo","job":1,"grace_ms":2000}}
@@ -43,17 +44,27 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     let s = k.session(client, &p.session)?;
     let mut budget_notes = Vec::new();
     let budget = view_budget(p.max_output_tokens, p.max_output_bytes, &mut budget_notes);
-    {
+    // What an ended job left running, named before the kill so the result can say what it ended.
+    let left = {
         let mut st = s.lock();
         let job = st.job_mut(p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
         if job.state().ended() && (job.cgroup_settled() || job.kept().is_some()) {
             drop(st);
-            return answer(k, &s, p.job, Instant::now(), budget_notes, budget);
+            let mut r = answer(k, &s, p.job, Instant::now(), budget_notes, budget)?;
+            if r.kept.is_none() {
+                let note = "the job had already ended and left nothing running: there was nothing to kill";
+                r.note = join_notes(r.note.take().into_iter().chain([note.to_owned()]));
+            }
+            return Ok(r);
         }
-        if !job.state().ended() {
-            job.set_kill_requested();
+        match job.state().ended() {
+            true => Some((job.survivors(), job.survivors_more())),
+            false => {
+                job.set_kill_requested();
+                None
+            }
         }
-    }
+    };
     let (grace, clamp_note) = clamp_wait("grace_ms", p.grace_ms, 0);
     let mut notes: Vec<String> = clamp_note.into_iter().chain(budget_notes).collect();
     let kill = Command::Kill { job: p.job, grace_ms: grace.as_millis() as u32 };
@@ -72,6 +83,20 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     let done =
         |j: &crate::jobs::job::Job| j.state().ended() && j.cgroup_settled() && (j.settled() || j.kept().is_some());
     let mut result = answer_when(k, &s, p.job, until, notes, done, budget)?;
+    if let Some((procs, more)) = left.filter(|_| result.settled && result.kept.is_none()) {
+        let count = procs.len() + more as usize;
+        let named = protocol::text::survivors(&procs);
+        let note = match count {
+            0 => "killed what the job left running; its cgroup is empty now".to_owned(),
+            1 => format!(
+                "killed what the job left running (1 process when last listed: {named}); its cgroup is empty now"
+            ),
+            n => format!(
+                "killed what the job left running ({n} processes when last listed: {named}); its cgroup is empty now"
+            ),
+        };
+        result.note = join_notes(result.note.take().into_iter().chain([note]));
+    }
     if !result.settled && result.state.ended() && result.kept.is_none() {
         let note = "the job ended but its cgroup was not seen empty in time; kill it again".to_owned();
         result.note = join_notes(result.note.take().into_iter().chain([note]));
@@ -112,5 +137,6 @@ mod tests {
         h.run("demo", "exit 4", 5000);
         let r = h.ok("kill", json!({"session": "demo", "job": 1, "grace_ms": 100}));
         assert_eq!((r["state"].as_str(), r["exit_code"].as_i64()), (Some("exited"), Some(4)));
+        assert!(r["note"].as_str().unwrap_or_default().contains("there was nothing to kill"), "{r}");
     }
 }
