@@ -396,3 +396,21 @@ fn an_ended_jobs_views_are_read_back_from_disk_and_it_holds_little() {
     assert_eq!(grep["text"], "2221: line 00002221 of some build output\n2222: line 00002222 of some build output\n");
     assert_eq!((grep["matches"].as_u64(), lines["total_lines"].as_u64()), (Some(2), Some(3000)));
 }
+
+/// `output {tail}` of a running job whose last lines are still open (a cursor-up could redraw them)
+/// shows them as they are now, marked `open:`, after the numbered ones; it used to show nothing.
+#[test]
+fn the_tail_of_a_running_job_shows_its_open_lines() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = c
+        .call("run", json!({"session": s, "cmd": "for i in 1 2 3; do echo tick $i; done; sleep 30", "yield_ms": 500}))
+        .unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    let t = output(&mut c, &s, &r["job"], json!({"tail": 2}));
+    let text = t["text"].as_str().unwrap_or_default();
+    assert_eq!(text, "open: tick 2\nopen: tick 3\n", "the last two lines, as they are now: {t}");
+    assert!(t["note"].as_str().unwrap_or_default().contains("the last 2 lines (`open:`)"), "{t}");
+    c.call("kill", json!({"session": s, "job": r["job"]})).unwrap();
+}

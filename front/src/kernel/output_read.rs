@@ -233,7 +233,7 @@ fn line_view(
         let mut st = s.lock();
         let job = st.job_mut(p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
         let total = job.rendered().line_count();
-        let open = job.rendered().open_lines().len();
+        let open = job.rendered().open_lines();
         let from = match &sel {
             Selector::Lines(a, _) => *a,
             Selector::Tail(n) if stream == StreamSel::Both => total.saturating_sub(*n) + 1,
@@ -246,9 +246,15 @@ fn line_view(
         let check = job.check.as_ref().and_then(|c| c.parsed.clone());
         (Source { plan, pending }, total, open, job.settled(), removed_note, check)
     };
+    // A running job's last lines stay open (a cursor-up may redraw them) and have no numbers yet: the
+    // tail of both streams in text shows them as they are now, after the numbered ones.
+    let open_shown = match sel {
+        Selector::Tail(n) if stream == StreamSel::Both && p.format == Format::Text => open.len().min(n as usize),
+        _ => 0,
+    };
     let (view, found) = match sel {
         Selector::Lines(a, b) => ("lines", views::lines(&src, a, b, stream, budget)?),
-        Selector::Tail(n) => ("tail", tail(&src, n, total, stream, budget)?),
+        Selector::Tail(n) => ("tail", tail(&src, n - open_shown as u64, total, stream, budget)?),
         Selector::Grep(g) => {
             let re = views::compile(&g.pattern)?;
             let (ctx, max) = (g.context.unwrap_or(2).min(100) as usize, u64::from(g.max.unwrap_or(100)));
@@ -258,11 +264,17 @@ fn line_view(
         Selector::Raw { .. } => unreachable!("raw is answered by raw()"),
     };
     let mut notes: Vec<String> = removed_note.into_iter().collect();
-    if open > 0 {
-        notes.push(format!(
-            "{open} more lines are still being drawn (the job is running) and get numbers when they are final"
-        ));
+    match (open.len(), open_shown) {
+        (0, _) => {}
+        (n, 0) => notes.push(format!(
+            "{n} more lines are still being drawn (the job is running) and get numbers when they are final"
+        )),
+        (_, n) => notes.push(format!(
+            "the last {n} lines (`open:`) are still being drawn (the job is running): shown as they are now, \
+             they get numbers when they are final"
+        )),
     }
+    let open_text: String = open[open.len() - open_shown..].iter().map(|l| format!("open: {l}\n")).collect();
     let next = found.next_line.filter(|_| matches!(view, "lines" | "tail")).map(|n| next_call(p, n));
     if found.cut && matches!(view, "grep" | "errors") {
         notes.push(format!(
@@ -279,7 +291,7 @@ fn line_view(
         // A check's errors view leads with its failures' sections (`kernel::check_run`).
         text: (p.format == Format::Text).then(|| match check.filter(|c| view == "errors" && !c.failures.is_empty()) {
             Some(c) => protocol::checks::summary_block(Some(&c), None) + &views::as_text(&found.lines),
-            None => views::as_text(&found.lines),
+            None => views::as_text(&found.lines) + &open_text,
         }),
         lines: (p.format == Format::Lines).then_some(found.lines),
         total_lines: total,
