@@ -237,8 +237,10 @@ pub fn notes(r: &JobResult) -> Vec<String> {
         if r.survivors_more > 0 {
             named.push_str(&format!(" (and {} more not listed)", r.survivors_more));
         }
+        // The advice the result's note gives on them is said here, once.
+        let advice = if r.state == JobPhase::Running { "" } else { "; kill the job to end them, or keep it" };
         v.push(format!(
-            "{count} process{} {verb} in job {}'s cgroup: {named}",
+            "{count} process{} {verb} in job {}'s cgroup: {named}{advice}",
             if count == 1 { "" } else { "es" },
             r.job,
         ));
@@ -274,8 +276,10 @@ pub fn notes(r: &JobResult) -> Vec<String> {
     if let Some(k) = &r.kept {
         v.push(format!("kept as {k}: its processes outlive the session"));
     }
-    if let Some(n) = &r.note {
-        v.push(n.clone());
+    if let Some(n) = r.note.as_deref().map(|n| without_survivors_note(n, !r.survivors.is_empty())) {
+        if !n.is_empty() {
+            v.push(n);
+        }
     }
     v
 }
@@ -302,6 +306,22 @@ pub fn liveness(l: &Liveness) -> String {
 }
 
 /// `sleep (pid 812), python3 (pid 813) and 4 more`.
+/// A result's note without its sentence about the processes the job left running (`N process(es) of the
+/// job outlived its main process … outlive the session`) when the survivors line says it.
+fn without_survivors_note(note: &str, listed: bool) -> String {
+    const MID: &str = " of the job outlived its main process";
+    const END: &str = "to let them outlive the session";
+    let Some(mid) = note.find(MID).filter(|_| listed) else { return note.to_owned() };
+    let start = note[..mid].rfind("; ").map_or(0, |i| i + 2);
+    let Some(end) = note[mid..].find(END).map(|e| mid + e + END.len()) else { return note.to_owned() };
+    let (before, after) = (note[..start].trim_end_matches("; "), note[end..].trim_start_matches("; "));
+    match (before.is_empty(), after.is_empty()) {
+        (true, _) => after.to_owned(),
+        (_, true) => before.to_owned(),
+        _ => format!("{before}; {after}"),
+    }
+}
+
 pub fn survivors(s: &[Survivor]) -> String {
     let mut out: Vec<String> =
         s.iter().take(SURVIVORS_NAMED).map(|p| format!("{} (pid {})", command_name(&p.cmdline), p.pid)).collect();
@@ -569,10 +589,32 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[2], "state unknown after this call; carrying the previous state");
         assert_eq!(lines[3], "shell state: cwd → /tmp, +export FOO");
-        assert_eq!(lines[4], "1 process still alive after the job's end in job 7's cgroup: sleep (pid 44)");
+        assert_eq!(
+            lines[4],
+            "1 process still alive after the job's end in job 7's cgroup: sleep (pid 44); kill the job to end them, or keep it"
+        );
         assert_eq!(lines[5], "file not written: a (exists)");
         assert_eq!(lines[6], "refused: /etc/x was not written: outside the writable roots");
         assert!(lines[7].starts_with("out of memory"));
+    }
+
+    #[test]
+    fn the_survivors_note_is_said_once_on_the_survivors_line() {
+        let said = "1 process(es) of the job outlived its main process and still run in its cgroup; kill the job \
+                    to end them, or keep it to let them outlive the session";
+        for (note, left) in [
+            (said.to_owned(), ""),
+            (format!("first; {said}"), "first"),
+            (format!("{said}; last"), "last"),
+            (format!("a; {said}; b"), "a; b"),
+        ] {
+            assert_eq!(super::without_survivors_note(&note, true), left, "{note}");
+            assert_eq!(super::without_survivors_note(&note, false), note, "no survivors line: the note stays");
+        }
+        let mut r = exited(0, "");
+        r.survivors = vec![Survivor { pid: 44, cmdline: "sleep 100".into(), ..Default::default() }];
+        r.note = Some(said.to_owned());
+        assert!(!job_result(&r).contains("outlived"), "{}", job_result(&r));
     }
 
     #[test]
