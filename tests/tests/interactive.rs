@@ -444,3 +444,17 @@ fn a_session_sees_only_its_own_terminals() {
     assert!(own["view"].as_str().unwrap().starts_with("/dev/pts/"), "{own}");
     c.call("kill", json!({"session": a, "job": job})).unwrap();
 }
+
+/// A command that wanted input and met `/dev/null` is pointed to `tty` (or a stdin pipe), quoting the
+/// words it wrote as it wrote them.
+#[test]
+fn a_prompt_that_met_dev_null_is_pointed_to_tty_mode() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = c.call("run", json!({"session": s, "cmd": "python3 -c 'input(\"name? \")'", "yield_ms": 30_000})).unwrap();
+    assert_eq!(r["exit_code"], 1, "{r}");
+    let note = r["note"].as_str().unwrap_or_default();
+    assert!(note.contains("its output says \"EOFError\""), "{r}");
+    assert!(note.contains("run it with tty: {rows, cols} and answer it with write"), "{r}");
+}

@@ -479,8 +479,10 @@ pub fn point_to_tty(r: &mut protocol::results::JobResult) {
     if r.state == JobPhase::Running || r.exit_code == Some(0) {
         return;
     }
-    let tail: String = r.view.lines().rev().take(20).collect::<Vec<_>>().join("\n").to_lowercase();
-    if let Some(hit) = WANTED_INPUT.iter().find(|w| tail.contains(*w)) {
+    let tail: String = r.view.lines().rev().take(20).collect::<Vec<_>>().join("\n");
+    // ASCII lowering keeps byte offsets: the words are quoted as the command wrote them (`EOFError`).
+    let lower = tail.to_ascii_lowercase();
+    if let Some(hit) = WANTED_INPUT.iter().find_map(|w| lower.find(w).map(|i| &tail[i..i + w.len()])) {
         let note = format!(
             "the command seems to have wanted a terminal or input (its output says \"{hit}\"), and its stdin is \
              /dev/null; run it with tty: {{rows, cols}} and answer it with write (or stdin: \"pipe\")"
