@@ -35,10 +35,24 @@ fn writes_outside_the_roots_are_refused_and_explained() {
     let why = r["refusals"][0].as_str().unwrap_or_default();
     assert!(why.starts_with("/etc/heddle-test: writing it was refused by the sandbox"), "{r}");
     assert!(why.contains(&format!("{} ({{project}})", h.project.display())), "{why}");
-    assert!(r["warnings"][0]
+    assert!(!r["warnings"].to_string().contains("preflight"), "the refusal says it, once: {r}");
+    // While the job runs, the preflight warning foretells it.
+    let y = c.call("run", json!({"session": s, "cmd": "sleep 0.5; echo x > /etc/heddle-test", "yield_ms": 0})).unwrap();
+    assert!(y["warnings"][0]
         .as_str()
         .unwrap()
         .starts_with("preflight: this command writes or deletes /etc/heddle-test"));
+    c.call("wait", json!({"session": s, "job": y["job"], "yield_ms": 30_000})).unwrap();
+    // A second path refused for the same reason is named briefly, with what would allow it.
+    let r = run(&mut c, &s, "touch /etc/heddle-test; echo x > /usr/local/heddle-test");
+    let refusals: Vec<&str> = r["refusals"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(refusals.len(), 2, "{r}");
+    assert!(refusals[0].contains("Landlock refuses writes anywhere else"), "{r}");
+    assert_eq!(
+        refusals[1],
+        "/usr/local/heddle-test: refused by the sandbox as well (outside every writable root, as above); \
+         session.open {\"writable\": [\"/usr/local\"]} would allow it"
+    );
 
     // $HOME is world-writable here: only Landlock refuses it.
     let r = run(&mut c, &s, "echo 'alias ls=rm' >> $HOME/.bashrc");

@@ -131,6 +131,14 @@ fn explain_refusals(s: &Session, st: &crate::sessions::session::SessionData, res
             let more = crate::sessions::sandbox::explain_refusals(&result.view, cwd, info, user.as_ref());
             result.refusals.extend(more);
             result.refusals.extend(crate::sessions::sandbox::explain_ptys(&result.cmd, &result.view, info));
+            // A preflight warning foretold what a refusal now says: the refusal stays.
+            let refused = |w: &str| {
+                w.strip_prefix("preflight: this command writes or deletes ")
+                    .and_then(|rest| rest.split_once(", which "))
+                    .is_some_and(|(t, _)| result.refusals.iter().any(|r| r.starts_with(&format!("{t}: "))))
+            };
+            let warnings = std::mem::take(&mut result.warnings);
+            result.warnings = warnings.into_iter().filter(|w| !refused(w)).collect();
         }
     }
 }

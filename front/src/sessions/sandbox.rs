@@ -164,6 +164,9 @@ fn roots_list(info: &SandboxInfo) -> String {
 }
 
 /// The sentence for a write to `path` refused by the sandbox (Landlock: writes only beneath the roots).
+/// What follows the path in [`explain`]'s sentence.
+const SANDBOX_REFUSED: &str = ": writing it was refused by the sandbox: it is outside every writable root";
+
 pub fn explain(path: &str, info: &SandboxInfo) -> String {
     let dir = Path::new(path).parent().map_or_else(|| path.to_owned(), |d| d.display().to_string());
     format!(
@@ -256,6 +259,19 @@ pub fn explain_refusals(
             }
             seen.push(abs.clone());
             out.extend(crate::sessions::refusal::why(&abs, info, user));
+        }
+    }
+    // The sandbox's sentence is said in full once; a second path refused for the same reason is named
+    // with what would allow it.
+    let mut said = false;
+    for x in &mut out {
+        let Some((path, _)) = x.split_once(SANDBOX_REFUSED) else { continue };
+        if std::mem::replace(&mut said, true) {
+            let dir = Path::new(path).parent().map_or_else(|| path.to_owned(), |d| d.display().to_string());
+            *x = format!(
+                "{path}: refused by the sandbox as well (outside every writable root, as above); \
+                 session.open {{\"writable\": [\"{dir}\"]}} would allow it"
+            );
         }
     }
     if let Some(user) = user {
