@@ -399,3 +399,30 @@ fn the_cli_follows_the_views_a_marker_names() {
     let stderr = String::from_utf8_lossy(&piped.stderr);
     assert!(stderr.is_empty(), "a closed pipe is not an error: {stderr}");
 }
+
+/// The `describe` tool answers a model in a dozen lines of text (the JSON, several KiB, stays in
+/// `structuredContent`): the shell, the carried cwd, where it may write, its limits and live jobs.
+#[test]
+fn the_describe_tool_answers_in_text() {
+    let h = Heddle::start();
+    let mut b = Bridge::start(&h, &[]);
+    let init =
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}});
+    b.call(1, "initialize", init);
+    b.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    b.tool(2, "run", json!({"cmd": "cd /tmp && f() { :; }"}));
+    b.tool(3, "run", json!({"cmd": "sleep 30", "yield_ms": 0}));
+    let r = b.tool(4, "describe", json!({}));
+    let text = r["content"][0]["text"].as_str().unwrap();
+    let json_bytes = r["structuredContent"].to_string().len();
+    assert!(text.len() * 3 < json_bytes, "text {} bytes against JSON {json_bytes}: {text}", text.len());
+    let first = text.lines().next().unwrap();
+    assert!(first.starts_with("heddle ") && first.contains("· bash 5."), "{text}");
+    assert!(text.contains(&format!("cwd: /tmp (the session was opened in {})", h.project.display())), "{text}");
+    assert!(text.contains("functions f"), "{text}");
+    assert!(text.contains(&format!("writable: {} ({{project}})", h.project.display())), "{text}");
+    assert!(text.contains("· network off"), "{text}");
+    assert!(text.contains("jobs: 2 run (1 exited, 1 running)"), "{text}");
+    assert!(text.contains("  job 2: sleep 30 · running "), "{text}");
+    b.tool(5, "kill", json!({"job": 2}));
+}

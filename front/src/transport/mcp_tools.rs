@@ -304,6 +304,9 @@ pub fn text(method: &str, result: &Value) -> String {
             }
             t + &announcements_of(result)
         }
+        "describe" if result["sessions"].as_array().is_some_and(|v| v.len() == 1) => {
+            describe_text(result) + &announcements_of(result)
+        }
         _ => {
             let mut shown = result.clone();
             let announcements = announcements_of(result);
@@ -313,6 +316,90 @@ pub fn text(method: &str, result: &Value) -> String {
             pretty(&shown) + "\n" + &announcements
         }
     }
+}
+
+/// `describe` of one session as a model reads it: what the shell is, where it writes, its limits and
+/// jobs, in a dozen lines (the JSON, several KiB, stays in `structuredContent`).
+fn describe_text(d: &Value) -> String {
+    let s = &d["sessions"][0];
+    let st = |v: &Value| v.as_str().unwrap_or("?").to_owned();
+    let list = |v: &Value| -> Vec<String> { v.as_array().into_iter().flatten().map(|x| st(x)).collect() };
+    let mut out = vec![format!(
+        "heddle {} · session {} ({}) · bash {} · jobs run as uid {}",
+        st(&d["version"]),
+        st(&s["session"]),
+        st(&s["state"]),
+        st(&s["shell"]["version"]),
+        s["worker"]["uid"]
+    )];
+    let state = &s["shell_state"];
+    out.push(format!("cwd: {} (the session was opened in {})", st(&state["cwd"]), st(&s["cwd"])));
+    let mut carried = vec![format!("{} exported", list(&state["exported"]).len())];
+    carried.push(format!("{} variables", state["variables"]));
+    let functions = list(&state["functions"]);
+    carried.push(match functions.len() {
+        0 => "no functions".to_owned(),
+        _ => format!("functions {}", functions.join(", ")),
+    });
+    carried.push(format!("{} aliases", state["aliases"]));
+    let options: Vec<String> = list(&state["set_options"]).into_iter().chain(list(&state["shopt_options"])).collect();
+    if !options.is_empty() {
+        carried.push(format!("options {}", options.join(", ")));
+    }
+    carried.push(format!("umask {}", st(&state["umask"])));
+    out.push(format!("shell state carried: {}", carried.join(", ")));
+    out.push(format!("PATH: {}", st(&s["env"]["path"])));
+    let sb = &s["sandbox"];
+    if sb.is_object() {
+        out.push(format!(
+            "sandbox: policy {} · Landlock {} · seccomp {} · network {}",
+            st(&sb["policy"]),
+            st(&sb["landlock_status"]),
+            if sb["seccomp_installed"] == true { "on" } else { "off" },
+            if sb["network"] == true { "on" } else { "off" }
+        ));
+        let roots: Vec<String> = sb["writable"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| format!("{} ({})", st(&r["path"]), st(&r["template"])))
+            .collect();
+        out.push(format!(
+            "writable: {} (TMPDIR {}, HOME {}); writes elsewhere are refused, reads are not",
+            roots.join(", "),
+            st(&sb["tmp"]),
+            st(&sb["home"])
+        ));
+    }
+    let l = &s["limits"];
+    if l.is_object() {
+        let mib = |v: &Value| v.as_f64().map_or("none".to_owned(), |b| format!("{:.0} MiB", b / 1048576.0));
+        out.push(format!(
+            "limits: memory {} (peak {}, {} OOM kills) · processes {} ({} forks refused)",
+            mib(&l["memory_max"]),
+            mib(&l["memory_peak"]),
+            l["oom_kills"],
+            l["pids_max"],
+            l["pids_limited"]
+        ));
+    }
+    let by: Vec<String> =
+        s["changes"]["jobs_by_state"].as_object().into_iter().flatten().map(|(k, v)| format!("{v} {k}")).collect();
+    out.push(format!("jobs: {} run ({})", s["jobs_total"], by.join(", ")));
+    for j in s["live_jobs"].as_array().into_iter().flatten() {
+        let live = serde_json::from_value::<protocol::results::Liveness>(j["liveness"].clone())
+            .map(|l| protocol::text::liveness(&l).trim_start_matches("liveness: ").to_owned())
+            .unwrap_or_else(|_| "running".to_owned());
+        out.push(format!("  job {}: {} · {live}", j["job"], protocol::text::one_line(&st(&j["cmd"]), 80)));
+    }
+    let notes = [&s["note"], &s["env"]["note"], &d["note"]];
+    out.extend(notes.into_iter().filter_map(|n| n.as_str()).map(|n| format!("note: {n}")));
+    out.extend(list(&s["warnings"]).into_iter().map(|w| format!("warning: {w}")));
+    out.push(
+        "(the full description, with the sandbox's rules and the environment allowlist, is in the structured result)"
+            .to_owned(),
+    );
+    out.join("\n") + "\n"
 }
 
 fn announcements_of(result: &Value) -> String {
