@@ -323,7 +323,7 @@ pub fn text(method: &str, result: &Value) -> String {
 fn describe_text(d: &Value) -> String {
     let s = &d["sessions"][0];
     let st = |v: &Value| v.as_str().unwrap_or("?").to_owned();
-    let list = |v: &Value| -> Vec<String> { v.as_array().into_iter().flatten().map(|x| st(x)).collect() };
+    let list = |v: &Value| -> Vec<String> { v.as_array().into_iter().flatten().map(&st).collect() };
     let mut out = vec![format!(
         "heddle {} · session {} ({}) · bash {} · jobs run as uid {}",
         st(&d["version"]),
