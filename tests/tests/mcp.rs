@@ -426,3 +426,30 @@ fn the_describe_tool_answers_in_text() {
     assert!(text.contains("  job 2: sleep 30 · running "), "{text}");
     b.tool(5, "kill", json!({"job": 2}));
 }
+
+/// The `checks` tool answers in text too: a line per check with where it came from, its last run, and
+/// the checks file's problems.
+#[test]
+fn the_checks_tool_answers_in_text() {
+    let h = Heddle::start();
+    let toml =
+        "[check.unit]\ncommand = \"echo ran\"\nparser = \"none\"\n\n[check.bad]\ncommand = \"x\"\nparser = \"nope\"\n";
+    std::fs::create_dir_all(h.project.join(".heddle")).unwrap();
+    std::fs::write(h.project.join(".heddle/checks.toml"), toml).unwrap();
+    let mut b = Bridge::start(&h, &[]);
+    let init =
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}});
+    b.call(1, "initialize", init);
+    b.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    b.tool(2, "check", json!({"name": "unit"}));
+    let r = b.tool(3, "checks", json!({}));
+    let text = r["content"][0]["text"].as_str().unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "unit → echo ran (parser: none; .heddle/checks.toml line 1)", "{text}");
+    assert!(lines[1].starts_with("  last run: job 1 · exit 0 · "), "{text}");
+    assert!(
+        text.contains("problem: .heddle/checks.toml line 7, check bad, key parser: unknown parser 'nope'"),
+        "{text}"
+    );
+    assert!(r["structuredContent"]["checks"].is_array(), "{r}");
+}

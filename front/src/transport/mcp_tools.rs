@@ -304,6 +304,7 @@ pub fn text(method: &str, result: &Value) -> String {
             }
             t + &announcements_of(result)
         }
+        "checks" if result["checks"].is_array() => checks_text(result) + &announcements_of(result),
         "describe" if result["sessions"].as_array().is_some_and(|v| v.len() == 1) => {
             describe_text(result) + &announcements_of(result)
         }
@@ -316,6 +317,51 @@ pub fn text(method: &str, result: &Value) -> String {
             pretty(&shown) + "\n" + &announcements
         }
     }
+}
+
+/// `checks` as a model reads it: a line per check (name, command, parser, origin), its last run, and
+/// the checks file's problems.
+fn checks_text(r: &Value) -> String {
+    let st = |v: &Value| v.as_str().unwrap_or("?").to_owned();
+    let mut out = Vec::new();
+    for c in r["checks"].as_array().into_iter().flatten() {
+        out.push(format!(
+            "{} → {} (parser: {}; {})",
+            st(&c["name"]),
+            st(&c["command"]),
+            st(&c["parser"]),
+            st(&c["origin"])
+        ));
+        let runs = c["last_runs"].as_array().map_or(0, Vec::len);
+        if let Some(last) = c["last_runs"].get(0) {
+            let counts = &last["counts"];
+            let counts = match counts.is_object() {
+                true => format!(
+                    " · {} passed, {} failed, {} skipped, {} errors",
+                    counts["passed"], counts["failed"], counts["skipped"], counts["errors"]
+                ),
+                false => String::new(),
+            };
+            let ending = match (&last["exit_code"], st(&last["state"])) {
+                (Value::Number(n), _) => format!("exit {n}"),
+                (_, state) => state,
+            };
+            let took = last["duration_ms"].as_f64().map(protocol::text::duration).unwrap_or_default();
+            out.push(format!(
+                "  last run: job {} · {ending} · {took}{counts}{}",
+                last["job"],
+                if runs > 1 { format!(" ({runs} runs recorded)") } else { String::new() }
+            ));
+        }
+    }
+    if out.is_empty() {
+        out.push("no check found".to_owned());
+    }
+    out.extend(r["errors"].as_array().into_iter().flatten().map(|e| format!("problem: {}", st(e))));
+    if let Some(n) = r["note"].as_str() {
+        out.push(format!("note: {n}"));
+    }
+    out.join("\n") + "\n"
 }
 
 /// `describe` of one session as a model reads it: what the shell is, where it writes, its limits and
