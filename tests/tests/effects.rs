@@ -101,6 +101,10 @@ fn a_write_through_a_symlink_out_of_the_repo_lowers_confidence() {
     let h = Heddle::start();
     let mut c = h.client();
     let (s, _) = repo_session(&h, &mut c, "repo", INIT);
+    // A link to where the sandbox refuses writes (as a venv's bin/python → /usr/bin) carries none out.
+    assert_eq!(run(&mut c, &s, "ln -s /usr/bin/env tool", Some("none"))["exit_code"], 0);
+    let r = run(&mut c, &s, "true", None);
+    assert_eq!(r["effects"]["project"]["confidence"], "complete", "{r}");
     // A directory the job may write, outside the repository (its temp dir).
     let r = run(&mut c, &s, "d=$(mktemp -d) && ln -s \"$d\" out && echo \"$d\"", Some("none"));
     let outside = std::path::PathBuf::from(r["view"].as_str().unwrap().trim());
@@ -108,7 +112,7 @@ fn a_write_through_a_symlink_out_of_the_repo_lowers_confidence() {
     assert_eq!(r["exit_code"], 0, "{r}");
     assert!(outside.join("escaped").exists(), "the write went out of the repo");
     assert_eq!(r["effects"]["project"]["confidence"], "partial", "{r}");
-    assert!(reason(&r).contains("symlink(s) leading out of it (out)"), "{r}");
+    assert!(reason(&r).contains("symlink(s) leading out of it to where jobs may write (out)"), "{r}");
 }
 
 #[test]

@@ -431,6 +431,13 @@ fn is_link_out(root: &Path, p: &Path) -> bool {
     !resolved.starts_with(root)
 }
 
+/// Whether the symlink `link` resolves beneath one of `roots` (a target that cannot be resolved counts:
+/// a write may create it).
+fn leads_into(link: &Path, roots: &[PathBuf]) -> bool {
+    let Ok(target) = std::fs::canonicalize(link) else { return true };
+    roots.iter().any(|r| target.starts_with(std::fs::canonicalize(r).as_deref().unwrap_or(r)))
+}
+
 /// The tracked symlinks leading out of the work tree (`git ls-files -s`, mode 120000), cached per index
 /// identity: listing the index is paid again only when the index changed.
 #[derive(Default)]
@@ -486,6 +493,7 @@ pub(crate) fn compare(
     before: &Snapshot,
     after: &Snapshot,
     mode: EffectsMode,
+    writable: Option<&[PathBuf]>,
 ) -> ProjectEffects {
     let mut changed: Vec<(Vec<u8>, PathChange)> = Vec::new();
     // Untracked before, still there, out of the status after: committed, or ignored now (git says which).
@@ -545,12 +553,15 @@ pub(crate) fn compare(
         Ok(tracked) => out.extend(tracked),
         Err(e) => reasons.push(format!("tracked symlinks could not be listed ({e})")),
     }
+    // A link to where the sandbox refuses writes (a venv's `bin/python` → /usr/bin) cannot carry a write
+    // out of the tree: only links into the session's other writable roots lower the confidence.
+    out.retain(|l| writable.is_none_or(|roots| leads_into(&after.root.join(l), roots)));
     if !out.is_empty() {
         out.sort();
         out.dedup();
         let shown: Vec<&str> = out.iter().take(5).map(String::as_str).collect();
         reasons.push(format!(
-            "the work tree has {} symlink(s) leading out of it ({}{}): writes through them change files outside the work tree, which this ledger does not see",
+            "the work tree has {} symlink(s) leading out of it to where jobs may write ({}{}): writes through them change files outside the work tree, which this ledger does not see",
             out.len(),
             shown.join(", "),
             if out.len() > 5 { ", …" } else { "" }

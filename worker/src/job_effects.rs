@@ -244,8 +244,13 @@ impl<C: CgroupOps> Worker<C> {
                     }
                     Ok(after) => {
                         let mut links = std::mem::take(&mut self.ledger.links);
+                        let writable: Option<Vec<PathBuf>> = self
+                            .sandbox
+                            .as_ref()
+                            .filter(|s| s.info.landlock_status != "not_enforced")
+                            .map(|s| s.info.writable.iter().map(|r| PathBuf::from(&r.path)).collect());
                         if let Some(git) = self.git_for(&fx.git) {
-                            project = effects::compare(&git, &mut links, before, &after, fx.mode);
+                            project = effects::compare(&git, &mut links, before, &after, fx.mode, writable.as_deref());
                         }
                         self.ledger.links = links;
                         project.before = fx.before_how.clone();
