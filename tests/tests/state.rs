@@ -28,6 +28,20 @@ fn the_first_call_names_the_cwd_only_when_it_moved_from_where_the_session_was_op
     assert!(changes(&r).contains(&"cwd → /".to_owned()), "{r}");
 }
 
+/// A venv's `activate` exports `PS1`; a non-interactive bash drops an inherited one, so it is restored by
+/// the script: the next call keeps it and reports no `-var PS1` it never made.
+#[test]
+fn an_exported_prompt_is_carried_like_any_variable() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    let r = run(&mut c, &s, "export PS1='(.venv) '");
+    assert!(changes(&r).contains(&"+export PS1".to_owned()), "{r}");
+    let r = run(&mut c, &s, "declare -p PS1");
+    assert_eq!(r["view"], "declare -x PS1=\"(.venv) \"\n", "{r}");
+    assert!(changes(&r).is_empty(), "{r}");
+}
+
 #[test]
 fn cwd_with_spaces_quotes_newline_and_non_ascii_and_cd_dash_and_the_directory_stack() {
     let h = Heddle::start();

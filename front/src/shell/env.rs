@@ -48,8 +48,9 @@ pub struct EnvBorne {
     pub funcs: Vec<String>,
 }
 
-/// Variables bash reads or resets specially at startup: restored by the script.
-const SCRIPT_ONLY: &[&str] = &["OLDPWD", "IFS", "PS4", "POSIXLY_CORRECT", "ENV", "CDPATH", "GLOBIGNORE"];
+/// Variables bash reads or resets specially at startup: restored by the script. (A non-interactive bash
+/// drops an inherited `PS1` and `PS2`: a venv's `activate` exports `PS1`, and the next job lost it.)
+const SCRIPT_ONLY: &[&str] = &["OLDPWD", "IFS", "PS1", "PS2", "PS4", "POSIXLY_CORRECT", "ENV", "CDPATH", "GLOBIGNORE"];
 
 /// Commands the restore script runs: a function of that name would take their place once imported.
 const RESTORE_COMMANDS: &[&str] =
