@@ -137,7 +137,8 @@ fn raw_json_lines(mode: &[&str]) {
     assert!(r["error"]["message"].as_str().unwrap().contains("there is no tool 'format_disk'"), "{r}");
     let r = b.tool(4, "run", json!({"cmd": ["not", "a", "string"]}));
     assert_eq!(r["isError"], true, "{r}");
-    assert!(r["content"][0]["text"].as_str().unwrap().contains("invalid_params"), "{r}");
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("error (invalid_params): ") && text.ends_with('\n'), "one line, as the text form: {r}");
     let huge = "x".repeat(17 * 1024 * 1024);
     b.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": huge}}}).to_string());
     let r = b.reply();

@@ -414,3 +414,17 @@ fn the_tail_of_a_running_job_shows_its_open_lines() {
     assert!(t["note"].as_str().unwrap_or_default().contains("the last 2 lines (`open:`)"), "{t}");
     c.call("kill", json!({"session": s, "job": r["job"]})).unwrap();
 }
+
+/// A grep view marks matches as grep does (`N:` a match, `N-` context) and, when it stops early, says
+/// whether `max` or the byte budget stopped it.
+#[test]
+fn grep_marks_matches_and_says_which_limit_stopped_it() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = run(&mut c, &s, "printf 'a\\nhit 1\\nb\\nc\\nhit 2\\nd\\n'");
+    let g = output(&mut c, &s, &r["job"], json!({"grep": {"pattern": "hit", "context": 1, "max": 1}}));
+    assert_eq!(g["text"], "1- a\n2: hit 1\n3- b\n", "{g}");
+    let note = g["note"].as_str().unwrap_or_default();
+    assert!(note.starts_with("the view stopped early (at max 1) with 2 matches in all"), "{g}");
+}

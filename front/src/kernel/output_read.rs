@@ -252,15 +252,17 @@ fn line_view(
         Selector::Tail(n) if stream == StreamSel::Both && p.format == Format::Text => open.len().min(n as usize),
         _ => 0,
     };
+    let mut max_matches = 200;
     let (view, found) = match sel {
         Selector::Lines(a, b) => ("lines", views::lines(&src, a, b, stream, budget)?),
         Selector::Tail(n) => ("tail", tail(&src, n - open_shown as u64, total, stream, budget)?),
         Selector::Grep(g) => {
             let re = views::compile(&g.pattern)?;
             let (ctx, max) = (g.context.unwrap_or(2).min(100) as usize, u64::from(g.max.unwrap_or(100)));
+            max_matches = max;
             ("grep", views::search(&src, stream, ctx, max, budget, |r| re.is_match(&r.text))?)
         }
-        Selector::Errors => ("errors", views::search(&src, stream, 2, 200, budget, views::is_error)?),
+        Selector::Errors => ("errors", views::search(&src, stream, 2, max_matches, budget, views::is_error)?),
         Selector::Raw { .. } => unreachable!("raw is answered by raw()"),
     };
     let mut notes: Vec<String> = removed_note.into_iter().collect();
@@ -278,7 +280,8 @@ fn line_view(
     let next = found.next_line.filter(|_| matches!(view, "lines" | "tail")).map(|n| next_call(p, n));
     if found.cut && matches!(view, "grep" | "errors") {
         notes.push(format!(
-            "the view stopped early (at max or the byte budget) with {} matches in all; raise max, narrow the pattern or read a line range",
+            "the view stopped early (at {}) with {} matches in all; raise max, narrow the pattern or read a line range",
+            if found.matches > max_matches { format!("max {max_matches}") } else { "the byte budget".to_owned() },
             found.matches
         ));
     }

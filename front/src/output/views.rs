@@ -209,7 +209,9 @@ pub fn as_text(lines: &[ViewLine]) -> String {
         } else if l.count > 1 {
             out.push_str(&format!("{}–{}: {} (×{})\n", l.line, end, l.text, l.count));
         } else {
-            out.push_str(&format!("{}: {}\n", l.line, l.text));
+            // grep's marks: `N:` a matching line, `N-` a line of context around one.
+            let mark = if l.is_match == Some(false) { '-' } else { ':' };
+            out.push_str(&format!("{}{mark} {}\n", l.line, l.text));
         }
         prev_end = Some(end);
     }
@@ -247,7 +249,7 @@ mod tests {
         let (_d, src) = source("a\nb\nmatch 1\nc\nd\ne\nmatch 2\nf\n", "");
         let re = compile("match").unwrap();
         let f = search(&src, StreamSel::Both, 1, 100, 40_000, |r| re.is_match(&r.text)).unwrap();
-        assert_eq!(as_text(&f.lines), "2: b\n3: match 1\n4: c\n--\n6: e\n7: match 2\n8: f\n");
+        assert_eq!(as_text(&f.lines), "2- b\n3: match 1\n4- c\n--\n6- e\n7: match 2\n8- f\n");
         assert_eq!(f.matches, 2);
     }
 

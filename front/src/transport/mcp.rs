@@ -332,7 +332,7 @@ fn tool_result(method: &'static str, result: Result<Value, RpcError>) -> Value {
 /// A tool result that failed: the kernel's sentence, for the model to read.
 fn tool_error(e: &RpcError) -> Value {
     json!({
-        "content": [{"type": "text", "text": format!("error ({}): {}", e.kind.name(), e.message)}],
+        "content": [{"type": "text", "text": format!("error ({}): {}\n", e.kind.name(), e.message)}],
         "structuredContent": {"error": {"kind": e.kind.name(), "code": e.kind.code(), "message": e.message}},
         "isError": true
     })
