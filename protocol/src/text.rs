@@ -305,7 +305,6 @@ pub fn liveness(l: &Liveness) -> String {
     s
 }
 
-/// `sleep (pid 812), python3 (pid 813) and 4 more`.
 /// A result's note without its sentence about the processes the job left running (`N process(es) of the
 /// job outlived its main process … outlive the session`) when the survivors line says it.
 fn without_survivors_note(note: &str, listed: bool) -> String {
@@ -322,6 +321,7 @@ fn without_survivors_note(note: &str, listed: bool) -> String {
     }
 }
 
+/// `sleep (pid 812), python3 (pid 813) and 4 more`.
 pub fn survivors(s: &[Survivor]) -> String {
     let mut out: Vec<String> =
         s.iter().take(SURVIVORS_NAMED).map(|p| format!("{} (pid {})", command_name(&p.cmdline), p.pid)).collect();

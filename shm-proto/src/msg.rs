@@ -104,8 +104,8 @@ pub struct PathChange {
     /// `modified`, `added`, `deleted`, `renamed`, `untracked-new`, `modified-again` (already dirty
     /// before, changed again), `reverted` (dirty before, clean after, its bytes put back as git has them),
     /// `committed` (dirty or untracked before, clean after with the same bytes: git holds them now),
-    /// `ignored` (untracked before, still there, matched by an ignore rule now), `type-changed`,
-    /// `conflicted`.
+    /// `ignored` (untracked before, still there, matched by an ignore rule now), `staged` / `unstaged`
+    /// (the same bytes, into or out of the index), `type-changed`, `conflicted`.
     pub change: String,
     /// A rename's old path.
     pub from: Option<String>,

@@ -105,6 +105,10 @@ fn a_kept_daemon_outlives_its_session_until_kept_kill() {
     let kept = c.call("keep", json!({"session": s, "job": r["job"], "name": "napper"})).unwrap();
     let kept_dir = h.cgroup_root.join("kept/napper");
     assert_eq!(kept["cgroup"].as_str(), kept_dir.to_str(), "{kept}");
+    // `kill` of the kept job ends nothing and says what would.
+    let k = c.call("kill", json!({"session": s, "job": r["job"]})).unwrap();
+    assert!(k["note"].as_str().unwrap_or_default().contains("is kept as napper: kill does not end"), "{k}");
+    assert!(alive(daemon), "kill left the kept daemon alone");
     let closed = c.call("session.close", json!({"session": s})).unwrap();
     assert_eq!(closed["kept"], json!(["napper"]), "{closed}");
     assert!(!closed["survivors"].as_array().unwrap().iter().any(|p| p["pid"] == daemon), "{closed}");

@@ -116,7 +116,16 @@ fn five_hundred_jobs_leave_no_cgroup_fd_or_zombie() {
     assert_eq!(run(&mut c, &s, "true", 10_000)["settled"], true);
     // Count the worker's fds once the idle session's spare (for job 2) is up: it holds the same set then.
     assert!(eventually(Duration::from_secs(5), || job_dirs(&dir).len() == 1), "{:?}", job_dirs(&dir));
-    let fds_before = fd_count(worker, &dir);
+    // Settled: the first job's ledger may still hold git's memfds for a moment (under load, 7 more).
+    let mut fds_before = fd_count(worker, &dir);
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = fd_count(worker, &dir);
+        if now == fds_before {
+            break;
+        }
+        fds_before = now;
+    }
     let mut prestarted = 0;
     for i in 0..500 {
         // Mostly back to back (cold starts, spares discarded or never made), every 25th after a pause
@@ -145,7 +154,7 @@ fn five_hundred_jobs_leave_no_cgroup_fd_or_zombie() {
         occupied.len() == 1 && heddle_tests::pids_of(&occupied[0]).len() == 1 && job_dirs(&dir).len() <= 1 + POOL
     });
     assert!(spare_up, "only the next job's spare is left: {:?} (occupied {:?})", job_dirs(&dir), occupied_dirs(&dir));
-    let fds_settle = eventually(Duration::from_secs(5), || fd_count(worker, &dir) == fds_before);
+    let fds_settle = eventually(Duration::from_secs(5), || fd_count(worker, &dir) <= fds_before);
     assert!(
         fds_settle,
         "the worker holds no pipe or pidfd of an ended job: {} fds, {fds_before} before",

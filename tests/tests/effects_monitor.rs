@@ -91,7 +91,7 @@ fn git_add_and_commit_fall_back_to_a_full_status_that_is_right() {
     let note = r["effects"]["project"]["method_note"].as_str().unwrap_or_default();
     assert!(note.contains("git dir changed"), "{r}");
     let r = run(&mut c, &s, "git -c user.email=t@t -c user.name=t -c maintenance.auto=false commit -qm two", None);
-    assert_eq!(changed(&r), [("f1".into(), "reverted".into())], "committed: no longer listed by status: {r}");
+    assert_eq!(changed(&r), [("f1".into(), "committed".into())], "staged in the call before, committed now: {r}");
     assert_eq!(method(&r), "full", "{r}");
     let r = run(&mut c, &s, "true", None);
     assert_eq!((changed(&r), method(&r)), (vec![], "watch"), "the full status became the new base: {r}");

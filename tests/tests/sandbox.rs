@@ -51,7 +51,8 @@ fn writes_outside_the_roots_are_refused_and_explained() {
     assert_eq!(
         refusals[1],
         "/usr/local/heddle-test: refused by the sandbox as well (outside every writable root, as above); \
-         session.open {\"writable\": [\"/usr/local\"]} would allow it"
+         session.open {\"writable\": [\"/usr/local\"]} would allow it where the server allows that directory \
+         (`heddle up --allow-writable /usr/local`)"
     );
 
     // $HOME is world-writable here: only Landlock refuses it.

@@ -431,11 +431,15 @@ fn is_link_out(root: &Path, p: &Path) -> bool {
     !resolved.starts_with(root)
 }
 
-/// Whether the symlink `link` resolves beneath one of `roots` (a target that cannot be resolved counts:
-/// a write may create it).
+/// Whether a write through the symlink `link` can land beneath one of `roots`: its target is in a root,
+/// or holds one (a link to `/home/u` reaches the root `/home/u/.cache`). A target that cannot be
+/// resolved counts: a write may create it.
 fn leads_into(link: &Path, roots: &[PathBuf]) -> bool {
     let Ok(target) = std::fs::canonicalize(link) else { return true };
-    roots.iter().any(|r| target.starts_with(std::fs::canonicalize(r).as_deref().unwrap_or(r)))
+    roots.iter().any(|r| {
+        let r = std::fs::canonicalize(r).unwrap_or_else(|_| r.clone());
+        target.starts_with(&r) || r.starts_with(&target)
+    })
 }
 
 /// The tracked symlinks leading out of the work tree (`git ls-files -s`, mode 120000), cached per index

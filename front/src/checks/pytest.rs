@@ -18,7 +18,14 @@ pub fn parse(out: &str, _err: &str) -> Option<CheckParsed> {
     let lines: Vec<&str> = out.lines().map(str::trim_end).collect();
     let summary = lines.iter().rev().find(|l| final_line(l)).copied();
     let finished = lines.iter().any(|l| l.ends_with("[100%]"));
-    let started = finished || lines.iter().any(|l| l.contains("test session starts"));
+    // `-q` prints no header: a progress line (`..F.  [ 40%]`) says the run started.
+    let progress_line = |l: &&&str| {
+        l.rsplit_once(" [").is_some_and(|(marks, pct)| {
+            pct.ends_with("%]") && !marks.trim().is_empty() && marks.trim().bytes().all(|b| b".FEsxX".contains(&b))
+        })
+    };
+    let started =
+        finished || lines.iter().any(|l| l.contains("test session starts")) || lines.iter().any(|l| progress_line(&l));
     let mut failures = short_summary(&lines);
     let sections = sections(&lines);
     for f in &mut failures {
@@ -232,6 +239,14 @@ mod tests {
         for l in ["no tests ran in 0.01s", "2 passed, 1 warning in 12.05s (0:00:12)", "=== 1 failed in 0.1s ==="] {
             assert!(super::final_line(l), "{l}");
         }
+    }
+
+    #[test]
+    fn a_quiet_run_killed_midway_counts_its_marks_and_is_incomplete() {
+        let p = parse(Parser::Pytest, b"....F...                                 [ 40%]\n..", b"").unwrap();
+        // The marks of the line being written when it was killed count too.
+        assert_eq!(p.counts, Some(CheckCounts { passed: 9, failed: 1, skipped: 0, errors: 0 }));
+        assert!(p.incomplete);
     }
 
     #[test]

@@ -51,10 +51,14 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
         if job.state().ended() && (job.cgroup_settled() || job.kept().is_some()) {
             drop(st);
             let mut r = answer(k, &s, p.job, Instant::now(), budget_notes, budget)?;
-            if r.kept.is_none() {
-                let note = "the job had already ended and left nothing running: there was nothing to kill";
-                r.note = join_notes(r.note.take().into_iter().chain([note.to_owned()]));
-            }
+            let note = match &r.kept {
+                None => "the job had already ended and nothing of it still runs: there was nothing to kill".to_owned(),
+                Some(name) => format!(
+                    "the job is kept as {name}: kill does not end a kept job's processes; the method `kept.kill` \
+                     {{\"name\": \"{name}\"}} (`heddle kept kill {name}`) does"
+                ),
+            };
+            r.note = join_notes(r.note.take().into_iter().chain([note]));
             return Ok(r);
         }
         match job.state().ended() {
@@ -85,9 +89,12 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     let mut result = answer_when(k, &s, p.job, until, notes, done, budget)?;
     if let Some((procs, more)) = left.filter(|_| result.settled && result.kept.is_none()) {
         let count = procs.len() + more as usize;
-        let named = protocol::text::survivors(&procs);
+        let mut named = protocol::text::survivors(&procs);
+        if more > 0 {
+            named.push_str(&format!(" (and {more} more not listed)"));
+        }
         let note = match count {
-            0 => "killed what the job left running; its cgroup is empty now".to_owned(),
+            0 => "the job's cgroup is empty now".to_owned(),
             1 => format!(
                 "killed what the job left running (1 process when last listed: {named}); its cgroup is empty now"
             ),

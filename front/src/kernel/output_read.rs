@@ -266,7 +266,20 @@ fn line_view(
         Selector::Raw { .. } => unreachable!("raw is answered by raw()"),
     };
     let mut notes: Vec<String> = removed_note.into_iter().collect();
-    match (open.len(), open_shown) {
+    // The open lines fit what the budget leaves (the newest first), and only after a tail shown whole.
+    let mut room = if found.cut { 0 } else { budget.saturating_sub(views::as_text(&found.lines).len()) };
+    let mut open_lines: Vec<String> = Vec::new();
+    for l in open[open.len() - open_shown..].iter().rev() {
+        let line = format!("open: {}\n", protocol::text::one_line(l, 500));
+        if line.len() > room {
+            break;
+        }
+        room -= line.len();
+        open_lines.push(line);
+    }
+    let shown = open_lines.len();
+    let open_text: String = open_lines.into_iter().rev().collect();
+    match (open.len(), shown) {
         (0, _) => {}
         (n, 0) => notes.push(format!(
             "{n} more lines are still being drawn (the job is running) and get numbers when they are final"
@@ -276,12 +289,15 @@ fn line_view(
              they get numbers when they are final"
         )),
     }
-    let open_text: String = open[open.len() - open_shown..].iter().map(|l| format!("open: {l}\n")).collect();
     let next = found.next_line.filter(|_| matches!(view, "lines" | "tail")).map(|n| next_call(p, n));
     if found.cut && matches!(view, "grep" | "errors") {
         notes.push(format!(
             "the view stopped early (at {}) with {} matches in all; raise max, narrow the pattern or read a line range",
-            if found.matches > max_matches { format!("max {max_matches}") } else { "the byte budget".to_owned() },
+            match (found.cut_at_max, view) {
+                (true, "grep") => format!("max {max_matches}"),
+                (true, _) => format!("its limit of {max_matches} matches"),
+                (false, _) => "the byte budget".to_owned(),
+            },
             found.matches
         ));
     }

@@ -63,6 +63,8 @@ pub struct Found {
     pub matches: u64,
     /// The view stopped at the byte budget or `max`; `next_line` is where to continue.
     pub cut: bool,
+    /// A search stopped at `max` matches (else at the byte budget, when `cut`).
+    pub cut_at_max: bool,
     pub next_line: Option<u64>,
 }
 
@@ -174,6 +176,7 @@ pub fn search(
         }
         if full && hit && !found.cut {
             found.cut = true;
+            found.cut_at_max = found.matches > max && used <= budget;
             found.next_line = Some(r.first);
         }
         true

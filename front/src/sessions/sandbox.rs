@@ -163,14 +163,14 @@ fn roots_list(info: &SandboxInfo) -> String {
     info.writable.iter().map(|r| format!("{} ({})", r.path, r.template)).collect::<Vec<_>>().join(", ")
 }
 
-/// The sentence for a write to `path` refused by the sandbox (Landlock: writes only beneath the roots).
 /// What follows the path in [`explain`]'s sentence.
 const SANDBOX_REFUSED: &str = ": writing it was refused by the sandbox: it is outside every writable root";
 
+/// The sentence for a write to `path` refused by the sandbox (Landlock: writes only beneath the roots).
 pub fn explain(path: &str, info: &SandboxInfo) -> String {
     let dir = Path::new(path).parent().map_or_else(|| path.to_owned(), |d| d.display().to_string());
     format!(
-        "{path}: writing it was refused by the sandbox: it is outside every writable root of policy '{}' — {} — \
+        "{path}{SANDBOX_REFUSED} of policy '{}' — {} — \
          and Landlock refuses writes anywhere else (reads are not restricted). Write beneath one of those roots \
          (TMPDIR is {}), or open a session with that directory as an extra root: session.open {{\"writable\": \
          [\"{dir}\"]}}, which the server allows when started with `heddle up --allow-writable {dir}`",
@@ -266,11 +266,13 @@ pub fn explain_refusals(
     let mut said = false;
     for x in &mut out {
         let Some((path, _)) = x.split_once(SANDBOX_REFUSED) else { continue };
-        if std::mem::replace(&mut said, true) {
+        // A sentence that also names the file's own permissions stays whole: a root would not do.
+        if std::mem::replace(&mut said, true) && !x.contains(" (its file permissions refuse ") {
             let dir = Path::new(path).parent().map_or_else(|| path.to_owned(), |d| d.display().to_string());
             *x = format!(
                 "{path}: refused by the sandbox as well (outside every writable root, as above); \
-                 session.open {{\"writable\": [\"{dir}\"]}} would allow it"
+                 session.open {{\"writable\": [\"{dir}\"]}} would allow it where the server allows that \
+                 directory (`heddle up --allow-writable {dir}`)"
             );
         }
     }

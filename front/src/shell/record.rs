@@ -65,6 +65,11 @@ pub struct Applied {
 impl StateRecord {
     /// An empty record for a session opened in `cwd`.
     pub fn opened_in(cwd: &[u8]) -> StateRecord {
+        // `/w/` opens where bash's `$PWD` says `/w`.
+        let cwd = match cwd.len() > 1 {
+            true => cwd.strip_suffix(b"/").unwrap_or(cwd),
+            false => cwd,
+        };
         StateRecord { opened_in: Some(cwd.to_vec()), ..StateRecord::default() }
     }
 

@@ -410,8 +410,12 @@ fn describe_text(d: &Value) -> String {
             .flatten()
             .map(|r| format!("{} ({})", st(&r["path"]), st(&r["template"])))
             .collect();
+        let elsewhere = match sb["landlock_status"].as_str() {
+            Some("not_enforced") | None => "Landlock is not enforced here, so writes elsewhere are not refused",
+            Some(_) => "writes elsewhere are refused, reads are not",
+        };
         out.push(format!(
-            "writable: {} (TMPDIR {}, HOME {}); writes elsewhere are refused, reads are not",
+            "writable: {} (TMPDIR {}, HOME {}); {elsewhere}",
             roots.join(", "),
             st(&sb["tmp"]),
             st(&sb["home"])
@@ -424,9 +428,9 @@ fn describe_text(d: &Value) -> String {
             "limits: memory {} (peak {}, {} OOM kills) · processes {} ({} forks refused)",
             mib(&l["memory_max"]),
             mib(&l["memory_peak"]),
-            l["oom_kills"],
-            l["pids_max"],
-            l["pids_limited"]
+            l["oom_kills"].as_u64().unwrap_or(0),
+            l["pids_max"].as_u64().map_or("none".to_owned(), |n| n.to_string()),
+            l["pids_limited"].as_u64().unwrap_or(0)
         ));
     }
     let by: Vec<String> =
