@@ -23,16 +23,27 @@ fn links_of(pid: u64, dir: &str, prefix: &str) -> Vec<(PathBuf, i32)> {
         .collect()
 }
 
-/// A copy of fd `n` of process `pid` (`pidfd_getfd`: eventfds cannot be opened through /proc).
-fn steal_fd(pid: u64, n: i32) -> OwnedFd {
+/// A copy of fd `n` of process `pid` (`pidfd_getfd`: eventfds cannot be opened through /proc); `None`
+/// when the process is gone (ESRCH): the front found the ring corrupt on a wake of its own first, and
+/// the supervisor ended the worker.
+fn steal_fd(pid: u64, n: i32) -> Option<OwnedFd> {
     // SAFETY: plain syscalls with integer arguments; a non-negative result is a new fd we now own.
     unsafe {
         let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0);
-        assert!(pidfd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+        let gone = |e: std::io::Error| e.raw_os_error() == Some(libc::ESRCH);
+        if pidfd < 0 {
+            let e = std::io::Error::last_os_error();
+            assert!(gone(e), "pidfd_open: {}", std::io::Error::last_os_error());
+            return None;
+        }
         let pidfd = OwnedFd::from_raw_fd(pidfd as i32);
         let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), n, 0);
-        assert!(fd >= 0, "pidfd_getfd: {}", std::io::Error::last_os_error());
-        OwnedFd::from_raw_fd(fd as i32)
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            assert!(e.raw_os_error() == Some(libc::ESRCH), "pidfd_getfd: {e}");
+            return None;
+        }
+        Some(OwnedFd::from_raw_fd(fd as i32))
     }
 }
 
@@ -67,7 +78,7 @@ fn a_corrupt_event_ring_loses_its_session_and_nothing_else() {
     ctl.tail.store(head + 2 * cap, Ordering::Release);
     // Ring the doorbells (every eventfd of the worker: a spurious ring is harmless) so the front looks.
     for (_, n) in links_of(worker, "fd", "anon_inode:[eventfd]") {
-        let fd = steal_fd(worker, n);
+        let Some(fd) = steal_fd(worker, n) else { break };
         nix::unistd::write(&fd, &1u64.to_ne_bytes()).unwrap();
     }
 
