@@ -69,6 +69,16 @@ impl Bridge {
         Bridge { child, stdin, stdout }
     }
 
+    /// A bridge with the session's MCP handshake done (request id 1).
+    fn initialized(h: &Heddle) -> Bridge {
+        let mut b = Bridge::start(h, &[]);
+        let init =
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}});
+        b.call(1, "initialize", init);
+        b.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        b
+    }
+
     fn send(&mut self, line: &str) {
         let w = self.stdin.as_mut().unwrap();
         w.write_all(line.as_bytes()).unwrap();
@@ -406,11 +416,7 @@ fn the_cli_follows_the_views_a_marker_names() {
 #[test]
 fn the_describe_tool_answers_in_text() {
     let h = Heddle::start();
-    let mut b = Bridge::start(&h, &[]);
-    let init =
-        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}});
-    b.call(1, "initialize", init);
-    b.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let mut b = Bridge::initialized(&h);
     b.tool(2, "run", json!({"cmd": "cd /tmp && f() { :; }"}));
     b.tool(3, "run", json!({"cmd": "sleep 30", "yield_ms": 0}));
     let r = b.tool(4, "describe", json!({}));
@@ -437,11 +443,7 @@ fn the_checks_tool_answers_in_text() {
         "[check.unit]\ncommand = \"echo ran\"\nparser = \"none\"\n\n[check.bad]\ncommand = \"x\"\nparser = \"nope\"\n";
     std::fs::create_dir_all(h.project.join(".heddle")).unwrap();
     std::fs::write(h.project.join(".heddle/checks.toml"), toml).unwrap();
-    let mut b = Bridge::start(&h, &[]);
-    let init =
-        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}});
-    b.call(1, "initialize", init);
-    b.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let mut b = Bridge::initialized(&h);
     b.tool(2, "check", json!({"name": "unit"}));
     let r = b.tool(3, "checks", json!({}));
     let text = r["content"][0]["text"].as_str().unwrap();

@@ -19,13 +19,13 @@ pub fn parse(out: &str, _err: &str) -> Option<CheckParsed> {
     let summary = lines.iter().rev().find(|l| final_line(l)).copied();
     let finished = lines.iter().any(|l| l.ends_with("[100%]"));
     // `-q` prints no header: a progress line (`..F.  [ 40%]`) says the run started.
-    let progress_line = |l: &&&str| {
+    let progress_line = |l: &str| {
         l.rsplit_once(" [").is_some_and(|(marks, pct)| {
             pct.ends_with("%]") && !marks.trim().is_empty() && marks.trim().bytes().all(|b| b".FEsxX".contains(&b))
         })
     };
     let started =
-        finished || lines.iter().any(|l| l.contains("test session starts")) || lines.iter().any(|l| progress_line(&l));
+        finished || lines.iter().any(|l| l.contains("test session starts")) || lines.iter().any(|l| progress_line(l));
     let mut failures = short_summary(&lines);
     let sections = sections(&lines);
     for f in &mut failures {
