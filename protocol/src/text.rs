@@ -159,21 +159,27 @@ pub fn terminal(t: &crate::results::TerminalScreen) -> String {
     out
 }
 
-/// A `write` or `resize` result: how the job is, then its screen (or, for a pipe job, a pointer to its
-/// output), liveness and notes.
+/// A `write` or `resize` result: how the job is, then its screen (or, for a pipe job, what it wrote
+/// since the write), liveness and notes. The job's own end, when the write ended it, is said on the
+/// first line and its last lines are on the screen, so its announcement keeps only its line.
 pub fn write_result(r: &crate::results::WriteResult) -> String {
-    let state = match r.state {
-        JobPhase::Running => "running".to_owned(),
-        s => ending(s, r.exit_code, r.signal),
+    let (state, after) = match r.state {
+        JobPhase::Running if r.settled && r.terminal.is_some() => ("running".to_owned(), "screen settled after"),
+        JobPhase::Running if r.settled => ("running".to_owned(), "output quiet after"),
+        JobPhase::Running if r.terminal.is_some() => ("running".to_owned(), "screen still changing after"),
+        JobPhase::Running => ("running".to_owned(), "output still coming after"),
+        s => (ending(s, r.exit_code, r.signal), "ended within"),
     };
-    let settled = if r.settled { "settled" } else { "still changing" };
-    let mut out =
-        format!("job {} {state} · {} bytes typed · screen {settled} after {} ms\n", r.job, r.bytes, r.waited_ms);
-    match &r.terminal {
-        Some(t) => out.push_str(&terminal(t)),
-        None => {
-            out.push_str(&format!("(a stdin pipe: read what it wrote with wait or output {{\"job\":{}}})\n", r.job))
+    let mut out = format!("job {} {state} · {} bytes typed · {after} {} ms\n", r.job, r.bytes, r.waited_ms);
+    match (&r.terminal, r.new_output.as_deref()) {
+        (Some(t), _) => out.push_str(&terminal(t)),
+        (None, Some(new)) if !new.is_empty() => {
+            out.push_str(new);
+            if !new.ends_with('\n') {
+                out.push('\n');
+            }
         }
+        (None, _) => out.push_str("(no output since the write)\n"),
     }
     if let Some(a) = r.liveness.as_ref().and_then(|l| l.activity.as_ref()) {
         out.push_str(&format!("liveness: {a}\n"));
@@ -182,7 +188,11 @@ pub fn write_result(r: &crate::results::WriteResult) -> String {
         out.push_str(n);
         out.push('\n');
     }
-    out.push_str(&announcements(&r.announcements));
+    let mut others = r.announcements.clone();
+    for a in others.iter_mut().filter(|a| a.job == r.job) {
+        a.last_lines.clear();
+    }
+    out.push_str(&announcements(&others));
     out
 }
 

@@ -456,3 +456,43 @@ fn the_checks_tool_answers_in_text() {
     );
     assert!(r["structuredContent"]["checks"].is_array(), "{r}");
 }
+
+/// The `write` tool's text: for a stdin pipe, what the job wrote since the write (the JSON's
+/// `new_output`) under a first line about output, not a screen; a write that ends the job says so
+/// instead of "still changing"; and a tty job the write ended is announced by its line alone, its
+/// last lines being on the screen just above.
+#[test]
+fn the_write_tool_shows_a_pipes_new_output_and_an_end_once() {
+    let h = Heddle::start();
+    let mut b = Bridge::initialized(&h);
+    let cmd = r#"while read -r l; do echo "got $l"; done; echo "bye""#;
+    let r = b.tool(2, "run", json!({"cmd": cmd, "stdin": "pipe", "yield_ms": 0}));
+    assert_eq!(r["structuredContent"]["job"], 1, "{r}");
+    let r = b.tool(3, "write", json!({"job": 1, "text": "apple", "keys": ["Enter"], "quiet_ms": 300}));
+    let text = r["content"][0]["text"].as_str().unwrap();
+    let first = text.lines().next().unwrap();
+    assert!(first.starts_with("job 1 running · 6 bytes typed · output quiet after "), "{text}");
+    assert_eq!(text.lines().nth(1), Some("got apple"), "{text}");
+    let r = b.tool(4, "write", json!({"job": 1, "eof": true}));
+    let text = r["content"][0]["text"].as_str().unwrap();
+    let first = text.lines().next().unwrap();
+    assert!(first.starts_with("job 1 exit 0 · 0 bytes typed · ended within "), "{text}");
+    assert!(text.contains("\nbye\n"), "{text}");
+
+    let tty = json!({"cmd": "python3 -q", "tty": {"rows": 24, "cols": 80}, "yield_ms": 3000});
+    let r = b.tool(5, "run", tty);
+    assert_eq!(r["structuredContent"]["job"], 2, "{r}");
+    b.tool(6, "write", json!({"job": 2, "text": "print(6*7)", "keys": ["Enter"], "quiet_ms": 300}));
+    let r = b.tool(7, "write", json!({"job": 2, "eof": true, "quiet_ms": 300}));
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("job 2 exit 0 · "), "{text}");
+    assert_eq!(
+        text.matches("print(6*7)").count(),
+        1,
+        "the screen shows it, the announcement does not repeat it: {text}"
+    );
+    assert!(text.contains("job 2 ended: exit 0 · "), "{text}");
+    let announced = &r["structuredContent"]["announcements"];
+    assert_eq!(announced[0]["job"], 2, "the JSON keeps the whole announcement: {r}");
+    assert!(announced[0]["last_lines"].to_string().contains("print(6*7)"), "{r}");
+}

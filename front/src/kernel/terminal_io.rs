@@ -163,7 +163,13 @@ pub(crate) fn call_write(k: &Kernel, client: &Client, params: Value) -> Result<W
     };
     let mut bytes = p.text.as_deref().unwrap_or_default().as_bytes().to_vec();
     for name in &p.keys {
-        bytes.extend(keys::key_bytes(name, app_cursor).map_err(|e| RpcError::invalid_params("write", e))?);
+        // A terminal's line discipline turns Enter's carriage return into the newline a program
+        // reads; a pipe has none, so a pipe job is sent the newline itself.
+        let key = match name.as_str() {
+            "Enter" | "Return" if !tty => b"\n".to_vec(),
+            _ => keys::key_bytes(name, app_cursor).map_err(|e| RpcError::invalid_params("write", e))?,
+        };
+        bytes.extend(key);
     }
     if bytes.is_empty() && !p.eof {
         return Err(RpcError::invalid_params("write", "nothing to write: give text, keys or eof: true"));

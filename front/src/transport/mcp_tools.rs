@@ -126,7 +126,7 @@ pub fn list() -> Value {
         {
             "name": "write",
             "title": "Type into a job",
-            "description": "Type into a job started with tty (or stdin \"pipe\"): text as typed, then named keys (Enter, Tab, Escape, Backspace, Up/Down/Left/Right, Home/End, PageUp/PageDown, F1-F12, C-a..C-z, M-x); eof true sends Ctrl-D (or closes the pipe). Returns once the screen settles, with the screen and the cursor.",
+            "description": "Type into a job started with tty (or stdin \"pipe\"): text as typed, then named keys (Enter: a newline on a pipe, Tab, Escape, Backspace, Up/Down/Left/Right, Home/End, PageUp/PageDown, F1-F12, C-a..C-z, M-x); eof true sends Ctrl-D (or closes the pipe). Returns once the screen settles, with the screen and the cursor.",
             "inputSchema": {"type": "object", "properties": {"job": job,
                 "text": {"type": "string"},
                 "keys": {"type": "array", "items": {"type": "string"}},
