@@ -148,3 +148,72 @@ fn a_session_opened_without_a_name_after_a_restart_never_takes_an_earlier_sessio
     c.call("session.open", json!({"name": "roots", "cwd": h.project})).unwrap();
     assert_eq!(read_stream(&mut c, &json!("roots"), &json!(1), "stdout"), b"kept\n");
 }
+
+/// The job numbers a result announces.
+fn announced(r: &serde_json::Value) -> Vec<u64> {
+    r["announcements"]
+        .as_array()
+        .unwrap_or_else(|| panic!("announcements: {r}"))
+        .iter()
+        .map(|a| a["job"].as_u64().unwrap())
+        .collect()
+}
+
+/// A restart announces only what the client was not shown: a job whose end a result or an
+/// announcement showed before a front restart (a takeover) or a restart of the whole stack (the session
+/// re-opened by name) is not announced again; one that ended unseen, or that the restart lost, is
+/// announced once.
+#[test]
+fn a_restart_announces_only_the_jobs_the_client_was_not_shown() {
+    let mut h = Heddle::start();
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "told", "cwd": h.project})).unwrap();
+    assert_eq!(run_ok(&mut c, &json!("told"), "echo one"), "one\n");
+    let r = c.call("run", json!({"session": "told", "cmd": "sleep 0.3; echo two", "yield_ms": 0})).unwrap();
+    assert_eq!((r["job"].as_u64(), r["state"].as_str()), (Some(2), Some("running")), "{r}");
+    std::thread::sleep(Duration::from_millis(1500)); // job 2 ends with nobody asking about the session
+    kill_and_wait_for_new(&h, "front");
+    let mut c = h.client();
+    let r = c.call("run", json!({"session": "told", "cmd": "echo three", "yield_ms": 10000})).unwrap();
+    assert_eq!(r["job"], 3, "{r}");
+    assert_eq!(announced(&r), [2], "after a takeover, job 2 (ended unseen) only: {r}");
+    let r = c.call("run", json!({"session": "told", "cmd": "sleep 1000", "yield_ms": 0})).unwrap();
+    assert_eq!(r["job"], 4, "{r}");
+    drop(c);
+    h.restart(&[]);
+    let mut c = h.client();
+    let opened = c.call("session.open", json!({"name": "told", "cwd": h.project})).unwrap();
+    assert_eq!(opened["attached"], false, "{opened}");
+    let r = c.call("run", json!({"session": "told", "cmd": "echo five", "yield_ms": 10000})).unwrap();
+    assert_eq!(r["job"], 5, "{r}");
+    assert_eq!(announced(&r), [4], "after a restart, the job it lost only: {r}");
+    let r = c.call("run", json!({"session": "told", "cmd": "true", "yield_ms": 10000})).unwrap();
+    assert_eq!(announced(&r), Vec::<u64>::new(), "once: {r}");
+}
+
+/// The shell state survives a restart: after a front restart (a takeover) and after a restart of the
+/// whole stack (the session re-opened by name), the next call runs in the cwd, with the variables,
+/// functions and aliases the earlier calls set, and says nothing changed.
+#[test]
+fn a_restart_carries_the_shell_state_on() {
+    let mut h = Heddle::start();
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "kept-state", "cwd": h.project})).unwrap();
+    let setup =
+        "mkdir -p sub && cd sub && export GREETING=hello && greet() { echo \"$GREETING from $(basename \"$PWD\")\"; }";
+    run_ok(&mut c, &json!("kept-state"), setup);
+    kill_and_wait_for_new(&h, "front");
+    let mut c = h.client();
+    let r =
+        c.call("run", json!({"session": "kept-state", "cmd": "greet; export STEP=two", "yield_ms": 10000})).unwrap();
+    assert_eq!(r["view"], "hello from sub\n", "after a takeover: {r}");
+    assert_eq!(r["state_changes"], json!(["+export STEP"]), "only what this call changed: {r}");
+    drop(c);
+    h.restart(&[]);
+    let mut c = h.client();
+    let opened = c.call("session.open", json!({"name": "kept-state", "cwd": h.project})).unwrap();
+    assert_eq!(opened["attached"], false, "{opened}");
+    let r = c.call("run", json!({"session": "kept-state", "cmd": "greet; echo $STEP", "yield_ms": 10000})).unwrap();
+    assert_eq!(r["view"], "hello from sub\ntwo\n", "after a restart of the stack: {r}");
+    assert_eq!(r["state_changes"], json!([]), "{r}");
+}

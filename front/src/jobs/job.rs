@@ -757,6 +757,14 @@ impl Job {
         }
     }
 
+    /// A restarted front's rebuilt job whose end the client was shown before the restart: it is not
+    /// announced again (a job that had not ended is left as it is).
+    pub fn restore_reported(&mut self) {
+        if self.life.phase.ended() {
+            self.reported = true;
+        }
+    }
+
     /// The announcement of this ended job; marks it reported.
     pub fn announce(&mut self, now: Instant) -> Announcement {
         let survivors_ended = self.reported && self.rest_unannounced;

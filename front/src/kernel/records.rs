@@ -79,7 +79,7 @@ impl Recorder {
         let serial = s.spec().serial;
         let name = s.name().to_owned();
         let mut all = self.known.lock().unwrap_or_else(|e| e.into_inner());
-        let st = s.lock();
+        let mut st = s.lock();
         let now = Instant::now();
         let known = all.sessions.entry(serial).or_insert_with(|| {
             k.db.write(Write::SessionOpened {
@@ -101,6 +101,7 @@ impl Recorder {
         }
         let new = st.jobs_from(known.last_job + 1).map(|j| j.id());
         let look: Vec<JobId> = known.open.keys().copied().chain(new).collect();
+        let mut reported = Vec::new();
         for id in look {
             let Some(job) = st.job(id) else {
                 known.open.remove(&id);
@@ -119,6 +120,7 @@ impl Recorder {
             let sum = job.summary(now);
             if seen.3 && before.is_none_or(|b| !b.3) {
                 k.db.write(Write::Announced { session: name.clone(), job: sum.job });
+                reported.push(sum.job);
             }
             let row = JobRow {
                 cmd: sum.cmd.clone(),
@@ -136,6 +138,9 @@ impl Recorder {
                 record: serde_json::to_string(&sum).unwrap_or_default(),
             };
             k.db.write(Write::Job { serial, session: name.clone(), job: sum.job, row });
+        }
+        if !reported.is_empty() {
+            st.append_journal(&crate::sessions::journal::Entry::Reported { jobs: reported });
         }
         let end = st
             .lost()

@@ -17,7 +17,7 @@ use crate::sessions::journal::{self, Entry, Meta};
 use crate::sessions::session::{Session, SessionSpec};
 pub use crate::sessions::supervisor::Adopted;
 use shm_proto::msg::{Event, Stream};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
@@ -82,23 +82,26 @@ pub(crate) fn forget(dir: &Path) {
 
 /// Put the jobs of the earlier incarnation (see [`earlier`]) into the newly opened `s`: their output
 /// stays readable, their numbering goes on, and those that had not ended are `lost` (the restart killed
-/// them). The shell state starts afresh from this open's settings. Their rows and receipts move over.
+/// them). The shell state carries on from the last journaled record (afresh from this open's settings
+/// when there is none); jobs already shown to the client are not announced again. Their rows and
+/// receipts move over.
 pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
     let dir = &s.spec().dir;
     let ring = s.lock().ring();
-    let Rebuilt { jobs, replay, keyed, .. } = rebuild(dir, &s.jobs_dir(), ring, u64::MAX);
+    let Rebuilt { jobs, replay, keyed, reported, state, .. } = rebuild(dir, &s.jobs_dir(), ring, u64::MAX);
     let note = "heddle restarted while the job ran (its session's processes were killed then)".to_owned();
     let mut st = s.lock();
     for job in jobs {
         st.restore_job(job);
     }
     apply_replay(&mut st, replay);
+    mark_reported(&mut st, &reported);
     let last_job = st.last_job();
     let now = Instant::now();
     for j in st.jobs_mut() {
         j.mark_lost(&note, now);
     }
-    st.reset_record();
+    st.restore_record(state);
     st.append_journal(&Entry::Revived { note, last_job });
     let n = st.job_count();
     drop(st);
@@ -124,6 +127,16 @@ fn apply_replay(st: &mut crate::sessions::session::SessionData, replay: Vec<Repl
     }
 }
 
+/// Jobs whose ends the client was shown before the restart (journaled `Reported`) are not announced
+/// again.
+fn mark_reported(st: &mut crate::sessions::session::SessionData, reported: &BTreeSet<u64>) {
+    for id in reported {
+        if let Some(j) = st.job_mut(*id) {
+            j.restore_reported();
+        }
+    }
+}
+
 /// Rebuild a handed-over session and start reading its events again.
 pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     let dir = k.cfg.state_dir.join("sessions").join(&a.session);
@@ -141,7 +154,7 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
     let (s, end) = Session::attach(spec, a.fds).map_err(|e| format!("its region could not be attached ({e})"))?;
     let published = end.consumer.positions().0;
     let ring = s.lock().ring();
-    let Rebuilt { jobs, replay, foreign, keyed } = rebuild(&dir, &s.jobs_dir(), ring, published);
+    let Rebuilt { jobs, replay, foreign, keyed, reported, state } = rebuild(&dir, &s.jobs_dir(), ring, published);
     {
         let mut st = s.lock();
         st.set_worker(WorkerInfo { pid: a.worker_pid, uid: a.worker_uid });
@@ -150,6 +163,10 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
             st.restore_job(job);
         }
         apply_replay(&mut st, replay);
+        mark_reported(&mut st, &reported);
+        if state.is_some() {
+            st.restore_record(state);
+        }
         // Jobs of a worker that was replaced while no front was there to journal it (a front killed
         // between the supervisor starting the new worker and the journal's `Revived`): the old worker's
         // processes were killed with it.
@@ -199,6 +216,10 @@ struct Rebuilt {
     foreign: Vec<u64>,
     /// The receipts of keyed runs, as journaled (see `receipts::recover`).
     keyed: Vec<String>,
+    /// Jobs whose ends were shown to the client ([`Entry::Reported`]).
+    reported: BTreeSet<u64>,
+    /// The shell-state record last journaled ([`Entry::State`]).
+    state: Option<(u64, shm_proto::capture::Items)>,
 }
 
 /// Rebuild a session from its journal and job logs, for the event ring `ring` whose published head is
@@ -213,6 +234,8 @@ fn rebuild(dir: &Path, jobs_dir: &Path, ring: u64, published: u64) -> Rebuilt {
     let mut batches: Vec<Batch> = Vec::new();
     let mut tag: Option<u64> = None;
     let mut keyed = Vec::new();
+    let mut reported = BTreeSet::new();
+    let mut state = None;
     for entry in journal::read(dir) {
         match entry {
             Entry::Job { id, cmd } => {
@@ -228,6 +251,8 @@ fn rebuild(dir: &Path, jobs_dir: &Path, ring: u64, published: u64) -> Rebuilt {
             }
             Entry::Ring { id } => tag = Some(id),
             Entry::Keyed { receipt, .. } => keyed.push(receipt),
+            Entry::Reported { jobs } => reported.extend(jobs),
+            Entry::State { version, items } => state = Some((version, items)),
         }
     }
     let mut cut: BTreeMap<u64, u64> = BTreeMap::new();
@@ -243,7 +268,7 @@ fn rebuild(dir: &Path, jobs_dir: &Path, ring: u64, published: u64) -> Rebuilt {
         .into_iter()
         .map(|(id, cmd)| restore_job(id, cmd, &jobs_dir.join(format!("{id}.log")), cut.get(&id).copied()))
         .collect();
-    Rebuilt { jobs, replay, foreign, keyed }
+    Rebuilt { jobs, replay, foreign, keyed, reported, state }
 }
 
 /// A job whose log is replayed (up to `limit` bytes of the file) into a fresh store at the same path.

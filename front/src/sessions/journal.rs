@@ -70,6 +70,15 @@ pub enum Entry {
     /// after that leaves the key bound to the job, and the restarted front rebuilds the receipt from
     /// here even when the database never got its row (the database writer commits after the answer).
     Keyed { job: u64, receipt: String },
+    /// These jobs' ends were shown to the client (a final result or an announcement), so a restarted
+    /// front does not announce them again. Appended by the recorder after the answer, so a front killed
+    /// between an answer and its record announces that one job once more.
+    Reported { jobs: Vec<u64> },
+    /// The session's shell-state record after a job's capture changed it: its version and every item.
+    /// Appended when the capture is applied (the pump, after the batch that carried it), so a restarted
+    /// front carries the state on instead of starting it afresh (a rebuilt job has no base to diff a
+    /// replayed capture against). The last one wins.
+    State { version: u64, items: shm_proto::capture::Items },
 }
 
 /// The journal file of one session (appends only; a failure is reported once and journaling stops).

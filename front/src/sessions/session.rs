@@ -165,9 +165,13 @@ impl SessionData {
         &self.record
     }
 
-    /// Start the shell state afresh (a session re-opened after a restart).
-    pub fn reset_record(&mut self) {
-        self.record = self.record.restarted();
+    /// Carry on the shell state a restarted front read back from the journal (`Entry::State`), or,
+    /// with none, start it afresh.
+    pub fn restore_record(&mut self, state: Option<(u64, shm_proto::capture::Items)>) {
+        self.record = match state {
+            Some((version, items)) => self.record.restored(version, items),
+            None => self.record.restarted(),
+        };
     }
 
     /// Open the session's journal in `dir` (a fresh one) and note the event ring being read.
@@ -482,8 +486,14 @@ impl SessionData {
             }
             (Event::StateCaptured { data, .. }, Some(j)) => {
                 let by = j.id();
+                let before = self.record.version();
                 let overridden = j.on_state_captured(&data, &mut self.record);
                 self.note_overridden(by, overridden);
+                if self.record.version() != before {
+                    let (version, items) = self.record.snapshot();
+                    let entry = crate::sessions::journal::Entry::State { version, items: (*items).clone() };
+                    self.journal.append(&entry);
+                }
             }
             (Event::StateUnknown { reason, .. }, Some(j)) => j.on_state_unknown(&reason),
             (Event::Survivors { procs, .. }, Some(j)) => j.on_survivors(procs),

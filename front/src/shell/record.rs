@@ -78,6 +78,12 @@ impl StateRecord {
         StateRecord { opened_in: self.opened_in.clone(), ..StateRecord::default() }
     }
 
+    /// The same session's record as journaled before a restart: `items` at `version`; jobs started
+    /// from here on diff against it.
+    pub fn restored(&self, version: u64, items: Items) -> StateRecord {
+        StateRecord { version, items: Arc::new(items), opened_in: self.opened_in.clone(), ..StateRecord::default() }
+    }
+
     pub fn version(&self) -> u64 {
         self.version
     }
