@@ -62,7 +62,8 @@ impl JobShellState {
             c
         });
         match parsed.map_err(|e| e.to_string()).and_then(|c| self.whole(c, &base)) {
-            Ok(items) => {
+            Ok(mut items) => {
+                crate::shell::record::expand_carried_aliases(&mut items);
                 let applied = record.apply(from, &base, items, job);
                 overridden = applied.overridden;
                 self.changes = applied.changes;

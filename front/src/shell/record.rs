@@ -230,6 +230,16 @@ fn describe(key: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> Option<String>
     })
 }
 
+/// Aliases are carried to be used: a non-interactive bash expands none unless `expand_aliases` is on
+/// (an interactive shell's default), so a captured state that holds aliases records it on. The call that
+/// defines the first alias says `shopt -s expand_aliases` beside `+alias NAME`; `shopt -u
+/// expand_aliases` holds only while no alias is defined.
+pub fn expand_carried_aliases(items: &mut Items) {
+    if items.keys().any(|k| k.starts_with("alias:")) {
+        items.insert("shopt:expand_aliases".to_owned(), b"s".to_vec());
+    }
+}
+
 /// A job's restore: the script bash evaluates and the entries added to its environment.
 #[derive(Debug, Default)]
 pub struct Restore {
