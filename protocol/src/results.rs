@@ -114,6 +114,11 @@ pub struct Announcement {
     /// The job had been reported with processes still running (survivors, or a kept job's processes);
     /// they have ended since, and `last_lines` are the job's last lines now.
     pub survivors_ended: bool,
+    /// What the job changed in the session's shell state (as `JobResult::state_changes`): a job that
+    /// ended unseen changed the state the next calls run in, so its announcement says so.
+    pub state_changes: Vec<String>,
+    /// As `JobResult::state_note` (the state after the job is unknown, and why).
+    pub state_note: Option<String>,
 }
 
 /// The result of `run`, `wait` and `kill`.

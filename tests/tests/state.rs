@@ -401,3 +401,27 @@ fn jobs_that_reach_the_same_values_report_no_conflict_and_returned_jobs_are_not_
     assert!(text.contains("\n  conflict: cwd changed again by job"), "the earlier job is told once: {text}");
     assert!(!text.contains("conflict: conflict:"), "{text}");
 }
+
+/// A job that ended while nobody waited on it changed the shell state the next calls run in: its
+/// announcement says what it changed (and the text form shows it under the job's line).
+#[test]
+fn a_job_that_ended_unseen_announces_what_it_changed_in_the_shell_state() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = session(&h, &mut c);
+    let cmd = "sleep 0.3; mkdir -p later && cd later && export FROM_BEHIND=1";
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 0})).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let r = run(&mut c, &s, "pwd");
+    assert_eq!(r["view"], format!("{}/later\n", h.project.display()), "{r}");
+    let a = &r["announcements"][0];
+    assert_eq!(a["job"], r["job"].as_u64().unwrap() - 1, "{r}");
+    let told: Vec<&str> = a["state_changes"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(told, [format!("cwd → {}/later", h.project.display()).as_str(), "+export FROM_BEHIND"], "{r}");
+    let text = protocol::text::announcements(&serde_json::from_value::<Vec<_>>(r["announcements"].clone()).unwrap());
+    assert!(
+        text.contains(&format!("\n  shell state: cwd → {}/later, +export FROM_BEHIND\n", h.project.display())),
+        "{text}"
+    );
+}
