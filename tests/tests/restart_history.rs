@@ -217,3 +217,27 @@ fn a_restart_carries_the_shell_state_on() {
     assert_eq!(r["view"], "hello from sub\ntwo\n", "after a restart of the stack: {r}");
     assert_eq!(r["state_changes"], json!([]), "{r}");
 }
+
+/// A restarted front's probes are answered by the new worker, never by an answer the old one gave (the
+/// journal held the old front's probe answers, numbered from 1 as the new front's are).
+#[test]
+fn liveness_after_a_restart_is_the_running_jobs_own() {
+    let mut h = Heddle::start();
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "probed", "cwd": h.project})).unwrap();
+    for _ in 0..3 {
+        let r = c.call("run", json!({"session": "probed", "cmd": "sleep 30", "yield_ms": 200})).unwrap();
+        assert!(r["liveness"]["busy_cmdline"].as_str().unwrap_or_default().starts_with("sleep"), "{r}");
+        c.call("kill", json!({"session": "probed", "job": r["job"]})).unwrap();
+    }
+    drop(c);
+    h.restart(&[]);
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "probed", "cwd": h.project})).unwrap();
+    let cmd = "python3 -c 'import time; time.sleep(3)'";
+    let r = c.call("run", json!({"session": "probed", "cmd": cmd, "yield_ms": 500})).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    let busy = r["liveness"]["busy_cmdline"].as_str().unwrap_or_default();
+    assert!(busy.starts_with("python3"), "the new job's process, not an old probe's answer: {r}");
+    c.call("kill", json!({"session": "probed", "job": r["job"]})).unwrap();
+}

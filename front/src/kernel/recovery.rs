@@ -115,6 +115,9 @@ fn apply_replay(st: &mut crate::sessions::session::SessionData, replay: Vec<Repl
     let (now, ns) = (Instant::now(), unix_ns());
     for ev in replay {
         match ev {
+            // Journals written before probe answers were left out hold them: they answered calls of
+            // the front that died, and would answer the new front's probes of the same numbers.
+            Replay::Event(ev) if matches!(*ev, shm_proto::msg::Event::Status { .. }) => {}
             Replay::Event(ev) => {
                 st.apply(*ev, now, ns);
             }

@@ -332,6 +332,11 @@ impl SessionData {
 
     /// A new probe number (see [`crate::kernel::job_probe`]).
     pub fn new_probe(&mut self) -> u64 {
+        // Numbered from the wall clock at the session's first probe in this front, so a restarted
+        // front's probes never take a number an answer in the ring or journal gave the one before.
+        if self.probes.last == 0 {
+            self.probes.last = unix_ns();
+        }
         self.probes.last += 1;
         self.probes.last
     }
@@ -626,6 +631,9 @@ impl SessionData {
                         }
                     }
                 }
+                // A probe's answer is for the call that asked, in this front: a restarted one numbers
+                // its probes afresh, and an old answer replayed would answer a new probe.
+                Event::Status { .. } => {}
                 other => kept.push(other.clone()),
             }
         }
