@@ -117,8 +117,6 @@ pub struct Announcement {
     /// What the job changed in the session's shell state (as `JobResult::state_changes`): a job that
     /// ended unseen changed the state the next calls run in, so its announcement says so.
     pub state_changes: Vec<String>,
-    /// As `JobResult::state_note` (the state after the job is unknown, and why).
-    pub state_note: Option<String>,
 }
 
 /// The result of `run`, `wait` and `kill`.

@@ -360,9 +360,6 @@ pub fn announcements(a: &[Announcement]) -> String {
         for l in &x.last_lines {
             let _ = writeln!(out, "  {l}");
         }
-        if let Some(n) = &x.state_note {
-            let _ = writeln!(out, "  {n}");
-        }
         let changes: Vec<&str> =
             x.state_changes.iter().map(String::as_str).filter(|c| !c.starts_with("state recorded (")).collect();
         if !changes.is_empty() {

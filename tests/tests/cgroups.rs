@@ -2,7 +2,7 @@
 //! without touching anything outside the job, `keep` moves a job out of its session, limits hold
 //! (pids, memory), nothing leaks after many jobs, and a restarted supervisor cleans up and adopts.
 
-use heddle_tests::{alive, eventually, job_cgroup, pids_of, Heddle};
+use heddle_tests::{alive, bin_dir, eventually, job_cgroup, pids_of, Heddle};
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::Duration;
@@ -109,6 +109,23 @@ fn a_kept_daemon_outlives_its_session_until_kept_kill() {
     let k = c.call("kill", json!({"session": s, "job": r["job"]})).unwrap();
     assert!(k["note"].as_str().unwrap_or_default().contains("is kept as napper: kill does not end"), "{k}");
     assert!(alive(daemon), "kill left the kept daemon alone");
+    // So does `kill` of a kept job whose main process still runs: at once, with no attempt on a cgroup
+    // that moved (it waited 5 s and passed on the worker's `cgroup.kill failed: No such file`).
+    let s2 = h.open_session(&mut c);
+    let serving = c.call("run", json!({"session": s2, "cmd": "sleep 1000", "yield_ms": 0})).unwrap();
+    c.call("keep", json!({"session": s2, "job": serving["job"], "name": "server"})).unwrap();
+    let k = c.call("kill", json!({"session": s2, "job": serving["job"]})).unwrap();
+    assert_eq!(k["state"], "running", "{k}");
+    let note = k["note"].as_str().unwrap_or_default();
+    assert!(note.contains("is kept as server: kill does not end") && note.contains("heddle kept kill server"), "{k}");
+    assert!(!note.contains("cgroup.kill") && !note.contains("kill it again"), "{k}");
+    let out = Command::new(bin_dir().join("heddle"))
+        .arg("--socket")
+        .arg(&h.socket)
+        .args(["kept", "kill", "server"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
     let closed = c.call("session.close", json!({"session": s})).unwrap();
     assert_eq!(closed["kept"], json!(["napper"]), "{closed}");
     assert!(!closed["survivors"].as_array().unwrap().iter().any(|p| p["pid"] == daemon), "{closed}");

@@ -48,14 +48,17 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
     let left = {
         let mut st = s.lock();
         let job = st.job_mut(p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
-        if job.state().ended() && (job.cgroup_settled() || job.kept().is_some()) {
+        // A kept job's processes left the session (its cgroup moved under `kept/`): `kill` ends none of
+        // them, running or not, and says what does.
+        if job.kept().is_some() || (job.state().ended() && job.cgroup_settled()) {
             drop(st);
             let mut r = answer(k, &s, p.job, Instant::now(), budget_notes, budget)?;
             let note = match &r.kept {
                 None => "the job had already ended and nothing of it still runs: there was nothing to kill".to_owned(),
                 Some(name) => format!(
-                    "the job is kept as {name}: kill does not end a kept job's processes; the method `kept.kill` \
-                     {{\"name\": \"{name}\"}} (`heddle kept kill {name}`) does"
+                    "the job is kept as {name}: kill does not end a kept job's processes (they outlive the session \
+                     by design); the operator ends them with `heddle kept kill {name}` (the method `kept.kill` \
+                     {{\"name\": \"{name}\"}})"
                 ),
             };
             r.note = join_notes(r.note.take().into_iter().chain([note]));
