@@ -116,7 +116,9 @@ enum Cmd {
     Describe,
     /// Close the session, killing what still runs in it.
     Close,
-    /// Call any method with JSON params (for scripting and debugging).
+    /// Call any method with JSON params (for scripting and debugging). A method that takes a session
+    /// gets the `--session` one when the params name none; job and write results print as text
+    /// (`--json`: the JSON), the rest as JSON.
     Call { method: String, params: Option<String> },
     /// Keep a job: move its processes out of the session (to `kept/NAME`) so they outlive it.
     Keep { job: u64, name: String },
@@ -240,6 +242,9 @@ fn real_main(cli: Cli) -> Result<i32> {
         outln!("{}", serde_json::to_string_pretty(&result)?);
         return Ok(0);
     }
+    if let Cmd::Call { method, params } = &cli.cmd {
+        return call(&mut client, &cli, method, params.as_deref());
+    }
     let cwd = match &cli.cmd {
         Cmd::Run { cwd: Some(c), .. } => c.clone(),
         _ => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
@@ -255,6 +260,13 @@ fn real_main(cli: Cli) -> Result<i32> {
             "heddle: session '{name}' was already open with the network off, so --network changed nothing (a \
              session's network is fixed when it opens); close it (`heddle --session {name} close`) or name a new one with --session"
         );
+    }
+    if let (Cmd::Run { cwd: Some(_), .. }, Some(note)) = (&cli.cmd, open["note"].as_str()) {
+        // A --cwd given to a session that already exists is not applied: say so, once, where a person
+        // looks (the job runs in the session's own cwd).
+        if open["attached"] == json!(true) {
+            eprintln!("heddle: {note} (a new session: --session NAME)");
+        }
     }
     let session = open["session"].clone();
     let (result, is_job) = match cli.cmd {
@@ -330,13 +342,7 @@ fn real_main(cli: Cli) -> Result<i32> {
         }
         Cmd::Describe => (client.call("describe", json!({"session": session}))?, false),
         Cmd::Close => (client.call("session.close", json!({"session": session}))?, false),
-        Cmd::Call { method, params } => {
-            let params: Value = match params {
-                Some(p) => serde_json::from_str(&p).context("params must be JSON")?,
-                None => json!({}),
-            };
-            (client.call(&method, params)?, false)
-        }
+        Cmd::Call { .. } => unreachable!("handled above"),
     };
     if cli.json || !is_job {
         outln!("{}", serde_json::to_string_pretty(&result)?);
@@ -372,6 +378,48 @@ fn connect(socket: &std::path::Path, may_start: bool) -> Result<Client> {
 
 /// Print a job result in the text form (the one a model reads through MCP); returns the exit status
 /// to use.
+/// Methods whose params name a session: `heddle call` fills in the `--session` one (opened if
+/// missing) when the params do not name one.
+const SESSION_METHODS: [&str; 11] =
+    ["run", "wait", "kill", "jobs", "output", "keep", "write", "resize", "check", "checks", "session.close"];
+
+/// `heddle call METHOD [PARAMS]`: the method's JSON result (`--json` or not), except that results with
+/// a text form (a job's, a write's) are printed as text unless `--json`; the session of `--session`
+/// (default `default`) is filled in for methods that take one.
+fn call(client: &mut Client, cli: &Cli, method: &str, params: Option<&str>) -> Result<i32> {
+    let mut params: Value = match params {
+        Some(p) => serde_json::from_str(p).context("params must be JSON")?,
+        None => json!({}),
+    };
+    if SESSION_METHODS.contains(&method) && params.is_object() && params.get("session").is_none() {
+        let name = cli.session.as_deref().unwrap_or("default");
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        let mut open = json!({"name": name, "cwd": cwd});
+        if cli.network {
+            open["network"] = json!(true);
+        }
+        params["session"] = client.call("session.open", open)?["session"].clone();
+    }
+    let result = client.call(method, params)?;
+    if cli.json {
+        outln!("{}", serde_json::to_string_pretty(&result)?);
+        return Ok(0);
+    }
+    match method {
+        "run" | "wait" | "kill" | "check" => print_job(&result),
+        "write" | "resize" => {
+            let r: protocol::results::WriteResult =
+                serde_json::from_value(result).context("the write result is not in the protocol's shape")?;
+            out!("{}", cli::calls::for_the_cli(&protocol::text::write_result(&r), &r.session));
+            Ok(0)
+        }
+        _ => {
+            outln!("{}", serde_json::to_string_pretty(&result)?);
+            Ok(0)
+        }
+    }
+}
+
 fn print_job(r: &Value) -> Result<i32> {
     let r: protocol::results::JobResult =
         serde_json::from_value(r.clone()).context("the job result is not in the protocol's shape")?;

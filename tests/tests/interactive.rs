@@ -1,8 +1,9 @@
 //! Interactive jobs (issue 24) end to end through the socket: real programs on a PTY the worker opens
 //! (`run {tty}`), driven with `write` (text and named keys) and read through the headless screen.
 
-use heddle_tests::{eventually, job_cgroup, pids_of, populated, Client, Heddle};
+use heddle_tests::{bin_dir, eventually, job_cgroup, pids_of, populated, Client, Heddle};
 use serde_json::{json, Value};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn run_tty(c: &mut Client, s: &Value, cmd: &str) -> Value {
@@ -457,4 +458,43 @@ fn a_prompt_that_met_dev_null_is_pointed_to_tty_mode() {
     let note = r["note"].as_str().unwrap_or_default();
     assert!(note.contains("its output says \"EOFError\""), "{r}");
     assert!(note.contains("run it with tty: {rows, cols} and answer it with write"), "{r}");
+}
+
+/// README's terminal example as a person types it: `heddle call run '{"cmd": "python3", "tty": …}'`
+/// and `heddle call write '{"job": 1, …}'` with no session in the params (the `--session` one, default
+/// `default`, is filled in; they failed with `missing field session`), printed as text (the screen),
+/// not JSON; `--json` keeps the JSON.
+#[test]
+fn the_readmes_terminal_example_works_as_typed() {
+    let h = Heddle::start();
+    let heddle = |args: &[&str]| {
+        let out = Command::new(bin_dir().join("heddle"))
+            .args(args)
+            .current_dir(&h.project)
+            .env("HEDDLE_SOCKET", &h.socket)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, text, err) =
+        heddle(&["call", "run", r#"{"cmd": "python3 -q", "tty": {"rows": 24, "cols": 80}, "yield_ms": 1500}"#]);
+    assert_eq!(code, Some(75), "still running: {text}{err}");
+    assert!(text.starts_with("still running after ") && text.contains("── screen 24×80"), "{text}");
+    let (code, text, err) =
+        heddle(&["call", "write", r#"{"job": 1, "text": "6*7", "keys": ["Enter"], "quiet_ms": 300}"#]);
+    assert_eq!(code, Some(0), "{text}{err}");
+    assert!(text.starts_with("job 1 running · 4 bytes typed · screen settled after "), "{text}");
+    assert!(text.contains("\n42\n"), "{text}");
+    let (_, json_text, _) = heddle(&["--json", "call", "write", r#"{"job": 1, "eof": true}"#]);
+    let r: Value = serde_json::from_str(&json_text).unwrap_or_else(|e| panic!("{e}: {json_text}"));
+    assert_eq!((r["session"].as_str(), r["job"].as_u64()), (Some("default"), Some(1)), "{r}");
+    // A --cwd that an existing session does not apply is said, not silently dropped.
+    let (code, text, err) = heddle(&["run", "--cwd", "/tmp", "--", "pwd"]);
+    assert_eq!(code, Some(0), "{text}{err}");
+    assert_eq!(text.lines().nth(1), Some(h.project.to_str().unwrap()), "{text}");
+    assert!(err.contains("already existed") && err.contains("--session NAME"), "{err}");
 }
