@@ -200,11 +200,21 @@ pub fn write_result(r: &crate::results::WriteResult) -> String {
 pub fn outcome(r: &JobResult) -> String {
     let took = duration(r.duration_ms);
     match r.state {
+        JobPhase::Running if waits_for_input(r) => {
+            format!("waiting for input after {took} · job {} · type into it with write {{\"job\":{}}}", r.job, r.job)
+        }
         JobPhase::Running => {
             format!("still running after {took} · job {} · wait with {{\"job\":{}}}", r.job, r.job)
         }
         state => format!("{} · {took} · job {}", ending(state, r.exit_code, r.signal), r.job),
     }
+}
+
+/// A terminal job whose foreground process sleeps reading the terminal (its liveness says `waiting for
+/// input: "PROMPT"`).
+fn waits_for_input(r: &JobResult) -> bool {
+    r.terminal.is_some()
+        && r.liveness.as_ref().and_then(|l| l.activity.as_deref()).is_some_and(|a| a.starts_with("waiting for input"))
 }
 
 /// `exit 0`, `killed by SIGKILL`, `signal SIGSEGV`, `lost`, `failed to start`.

@@ -483,7 +483,7 @@ fn the_readmes_terminal_example_works_as_typed() {
     let (code, text, err) =
         heddle(&["call", "run", r#"{"cmd": "python3 -q", "tty": {"rows": 24, "cols": 80}, "yield_ms": 1500}"#]);
     assert_eq!(code, Some(75), "still running: {text}{err}");
-    assert!(text.starts_with("still running after ") && text.contains("── screen 24×80"), "{text}");
+    assert!(text.starts_with("waiting for input after ") && text.contains("── screen 24×80"), "{text}");
     let (code, text, err) =
         heddle(&["call", "write", r#"{"job": 1, "text": "6*7", "keys": ["Enter"], "quiet_ms": 300}"#]);
     assert_eq!(code, Some(0), "{text}{err}");
@@ -497,4 +497,46 @@ fn the_readmes_terminal_example_works_as_typed() {
     assert_eq!(code, Some(0), "{text}{err}");
     assert_eq!(text.lines().nth(1), Some(h.project.to_str().unwrap()), "{text}");
     assert!(err.contains("already existed") && err.contains("--session NAME"), "{err}");
+}
+
+/// A terminal job that sits at a prompt answers the call then, not at the end of `yield_ms`: once its
+/// screen is quiet and its foreground process reads the terminal, waiting longer changes nothing
+/// until something is typed. A terminal job that is busy (or sleeping) is waited for as before; so is
+/// a `wait` on a prompt that is already waiting.
+#[test]
+fn a_terminal_job_at_a_prompt_answers_run_and_wait_at_once() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let tty = json!({"rows": 24, "cols": 80});
+    let started = Instant::now();
+    let r = c
+        .call("run", json!({"session": s, "cmd": "read -p 'Name? ' n; echo hi $n", "tty": tty, "yield_ms": 20000}))
+        .unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    assert!(started.elapsed() < Duration::from_secs(10), "answered at the prompt, not after 20 s: {r}");
+    let waiting = r["liveness"]["activity"].as_str().unwrap_or_default();
+    assert_eq!(waiting, r#"waiting for input: "Name?""#, "{r}");
+    let text = protocol::text::job_result(&serde_json::from_value(r.clone()).unwrap());
+    assert!(
+        text.starts_with(&format!("waiting for input after "))
+            && text.contains(&format!("· job {} · type into it with write {{\"job\":{}}}", r["job"], r["job"])),
+        "{text}"
+    );
+    let started = Instant::now();
+    let w = c.call("wait", json!({"session": s, "job": r["job"], "yield_ms": 20000})).unwrap();
+    assert_eq!(w["state"], "running", "{w}");
+    assert!(started.elapsed() < Duration::from_secs(10), "wait answers at the prompt too: {w}");
+    let w = write(&mut c, &s, &r["job"], json!({"text": "Ada", "keys": ["Enter"]}));
+    assert_eq!(w["exit_code"], 0, "{w}");
+
+    let started = Instant::now();
+    let r =
+        c.call("run", json!({"session": s, "cmd": "sleep 1.5; echo slept", "tty": tty, "yield_ms": 20000})).unwrap();
+    assert_eq!(
+        (r["state"].as_str(), r["exit_code"].as_i64()),
+        (Some("exited"), Some(0)),
+        "a sleeping job is waited for: {r}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(1500), "{r}");
 }

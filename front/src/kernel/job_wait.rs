@@ -21,7 +21,7 @@ use crate::sessions::session::Session;
 use serde::Deserialize;
 use serde_json::Value;
 use shm_proto::msg::JobId;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -76,7 +76,49 @@ pub(crate) fn answer(
     notes: Vec<String>,
     budget: usize,
 ) -> Result<JobResult, RpcError> {
+    let until = until_input_wanted(k, s, job, until);
     answer_when(k, s, job, until, notes, Job::end_known, budget)
+}
+
+/// How long a terminal's screen stays unchanged before the job is probed for whether it waits for input.
+pub const INPUT_QUIET: Duration = Duration::from_millis(200);
+/// The longest pause between two such probes of a job that keeps not reading its terminal.
+const INPUT_PROBE_MAX: Duration = Duration::from_secs(5);
+
+/// For a terminal job, the moment the call may answer before `until`: once the screen was quiet for
+/// [`INPUT_QUIET`] and the job's foreground process sleeps reading the terminal (a prompt, a REPL,
+/// a pager: waiting longer cannot change anything until something is typed). Probed again after each
+/// quiet period, the pause doubling while the answer is no (a quiet build is not probed 5 times a
+/// second). `until` itself for any other job, or when the job ends first.
+fn until_input_wanted(k: &Kernel, s: &Session, job: JobId, until: Instant) -> Instant {
+    let look = |st: &crate::sessions::session::SessionData| {
+        let feed = st.terminals().by_job.get(&job).filter(|f| f.term.is_some() && !f.closed);
+        (st.job(job).is_none_or(|j| j.state().ended()), feed.map(|f| (f.seq, f.last_output)))
+    };
+    let (mut pause, mut since) = (INPUT_QUIET, Instant::now());
+    let mut st = s.lock();
+    loop {
+        let (ended, feed) = look(&st);
+        let Some((seq, last_output)) = feed else { return until };
+        if ended || Instant::now() >= until || k.is_shutting_down() {
+            return until;
+        }
+        let probe_at = last_output.map_or(since, |t| t.max(since)) + pause;
+        if Instant::now() < probe_at {
+            st = s.wait_until(st, probe_at.min(until), k.shutdown_flag(), |st| {
+                let (e, f) = look(st);
+                e || f.is_none_or(|(q, _)| q != seq)
+            });
+            continue;
+        }
+        drop(st);
+        let live = crate::kernel::job_probe::probe(k, s, job);
+        if live.as_ref().is_some_and(|l| l.activity.starts_with("blocked reading stdin/tty")) {
+            return Instant::now();
+        }
+        (pause, since) = ((pause * 2).min(INPUT_PROBE_MAX), Instant::now());
+        st = s.lock();
+    }
 }
 
 /// [`answer`], waiting until `done` holds for the job.

@@ -44,7 +44,7 @@ pub fn list() -> Value {
             "name": "run",
             "title": "Run a shell command",
             "execution": {"taskSupport": "optional"},
-            "description": format!("Run a bash command as a job and return its result: the first line is the outcome (`exit 2 · 1.4 s · job 7`, or `still running after 10 s · job 7`), then the output view, then notes (shell-state changes, processes left running, refusals, warnings), then other jobs that ended meanwhile.\n\n{INSTRUCTIONS}"),
+            "description": format!("Run a bash command as a job and return its result: the first line is the outcome (`exit 2 · 1.4 s · job 7`, `still running after 10 s · job 7`, or for a tty job at a prompt `waiting for input after 300 ms · job 7`), then the output view, then notes (shell-state changes, processes left running, refusals, warnings), then other jobs that ended meanwhile.\n\n{INSTRUCTIONS}"),
             "inputSchema": {
                 "type": "object",
                 "properties": {
