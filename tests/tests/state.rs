@@ -121,6 +121,11 @@ fn functions_aliases_and_options() {
     assert_ne!(r["exit_code"], 0, "set -u carried: {r}");
     ok(&mut c, &s, "set -e; umask 077");
     assert_eq!(ok(&mut c, &s, "umask; [[ $- == *e* ]] && echo e"), "0077\ne\n");
+    // A failure under the carried `set -e` drops the call's changes: the note says why and how to stop it.
+    let r = run(&mut c, &s, "cd /; export DROPPED=1; false");
+    let note = r["state_note"].as_str().unwrap_or_default();
+    assert!(note.contains("`set -e` is on in this session") && note.contains("`set +e` turns it off"), "{r}");
+    assert_eq!(ok(&mut c, &s, "echo ${DROPPED:-none}"), "none\n");
 }
 
 #[test]

@@ -117,7 +117,17 @@ impl JobShellState {
     /// The state after the job is unknown; the record is unchanged.
     pub fn unknown(&mut self, reason: &str) {
         if self.base.is_some() && self.to.is_none() && self.note.is_none() {
-            self.note = Some(format!("state unknown after this call; carrying the previous state ({reason})"));
+            // With `set -e` carried, any failing command ends the call before its capture: say that the
+            // session has it on, and how to turn it off, or every later failure drops its `cd`s silently.
+            let errexit = self.base.as_ref().is_some_and(|(_, b)| b.get("set:errexit").is_some_and(|v| v == b"-"));
+            let errexit = match errexit {
+                true => {
+                    "; `set -e` is on in this session, so a failing command ends a call before its state is \
+                         kept: what it changed (cd, export…) is dropped; `set +e` turns it off"
+                }
+                false => "",
+            };
+            self.note = Some(format!("state unknown after this call; carrying the previous state ({reason}){errexit}"));
         }
     }
 

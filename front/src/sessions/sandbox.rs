@@ -185,9 +185,11 @@ pub fn explain_network(count: u32, families: &[String], info: Option<&SandboxInf
     let policy = info.map_or_else(|| "the session's".to_owned(), |i| format!("'{}'", i.policy));
     format!(
         "the network is off for this session (policy {policy}): the sandbox's seccomp filter refused {count} \
-         socket call(s) of this job ({}) with EPERM, so name lookups and connections fail (\"Could not resolve \
-         host\", pip's retries). Open a session with the network on to reach it: `heddle --session NEW --network \
-         run …`, `heddle mcp --network`, or session.open {{\"network\": true}}",
+         socket call(s) of this job ({}) with EPERM, so name lookups, connections and listening sockets fail, \
+         on loopback (127.0.0.1) too (\"Could not resolve host\", pip's retries, a dev server's \
+         PermissionError). Nothing inside this session turns it on: a session opened with the network on can \
+         reach it, which the user or operator starts (`heddle --session NEW --network run …`, `heddle mcp \
+         --network`, HTTP `/mcp?network=true`, or session.open {{\"network\": true}})",
         families.join(", ")
     )
 }
