@@ -229,7 +229,24 @@ fn real_main(cli: Cli) -> Result<i32> {
                 }
                 r
             }
-            Some(KeptAction::Kill { name }) => client.call("kept.kill", json!({"name": name}))?,
+            Some(KeptAction::Kill { name }) => {
+                let r = client.call("kept.kill", json!({"name": name}))?;
+                if !cli.json {
+                    let killed: Vec<protocol::results::Survivor> =
+                        serde_json::from_value(r["killed"].clone()).unwrap_or_default();
+                    let what = match killed.is_empty() {
+                        true => "nothing was left running".to_owned(),
+                        false => format!("killed {}", protocol::text::survivors(&killed)),
+                    };
+                    let empty = match r["verified_empty"] == json!(true) {
+                        true => "its cgroup is empty and removed",
+                        false => "its cgroup was NOT seen empty: `heddle kept` lists what remains",
+                    };
+                    outln!("kept job {name}: {what}; {empty}");
+                    return Ok(0);
+                }
+                r
+            }
             Some(KeptAction::Log { name, tail_bytes }) => {
                 let r = client.call("kept.log", json!({"name": name, "tail_bytes": tail_bytes}))?;
                 if !cli.json {
@@ -271,7 +288,29 @@ fn real_main(cli: Cli) -> Result<i32> {
     let session = open["session"].clone();
     let (result, is_job) = match cli.cmd {
         Cmd::Up(_) | Cmd::Kept { .. } | Cmd::Mcp { .. } => unreachable!("handled above"),
-        Cmd::Keep { job, name } => (client.call("keep", json!({"session": session, "job": job, "name": name}))?, false),
+        Cmd::Keep { job, name } => {
+            let r = client.call("keep", json!({"session": session, "job": job, "name": name}))?;
+            if !cli.json {
+                let procs: Vec<protocol::results::Survivor> =
+                    serde_json::from_value(r["procs"].clone()).unwrap_or_default();
+                let what = match procs.is_empty() {
+                    true => "nothing of it runs now".to_owned(),
+                    false => protocol::text::survivors(&procs),
+                };
+                outln!(
+                    "job {job} kept as {name}: its processes ({what}) live in kept/{name} and outlive the session; \
+                     `heddle kept kill {name}` ends them, `heddle kept log {name}` shows what they write"
+                );
+                if let Some(n) = r["note"].as_str() {
+                    outln!("{n}");
+                }
+                let announced: Vec<protocol::results::Announcement> =
+                    serde_json::from_value(r["announcements"].clone()).unwrap_or_default();
+                out!("{}", protocol::text::announcements(&announced));
+                return Ok(0);
+            }
+            (r, false)
+        }
         Cmd::Run { yield_ms, cmd, override_rule, reason, effects, .. } => {
             let mut params = json!({"session": session, "cmd": cmd.join(" "), "yield_ms": yield_ms});
             if let Some(mode) = effects {
@@ -292,7 +331,14 @@ fn real_main(cli: Cli) -> Result<i32> {
             let params = json!({"session": session, "name": name, "args": args, "yield_ms": yield_ms});
             (client.call("check", params)?, true)
         }
-        Cmd::Checks => (client.call("checks", json!({"session": session}))?, false),
+        Cmd::Checks => {
+            let r = client.call("checks", json!({"session": session}))?;
+            if !cli.json {
+                out!("{}", protocol::text::checks(&r));
+                return Ok(0);
+            }
+            (r, false)
+        }
         Cmd::Jobs => {
             let r = client.call("jobs", json!({"session": session}))?;
             if !cli.json {
@@ -340,7 +386,17 @@ fn real_main(cli: Cli) -> Result<i32> {
             }
             return Ok(0);
         }
-        Cmd::Describe => (client.call("describe", json!({"session": session}))?, false),
+        Cmd::Describe => {
+            let r = client.call("describe", json!({"session": session}))?;
+            if !cli.json {
+                out!(
+                    "{}(`heddle --json describe`: the whole description, with the sandbox's rules)\n",
+                    protocol::text::describe(&r)
+                );
+                return Ok(0);
+            }
+            (r, false)
+        }
         Cmd::Close => (client.call("session.close", json!({"session": session}))?, false),
         Cmd::Call { .. } => unreachable!("handled above"),
     };
@@ -447,21 +503,19 @@ fn kept_table(r: &Value) -> String {
     if kept.is_empty() {
         return "no kept jobs\n".to_owned();
     }
-    let mut out = format!("{:<24}  {:>6}  {:<40}  {}\n", "NAME", "OWNER", "PROCESSES", "LOG");
+    // The processes last: the one column of any length.
+    let mut out = format!("{:<24}  {:>6}  {:<10}  {}\n", "NAME", "OWNER", "LOG", "PROCESSES");
     for k in kept {
         let procs: Vec<protocol::results::Survivor> = serde_json::from_value(k["procs"].clone()).unwrap_or_default();
-        let shown = if procs.is_empty() { "none (ended)".to_owned() } else { protocol::text::survivors(&procs) };
-        let log = match k["log_bytes"].as_u64() {
-            Some(b) => format!("{} (heddle kept log {})", protocol::text::bytes(b), k["name"].as_str().unwrap_or("")),
-            None => "-".to_owned(),
-        };
-        out.push_str(&format!(
-            "{:<24}  {:>6}  {:<40}  {log}\n",
-            k["name"].as_str().unwrap_or("?"),
-            k["owner_uid"],
-            protocol::text::one_line(&shown, 40)
-        ));
+        let mut shown = if procs.is_empty() { "none (ended)".to_owned() } else { protocol::text::survivors(&procs) };
+        if let Some(more) = k["procs_more"].as_u64().filter(|m| *m > 0) {
+            shown.push_str(&format!(" and {more} more"));
+        }
+        let log = k["log_bytes"].as_u64().map_or("-".to_owned(), protocol::text::bytes);
+        let owner = k["owner_uid"].as_u64().map_or("?".to_owned(), |u| u.to_string());
+        out.push_str(&format!("{:<24}  {owner:>6}  {log:<10}  {shown}\n", k["name"].as_str().unwrap_or("?")));
     }
+    out.push_str("(`heddle kept log NAME`: what one wrote; `heddle kept kill NAME`: end one)\n");
     out
 }
 

@@ -139,14 +139,21 @@ fn a_kept_daemon_outlives_its_session_until_kept_kill() {
         table.starts_with("NAME") && table.contains("napper") && table.contains(&format!("(pid {daemon})")),
         "{table}"
     );
+    // The columns line up: the owner under OWNER, the processes (any length) last.
+    let header = table.lines().next().unwrap();
+    let row = table.lines().find(|l| l.starts_with("napper")).unwrap();
+    let owner_end = header.find("OWNER").unwrap() + "OWNER".len();
+    assert_eq!(&row[owner_end - 1..owner_end], "0", "{table}");
+    assert!(row.ends_with(&format!("(pid {daemon})")), "{table}");
     let listed = Command::new(&bin).arg("--socket").arg(&h.socket).args(["--json", "kept"]).output().unwrap();
     let listed: Value = serde_json::from_slice(&listed.stdout).expect("heddle --json kept prints JSON");
     assert_eq!(listed["kept"][0]["name"], "napper", "{listed}");
     assert_eq!(listed["kept"][0]["procs"][0]["pid"], daemon, "{listed}");
     let out = Command::new(&bin).arg("--socket").arg(&h.socket).args(["kept", "kill", "napper"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let killed: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(killed["verified_empty"], true, "{killed}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.starts_with(&format!("kept job napper: killed sleep (pid {daemon})")), "{said}");
+    assert!(said.contains("its cgroup is empty and removed"), "{said}");
     assert!(eventually(Duration::from_secs(5), || !alive(daemon)));
     assert!(!kept_dir.exists());
 }
@@ -170,4 +177,21 @@ fn liveness_tells_busy_from_sleeping_on_a_timer() {
     for job in [&sleeper["job"], &spinner["job"]] {
         assert_eq!(c.call("kill", json!({"session": s, "job": job})).unwrap()["settled"], true);
     }
+}
+
+/// `kill` with a grace period of a job that traps SIGTERM and exits with a status of its own: the
+/// result keeps that status and the text's first line says it (it said only `killed`).
+#[test]
+fn a_graceful_kill_keeps_the_status_the_job_exited_with() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let cmd = "trap 'echo cleaning up; exit 7' TERM; while :; do sleep 0.05; done";
+    let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 300})).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    let k = c.call("kill", json!({"session": s, "job": r["job"], "grace_ms": 3000})).unwrap();
+    assert_eq!((k["state"].as_str(), k["exit_code"].as_i64()), (Some("killed"), Some(7)), "{k}");
+    let text = protocol::text::job_result(&serde_json::from_value(k.clone()).unwrap());
+    assert!(text.starts_with("killed (it exited 7) · "), "{text}");
+    assert!(text.contains("cleaning up"), "{text}");
 }

@@ -269,7 +269,11 @@ fn heddle_check_prints_the_routing_and_the_counts() {
     assert!(text.contains("\n1 passed · 1 failed · 0 skipped · 0 errors (libtest text)\nFAILED b\n"), "{text}");
     let out = heddle(&["checks"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("\"origin\": \".heddle/checks.toml line 1\""), "{text}");
+    assert!(
+        text.starts_with("unit → ") && text.contains("; .heddle/checks.toml line 1)\n"),
+        "a line per check: {text}"
+    );
+    assert!(text.contains("\n  last run: job 1 · exit 101 · "), "{text}");
 }
 
 /// `check` and `checks` follow `cd`: in a session opened above two projects, `cd web/src` makes the

@@ -151,7 +151,7 @@ pub fn list() -> Value {
             "name": "check",
             "title": "Run a check",
             "execution": {"taskSupport": "optional"},
-            "description": "Run one of the project's checks (its test suite or gate: from .heddle/checks.toml, else detected: cargo nextest/cargo test, pytest, go test, npm test) as a job. The result's first line names the check, the exact command and the parser; the view leads with the runner's own counts (passed, failed, skipped, errors) and each failing test with the first lines of its failure, then the usual output view. Yields like run (default 60 s or the check's timeout_ms hint); never kills. `args` are added as words, each quoted.",
+            "description": "Run one of the project's checks (its test suite or gate: from .heddle/checks.toml, else detected: cargo nextest/cargo test, pytest, go test, npm test) as a job. The result's first line names the check, the exact command and the parser; the view leads with the runner's own counts (passed, failed, skipped, errors) and each failing test with the first lines of its failure, then the usual output view. Yields like run (default 60 s or the check's timeout_ms hint); never kills. `args` are added as words, each quoted. A check runs in its own cwd without the session's shell state (no cd, export or activated venv is carried): a PATH it needs goes in .heddle/checks.toml (`env = {PATH = \"…\"}`).",
             "inputSchema": {"type": "object", "properties": {
                 "name": {"type": "string", "description": "the check's name (see the checks tool); default: the first"},
                 "args": {"type": "array", "items": {"type": "string"}},
@@ -304,9 +304,9 @@ pub fn text(method: &str, result: &Value) -> String {
             }
             t + &announcements_of(result)
         }
-        "checks" if result["checks"].is_array() => checks_text(result) + &announcements_of(result),
+        "checks" if result["checks"].is_array() => protocol::text::checks(result) + &announcements_of(result),
         "describe" if result["sessions"].as_array().is_some_and(|v| v.len() == 1) => {
-            describe_text(result) + &announcements_of(result)
+            protocol::text::describe(result) + &announcements_of(result)
         }
         _ => {
             let mut shown = result.clone();
@@ -317,139 +317,6 @@ pub fn text(method: &str, result: &Value) -> String {
             pretty(&shown) + "\n" + &announcements
         }
     }
-}
-
-/// `checks` as a model reads it: a line per check (name, command, parser, origin), its last run, and
-/// the checks file's problems.
-fn checks_text(r: &Value) -> String {
-    let st = |v: &Value| v.as_str().unwrap_or("?").to_owned();
-    let mut out = Vec::new();
-    for c in r["checks"].as_array().into_iter().flatten() {
-        out.push(format!(
-            "{} → {} (parser: {}; {})",
-            st(&c["name"]),
-            st(&c["command"]),
-            st(&c["parser"]),
-            st(&c["origin"])
-        ));
-        let runs = c["last_runs"].as_array().map_or(0, Vec::len);
-        if let Some(last) = c["last_runs"].get(0) {
-            let counts = &last["counts"];
-            let counts = match counts.is_object() {
-                true => format!(
-                    " · {} passed, {} failed, {} skipped, {} errors",
-                    counts["passed"], counts["failed"], counts["skipped"], counts["errors"]
-                ),
-                false => String::new(),
-            };
-            let ending = match (&last["exit_code"], st(&last["state"])) {
-                (Value::Number(n), _) => format!("exit {n}"),
-                (_, state) => state,
-            };
-            let took = last["duration_ms"].as_f64().map(protocol::text::duration).unwrap_or_default();
-            out.push(format!(
-                "  last run: job {} · {ending} · {took}{counts}{}",
-                last["job"],
-                if runs > 1 { format!(" ({runs} runs recorded)") } else { String::new() }
-            ));
-        }
-    }
-    if out.is_empty() {
-        out.push("no check found".to_owned());
-    }
-    out.extend(r["errors"].as_array().into_iter().flatten().map(|e| format!("problem: {}", st(e))));
-    if let Some(n) = r["note"].as_str() {
-        out.push(format!("note: {n}"));
-    }
-    out.join("\n") + "\n"
-}
-
-/// `describe` of one session as a model reads it: what the shell is, where it writes, its limits and
-/// jobs, in a dozen lines (the JSON, several KiB, stays in `structuredContent`).
-fn describe_text(d: &Value) -> String {
-    let s = &d["sessions"][0];
-    let st = |v: &Value| v.as_str().unwrap_or("?").to_owned();
-    let list = |v: &Value| -> Vec<String> { v.as_array().into_iter().flatten().map(&st).collect() };
-    let mut out = vec![format!(
-        "heddle {} · session {} ({}) · bash {} · jobs run as uid {}",
-        st(&d["version"]),
-        st(&s["session"]),
-        st(&s["state"]),
-        st(&s["shell"]["version"]),
-        s["worker"]["uid"]
-    )];
-    let state = &s["shell_state"];
-    out.push(format!("cwd: {} (the session was opened in {})", st(&state["cwd"]), st(&s["cwd"])));
-    let mut carried = vec![format!("{} exported", list(&state["exported"]).len())];
-    carried.push(format!("{} variables", state["variables"]));
-    let functions = list(&state["functions"]);
-    carried.push(match functions.len() {
-        0 => "no functions".to_owned(),
-        _ => format!("functions {}", functions.join(", ")),
-    });
-    carried.push(format!("{} aliases", state["aliases"]));
-    let options: Vec<String> = list(&state["set_options"]).into_iter().chain(list(&state["shopt_options"])).collect();
-    if !options.is_empty() {
-        carried.push(format!("options {}", options.join(", ")));
-    }
-    carried.push(format!("umask {}", st(&state["umask"])));
-    out.push(format!("shell state carried: {}", carried.join(", ")));
-    out.push(format!("PATH: {}", st(&s["env"]["path"])));
-    let sb = &s["sandbox"];
-    if sb.is_object() {
-        out.push(format!(
-            "sandbox: policy {} · Landlock {} · seccomp {} · network {}",
-            st(&sb["policy"]),
-            st(&sb["landlock_status"]),
-            if sb["seccomp_installed"] == true { "on" } else { "off" },
-            if sb["network"] == true { "on" } else { "off" }
-        ));
-        let roots: Vec<String> = sb["writable"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|r| format!("{} ({})", st(&r["path"]), st(&r["template"])))
-            .collect();
-        let elsewhere = match sb["landlock_status"].as_str() {
-            Some("not_enforced") | None => "Landlock is not enforced here, so writes elsewhere are not refused",
-            Some(_) => "writes elsewhere are refused, reads are not",
-        };
-        out.push(format!(
-            "writable: {} (TMPDIR {}, HOME {}); {elsewhere}",
-            roots.join(", "),
-            st(&sb["tmp"]),
-            st(&sb["home"])
-        ));
-    }
-    let l = &s["limits"];
-    if l.is_object() {
-        let mib = |v: &Value| v.as_f64().map_or("none".to_owned(), |b| format!("{:.0} MiB", b / 1048576.0));
-        out.push(format!(
-            "limits: memory {} (peak {}, {} OOM kills) · processes {} ({} forks refused)",
-            mib(&l["memory_max"]),
-            mib(&l["memory_peak"]),
-            l["oom_kills"].as_u64().unwrap_or(0),
-            l["pids_max"].as_u64().map_or("none".to_owned(), |n| n.to_string()),
-            l["pids_limited"].as_u64().unwrap_or(0)
-        ));
-    }
-    let by: Vec<String> =
-        s["changes"]["jobs_by_state"].as_object().into_iter().flatten().map(|(k, v)| format!("{v} {k}")).collect();
-    out.push(format!("jobs: {} run ({})", s["jobs_total"], by.join(", ")));
-    for j in s["live_jobs"].as_array().into_iter().flatten() {
-        let live = serde_json::from_value::<protocol::results::Liveness>(j["liveness"].clone())
-            .map(|l| protocol::text::liveness(&l).trim_start_matches("liveness: ").to_owned())
-            .unwrap_or_else(|_| "running".to_owned());
-        out.push(format!("  job {}: {} · {live}", j["job"], protocol::text::one_line(&st(&j["cmd"]), 80)));
-    }
-    let notes = [&s["note"], &s["env"]["note"], &d["note"]];
-    out.extend(notes.into_iter().filter_map(|n| n.as_str()).map(|n| format!("note: {n}")));
-    out.extend(list(&s["warnings"]).into_iter().map(|w| format!("warning: {w}")));
-    out.push(
-        "(the full description, with the sandbox's rules and the environment allowlist, is in the structured result)"
-            .to_owned(),
-    );
-    out.join("\n") + "\n"
 }
 
 fn announcements_of(result: &Value) -> String {
