@@ -58,9 +58,20 @@ pub(crate) fn view_budget(tokens: Option<u64>, bytes: Option<u64>, notes: &mut V
     let (min, max) = (view::MIN_BUDGET as u64, view::MAX_BUDGET as u64);
     if !(min..=max).contains(&asked) {
         let clamped = asked.clamp(min, max);
-        notes.push(format!(
-            "the output budget of {asked} bytes is outside {min}..={max}; the view uses {clamped} bytes"
-        ));
+        // Said in the unit the caller used: a model asks in tokens (about 4 bytes each).
+        let by_tokens = tokens.is_some_and(|t| bytes.is_none_or(|b| t.saturating_mul(4) <= b));
+        notes.push(match by_tokens {
+            true => format!(
+                "max_output_tokens {} is outside {}..={} tokens; the view uses {} tokens",
+                asked / 4,
+                min / 4,
+                max / 4,
+                clamped / 4
+            ),
+            false => {
+                format!("the output budget of {asked} bytes is outside {min}..={max}; the view uses {clamped} bytes")
+            }
+        });
         return clamped as usize;
     }
     asked as usize
@@ -200,6 +211,16 @@ pub(crate) fn look(k: &Kernel, client: &Client, session: &str, job: JobId) -> Re
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_clamped_budget_is_said_in_the_unit_asked_for() {
+        let mut notes = Vec::new();
+        assert_eq!(super::view_budget(Some(200), None, &mut notes), crate::output::view::MIN_BUDGET);
+        assert!(notes[0].starts_with("max_output_tokens 200 is outside 250..="), "{notes:?}");
+        let mut notes = Vec::new();
+        super::view_budget(None, Some(10), &mut notes);
+        assert!(notes[0].starts_with("the output budget of 10 bytes is outside 1000..="), "{notes:?}");
+    }
+
     use crate::rpc::ErrorKind;
     use crate::testing::{announced, Harness};
     use serde_json::json;

@@ -46,6 +46,11 @@ pub fn warnings(cmd: &str, failures: &[(i32, String)]) -> Vec<String> {
             continue;
         };
         from = i + 1;
+        // The next command reads the status (`echo rc=$?`, `[ $? -eq 0 ]`): the list handles the failure.
+        let reads_status = |t: &str| t.contains("$?") || t.contains("${?}") || t.contains("PIPESTATUS");
+        if stmts.get(i + 1).is_some_and(|(n, _)| reads_status(text(n))) {
+            continue;
+        }
         let after: Vec<String> = stmts[i + 1..].iter().map(|(n, _)| format!("`{}`", squeeze(text(n)))).collect();
         if after.is_empty() {
             continue;
@@ -85,6 +90,9 @@ mod tests {
         assert!(warnings("for i in 1; do false; done; echo", &f(&[(1, "false")])).is_empty(), "inside a loop");
         assert!(warnings("false & echo", &f(&[(1, "false")])).is_empty(), "in the background");
         assert!(warnings("echo hi", &[]).is_empty());
+        assert!(warnings("false; echo rc=$?", &f(&[(1, "false")])).is_empty(), "the next command reads $?");
+        assert!(warnings("false\nrc=${PIPESTATUS[0]}; echo", &f(&[(1, "false")])).is_empty(), "PIPESTATUS");
+        assert_eq!(warnings("false; true; echo $?", &f(&[(1, "false")])).len(), 1, "not the command right after");
     }
 
     proptest::proptest! {
