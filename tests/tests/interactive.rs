@@ -519,7 +519,7 @@ fn a_terminal_job_at_a_prompt_answers_run_and_wait_at_once() {
     assert_eq!(waiting, r#"waiting for input: "Name?""#, "{r}");
     let text = protocol::text::job_result(&serde_json::from_value(r.clone()).unwrap());
     assert!(
-        text.starts_with(&format!("waiting for input after "))
+        text.starts_with("waiting for input after ")
             && text.contains(&format!("· job {} · type into it with write {{\"job\":{}}}", r["job"], r["job"])),
         "{text}"
     );
