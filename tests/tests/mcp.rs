@@ -431,7 +431,15 @@ fn the_describe_tool_answers_in_text() {
     assert!(text.contains("· network off"), "{text}");
     assert!(text.contains("jobs: 2 run (1 exited, 1 running)"), "{text}");
     assert!(text.contains("  job 2: sleep 30 · running "), "{text}");
+    assert!(!text.contains("PATH (") && !text.contains("changed PATH"), "no job changed PATH: {text}");
+    assert!(!text.contains("structured result"), "no pointer to what a model does not see: {text}");
     b.tool(5, "kill", json!({"job": 2}));
+    // A PATH an earlier job exported is the one shown: jobs run with it.
+    b.tool(6, "run", json!({"cmd": "export PATH=/opt/tools/bin:$PATH"}));
+    let r = b.tool(7, "describe", json!({}));
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("\nPATH: /opt/tools/bin:"), "{text}");
+    assert!(text.contains("note: an earlier job changed PATH (it was "), "{text}");
 }
 
 /// The `checks` tool answers in text too: a line per check with where it came from, its last run, and

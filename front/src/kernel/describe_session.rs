@@ -44,9 +44,17 @@ pub fn env_facts(s: &Session) -> EnvFacts {
         (None, Some(p)) => (p.clone(), "policy"),
         (None, None) => (shm_proto::control::WORKER_PATH.to_owned(), "worker"),
     };
-    let note = st.record().items().contains_key("var:PATH").then(|| {
-        "the session's shell state holds its own PATH (exported by an earlier job); jobs restore it".to_owned()
-    });
+    // Every recorded state holds a PATH (the first capture records the whole environment): it is news
+    // only when a job changed it, and then it is the PATH jobs run with.
+    let carried = st.record().items().get("var:PATH").and_then(|d| crate::kernel::guard_apply::declared_value(d));
+    let (path, path_from, note) = match carried.filter(|c| *c != path) {
+        Some(c) => (
+            c,
+            "shell state",
+            Some(format!("an earlier job changed PATH (it was {path}); jobs run with the carried one")),
+        ),
+        None => (path, path_from, None),
+    };
     EnvFacts {
         policy: policy_name,
         allow,

@@ -23,7 +23,7 @@ fn guards_of(policy: &str) -> Arc<Vec<Guard>> {
 }
 
 /// The value of `declare -x HOME="/root"` as the shell-state record keeps it.
-fn declared_value(decl: &[u8]) -> Option<String> {
+pub(crate) fn declared_value(decl: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(decl).ok()?;
     let (_, value) = text.split_once('=')?;
     let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);

@@ -367,11 +367,12 @@ pub struct EnvFacts {
     pub set: BTreeMap<String, String>,
     /// Names the session itself sets (on top of everything; values not shown: they may be secrets).
     pub session: Vec<String>,
-    /// The `PATH` a job starts with, before its shell state is restored.
+    /// The `PATH` jobs run with: the session's, the policy's or the worker's, or the one an earlier
+    /// job set, which the shell state carries.
     pub path: String,
-    /// Where `path` comes from: `session`, `policy` or `worker`.
+    /// Where `path` comes from: `session`, `policy`, `worker` or `shell state`.
     pub path_from: &'static str,
-    /// Set when the session's shell state exports its own `PATH`, which every job then restores.
+    /// Set when an earlier job changed `PATH`: the one it replaced.
     pub note: Option<String>,
 }
 
