@@ -184,6 +184,11 @@ fn explain_refusals(s: &Session, st: &crate::sessions::session::SessionData, res
             let more = crate::sessions::sandbox::explain_refusals(&result.view, cwd, info, user.as_ref());
             result.refusals.extend(more);
             result.refusals.extend(crate::sessions::sandbox::explain_ptys(&result.cmd, &result.view, info));
+            // A command not found is no refusal: where the uid may explain it, it is a warning.
+            if let Some(user) = &user {
+                let path = std::env::var("PATH").unwrap_or_default();
+                result.warnings.extend(crate::sessions::refusal::not_found(&result.view, user, &path));
+            }
             // A preflight warning foretold what a refusal now says: the refusal stays.
             let refused = |w: &str| {
                 w.strip_prefix("preflight: this command writes or deletes ")

@@ -196,13 +196,12 @@ pub fn not_found(output: &str, user: &JobUser, server_path: &str) -> Vec<String>
         .iter()
         .map(|cmd| {
             format!(
-                "{cmd}: command not found, and the cause may be the uid: {}. These directories of the PATH heddle \
-                 was started with are closed to that uid — {} ({}) — so a {cmd} installed there is invisible to \
-                 jobs. Install it where every uid can run it (/usr/local/bin, or the project) or make the \
-                 directories readable by others (`chmod o+rx`), then call it by its full path or add it to PATH",
-                uid_reason(user),
+                "{cmd}: command not found; if it is installed in {} ({}), jobs cannot see it: they run as {}, \
+                 never as root. Install it where every uid can run it (/usr/local/bin, the project) or `chmod \
+                 o+rx` those directories, then call it by its full path or add it to PATH",
                 closed.join(", "),
-                why.join("; ")
+                why.join("; "),
+                user.name()
             )
         })
         .collect()
@@ -232,9 +231,8 @@ mod tests {
         let path = format!("/usr/bin:{}", closed.join("bin").display());
         let got = not_found("bash: line 1: cargo: command not found\n", &user, &path);
         assert_eq!(got.len(), 1, "{got:?}");
-        assert!(got[0].starts_with(
-            "cargo: command not found, and the cause may be the uid: jobs of this session run as uid 4245"
-        ));
+        assert!(got[0].starts_with("cargo: command not found; if it is installed in "), "{got:?}");
+        assert!(got[0].contains("jobs cannot see it: they run as uid 4245"), "{got:?}");
         assert!(got[0].contains(&format!("{} is owned by uid 0 with mode 0700", closed.display())), "{got:?}");
         assert!(not_found("bash: line 1: cargo: command not found\n", &user, "/usr/bin").is_empty());
         assert!(not_found("no such line\n", &user, &path).is_empty());

@@ -278,10 +278,6 @@ pub fn explain_refusals(
             );
         }
     }
-    if let Some(user) = user {
-        let path = std::env::var("PATH").unwrap_or_default();
-        out.extend(crate::sessions::refusal::not_found(output, user, &path));
-    }
     out
 }
 
