@@ -179,6 +179,7 @@ fn a_restart_announces_only_the_jobs_the_client_was_not_shown() {
     assert_eq!(announced(&r), [2], "after a takeover, job 2 (ended unseen) only: {r}");
     let r = c.call("run", json!({"session": "told", "cmd": "sleep 1000", "yield_ms": 0})).unwrap();
     assert_eq!(r["job"], 4, "{r}");
+    std::thread::sleep(Duration::from_millis(1000));
     drop(c);
     h.restart(&[]);
     let mut c = h.client();
@@ -187,6 +188,9 @@ fn a_restart_announces_only_the_jobs_the_client_was_not_shown() {
     let r = c.call("run", json!({"session": "told", "cmd": "echo five", "yield_ms": 10000})).unwrap();
     assert_eq!(r["job"], 5, "{r}");
     assert_eq!(announced(&r), [4], "after a restart, the job it lost only: {r}");
+    let lost = &r["announcements"][0];
+    assert_eq!(lost["state"], "lost", "{r}");
+    assert!(lost["duration_ms"].as_f64().unwrap() >= 1000.0, "it ran at least until the restart: {r}");
     let r = c.call("run", json!({"session": "told", "cmd": "true", "yield_ms": 10000})).unwrap();
     assert_eq!(announced(&r), Vec::<u64>::new(), "once: {r}");
 }

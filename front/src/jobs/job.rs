@@ -523,7 +523,9 @@ impl Job {
     /// The worker died (or its ring broke): an unfinished job is lost, never re-run.
     /// Whether this ended the job (it was still running).
     pub fn mark_lost(&mut self, why: &str, now: Instant) -> bool {
-        let ended = self.end(JobPhase::Lost, now, None);
+        // By the wall clock: a job rebuilt after a restart started (by its replayed `Started`) long before
+        // this front's `now`, so it ran at least until now (it said `lost · 879 µs` for a job of minutes).
+        let ended = self.end(JobPhase::Lost, now, Some(unix_ns()));
         if ended {
             self.shell.unknown("the job was lost");
             self.note(format!("{why}; the job's outcome is unknown and it is not re-run"));
