@@ -539,4 +539,21 @@ fn a_terminal_job_at_a_prompt_answers_run_and_wait_at_once() {
         "a sleeping job is waited for: {r}"
     );
     assert!(started.elapsed() >= Duration::from_millis(1500), "{r}");
+    // Nor is a program whose stdin is the terminal but which waits on something else: a read of a pipe
+    // (git reading its remote helper), a select on one in the terminal's canonical mode (curl, pip).
+    for (cmd, code) in [
+        (
+            "python3 -c 'import os, threading; r, w = os.pipe(); threading.Timer(1.5, os.write, (w, b\"x\")).start(); os.read(r, 1)'",
+            0,
+        ),
+        ("python3 -c 'import os, select; r, w = os.pipe(); select.select([r], [], [], 1.5)'", 0),
+    ] {
+        let r = c.call("run", json!({"session": s, "cmd": cmd, "tty": tty, "yield_ms": 20000})).unwrap();
+        assert_eq!((r["state"].as_str(), r["exit_code"].as_i64()), (Some("exited"), Some(code)), "{cmd}: {r}");
+    }
+    // A REPL (readline: the terminal in raw mode, select on it) is at its prompt.
+    let r = c.call("run", json!({"session": s, "cmd": "python3 -q", "tty": tty, "yield_ms": 20000})).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    assert_eq!(r["liveness"]["activity"], r#"waiting for input: ">>>""#, "{r}");
+    c.call("kill", json!({"session": s, "job": r["job"]})).unwrap();
 }

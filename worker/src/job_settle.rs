@@ -239,7 +239,17 @@ impl<C: CgroupOps> Worker<C> {
         let pid = pick(if in_fg.is_empty() { &pids } else { &in_fg }, main)?;
         let st = procinfo::stat(pid)?;
         let (wchan, syscall) = (procinfo::wchan(pid), procinfo::syscall(pid));
-        let tty_poll = !in_fg.is_empty() && matches!(syscall, Some(7 | 23 | 270 | 271)) && procinfo::stdin_is_tty(pid);
+        // Polling counts as reading the terminal only with the terminal in non-canonical mode: readline,
+        // prompt_toolkit, pagers and full-screen programs switch it so; curl, pip or ssh waiting on the
+        // network in poll/select leave it canonical (they were said to be waiting for input).
+        let raw_tty = j
+            .input
+            .as_ref()
+            .filter(|i| i.tty)
+            .and_then(|i| nix::sys::termios::tcgetattr(i.fd.as_fd()).ok())
+            .is_some_and(|t| !t.local_flags.contains(nix::sys::termios::LocalFlags::ICANON));
+        let tty_poll =
+            !in_fg.is_empty() && raw_tty && matches!(syscall, Some(7 | 23 | 270 | 271)) && procinfo::stdin_is_tty(pid);
         Some(JobLiveness {
             cpu_usec: self.cgroups.cpu_usec(job).unwrap_or(0),
             procs: pids.len() as u32,
@@ -248,7 +258,7 @@ impl<C: CgroupOps> Worker<C> {
             state: st.state.to_string(),
             activity: match tty_poll {
                 true => "blocked reading stdin/tty (polling its terminal)".to_owned(),
-                false => procinfo::activity(st.state, &wchan, syscall, procinfo::stdin_is_tty(pid)),
+                false => procinfo::activity(st.state, &wchan, syscall, procinfo::reading_tty(pid)),
             },
             wchan,
         })

@@ -101,6 +101,23 @@ pub fn syscall(pid: u32) -> Option<i64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
+/// True when the process sleeps in a `read` (`read`, `pread64`, `readv`) of a terminal: the fd it reads
+/// (`/proc/PID/syscall`'s first argument) links to `/dev/pts/*` or `/dev/tty*`. A program whose stdin is a
+/// terminal but reads a pipe or a socket (git reading its remote helper) is not reading its terminal.
+pub fn reading_tty(pid: u32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else { return false };
+    let mut fields = text.split_whitespace();
+    let nr: Option<i64> = fields.next().and_then(|n| n.parse().ok());
+    let fd = fields.next().and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok());
+    match (nr, fd) {
+        (Some(0 | 17 | 19), Some(fd)) => std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|p| {
+            let p = p.to_string_lossy();
+            p.starts_with("/dev/pts/") || p.starts_with("/dev/tty")
+        }),
+        _ => false,
+    }
+}
+
 /// `/proc/PID/wchan` (empty when running or unknown).
 pub fn wchan(pid: u32) -> String {
     let w = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
@@ -123,22 +140,22 @@ pub fn stdin_is_tty(pid: u32) -> bool {
 
 /// The state in words, from the state letter, the kernel function the process sleeps in, the syscall
 /// it is in (x86_64 numbers) and whether its stdin is a terminal.
-pub fn activity(state: char, wchan: &str, syscall: Option<i64>, stdin_tty: bool) -> String {
+pub fn activity(state: char, wchan: &str, syscall: Option<i64>, reads_tty: bool) -> String {
     let words = match state {
         'R' => "busy (running on a CPU)",
         'D' => "blocked in uninterruptible I/O (disk or a network file system)",
         'T' | 't' => "stopped (by a signal or a debugger)",
         'Z' | 'X' => "exited, not yet reaped",
-        _ => sleeping(wchan, syscall, stdin_tty),
+        _ => sleeping(wchan, syscall, reads_tty),
     };
     words.to_owned()
 }
 
-fn sleeping(wchan: &str, syscall: Option<i64>, stdin_tty: bool) -> &'static str {
+fn sleeping(wchan: &str, syscall: Option<i64>, reads_tty: bool) -> &'static str {
     let w = wchan;
     match syscall {
         Some(35 | 230) => return "sleeping on a timer",
-        Some(0 | 17 | 19) if stdin_tty || w.contains("tty") => return "blocked reading stdin/tty",
+        Some(0 | 17 | 19) if reads_tty || w.contains("tty") => return "blocked reading stdin/tty",
         Some(61 | 247) => return "waiting for a child process",
         _ => {}
     }
