@@ -334,7 +334,7 @@ fn real_main(cli: Cli) -> Result<i32> {
         Cmd::Checks => {
             let r = client.call("checks", json!({"session": session}))?;
             if !cli.json {
-                out!("{}", protocol::text::checks(&r));
+                out!("{}{}", protocol::text::checks(&r), announcements_of(&r));
                 return Ok(0);
             }
             (r, false)
@@ -390,8 +390,9 @@ fn real_main(cli: Cli) -> Result<i32> {
             let r = client.call("describe", json!({"session": session}))?;
             if !cli.json {
                 out!(
-                    "{}(`heddle --json describe`: the whole description, with the sandbox's rules)\n",
-                    protocol::text::describe(&r)
+                    "{}(`heddle --json describe`: the whole description, with the sandbox's rules)\n{}",
+                    protocol::text::describe(&r),
+                    announcements_of(&r)
                 );
                 return Ok(0);
             }
@@ -434,6 +435,13 @@ fn connect(socket: &std::path::Path, may_start: bool) -> Result<Client> {
 
 /// Print a job result in the text form (the one a model reads through MCP); returns the exit status
 /// to use.
+/// The announcements a result carries, as text.
+fn announcements_of(r: &Value) -> String {
+    let a: Vec<protocol::results::Announcement> =
+        serde_json::from_value(r["announcements"].clone()).unwrap_or_default();
+    protocol::text::announcements(&a)
+}
+
 /// Methods whose params name a session: `heddle call` fills in the `--session` one (opened if
 /// missing) when the params do not name one.
 const SESSION_METHODS: [&str; 11] =

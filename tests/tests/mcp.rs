@@ -314,6 +314,21 @@ fn the_cli_shows_what_ended_since_the_last_command() {
     assert!(text.contains("job 1 ended: exit 0 · ") && text.contains("\n  woke up\n"), "the end is announced: {text}");
     let third = heddle(&["--", "true"]);
     assert!(!String::from_utf8_lossy(&third.stdout).contains("job 1 ended"), "announced once");
+    // `heddle describe` (text) shows what ended too: the call took the announcement.
+    heddle(&["--yield", "0", "--", "echo late"]);
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            c.call("describe", json!({})).unwrap()["sessions"][0]["jobs_running"] == 0
+        }),
+        "it ended"
+    );
+    let described = Command::new(bin_dir().join("heddle"))
+        .args(["--session", "person", "describe"])
+        .env("HEDDLE_SOCKET", &h.socket)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&described.stdout);
+    assert!(text.contains("job 4 ended: exit 0 · ") && text.contains("\n  late\n"), "{text}");
 }
 
 #[test]

@@ -764,6 +764,8 @@ impl Job {
     pub fn restore_reported(&mut self) {
         if self.life.phase.ended() {
             self.reported = true;
+            // Never announced again, so nothing else would let its rendered lines go.
+            self.park_output();
         }
     }
 
