@@ -10,6 +10,9 @@
 //! - 0: no marker (every build before it): `heddle.db` (schema 1), `sessions/<name>/{session.json,
 //!   journal, jobs/<N>.log, jobs/<N>.lines}`, `kept/<name>.log`.
 //! - 1: format 0's files unchanged, plus the marker.
+//! - 2: the journals may hold `Entry::Reported` and `Entry::State` (which jobs' ends were shown; the
+//!   shell-state record), entries a format-1 front cannot decode: it would stop reading a journal at the
+//!   first one and lose the jobs after it. Nothing to rewrite.
 //!
 //! ```
 //! let dir = tempfile::tempdir().unwrap();
@@ -22,7 +25,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// The format this heddle writes.
-pub const CURRENT: u32 = 1;
+pub const CURRENT: u32 = 2;
 /// The marker's file name in the state directory.
 pub const MARKER: &str = "state-format";
 const PREFIX: &str = "heddle state format ";
@@ -30,6 +33,8 @@ const PREFIX: &str = "heddle state format ";
 type Migration = fn(&Path) -> io::Result<()>;
 const MIGRATIONS: [Migration; CURRENT as usize] = [
     // 0 → 1: the files are the same; the marker, written after the last step, is what is new.
+    |_| Ok(()),
+    // 1 → 2: format-1 journals are read as they are; new entries are only appended.
     |_| Ok(()),
 ];
 /// What makes a directory without a marker one of format 0 rather than a new, empty one.
