@@ -203,22 +203,22 @@ fn a_restart_carries_the_shell_state_on() {
     let mut h = Heddle::start();
     let mut c = h.client();
     c.call("session.open", json!({"name": "kept-state", "cwd": h.project})).unwrap();
-    let setup =
-        "mkdir -p sub && cd sub && export GREETING=hello && greet() { echo \"$GREETING from $(basename \"$PWD\")\"; }";
+    let setup = "mkdir -p sub && cd sub && export GREETING=hello && tmpf() { :; } && greet() { echo \"$GREETING from $(basename \"$PWD\")\"; }";
     run_ok(&mut c, &json!("kept-state"), setup);
     kill_and_wait_for_new(&h, "front");
     let mut c = h.client();
-    let r =
-        c.call("run", json!({"session": "kept-state", "cmd": "greet; export STEP=two", "yield_ms": 10000})).unwrap();
+    let cmd = "greet; export STEP=two; unset -f tmpf";
+    let r = c.call("run", json!({"session": "kept-state", "cmd": cmd, "yield_ms": 10000})).unwrap();
     assert_eq!(r["view"], "hello from sub\n", "after a takeover: {r}");
-    assert_eq!(r["state_changes"], json!(["+export STEP"]), "only what this call changed: {r}");
+    assert_eq!(r["state_changes"], json!(["+export STEP", "-function tmpf"]), "only what this call changed: {r}");
     drop(c);
     h.restart(&[]);
     let mut c = h.client();
     let opened = c.call("session.open", json!({"name": "kept-state", "cwd": h.project})).unwrap();
     assert_eq!(opened["attached"], false, "{opened}");
-    let r = c.call("run", json!({"session": "kept-state", "cmd": "greet; echo $STEP", "yield_ms": 10000})).unwrap();
-    assert_eq!(r["view"], "hello from sub\ntwo\n", "after a restart of the stack: {r}");
+    let cmd = "greet; echo $STEP; type -t tmpf || echo no-tmpf";
+    let r = c.call("run", json!({"session": "kept-state", "cmd": cmd, "yield_ms": 10000})).unwrap();
+    assert_eq!(r["view"], "hello from sub\ntwo\nno-tmpf\n", "after a restart of the stack: {r}");
     assert_eq!(r["state_changes"], json!([]), "{r}");
 }
 

@@ -221,7 +221,7 @@ struct Rebuilt {
     keyed: Vec<String>,
     /// Jobs whose ends were shown to the client ([`Entry::Reported`]).
     reported: BTreeSet<u64>,
-    /// The shell-state record last journaled ([`Entry::State`]).
+    /// The shell-state record the journal's [`Entry::State`] diffs add up to.
     state: Option<(u64, shm_proto::capture::Items)>,
 }
 
@@ -255,7 +255,14 @@ fn rebuild(dir: &Path, jobs_dir: &Path, ring: u64, published: u64) -> Rebuilt {
             Entry::Ring { id } => tag = Some(id),
             Entry::Keyed { receipt, .. } => keyed.push(receipt),
             Entry::Reported { jobs } => reported.extend(jobs),
-            Entry::State { version, items } => state = Some((version, items)),
+            Entry::State { version, set, removed } => {
+                let (v, items) = state.get_or_insert_with(|| (0, shm_proto::capture::Items::new()));
+                *v = version;
+                items.extend(set);
+                for k in removed {
+                    items.remove(&k);
+                }
+            }
         }
     }
     let mut cut: BTreeMap<u64, u64> = BTreeMap::new();

@@ -74,11 +74,12 @@ pub enum Entry {
     /// front does not announce them again. Appended by the recorder after the answer, so a front killed
     /// between an answer and its record announces that one job once more.
     Reported { jobs: Vec<u64> },
-    /// The session's shell-state record after a job's capture changed it: its version and every item.
-    /// Appended when the capture is applied (the pump, after the batch that carried it), so a restarted
-    /// front carries the state on instead of starting it afresh (a rebuilt job has no base to diff a
-    /// replayed capture against). The last one wins.
-    State { version: u64, items: shm_proto::capture::Items },
+    /// A job's capture changed the session's shell-state record: its new version, the items set (new or
+    /// changed) and those removed, against the record as the journal's earlier `State` entries leave it
+    /// (empty before the first). Appended when the capture is applied (the pump, after the batch that
+    /// carried it), so a restarted front carries the state on instead of starting it afresh (a rebuilt
+    /// job has no base to diff a replayed capture against). A `cd` appends its two items, not the record.
+    State { version: u64, set: Vec<(String, Vec<u8>)>, removed: Vec<String> },
 }
 
 /// The journal file of one session (appends only; a failure is reported once and journaling stops).

@@ -491,13 +491,15 @@ impl SessionData {
             }
             (Event::StateCaptured { data, .. }, Some(j)) => {
                 let by = j.id();
-                let before = self.record.version();
+                let (before, old) = self.record.snapshot();
                 let overridden = j.on_state_captured(&data, &mut self.record);
                 self.note_overridden(by, overridden);
-                if self.record.version() != before {
-                    let (version, items) = self.record.snapshot();
-                    let entry = crate::sessions::journal::Entry::State { version, items: (*items).clone() };
-                    self.journal.append(&entry);
+                let (version, new) = self.record.snapshot();
+                if version != before {
+                    let set = new.iter().filter(|(k, v)| old.get(*k) != Some(*v));
+                    let set: Vec<(String, Vec<u8>)> = set.map(|(k, v)| (k.clone(), v.clone())).collect();
+                    let removed: Vec<String> = old.keys().filter(|k| !new.contains_key(*k)).cloned().collect();
+                    self.journal.append(&crate::sessions::journal::Entry::State { version, set, removed });
                 }
             }
             (Event::StateUnknown { reason, .. }, Some(j)) => j.on_state_unknown(&reason),
