@@ -279,11 +279,9 @@ fn real_main(cli: Cli) -> Result<i32> {
         );
     }
     if let (Cmd::Run { cwd: Some(_), .. }, Some(note)) = (&cli.cmd, open["note"].as_str()) {
-        // A --cwd given to a session that already exists is not applied: say so, once, where a person
-        // looks (the job runs in the session's own cwd).
-        if open["attached"] == json!(true) {
-            eprintln!("heddle: {note} (a new session: --session NAME)");
-        }
+        // A --cwd given to a session that already exists (or carries on after a restart) is not applied:
+        // say so where a person looks (the job runs in the session's own cwd).
+        eprintln!("heddle: {note} (a new session: --session NAME)");
     }
     let session = open["session"].clone();
     let (result, is_job) = match cli.cmd {

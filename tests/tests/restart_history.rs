@@ -216,6 +216,9 @@ fn a_restart_carries_the_shell_state_on() {
     let mut c = h.client();
     let opened = c.call("session.open", json!({"name": "kept-state", "cwd": h.project})).unwrap();
     assert_eq!(opened["attached"], false, "{opened}");
+    let note = opened["note"].as_str().unwrap_or_default();
+    let sub = format!("jobs start in {}/sub, where its earlier calls left them", h.project.display());
+    assert!(note.contains("carries on from before a restart of heddle") && note.contains(&sub), "{opened}");
     let cmd = "greet; echo $STEP; type -t tmpf || echo no-tmpf";
     let r = c.call("run", json!({"session": "kept-state", "cmd": cmd, "yield_ms": 10000})).unwrap();
     assert_eq!(r["view"], "hello from sub\ntwo\nno-tmpf\n", "after a restart of the stack: {r}");

@@ -295,8 +295,21 @@ fn open_new(
         st.set_reopen(Some(crate::kernel::revive::Reopen { sandbox: sandbox.clone(), limits: limits.clone() }));
     }
     crate::kernel::recovery::start_journal(k, &s);
+    let mut dir_note = dir_note;
     if let Some(meta) = earlier {
         crate::kernel::recovery::restore_earlier(k, &s, meta);
+        // The carried shell state starts jobs where the earlier calls left them, not in this open's cwd.
+        let carried = s.lock().record().items().get("cwd").map(|c| String::from_utf8_lossy(c).into_owned());
+        let asked = s.spec().cwd.trim_end_matches('/');
+        if let Some(c) = carried.filter(|c| c != asked && !(asked.is_empty() && c == "/")) {
+            let note = format!(
+                "session '{name}' carries on from before a restart of heddle with its shell state: jobs start in \
+                 {c}, where its earlier calls left them, not in the cwd given here ({}); close it or open another \
+                 name to start there",
+                s.spec().cwd
+            );
+            dir_note = Some(dir_note.map_or(note.clone(), |d| format!("{d}; {note}")));
+        }
     }
     k.registry().slots.insert(name.clone(), Slot::Open(s.clone()));
     k.registry_changed.notify_all();
