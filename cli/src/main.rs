@@ -431,8 +431,6 @@ fn connect(socket: &std::path::Path, may_start: bool) -> Result<Client> {
     }
 }
 
-/// Print a job result in the text form (the one a model reads through MCP); returns the exit status
-/// to use.
 /// The announcements a result carries, as text.
 fn announcements_of(r: &Value) -> String {
     let a: Vec<protocol::results::Announcement> =
@@ -482,6 +480,8 @@ fn call(client: &mut Client, cli: &Cli, method: &str, params: Option<&str>) -> R
     }
 }
 
+/// Print a job result in the text form (the one a model reads through MCP); returns the exit status
+/// to use.
 fn print_job(r: &Value) -> Result<i32> {
     let r: protocol::results::JobResult =
         serde_json::from_value(r.clone()).context("the job result is not in the protocol's shape")?;

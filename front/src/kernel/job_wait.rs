@@ -63,7 +63,7 @@ pub(crate) fn view_budget(tokens: Option<u64>, bytes: Option<u64>, notes: &mut V
         notes.push(match by_tokens {
             true => format!(
                 "max_output_tokens {} is outside {}..={} tokens; the view uses {} tokens",
-                asked / 4,
+                tokens.unwrap_or_default(),
                 min / 4,
                 max / 4,
                 clamped / 4

@@ -29,8 +29,8 @@ pub(crate) fn settle(k: &Kernel, s: &Session) -> usize {
         st.jobs().filter(|j| j.pid().is_none() && !j.state().ended()).map(|j| j.id()).collect()
     };
     let Some(&last) = waiting.last() else { return 0 };
-    // Not from `new_probe`: the dead front's probes counted from 1 too, and their answers may still be
-    // in the ring (one of them matched this probe and settled jobs the worker had started).
+    // Not from `new_probe`: a dead front's probe answers may still be in the ring (fronts before the
+    // wall-clock seed counted from 1, and one matched this probe and settled jobs the worker had started).
     let n = (1 << 63) | crate::jobs::job::unix_ns();
     if s.send(&Command::Probe { job: last, probe: n }, SETTLE_WAIT).is_err() {
         return 0;
