@@ -248,3 +248,23 @@ fn liveness_after_a_restart_is_the_running_jobs_own() {
     assert!(busy.starts_with("python3"), "the new job's process, not an old probe's answer: {r}");
     c.call("kill", json!({"session": "probed", "job": r["job"]})).unwrap();
 }
+
+/// A job still running when the front was taken over cannot have its shell-state changes applied (what
+/// it started from died with the old front): its result says so instead of dropping them silently.
+#[test]
+fn a_job_running_across_a_takeover_says_its_state_changes_were_not_kept() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "across", "cwd": h.project})).unwrap();
+    run_ok(&mut c, &json!("across"), "true");
+    let cmd = "sleep 1; mkdir -p moved && cd moved && export MOVED=1";
+    let r = c.call("run", json!({"session": "across", "cmd": cmd, "yield_ms": 0})).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    kill_and_wait_for_new(&h, "front");
+    let mut c = h.client();
+    let w = c.call("wait", json!({"session": "across", "job": r["job"], "yield_ms": 30000})).unwrap();
+    assert_eq!(w["exit_code"], 0, "{w}");
+    let note = w["state_note"].as_str().unwrap_or_default();
+    assert!(note.contains("heddle restarted while the job ran"), "{w}");
+    assert_eq!(run_ok(&mut c, &json!("across"), "pwd"), format!("{}\n", h.project.display()), "as the note says");
+}

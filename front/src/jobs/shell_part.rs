@@ -52,7 +52,18 @@ impl JobShellState {
     /// Apply the capture of `job`; a capture that does not parse leaves the state unknown. Returns the
     /// earlier jobs whose changes this one overrode, with the items.
     pub fn captured(&mut self, data: &[u8], record: &mut StateRecord, job: u64) -> Vec<(u64, String)> {
-        let Some((mut from, mut base)) = self.base.take() else { return Vec::new() };
+        let Some((mut from, mut base)) = self.base.take() else {
+            // A job a restarted front rebuilt: what it started from died with the old front, so there is
+            // nothing to diff its capture against. Said, not dropped silently.
+            if self.note.is_none() {
+                self.note = Some(
+                    "state unknown after this call; carrying the previous state (heddle restarted while the job \
+                     ran, so what it changed in the shell state could not be applied)"
+                        .to_owned(),
+                );
+            }
+            return Vec::new();
+        };
         if self.persistent {
             (from, base) = record.snapshot();
         }
