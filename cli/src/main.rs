@@ -302,9 +302,7 @@ fn real_main(cli: Cli) -> Result<i32> {
                 if let Some(n) = r["note"].as_str() {
                     outln!("{n}");
                 }
-                let announced: Vec<protocol::results::Announcement> =
-                    serde_json::from_value(r["announcements"].clone()).unwrap_or_default();
-                out!("{}", protocol::text::announcements(&announced));
+                out!("{}", protocol::text::announcements_of(&r));
                 return Ok(0);
             }
             (r, false)
@@ -332,7 +330,7 @@ fn real_main(cli: Cli) -> Result<i32> {
         Cmd::Checks => {
             let r = client.call("checks", json!({"session": session}))?;
             if !cli.json {
-                out!("{}{}", protocol::text::checks(&r), announcements_of(&r));
+                out!("{}{}", protocol::text::checks(&r), protocol::text::announcements_of(&r));
                 return Ok(0);
             }
             (r, false)
@@ -390,7 +388,7 @@ fn real_main(cli: Cli) -> Result<i32> {
                 out!(
                     "{}(`heddle --json describe`: the whole description, with the sandbox's rules)\n{}",
                     protocol::text::describe(&r),
-                    announcements_of(&r)
+                    protocol::text::announcements_of(&r)
                 );
                 return Ok(0);
             }
@@ -429,13 +427,6 @@ fn connect(socket: &std::path::Path, may_start: bool) -> Result<Client> {
             Err(e).with_context(|| format!("cannot reach heddle at {} (start it with `heddle up`)", socket.display()))
         }
     }
-}
-
-/// The announcements a result carries, as text.
-fn announcements_of(r: &Value) -> String {
-    let a: Vec<protocol::results::Announcement> =
-        serde_json::from_value(r["announcements"].clone()).unwrap_or_default();
-    protocol::text::announcements(&a)
 }
 
 /// Methods whose params name a session: `heddle call` fills in the `--session` one (opened if
@@ -538,9 +529,7 @@ fn print_view(r: &Value) {
         out.push_str(n);
         out.push('\n');
     }
-    let announced: Vec<protocol::results::Announcement> =
-        serde_json::from_value(r["announcements"].clone()).unwrap_or_default();
-    out.push_str(&protocol::text::announcements(&announced));
+    out.push_str(&protocol::text::announcements_of(r));
     out!("{out}");
 }
 

@@ -514,6 +514,13 @@ pub fn announcements(a: &[Announcement]) -> String {
     out
 }
 
+/// The announcements a result in JSON carries (its `announcements`), as [`announcements`] renders them;
+/// empty when it has none.
+pub fn announcements_of(result: &Value) -> String {
+    let a: Vec<Announcement> = serde_json::from_value(result["announcements"].clone()).unwrap_or_default();
+    announcements(&a)
+}
+
 /// A `jobs` listing as a table a person (or a model) reads: id, state, time, output, command.
 pub fn jobs_table(jobs: &[JobSummary]) -> String {
     if jobs.is_empty() {

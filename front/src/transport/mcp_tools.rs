@@ -9,7 +9,7 @@
 //! ```
 
 use crate::rpc::{ErrorKind, RpcError};
-use protocol::results::{Announcement, JobResult, JobsResult};
+use protocol::results::{JobResult, JobsResult};
 use serde_json::{json, Map, Value};
 
 /// What a model must know to use heddle's shell well: the server's `instructions`, the `heddle` prompt,
@@ -290,7 +290,7 @@ pub fn text(method: &str, result: &Value) -> String {
                 t.push_str(n);
                 t.push('\n');
             }
-            t + &announcements_of(result)
+            t + &protocol::text::announcements_of(result)
         }
         "keep" => {
             let mut t = format!(
@@ -302,26 +302,23 @@ pub fn text(method: &str, result: &Value) -> String {
                 t.push_str(n);
                 t.push('\n');
             }
-            t + &announcements_of(result)
+            t + &protocol::text::announcements_of(result)
         }
-        "checks" if result["checks"].is_array() => protocol::text::checks(result) + &announcements_of(result),
+        "checks" if result["checks"].is_array() => {
+            protocol::text::checks(result) + &protocol::text::announcements_of(result)
+        }
         "describe" if result["sessions"].as_array().is_some_and(|v| v.len() == 1) => {
-            protocol::text::describe(result) + &announcements_of(result)
+            protocol::text::describe(result) + &protocol::text::announcements_of(result)
         }
         _ => {
             let mut shown = result.clone();
-            let announcements = announcements_of(result);
+            let announcements = protocol::text::announcements_of(result);
             if let Some(m) = shown.as_object_mut() {
                 m.remove("announcements");
             }
             pretty(&shown) + "\n" + &announcements
         }
     }
-}
-
-fn announcements_of(result: &Value) -> String {
-    let a: Vec<Announcement> = serde_json::from_value(result["announcements"].clone()).unwrap_or_default();
-    protocol::text::announcements(&a)
 }
 
 fn pretty(v: &Value) -> String {
