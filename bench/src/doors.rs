@@ -23,11 +23,12 @@ trait Door {
 struct Socket {
     c: Client,
     s: Value,
+    name: &'static str,
 }
 
 impl Door for Socket {
     fn name(&self) -> &'static str {
-        "raw socket JSON-RPC"
+        self.name
     }
     fn call(&mut self) {
         let r = self.c.call("run", json!({"session": self.s, "cmd": "true"})).expect("run");
@@ -68,8 +69,10 @@ impl StdioMcp {
 
     fn ask(&mut self, method: &str, params: Value) -> Value {
         self.id += 1;
-        writeln!(self.stdin, "{}", json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params}))
-            .expect("write to heddle mcp");
+        // One write per message, as an agent's host sends it (`writeln!` on an unbuffered pipe is a write
+        // per piece the formatter emits: a dozen for a small request).
+        let line = format!("{}\n", json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params}));
+        self.stdin.write_all(line.as_bytes()).expect("write to heddle mcp");
         let mut line = String::new();
         self.stdout.read_line(&mut line).expect("read from heddle mcp");
         serde_json::from_str(&line).expect("a JSON line")
@@ -149,6 +152,8 @@ pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
     let addr = door_address(&h.state_dir);
     let mut c = h.client();
     let s = h.open_session(&mut c);
+    let mut again = h.client();
+    let again_s = h.open_session(&mut again);
     let mut rpc = HttpConn::connect(addr)?;
     let opened = rpc
         .post("/rpc", &[], &json!({"jsonrpc": "2.0", "id": 1, "method": "session.open", "params": {"cwd": h.project}}))?
@@ -158,11 +163,14 @@ pub fn run(iterations: usize, pause_ms: u64) -> Result<()> {
     let r = mcp.post(&format!("/mcp?cwd={}", h.project.display()), &[], &init)?;
     let id = r.header("mcp-session-id").context("no Mcp-Session-Id")?.to_owned();
     let mut doors: Vec<Box<dyn Door>> = vec![
-        Box::new(Socket { c, s }),
+        Box::new(Socket { c, s, name: "raw socket JSON-RPC" }),
         Box::new(StdioMcp::start(&h, false)?),
         Box::new(StdioMcp::start(&h, true)?),
         Box::new(HttpRpc { c: rpc, s: opened["result"]["session"].clone() }),
         Box::new(HttpMcp { c: mcp, id }),
+        // The baseline again, last in each round: what a door's place in the round and a session of its
+        // own make of the ratio (an A/A control; a door's figure means something only beyond it).
+        Box::new(Socket { c: again, s: again_s, name: "raw socket again (A/A control)" }),
     ];
     let pause = Duration::from_millis(pause_ms);
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); doors.len()];

@@ -70,8 +70,10 @@ impl HttpConn {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> std::io::Result<Response> {
-        self.send_head(method, path, headers, body.len())?;
-        self.w.write_all(body)?;
+        // Head and body in one write, as curl and fetch send a small request.
+        let mut request = self.head(method, path, headers, body.len()).into_bytes();
+        request.extend_from_slice(body);
+        self.w.write_all(&request)?;
         let (status, headers) = read_head(&mut self.r)?;
         let body = read_body(&mut self.r, &headers)?;
         Ok(Response { status, headers, body })
@@ -94,12 +96,17 @@ impl HttpConn {
         self.request("POST", path, &h, &serde_json::to_vec(v).unwrap_or_default())
     }
 
-    fn send_head(&mut self, method: &str, path: &str, headers: &[(&str, &str)], len: usize) -> std::io::Result<()> {
+    fn head(&self, method: &str, path: &str, headers: &[(&str, &str)], len: usize) -> String {
         let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {len}\r\n", self.addr);
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
         head.push_str("\r\n");
+        head
+    }
+
+    fn send_head(&mut self, method: &str, path: &str, headers: &[(&str, &str)], len: usize) -> std::io::Result<()> {
+        let head = self.head(method, path, headers, len);
         self.w.write_all(head.as_bytes())
     }
 
