@@ -216,6 +216,7 @@ fn real_main(cli: Cli) -> Result<i32> {
             close_on_exit: *close_on_exit,
             network: cli.network.then_some(true),
             relay: *relay,
+            reconnect_to: Some(socket.clone()),
         };
         return cli::mcp_bridge::bridge(client, &attach);
     }

@@ -9,15 +9,19 @@
 //!   socket (`SCM_RIGHTS`; a pipe is first reopened through `/proc/self/fd` so the front's non-blocking
 //!   mode is its own open file, never the host's). The front then reads the agent's requests and writes
 //!   its answers itself: no process between them, no extra hop per call. The bridge only waits on the
-//!   socket: it exits when the front ends the connection (stdin closed), and the connection ends when
-//!   the bridge is killed.
+//!   socket: it exits when the front ends the connection because the agent closed stdin, and the
+//!   connection ends when the bridge is killed. When the connection ends with the agent still there (the
+//!   front crashed and its supervisor started another, or the server was restarted), the bridge connects
+//!   again ([`Attach::reconnect_to`], for up to [`RECONNECT_FOR`]), attaches to the same session by name
+//!   and hands its stdio over again, so the agent's host keeps its MCP server; a request the old front
+//!   had read and not answered gets no answer (its job, if it started one, is announced on a later call).
 //! - **Relay** (`--relay`, or stdin/stdout a terminal or a file): it copies bytes both ways, stdin →
 //!   socket and socket → stdout, one newline-delimited JSON-RPC message per line as MCP's stdio
 //!   transport frames them. When stdin ends, it half-closes the socket, lets the front answer what it
 //!   already read, and exits when the front has closed its side.
 //!
 //! ```no_run
-//! let args = cli::mcp_bridge::Attach { session: Some("agent".into()), cwd: "/srv".into(), close_on_exit: false, network: None, relay: false };
+//! let args = cli::mcp_bridge::Attach { session: Some("agent".into()), cwd: "/srv".into(), close_on_exit: false, network: None, relay: false, reconnect_to: None };
 //! let client = cli::client::Client::connect(&cli::paths::default_socket()).unwrap();
 //! std::process::exit(cli::mcp_bridge::bridge(client, &args).unwrap());
 //! ```
@@ -25,10 +29,13 @@
 use crate::client::{CallError, Client};
 use anyhow::{Context, Result};
 use serde_json::json;
+use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// What the bridge asks the front for.
 #[derive(Clone, Debug)]
@@ -42,19 +49,84 @@ pub struct Attach {
     pub network: Option<bool>,
     /// Copy through this process even when stdin and stdout could be handed over.
     pub relay: bool,
+    /// After a hand-over, the socket to connect to again when the server goes away with the agent still
+    /// there (`None`: the bridge exits with the connection).
+    pub reconnect_to: Option<PathBuf>,
 }
 
-/// Attach, then relay until both directions are done; the exit status.
+/// How long a bridge whose server went away tries to reach one again before it gives up.
+pub const RECONNECT_FOR: Duration = Duration::from_secs(60);
+
+/// Connections that end this soon after their hand-over count as failing at once; after
+/// [`QUICK_ENDS`] of them in a row the bridge stops reconnecting.
+const QUICK_END: Duration = Duration::from_secs(2);
+const QUICK_ENDS: u32 = 3;
+
+/// Attach, then relay until both directions are done (or hand the stdio over and wait, attaching again
+/// when the server goes away with the agent still there); the exit status.
 pub fn bridge(mut client: Client, a: &Attach) -> Result<i32> {
+    let mut session = a.session.clone();
+    let hand_over = !a.relay && handable_stdio().is_some();
+    let mut attached = attach(&mut client, a, session.as_deref(), hand_over, false)?;
+    let mut quick_ends = 0;
+    loop {
+        // A fresh session has a name now: a reconnect attaches to it, never to another fresh one.
+        session = attached["session"].as_str().map(str::to_owned).or(session);
+        let (mut from_front, to_front) = client.into_parts();
+        let stdio = if a.relay { None } else { handable_stdio() };
+        let Some(stdio) = stdio.filter(|_| attached["hand_over_stdio"] == true) else {
+            return relay(from_front, to_front);
+        };
+        let fds = [stdio[0].as_fd(), stdio[1].as_fd()];
+        let sent = nix::sys::socket::sendmsg::<()>(
+            to_front.as_raw_fd(),
+            &[std::io::IoSlice::new(b"\0")],
+            &[nix::sys::socket::ControlMessage::ScmRights(&fds.map(|f| f.as_raw_fd()))],
+            nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+            None,
+        );
+        sent.context("handing stdin and stdout to the server failed")?;
+        drop(stdio);
+        let handed_at = Instant::now();
+        let status = wait_for_the_end(&mut from_front);
+        drop((from_front, to_front));
+        let Some(socket) = a.reconnect_to.as_deref() else { return Ok(status) };
+        // The server said why it ended the connection, or the agent is gone: done.
+        if status != 0 || agent_gone() {
+            return Ok(status);
+        }
+        quick_ends = if handed_at.elapsed() < QUICK_END { quick_ends + 1 } else { 0 };
+        if quick_ends >= QUICK_ENDS {
+            eprintln!("heddle mcp: the server ended the connection {QUICK_ENDS} times in a row at once; giving up");
+            return Ok(1);
+        }
+        let name = session.as_deref().unwrap_or("?");
+        eprintln!(
+            "heddle mcp: the server went away with the agent still connected; attaching to session '{name}' again"
+        );
+        (client, attached) = match reconnect(socket, a, session.as_deref())? {
+            Some(c) => c,
+            None => {
+                eprintln!(
+                    "heddle mcp: no server answered at {} for {RECONNECT_FOR:?}; exiting (the agent's host can start heddle mcp again)",
+                    socket.display()
+                );
+                return Ok(1);
+            }
+        };
+    }
+}
+
+/// Send `mcp.attach` and say on stderr what was attached; the answer.
+fn attach(client: &mut Client, a: &Attach, session: Option<&str>, hand_over: bool, again: bool) -> Result<Value> {
     let mut params = json!({"cwd": a.cwd, "close_on_exit": a.close_on_exit});
-    if let Some(s) = &a.session {
+    if let Some(s) = session {
         params["session"] = json!(s);
     }
     if let Some(n) = a.network {
         params["network"] = json!(n);
     }
-    let stdio = if a.relay { None } else { handable_stdio() };
-    if stdio.is_some() {
+    if hand_over {
         params["hand_over_stdio"] = json!(true);
     }
     let attached = match client.call("mcp.attach", params) {
@@ -65,23 +137,65 @@ pub fn bridge(mut client: Client, a: &Attach) -> Result<i32> {
     eprintln!(
         "heddle mcp: serving session '{}' ({}){}",
         attached["session"].as_str().unwrap_or("?"),
-        if attached["attached"] == true { "reattached" } else { "opened" },
+        match (again, attached["attached"] == true) {
+            (true, _) => "attached again",
+            (false, true) => "reattached",
+            (false, false) => "opened",
+        },
         if a.close_on_exit { "; it closes when this bridge exits" } else { "" }
     );
-    let (mut from_front, to_front) = client.into_parts();
-    if let (Some([input, output]), true) = (&stdio, attached["hand_over_stdio"] == true) {
-        let fds = [input.as_fd(), output.as_fd()];
-        let sent = nix::sys::socket::sendmsg::<()>(
-            to_front.as_raw_fd(),
-            &[std::io::IoSlice::new(b"\0")],
-            &[nix::sys::socket::ControlMessage::ScmRights(&fds.map(|f| f.as_raw_fd()))],
-            nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
-            None,
-        );
-        sent.context("handing stdin and stdout to the server failed")?;
-        drop(stdio);
-        return Ok(wait_for_the_end(&mut from_front));
+    Ok(attached)
+}
+
+/// Connect to `socket` again and attach to `session`, trying every 100 ms for [`RECONNECT_FOR`] (a
+/// server shutting down may still accept, then reset the connection); `None` if no server answered. A
+/// server that answers and refuses the session is an error.
+fn reconnect(socket: &Path, a: &Attach, session: Option<&str>) -> Result<Option<(Client, Value)>> {
+    let until = Instant::now() + RECONNECT_FOR;
+    loop {
+        if let Ok(mut c) = Client::connect(socket) {
+            let hand_over = !a.relay && handable_stdio().is_some();
+            match attach(&mut c, a, session, hand_over, true) {
+                Ok(attached) => return Ok(Some((c, attached))),
+                Err(e) if e.downcast_ref::<CallError>().is_some_and(|e| !matches!(e, CallError::Rpc { .. })) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if Instant::now() >= until {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// True when the agent closed its end of our stdin (a pipe with no writer left, a socket at end of
+/// input), or stdin cannot be looked at.
+fn agent_gone() -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::socket::{recv, MsgFlags};
+    use nix::sys::stat::{fstat, SFlag};
+    let stdin = std::io::stdin();
+    let fd = stdin.as_fd();
+    let Ok(st) = fstat(fd) else { return true };
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFSOCK {
+        let mut byte = [0u8; 1];
+        return match recv(fd.as_raw_fd(), &mut byte, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
+            Ok(0) => true,
+            Ok(_) | Err(nix::errno::Errno::EAGAIN) => false,
+            Err(_) => true,
+        };
+    }
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(_) => {
+            fds[0].revents().is_none_or(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL))
+        }
+        Err(_) => true,
+    }
+}
+
+/// Copy both ways until the front has closed its side; the exit status.
+fn relay(mut from_front: std::io::BufReader<UnixStream>, to_front: UnixStream) -> Result<i32> {
     let mut up = to_front.try_clone().context("cloning the socket")?;
     let upstream = std::thread::Builder::new().name("stdin".into()).spawn(move || {
         let r = copy_flushing(&mut std::io::stdin().lock(), &mut up);

@@ -71,7 +71,12 @@ impl Bridge {
 
     /// A bridge with the session's MCP handshake done (request id 1).
     fn initialized(h: &Heddle) -> Bridge {
-        let mut b = Bridge::start(h, &[]);
+        Bridge::initialized_with(h, &[])
+    }
+
+    /// [`Bridge::initialized`] with `args` for `heddle mcp`.
+    fn initialized_with(h: &Heddle, args: &[&str]) -> Bridge {
+        let mut b = Bridge::start(h, args);
         let init =
             json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}});
         b.call(1, "initialize", init);
@@ -81,9 +86,10 @@ impl Bridge {
 
     fn send(&mut self, line: &str) {
         let w = self.stdin.as_mut().unwrap();
-        w.write_all(line.as_bytes()).unwrap();
-        w.write_all(b"\n").unwrap();
-        w.flush().unwrap();
+        let gone = "the bridge is gone: its stdin (the agent's pipe) has no reader";
+        w.write_all(line.as_bytes()).expect(gone);
+        w.write_all(b"\n").expect(gone);
+        w.flush().expect(gone);
     }
 
     fn reply(&mut self) -> Value {
@@ -243,6 +249,37 @@ fn the_bridge_hands_the_agents_stdio_to_the_server() {
         eventually(Duration::from_secs(10), || c.call("jobs", json!({"session": "handed"})).is_err()),
         "--close-on-exit closed the session when the bridge was killed"
     );
+}
+
+/// The front's pid, as `describe` names it (none while no front answers).
+fn front_pid(h: &Heddle) -> Option<u64> {
+    let mut c = heddle_tests::Client::connect(&h.socket).ok()?;
+    c.call("describe", json!({})).ok()?["front"]["pid"].as_u64()
+}
+
+/// The server goes away under a connected agent — its front killed (the supervisor starts another),
+/// then the whole stack restarted — and the agent's `heddle mcp` stays: it attaches to the session
+/// again and hands its stdio over again, so the agent's next calls are answered in the same session,
+/// its shell state carried on, with no new handshake. Closing stdin still ends the bridge.
+#[test]
+fn the_bridge_attaches_again_when_the_server_goes_away() {
+    let mut h = Heddle::start();
+    let mut b = Bridge::initialized_with(&h, &["--session", "stays"]);
+    let r = b.tool(2, "run", json!({"cmd": "export KEPT=yes; echo first"}));
+    assert!(r["content"][0]["text"].as_str().unwrap().contains("first\n"), "{r}");
+    let old = front_pid(&h).expect("describe names the front");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(old).unwrap()), nix::sys::signal::SIGKILL).unwrap();
+    assert!(eventually(Duration::from_secs(30), || front_pid(&h).is_some_and(|p| p != old)), "a new front answers");
+    // Written while the bridge may still be reconnecting: it waits in the pipe for the new front.
+    let r = b.tool(3, "run", json!({"cmd": "echo \"after a crash: $KEPT\""}));
+    assert!(r["content"][0]["text"].as_str().unwrap().contains("after a crash: yes\n"), "{r}");
+    assert_eq!(r["structuredContent"]["session"], "stays", "{r}");
+    h.restart(&[]);
+    let r = b.tool(4, "run", json!({"cmd": "echo \"after a restart: $KEPT\""}));
+    assert!(r["content"][0]["text"].as_str().unwrap().contains("after a restart: yes\n"), "{r}");
+    assert!(b.child.try_wait().unwrap().is_none(), "the agent's MCP server is the same process");
+    let status = b.finish();
+    assert!(status.success(), "closing stdin ends the bridge: {status}");
 }
 
 /// A client that promises its stdio and then sends the wrong thing gets a sentence and a closed
