@@ -24,10 +24,14 @@ fn network_off_a_refused_socket_says_the_network_is_off_and_how_to_turn_it_on() 
     assert!(why.contains("the network is off for this session"), "{r}");
     assert!(why.contains("--network"), "names the switch: {r}");
     assert!(text_form(&r).contains("the network is off"), "the text form carries it: {}", text_form(&r));
-    // A job that fails on it (curl's exit 6) keeps the sentence beside any path refusals.
+    // It exited 0 (`; echo`): said briefly, without the symptoms a failure would be explained by.
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert!(!why.contains("name lookups") && why.len() < 300, "briefly after an exit 0: {why}");
+    // A job that fails on it (curl's exit 6) gets the whole sentence, beside any path refusals.
     let r = run_to_end(&mut c, &s, "curl -sS --max-time 5 https://pypi.org/simple/");
     assert_eq!(r["exit_code"], 6, "{r}");
     assert!(refusals(&r).contains("the network is off for this session"), "{r}");
+    assert!(refusals(&r).contains("name lookups, connections and listening sockets fail"), "in full: {r}");
     // A direct socket in Python: the same sentence.
     let r = run_to_end(
         &mut c,

@@ -50,6 +50,8 @@ pub struct Job {
     notes: Vec<String>,
     /// What the kernel refused the job, in sentences (network off: its refused sockets).
     kernel_refusals: Vec<String>,
+    /// The network-off refusal in full and briefly ([`Job::on_network_refused`]).
+    network_refusal: Option<Box<(String, String)>>,
     shell: crate::jobs::shell_part::JobShellState,
     /// Processes left in the job's cgroup after its main process exited (until it empties).
     survivors: Option<ProcList<ProcStat>>,
@@ -165,6 +167,7 @@ impl Job {
             rest_unannounced: false,
             notes: Vec::new(),
             kernel_refusals: Vec::new(),
+            network_refusal: None,
             shell: Default::default(),
             survivors: None,
             emptied: None,
@@ -293,6 +296,21 @@ impl Job {
     }
 
     /// The kernel refused the job something (a sentence from [`crate::sessions::sandbox`]).
+    /// The network-off refusal, said in full (`full`) when the job failed and briefly (`brief`) when it
+    /// exited 0: the symptoms it lists are for a failure to explain.
+    pub fn on_network_refused(&mut self, full: String, brief: String) {
+        self.network_refusal = Some(Box::new((full, brief)));
+    }
+
+    /// What the kernel refused the job, in sentences.
+    fn refusals(&self) -> Vec<String> {
+        let mut r = self.kernel_refusals.clone();
+        if let Some(n) = &self.network_refusal {
+            r.push(if self.life.exit_code == Some(0) { n.1.clone() } else { n.0.clone() });
+        }
+        r
+    }
+
     pub fn on_kernel_refusal(&mut self, sentence: String) {
         if !self.kernel_refusals.contains(&sentence) {
             self.kernel_refusals.push(sentence);
@@ -504,6 +522,7 @@ impl Job {
             + self.output.held_bytes()
             + strings(&self.notes)
             + strings(&self.kernel_refusals)
+            + self.network_refusal.as_ref().map_or(0, |n| n.0.capacity() + n.1.capacity())
             + strings(&self.warnings)
             + self.shell.held_bytes()
             + survivors
@@ -750,7 +769,7 @@ impl Job {
             oom_killed: f.oom_killed,
             prestarted: self.prestarted,
             files: self.files.clone(),
-            refusals: self.kernel_refusals.clone(),
+            refusals: self.refusals(),
             warnings: self.warnings.clone(),
             state_conflicts: f.state_conflicts,
             terminal: None,

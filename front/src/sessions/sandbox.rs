@@ -194,6 +194,17 @@ pub fn explain_network(count: u32, families: &[String], info: Option<&SandboxInf
     )
 }
 
+/// [`explain_network`] for a job that exited 0 (nothing failed that it could see, or a `;` or a pipe hid
+/// it): the same facts and the switch, without the list of symptoms.
+pub fn explain_network_briefly(count: u32, families: &[String]) -> String {
+    format!(
+        "the network is off for this session: the sandbox refused {count} socket call(s) ({}) with EPERM; \
+         a session opened with the network on can reach it (`heddle --session NEW --network run …`, \
+         session.open {{\"network\": true}})",
+        families.join(", ")
+    )
+}
+
 /// Words that tie a failure to a pseudo-terminal, in the output or the command (`os.openpty()`,
 /// `pty.spawn`, `openpty failed`, a traceback through `pty.py`, pexpect).
 const PTY_WORDS: [&str; 9] =

@@ -514,8 +514,9 @@ impl SessionData {
             (Event::PidsLimited { limit, failures, .. }, Some(j)) => j.note(format!(
                 "{failures} fork(s) of the session failed on its process limit (pids.max {limit}) while the job ran"
             )),
-            (Event::NetworkRefused { count, families, .. }, Some(j)) => j.on_kernel_refusal(
+            (Event::NetworkRefused { count, families, .. }, Some(j)) => j.on_network_refused(
                 crate::sessions::sandbox::explain_network(count, &families, self.worker.sandbox.as_ref()),
+                crate::sessions::sandbox::explain_network_briefly(count, &families),
             ),
             (Event::Hello { pid, uid, bash, bash_version, .. }, _) => {
                 self.worker.shell = Some(ShellInfo { path: bash, version: bash_version });
