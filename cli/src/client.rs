@@ -53,6 +53,11 @@ impl Client {
         Ok(Client { reader, writer, next_id: 1, notifications: Default::default() })
     }
 
+    /// Give up on an answer after `t` (`None`: wait as long as it takes).
+    pub fn set_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
+        self.writer.set_read_timeout(t)
+    }
+
     /// The connection's two halves, for a client that stops making calls and relays bytes (`heddle
     /// mcp`): whatever the reader already buffered stays in it.
     pub fn into_parts(self) -> (BufReader<UnixStream>, UnixStream) {

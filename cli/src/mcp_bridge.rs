@@ -60,39 +60,40 @@ pub const RECONNECT_FOR: Duration = Duration::from_secs(60);
 /// Connections that end this soon after their hand-over count as failing at once; after
 /// [`QUICK_ENDS`] of them in a row the bridge stops reconnecting.
 const QUICK_END: Duration = Duration::from_secs(2);
-const QUICK_ENDS: u32 = 3;
+const QUICK_ENDS: u32 = 10;
+/// The pause before attaching again after the n-th quick end in a row: n × this, at most 5 s (a front
+/// crashing at start is restarted by its supervisor with a growing pause too).
+const QUICK_PAUSE: Duration = Duration::from_millis(500);
 
 /// Attach, then relay until both directions are done (or hand the stdio over and wait, attaching again
 /// when the server goes away with the agent still there); the exit status.
 pub fn bridge(mut client: Client, a: &Attach) -> Result<i32> {
     let mut session = a.session.clone();
-    let hand_over = !a.relay && handable_stdio().is_some();
-    let mut attached = attach(&mut client, a, session.as_deref(), hand_over, false)?;
+    let mut stdio = if a.relay { None } else { handable_stdio() };
+    let mut attached = match attach(&mut client, a, session.as_deref(), stdio.is_some(), false) {
+        Ok(v) => v,
+        Err(Fail::Refused(e) | Fail::Unreachable(e)) => return Err(e),
+    };
     let mut quick_ends = 0;
     loop {
-        // A fresh session has a name now: a reconnect attaches to it, never to another fresh one.
+        // A fresh session has a name now: a reconnect resumes it, never another fresh one.
         session = attached["session"].as_str().map(str::to_owned).or(session);
         let (mut from_front, to_front) = client.into_parts();
-        let stdio = if a.relay { None } else { handable_stdio() };
-        let Some(stdio) = stdio.filter(|_| attached["hand_over_stdio"] == true) else {
+        let Some(fds) = stdio.take().filter(|_| attached["hand_over_stdio"] == true) else {
             return relay(from_front, to_front);
         };
-        let fds = [stdio[0].as_fd(), stdio[1].as_fd()];
-        let sent = nix::sys::socket::sendmsg::<()>(
-            to_front.as_raw_fd(),
-            &[std::io::IoSlice::new(b"\0")],
-            &[nix::sys::socket::ControlMessage::ScmRights(&fds.map(|f| f.as_raw_fd()))],
-            nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
-            None,
-        );
-        sent.context("handing stdin and stdout to the server failed")?;
-        drop(stdio);
         let handed_at = Instant::now();
-        let status = wait_for_the_end(&mut from_front);
+        let end = match hand_over(&to_front, fds) {
+            Ok(()) => wait_for_the_end(&mut from_front),
+            // The server went away between its answer and the descriptors: as if it went away after.
+            Err(_) if a.reconnect_to.is_some() && session.is_some() => End::Broken,
+            Err(e) => return Err(e).context("handing stdin and stdout to the server failed"),
+        };
         drop((from_front, to_front));
-        let Some(socket) = a.reconnect_to.as_deref() else { return Ok(status) };
+        let status = i32::from(end != End::Closed);
+        let (Some(socket), Some(name)) = (a.reconnect_to.as_deref(), session.as_deref()) else { return Ok(status) };
         // The server said why it ended the connection, or the agent is gone: done.
-        if status != 0 || agent_gone() {
+        if end == End::Said || agent_gone() {
             return Ok(status);
         }
         quick_ends = if handed_at.elapsed() < QUICK_END { quick_ends + 1 } else { 0 };
@@ -100,25 +101,45 @@ pub fn bridge(mut client: Client, a: &Attach) -> Result<i32> {
             eprintln!("heddle mcp: the server ended the connection {QUICK_ENDS} times in a row at once; giving up");
             return Ok(1);
         }
-        let name = session.as_deref().unwrap_or("?");
-        eprintln!(
-            "heddle mcp: the server went away with the agent still connected; attaching to session '{name}' again"
-        );
-        (client, attached) = match reconnect(socket, a, session.as_deref())? {
-            Some(c) => c,
-            None => {
-                eprintln!(
-                    "heddle mcp: no server answered at {} for {RECONNECT_FOR:?}; exiting (the agent's host can start heddle mcp again)",
-                    socket.display()
-                );
+        eprintln!("heddle mcp: the server went away with the agent still connected; resuming session '{name}'");
+        std::thread::sleep((QUICK_PAUSE * quick_ends).min(Duration::from_secs(5)));
+        let resumed = match reconnect(socket, a, name) {
+            Ok(r) => r,
+            Err(why) => {
+                eprintln!("heddle mcp: {why}; exiting");
                 return Ok(1);
             }
         };
+        (client, attached, stdio) = resumed;
     }
 }
 
-/// Send `mcp.attach` and say on stderr what was attached; the answer.
-fn attach(client: &mut Client, a: &Attach, session: Option<&str>, hand_over: bool, again: bool) -> Result<Value> {
+/// Why an attach did not happen: the server answered no, or no server answered.
+enum Fail {
+    Refused(anyhow::Error),
+    Unreachable(anyhow::Error),
+}
+
+/// How a handed-over connection ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum End {
+    /// The server closed it without a word: the agent closed stdin, or the server went away.
+    Closed,
+    /// The server said why (an error about the hand-over, the agent's stdout failing): it meant to.
+    Said,
+    /// Reading from the server failed (a reset: it died with bytes unread).
+    Broken,
+}
+
+/// Send `mcp.attach` and say on stderr what was attached; the answer. `resume`: carry on in `session`
+/// as it was, or be refused.
+fn attach(
+    client: &mut Client,
+    a: &Attach,
+    session: Option<&str>,
+    hand_over: bool,
+    resume: bool,
+) -> Result<Value, Fail> {
     let mut params = json!({"cwd": a.cwd, "close_on_exit": a.close_on_exit});
     if let Some(s) = session {
         params["session"] = json!(s);
@@ -129,16 +150,26 @@ fn attach(client: &mut Client, a: &Attach, session: Option<&str>, hand_over: boo
     if hand_over {
         params["hand_over_stdio"] = json!(true);
     }
+    if resume {
+        params["resume"] = json!(true);
+    }
     let attached = match client.call("mcp.attach", params) {
         Ok(r) => r,
-        Err(CallError::Rpc { message, .. }) => anyhow::bail!("the server refused the MCP session: {message}"),
-        Err(e) => return Err(e).context("attaching the MCP session failed"),
+        // The server is going away, or full for a moment: as if none answered.
+        Err(e @ CallError::Rpc { code: SHUTTING_DOWN | TOO_MANY_CONNECTIONS, .. }) => {
+            return Err(Fail::Unreachable(anyhow::Error::new(e)))
+        }
+        Err(CallError::Rpc { message, .. }) => {
+            return Err(Fail::Refused(anyhow::anyhow!("the server refused the MCP session: {message}")))
+        }
+        Err(e) => return Err(Fail::Unreachable(anyhow::Error::new(e).context("attaching the MCP session failed"))),
     };
     eprintln!(
         "heddle mcp: serving session '{}' ({}){}",
         attached["session"].as_str().unwrap_or("?"),
-        match (again, attached["attached"] == true) {
-            (true, _) => "attached again",
+        match (resume, attached["attached"] == true) {
+            (true, true) => "resumed",
+            (true, false) => "resumed after a restart of heddle",
             (false, true) => "reattached",
             (false, false) => "opened",
         },
@@ -147,51 +178,95 @@ fn attach(client: &mut Client, a: &Attach, session: Option<&str>, hand_over: boo
     Ok(attached)
 }
 
-/// Connect to `socket` again and attach to `session`, trying every 100 ms for [`RECONNECT_FOR`] (a
-/// server shutting down may still accept, then reset the connection); `None` if no server answered. A
-/// server that answers and refuses the session is an error.
-fn reconnect(socket: &Path, a: &Attach, session: Option<&str>) -> Result<Option<(Client, Value)>> {
+/// The control socket's error codes a reconnecting bridge waits out.
+const SHUTTING_DOWN: i64 = -32004;
+const TOO_MANY_CONNECTIONS: i64 = -32014;
+
+/// Send the agent's stdin and stdout to the server (one byte carrying both descriptors).
+fn hand_over(to_front: &UnixStream, fds: [OwnedFd; 2]) -> nix::Result<()> {
+    let raw = [fds[0].as_raw_fd(), fds[1].as_raw_fd()];
+    nix::sys::socket::sendmsg::<()>(
+        to_front.as_raw_fd(),
+        &[std::io::IoSlice::new(b"\0")],
+        &[nix::sys::socket::ControlMessage::ScmRights(&raw)],
+        nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map(drop)
+}
+
+/// Connect to `socket` again and resume `session`, trying every 100 ms for [`RECONNECT_FOR`] (a server
+/// shutting down may still accept, then reset the connection or answer `shutting_down`; a supervisor
+/// between fronts accepts and answers later: each try waits at most what is left); the client, the
+/// answer and the stdio to hand over, or the sentence saying why not (no server answered, the server
+/// refused, the agent left meanwhile).
+fn reconnect(socket: &Path, a: &Attach, session: &str) -> Result<(Client, Value, Option<[OwnedFd; 2]>), String> {
     let until = Instant::now() + RECONNECT_FOR;
     loop {
+        if agent_gone() {
+            return Err("the agent left while the server was away".to_owned());
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "no server answered at {} for {RECONNECT_FOR:?} (the agent's host can start heddle mcp again)",
+                socket.display()
+            ));
+        }
         if let Ok(mut c) = Client::connect(socket) {
-            let hand_over = !a.relay && handable_stdio().is_some();
-            match attach(&mut c, a, session, hand_over, true) {
-                Ok(attached) => return Ok(Some((c, attached))),
-                Err(e) if e.downcast_ref::<CallError>().is_some_and(|e| !matches!(e, CallError::Rpc { .. })) => {}
-                Err(e) => return Err(e),
+            let stdio = if a.relay { None } else { handable_stdio() };
+            if c.set_timeout(Some(left)).is_ok() {
+                match attach(&mut c, a, Some(session), stdio.is_some(), true) {
+                    Ok(attached) => {
+                        let _ = c.set_timeout(None);
+                        return Ok((c, attached, stdio));
+                    }
+                    Err(Fail::Refused(e)) => return Err(format!("{e:#}")),
+                    Err(Fail::Unreachable(_)) => {}
+                }
             }
         }
-        if Instant::now() >= until {
-            return Ok(None);
-        }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(100).min(until.saturating_duration_since(Instant::now())));
     }
 }
 
-/// True when the agent closed its end of our stdin (a pipe with no writer left, a socket at end of
-/// input), or stdin cannot be looked at.
+/// True when the agent is gone: it closed its end of our stdin (a pipe with no writer and nothing left
+/// to read, a socket at end of input) or of our stdout (a pipe with no reader), or they cannot be looked
+/// at. Requests still waiting in a closed pipe are not "gone": a server reads and answers them first.
 fn agent_gone() -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use nix::sys::socket::{recv, MsgFlags};
     use nix::sys::stat::{fstat, SFlag};
-    let stdin = std::io::stdin();
-    let fd = stdin.as_fd();
-    let Ok(st) = fstat(fd) else { return true };
-    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFSOCK {
+    let (stdin, stdout) = (std::io::stdin(), std::io::stdout());
+    let (input, output) = (stdin.as_fd(), stdout.as_fd());
+    let is_socket =
+        |fd| fstat(fd).is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFSOCK);
+    let input_gone = if is_socket(input) {
         let mut byte = [0u8; 1];
-        return match recv(fd.as_raw_fd(), &mut byte, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
+        match recv(input.as_raw_fd(), &mut byte, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
             Ok(0) => true,
             Ok(_) | Err(nix::errno::Errno::EAGAIN) => false,
             Err(_) => true,
-        };
-    }
-    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-    match poll(&mut fds, PollTimeout::ZERO) {
+        }
+    } else {
+        let mut fds = [PollFd::new(input, PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(_) => fds[0].revents().is_none_or(|r| {
+                r.intersects(PollFlags::POLLERR | PollFlags::POLLNVAL)
+                    || (r.contains(PollFlags::POLLHUP) && !r.contains(PollFlags::POLLIN))
+            }),
+            Err(_) => true,
+        }
+    };
+    // A pipe whose reader is gone polls POLLERR; a socket whose peer is gone, POLLHUP.
+    let mut out = [PollFd::new(output, PollFlags::empty())];
+    let output_gone = match poll(&mut out, PollTimeout::ZERO) {
         Ok(_) => {
-            fds[0].revents().is_none_or(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL))
+            out[0].revents().is_none_or(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL))
         }
         Err(_) => true,
-    }
+    };
+    input_gone || output_gone
 }
 
 /// Copy both ways until the front has closed its side; the exit status.
@@ -210,13 +285,25 @@ fn relay(mut from_front: std::io::BufReader<UnixStream>, to_front: UnixStream) -
         return Ok(1);
     }
     // The front closed the connection; the stdin thread may still sit in a read that no one will
-    // answer: it is not joined, the process exits.
+    // answer: it is not joined, the process exits. (After the agent's end of input the thread is
+    // finishing as the front closes: it is given a moment.)
+    let until = Instant::now() + Duration::from_millis(500);
+    while !upstream.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     if upstream.is_finished() {
         if let Ok(Err(e)) = upstream.join() {
             eprintln!("heddle mcp: reading from the MCP client failed: {e}");
+            return Ok(1);
         }
+        return Ok(0);
     }
-    Ok(0)
+    // The agent still writes: the server went away (a relaying bridge does not attach again).
+    eprintln!(
+        "heddle mcp: the server closed the connection while the agent was still connected; exiting \
+         (started without --relay on pipes, heddle mcp resumes the session instead)"
+    );
+    Ok(1)
 }
 
 /// Stdin and stdout ready to hand over (a pipe reopened as a new open file, non-blocking; a socket as
@@ -242,22 +329,24 @@ fn handable_stdio() -> Option<[OwnedFd; 2]> {
 }
 
 /// After a hand-over: wait until the front closes the connection (the agent closed stdin, or the
-/// server is going away). Anything it says meanwhile is an error about the hand-over: told on stderr.
-fn wait_for_the_end(from_front: &mut impl std::io::BufRead) -> i32 {
-    let mut status = 0;
+/// server is going away). Anything it says meanwhile is why it ends the connection: told on stderr.
+fn wait_for_the_end(from_front: &mut impl std::io::BufRead) -> End {
+    let mut said = false;
     let mut line = String::new();
     loop {
         line.clear();
         match from_front.read_line(&mut line) {
-            Ok(0) => return status,
+            Ok(0) if said => return End::Said,
+            Ok(0) => return End::Closed,
             Ok(_) => {
                 eprintln!("heddle mcp: the server: {}", line.trim_end());
-                status = 1;
+                said = true;
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) if said => return End::Said,
             Err(e) => {
                 eprintln!("heddle mcp: reading from the server failed: {e}");
-                return 1;
+                return End::Broken;
             }
         }
     }

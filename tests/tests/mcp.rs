@@ -109,6 +109,15 @@ impl Bridge {
         self.call(id, "tools/call", json!({"name": name, "arguments": args}))["result"].clone()
     }
 
+    /// [`Bridge::finish`], keeping the bridge for its stderr.
+    fn finish_keeping_stderr(&mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.stdout, &mut rest);
+        assert!(rest.is_empty(), "nothing unasked for: {rest}");
+        self.child.wait().unwrap()
+    }
+
     /// Close stdin as a host does at exit; the bridge's exit status.
     fn finish(mut self) -> std::process::ExitStatus {
         drop(self.stdin.take());
@@ -257,29 +266,82 @@ fn front_pid(h: &Heddle) -> Option<u64> {
     c.call("describe", json!({})).ok()?["front"]["pid"].as_u64()
 }
 
-/// The server goes away under a connected agent — its front killed (the supervisor starts another),
-/// then the whole stack restarted — and the agent's `heddle mcp` stays: it attaches to the session
-/// again and hands its stdio over again, so the agent's next calls are answered in the same session,
-/// its shell state carried on, with no new handshake. Closing stdin still ends the bridge.
-#[test]
-fn the_bridge_attaches_again_when_the_server_goes_away() {
-    let mut h = Heddle::start();
-    let mut b = Bridge::initialized_with(&h, &["--session", "stays"]);
-    let r = b.tool(2, "run", json!({"cmd": "export KEPT=yes; echo first"}));
-    assert!(r["content"][0]["text"].as_str().unwrap().contains("first\n"), "{r}");
-    let old = front_pid(&h).expect("describe names the front");
+/// SIGKILL the front and wait until a new one answers.
+fn kill_the_front(h: &Heddle) {
+    let old = front_pid(h).expect("describe names the front");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(old).unwrap()), nix::sys::signal::SIGKILL).unwrap();
-    assert!(eventually(Duration::from_secs(30), || front_pid(&h).is_some_and(|p| p != old)), "a new front answers");
-    // Written while the bridge may still be reconnecting: it waits in the pipe for the new front.
-    let r = b.tool(3, "run", json!({"cmd": "echo \"after a crash: $KEPT\""}));
-    assert!(r["content"][0]["text"].as_str().unwrap().contains("after a crash: yes\n"), "{r}");
-    assert_eq!(r["structuredContent"]["session"], "stays", "{r}");
+    assert!(eventually(Duration::from_secs(30), || front_pid(h).is_some_and(|p| p != old)), "a new front answers");
+}
+
+/// What the bridge said on stderr, once it has exited.
+fn stderr_of(b: &mut Bridge) -> String {
+    let mut e = String::new();
+    let _ = std::io::Read::read_to_string(b.child.stderr.as_mut().unwrap(), &mut e);
+    e
+}
+
+/// The text of a tool result, and its session.
+fn said(r: &Value) -> (&str, &str) {
+    (r["content"][0]["text"].as_str().unwrap_or(""), r["structuredContent"]["session"].as_str().unwrap_or(""))
+}
+
+/// The server goes away under a connected agent — its front killed (the supervisor starts another),
+/// then the whole stack restarted — and the agent's `heddle mcp` stays: it resumes the session and
+/// hands its stdio over again, so the agent's next calls are answered in the same session, its shell
+/// state carried on. A session opened without a name is resumed by the name it was given. Closing
+/// stdin still ends the bridge.
+#[test]
+fn the_bridge_resumes_its_session_when_the_server_goes_away() {
+    let mut h = Heddle::start();
+    let mut named = Bridge::initialized_with(&h, &["--session", "stays"]);
+    let mut fresh = Bridge::initialized(&h);
+    let r = named.tool(2, "run", json!({"cmd": "export KEPT=yes; echo first"}));
+    assert!(said(&r).0.contains("first\n"), "{r}");
+    let r = fresh.tool(2, "run", json!({"cmd": "export KEPT=fresh"}));
+    let unnamed = said(&r).1.to_owned();
+    kill_the_front(&h);
+    // Written while the bridges may still be reconnecting: they wait in the pipes for the new front.
+    let r = named.tool(3, "run", json!({"cmd": "echo \"after a crash: $KEPT\""}));
+    assert!(said(&r).0.contains("after a crash: yes\n") && said(&r).1 == "stays", "{r}");
+    let r = fresh.tool(3, "run", json!({"cmd": "echo \"after a crash: $KEPT\""}));
+    assert!(said(&r).0.contains("after a crash: fresh\n") && said(&r).1 == unnamed, "{r}");
     h.restart(&[]);
-    let r = b.tool(4, "run", json!({"cmd": "echo \"after a restart: $KEPT\""}));
-    assert!(r["content"][0]["text"].as_str().unwrap().contains("after a restart: yes\n"), "{r}");
-    assert!(b.child.try_wait().unwrap().is_none(), "the agent's MCP server is the same process");
-    let status = b.finish();
+    let r = named.tool(4, "run", json!({"cmd": "echo \"after a restart: $KEPT\""}));
+    assert!(said(&r).0.contains("after a restart: yes\n") && said(&r).1 == "stays", "{r}");
+    assert!(named.child.try_wait().unwrap().is_none(), "the agent's MCP server is the same process");
+    let status = named.finish_keeping_stderr();
     assert!(status.success(), "closing stdin ends the bridge: {status}");
+    let err = stderr_of(&mut named);
+    assert!(err.contains("(resumed)") && err.contains("(resumed after a restart of heddle)"), "{err}");
+}
+
+/// A bridge whose session did not survive (the server was shut down with `shutdown`, which closes every
+/// session) is refused on resuming, and exits saying so: it never carries on in a fresh session of the
+/// same name, whose empty state would look like the agent's own.
+#[test]
+fn the_bridge_exits_when_its_session_did_not_survive() {
+    let mut h = Heddle::start();
+    let mut b = Bridge::initialized_with(&h, &["--session", "gone"]);
+    let r = b.tool(2, "run", json!({"cmd": "export KEPT=yes"}));
+    assert_eq!(r["isError"], false, "{r}");
+    let mut c = h.client();
+    c.call("shutdown", json!({"grace_ms": 1000})).unwrap();
+    assert!(eventually(Duration::from_secs(20), || heddle_tests::Client::connect(&h.socket).is_err()), "it went away");
+    h.restart(&[]);
+    let st = (0..300).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        b.child.try_wait().unwrap()
+    });
+    if st.is_none() {
+        // Still there after 30 s: it carried on somewhere (its stderr says where once it is gone).
+        let _ = b.child.kill();
+        let _ = b.child.wait();
+    }
+    let err = stderr_of(&mut b);
+    assert_eq!(st.and_then(|s| s.code()), Some(1), "the bridge gives up: {err}");
+    assert!(err.contains("session 'gone' cannot be carried on"), "{err}");
+    let mut c = h.client();
+    assert!(c.call("jobs", json!({"session": "gone"})).is_err(), "no fresh session was opened under its name");
 }
 
 /// A client that promises its stdio and then sends the wrong thing gets a sentence and a closed

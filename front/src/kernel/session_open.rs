@@ -181,6 +181,18 @@ enum Claim {
     New(String),
 }
 
+/// Whether `uid` can carry on in session `name` as it was (`mcp.attach {resume: true}`): it is open now
+/// and `uid`'s own (a front that took over after a crash has it), or a restart left it in the state
+/// directory for `uid` to re-open. A name that would open afresh — closed, shut down with its sessions,
+/// never opened, or another uid's (root included) — is not.
+pub(crate) fn resumable(k: &Kernel, uid: u32, name: &str) -> bool {
+    match k.registry().slots.get(name) {
+        Some(Slot::Open(s)) => s.spec().owner_uid == uid,
+        Some(Slot::Opening) => false,
+        None => crate::kernel::recovery::earlier(&k.cfg.state_dir.join("sessions").join(name), uid).is_some(),
+    }
+}
+
 fn claim(k: &Kernel, client: &Client, name: Option<&str>) -> Result<Claim, RpcError> {
     let sessions = k.cfg.state_dir.join("sessions");
     let mut reg = k.registry();

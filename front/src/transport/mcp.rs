@@ -61,6 +61,10 @@ struct AttachParams {
     /// server reads and writes the agent's pipes itself (the socket server's `hand_over`).
     #[serde(default)]
     hand_over_stdio: bool,
+    /// Carry on in `session` as it was, or not at all: what a bridge whose server went away sends. The
+    /// attach is refused when the name would open afresh (closed, shut down, another uid's).
+    #[serde(default)]
+    resume: bool,
 }
 
 impl std::fmt::Debug for McpConnection {
@@ -263,6 +267,20 @@ impl McpConnection {
 
 fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnection, Value), RpcError> {
     let p: AttachParams = rpc::params("mcp.attach", params)?;
+    if p.resume {
+        let Some(name) = p.session.as_deref() else {
+            return Err(RpcError::new(ErrorKind::InvalidParams, "resume needs the session's name".to_owned()));
+        };
+        if !crate::kernel::session_open::resumable(kernel, client.uid, name) {
+            return Err(RpcError::new(
+                ErrorKind::UnknownSession,
+                format!(
+                    "session '{name}' cannot be carried on: it was closed, or the server was shut down with its \
+                     sessions, or it is not this user's; start `heddle mcp` again for a session of its own"
+                ),
+            ));
+        }
+    }
     let mut open = json!({"cwd": p.cwd.as_deref().unwrap_or("/")});
     if let Some(n) = &p.session {
         open["name"] = json!(n);

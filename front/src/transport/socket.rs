@@ -390,6 +390,7 @@ impl Loop {
             eof: false,
             mcp: None,
             stdio: None,
+            ending: None,
         };
         self.conns.insert(token, Some(Box::new(conn)));
         *self.per_uid.entry(uid).or_insert(0) += 1;
@@ -432,6 +433,9 @@ struct Conn {
     /// An MCP agent's stdio, handed over by `heddle mcp` ([`hand_over`]): requests are read from the
     /// agent's stdin and answers go to its stdout (the outbox); the bridge's socket is only watched.
     stdio: Option<Stdio>,
+    /// Why the server ends a handed-over connection itself, told to the bridge at the end (a bridge
+    /// that hears nothing takes the end for the server going away, and attaches again).
+    ending: Option<&'static str>,
 }
 
 /// The descriptors of a connection whose bridge handed the agent's stdio over.
@@ -565,6 +569,7 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
                     if !sent {
                         c.eof = true;
                         c.lines.ready.clear();
+                        c.ending = Some(STDOUT_FAILED);
                     } else if c.mcp.as_mut().is_some_and(McpConnection::take_hand_over) {
                         if let Err(why) = hand_over(shared, &mut c) {
                             tracing::warn!("an MCP bridge's stdio hand-over failed: {why}; closing its connection");
@@ -581,6 +586,7 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
                 if !c.outbox.send(reply) {
                     c.eof = true;
                     c.lines.ready.clear();
+                    c.ending = Some(STDOUT_FAILED);
                 }
             }
         }
@@ -618,6 +624,10 @@ fn readable_now(fds: &[OwnedFd]) -> bool {
     let mut polled: Vec<PollFd<'_>> = fds.iter().map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN)).collect();
     !matches!(poll(&mut polled, PollTimeout::ZERO), Ok(0))
 }
+
+/// Why a handed-over connection ends when an answer cannot be written.
+const STDOUT_FAILED: &str =
+    "writing to the agent's stdout failed (the agent's host stopped reading); the connection is closed";
 
 /// The buffer asked for an agent's stdout pipe after a hand-over (a Unix socket's default send buffer
 /// is about this size).
@@ -724,6 +734,16 @@ fn bridge_gone(sock: BorrowedFd<'_>) -> bool {
 fn end(shared: &Arc<Shared>, c: &Conn) {
     for fd in c.watched() {
         let _ = shared.registry.deregister(&mut SourceFd(&fd.as_raw_fd()));
+    }
+    if let (Some(stdio), Some(why)) = (&c.stdio, c.ending) {
+        // One small line on a socket with room: it does not block, and a bridge gone already misses nothing.
+        let line =
+            format!("{}\n", serde_json::json!({"jsonrpc": "2.0", "method": "mcp.ended", "params": {"reason": why}}));
+        let _ = nix::sys::socket::send(
+            stdio.bridge.as_raw_fd(),
+            line.as_bytes(),
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+        );
     }
     let kernel = &*shared.kernel;
     kernel.drop_subscriptions(c.outbox.conn, None);
