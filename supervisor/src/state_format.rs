@@ -13,6 +13,8 @@
 //! - 2: the journals may hold `Entry::Reported` and `Entry::State` (which jobs' ends were shown; the
 //!   shell-state record), entries a format-1 front cannot decode: it would stop reading a journal at the
 //!   first one and lose the jobs after it. Nothing to rewrite.
+//! - 3: the journals may hold `Entry::RevivedAt` (a worker replacement with the time its jobs were lost),
+//!   which a format-2 front cannot decode. Nothing to rewrite.
 //!
 //! ```
 //! let dir = tempfile::tempdir().unwrap();
@@ -25,7 +27,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// The format this heddle writes.
-pub const CURRENT: u32 = 2;
+pub const CURRENT: u32 = 3;
 /// The marker's file name in the state directory.
 pub const MARKER: &str = "state-format";
 const PREFIX: &str = "heddle state format ";
@@ -35,6 +37,8 @@ const MIGRATIONS: [Migration; CURRENT as usize] = [
     // 0 → 1: the files are the same; the marker, written after the last step, is what is new.
     |_| Ok(()),
     // 1 → 2: format-1 journals are read as they are; new entries are only appended.
+    |_| Ok(()),
+    // 2 → 3: likewise.
     |_| Ok(()),
 ];
 /// What makes a directory without a marker one of format 0 rather than a new, empty one.

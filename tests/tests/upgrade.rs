@@ -43,7 +43,7 @@ fn jobs(c: &mut heddle_tests::Client, session: &str) -> Vec<(u64, String, Value)
 fn a_state_directory_of_an_earlier_build_is_marked_and_read() {
     let h = Heddle::start_prepared(&["--front-user", "65533"], &[], copy_fixture);
     let marker = std::fs::read_to_string(h.state_dir.join("state-format")).expect("the marker is written");
-    assert_eq!(marker, "heddle state format 2\n");
+    assert_eq!(marker, "heddle state format 3\n");
     let mut c = h.client();
     let opened = c.call("session.open", json!({"name": "old", "cwd": h.project})).unwrap();
     assert_eq!(opened["attached"], false, "{opened}");
@@ -71,7 +71,7 @@ fn a_state_directory_of_a_newer_build_is_refused_with_a_sentence() {
     heddle_tests::remove_cgroup_tree(&cgroup);
     assert_eq!(r.status.code(), Some(3), "a start that cannot succeed: {}", r.stderr);
     assert!(
-        r.stderr.contains("written by a newer heddle (state format 99; this heddle reads formats up to 2)"),
+        r.stderr.contains("written by a newer heddle (state format 99; this heddle reads formats up to 3)"),
         "{}",
         r.stderr
     );

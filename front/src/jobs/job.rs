@@ -541,10 +541,11 @@ impl Job {
 
     /// The worker died (or its ring broke): an unfinished job is lost, never re-run.
     /// Whether this ended the job (it was still running).
-    pub fn mark_lost(&mut self, why: &str, now: Instant) -> bool {
+    pub fn mark_lost(&mut self, why: &str, now: Instant, at_unix_ns: Option<u64>) -> bool {
         // By the wall clock: a job rebuilt after a restart started (by its replayed `Started`) long before
-        // this front's `now`, so it ran at least until now (it said `lost · 879 µs` for a job of minutes).
-        let ended = self.end(JobPhase::Lost, now, Some(unix_ns()));
+        // this front's `now` (it said `lost · 879 µs` for a job of minutes). When it was lost is the
+        // journal's time when a rebuild replays it (it grew at every restart), else now.
+        let ended = self.end(JobPhase::Lost, now, Some(at_unix_ns.unwrap_or_else(unix_ns)));
         if ended {
             self.shell.unknown("the job was lost");
             self.note(format!("{why}; the job's outcome is unknown and it is not re-run"));
@@ -937,7 +938,7 @@ mod tests {
         let now = Instant::now();
         j.on_exited(Some(2), None, 10, false, now);
         j.on_exited(None, Some(9), 20, true, now);
-        j.mark_lost("worker died", now);
+        j.mark_lost("worker died", now, None);
         assert_eq!((j.state(), j.life.exit_code, j.life.signal), (JobPhase::Exited, Some(2), None));
         assert!(j.settled(), "mark_lost settles the output even of an ended job");
     }

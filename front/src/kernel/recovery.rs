@@ -97,12 +97,12 @@ pub(crate) fn restore_earlier(k: &Kernel, s: &Session, meta: Meta) {
     apply_replay(&mut st, replay);
     mark_reported(&mut st, &reported);
     let last_job = st.last_job();
-    let now = Instant::now();
+    let (now, at_unix_ns) = (Instant::now(), unix_ns());
     for j in st.jobs_mut() {
-        j.mark_lost(&note, now);
+        j.mark_lost(&note, now, Some(at_unix_ns));
     }
     st.restore_record(state);
-    st.append_journal(&Entry::Revived { note, last_job });
+    st.append_journal(&Entry::RevivedAt { note, last_job, at_unix_ns });
     let n = st.job_count();
     drop(st);
     take_over_rows(k, s, meta.db_key);
@@ -121,9 +121,9 @@ fn apply_replay(st: &mut crate::sessions::session::SessionData, replay: Vec<Repl
             Replay::Event(ev) => {
                 st.apply(*ev, now, ns);
             }
-            Replay::Revived { note, last_job } => {
+            Replay::Revived { note, last_job, at_unix_ns } => {
                 for j in st.jobs_mut().take_while(|j| j.id() <= last_job) {
-                    j.mark_lost(&note, now);
+                    j.mark_lost(&note, now, at_unix_ns);
                 }
             }
         }
@@ -177,7 +177,7 @@ pub fn adopt(k: &Kernel, a: Adopted) -> Result<(), String> {
         let now = Instant::now();
         for id in foreign {
             if let Some(j) = st.job_mut(id) {
-                j.mark_lost(note, now);
+                j.mark_lost(note, now, None);
             }
         }
         st.open_journal(&dir);
@@ -203,10 +203,12 @@ type Batch = (Option<u64>, u64, Vec<(u64, u64)>, Vec<Event>);
 #[derive(Debug)]
 enum Replay {
     Event(Box<Event>),
-    /// The worker was replaced: unfinished jobs up to `last_job` are lost.
+    /// The worker was replaced: unfinished jobs up to `last_job` are lost (at `at_unix_ns`, when the
+    /// journal says; else at the rebuild).
     Revived {
         note: String,
         last_job: u64,
+        at_unix_ns: Option<u64>,
     },
 }
 
@@ -250,7 +252,11 @@ fn rebuild(dir: &Path, jobs_dir: &Path, ring: u64, published: u64) -> Rebuilt {
             Entry::Batch { to, before, events: evs, .. } => batches.push((tag, to, before, evs)),
             Entry::Revived { note, last_job } => {
                 replay.extend(batches.drain(..).flat_map(|(_, _, _, evs)| evs).map(|e| Replay::Event(Box::new(e))));
-                replay.push(Replay::Revived { note, last_job });
+                replay.push(Replay::Revived { note, last_job, at_unix_ns: None });
+            }
+            Entry::RevivedAt { note, last_job, at_unix_ns } => {
+                replay.extend(batches.drain(..).flat_map(|(_, _, _, evs)| evs).map(|e| Replay::Event(Box::new(e))));
+                replay.push(Replay::Revived { note, last_job, at_unix_ns: Some(at_unix_ns) });
             }
             Entry::Ring { id } => tag = Some(id),
             Entry::Keyed { receipt, .. } => keyed.push(receipt),

@@ -80,6 +80,9 @@ pub enum Entry {
     /// carried it), so a restarted front carries the state on instead of starting it afresh (a rebuilt
     /// job has no base to diff a replayed capture against). A `cd` appends its two items, not the record.
     State { version: u64, set: Vec<(String, Vec<u8>)>, removed: Vec<String> },
+    /// [`Entry::Revived`] with the wall-clock time the jobs were lost (state format 3): a rebuild marks
+    /// them lost then, not at its own time (a lost job's duration grew at every restart).
+    RevivedAt { note: String, last_job: u64, at_unix_ns: u64 },
 }
 
 /// The journal file of one session (appends only; a failure is reported once and journaling stops).

@@ -566,7 +566,7 @@ impl SessionData {
         }
         for job in self.jobs.values_mut() {
             let unsettled = !job.settled();
-            if job.mark_lost(&note, now) {
+            if job.mark_lost(&note, now, None) {
                 publish_end(&mut self.subscribers, &self.name, job, false);
             }
             if unsettled {
@@ -775,7 +775,8 @@ impl Session {
         let mut st = self.lock();
         let note = st.worker.lost.take().map(|l| l.note).unwrap_or_default();
         let last_job = st.last_job();
-        st.journal.append(&crate::sessions::journal::Entry::Revived { note, last_job });
+        let at_unix_ns = crate::jobs::job::unix_ns();
+        st.journal.append(&crate::sessions::journal::Entry::RevivedAt { note, last_job, at_unix_ns });
         st.ring = ring;
         st.journal.append(&crate::sessions::journal::Entry::Ring { id: ring });
         st.worker.shell = None;
