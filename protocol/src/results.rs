@@ -117,6 +117,9 @@ pub struct Announcement {
     /// What the job changed in the session's shell state (as `JobResult::state_changes`): a job that
     /// ended unseen changed the state the next calls run in, so its announcement says so.
     pub state_changes: Vec<String>,
+    /// Why what the job changed in the shell state was not applied (as `JobResult::state_note`), when it
+    /// was not: a job that ended unseen must not look as if its `cd` or `export` took effect.
+    pub state_note: Option<String>,
 }
 
 /// The result of `run`, `wait` and `kill`.

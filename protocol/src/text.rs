@@ -507,6 +507,9 @@ pub fn announcements(a: &[Announcement]) -> String {
         if !changes.is_empty() {
             let _ = writeln!(out, "  shell state: {}", changes.join(", "));
         }
+        if let Some(n) = &x.state_note {
+            let _ = writeln!(out, "  shell {n}");
+        }
         for c in &x.state_conflicts {
             let _ = writeln!(out, "  {c}");
         }

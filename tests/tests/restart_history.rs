@@ -274,6 +274,17 @@ fn a_job_running_across_a_takeover_says_its_state_changes_were_not_kept() {
     let w = c.call("wait", json!({"session": "across", "job": r["job"], "yield_ms": 30000})).unwrap();
     assert_eq!(w["exit_code"], 0, "{w}");
     let note = w["state_note"].as_str().unwrap_or_default();
-    assert!(note.contains("heddle restarted while the job ran"), "{w}");
+    assert!(note.contains("heddle's front restarted while the job ran"), "{w}");
     assert_eq!(run_ok(&mut c, &json!("across"), "pwd"), format!("{}\n", h.project.display()), "as the note says");
+    // Ended unseen, it is announced with the same note: its `cd` must not look as if it took effect.
+    let r = c.call("run", json!({"session": "across", "cmd": cmd, "yield_ms": 0})).unwrap();
+    kill_and_wait_for_new(&h, "front");
+    let mut c = h.client();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let next = c.call("run", json!({"session": "across", "cmd": "pwd", "yield_ms": 10000})).unwrap();
+    let a = &next["announcements"][0];
+    assert_eq!(a["job"], r["job"], "{next}");
+    assert!(a["state_note"].as_str().is_some_and(|n| n.contains("could not be applied")), "{next}");
+    let text = heddle_tests::text_form(&next);
+    assert!(text.contains("  shell state unknown after this call"), "{text}");
 }

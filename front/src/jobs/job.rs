@@ -810,6 +810,7 @@ impl Job {
             state_conflicts: f.state_conflicts,
             // Told with the job's end, not again with the end of what it left running.
             state_changes: if survivors_ended { Vec::new() } else { self.shell.changes.clone() },
+            state_note: if survivors_ended { None } else { self.shell.note.clone() },
         }
     }
 

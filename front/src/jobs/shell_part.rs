@@ -57,8 +57,8 @@ impl JobShellState {
             // nothing to diff its capture against. Said, not dropped silently.
             if self.note.is_none() {
                 self.note = Some(
-                    "state unknown after this call; carrying the previous state (heddle restarted while the job \
-                     ran, so what it changed in the shell state could not be applied)"
+                    "state unknown after this call; carrying the previous state (heddle's front restarted while \
+                     the job ran, so what it changed in the shell state could not be applied)"
                         .to_owned(),
                 );
             }
