@@ -414,7 +414,8 @@ fn the_cli_shows_what_ended_since_the_last_command() {
     let third = heddle(&["--", "true"]);
     assert!(!String::from_utf8_lossy(&third.stdout).contains("job 1 ended"), "announced once");
     // `heddle describe` (text) shows what ended too: the call took the announcement.
-    heddle(&["--yield", "0", "--", "echo late"]);
+    // Long enough that the call returns before it ends (`echo` alone can end within the call).
+    heddle(&["--yield", "0", "--", "sleep 0.3; echo late"]);
     assert!(
         eventually(Duration::from_secs(20), || {
             c.call("describe", json!({})).unwrap()["sessions"][0]["jobs_running"] == 0
