@@ -70,6 +70,8 @@ const QUICK_PAUSE: Duration = Duration::from_millis(500);
 pub fn bridge(mut client: Client, a: &Attach) -> Result<i32> {
     let mut session = a.session.clone();
     let mut stdio = if a.relay { None } else { handable_stdio() };
+    // Where the server keeps the requests it read and has not answered (see `answer_the_pending`).
+    let page = stdio.as_ref().and_then(|_| pending_page());
     let mut attached = match attach(&mut client, a, session.as_deref(), stdio.is_some(), false) {
         Ok(v) => v,
         Err(Fail::Refused(e) | Fail::Unreachable(e)) => return Err(e),
@@ -83,7 +85,8 @@ pub fn bridge(mut client: Client, a: &Attach) -> Result<i32> {
             return relay(from_front, to_front);
         };
         let handed_at = Instant::now();
-        let end = match hand_over(&to_front, fds) {
+        let page = page.as_ref().filter(|_| attached["pending_page"] == true);
+        let end = match hand_over(&to_front, fds, page) {
             Ok(()) => wait_for_the_end(&mut from_front),
             // The server went away between its answer and the descriptors: as if it went away after.
             Err(_) if a.reconnect_to.is_some() && session.is_some() => End::Broken,
@@ -95,6 +98,9 @@ pub fn bridge(mut client: Client, a: &Attach) -> Result<i32> {
         // The server said why it ended the connection, or the agent is gone: done.
         if end == End::Said || agent_gone() {
             return Ok(status);
+        }
+        if let Some(page) = page {
+            answer_the_pending(page);
         }
         quick_ends = if handed_at.elapsed() < QUICK_END { quick_ends + 1 } else { 0 };
         if quick_ends >= QUICK_ENDS {
@@ -149,6 +155,7 @@ fn attach(
     }
     if hand_over {
         params["hand_over_stdio"] = json!(true);
+        params["pending_page"] = json!(true);
     }
     if resume {
         params["resume"] = json!(true);
@@ -182,9 +189,11 @@ fn attach(
 const SHUTTING_DOWN: i64 = -32004;
 const TOO_MANY_CONNECTIONS: i64 = -32014;
 
-/// Send the agent's stdin and stdout to the server (one byte carrying both descriptors).
-fn hand_over(to_front: &UnixStream, fds: [OwnedFd; 2]) -> nix::Result<()> {
-    let raw = [fds[0].as_raw_fd(), fds[1].as_raw_fd()];
+/// Send the agent's stdin and stdout to the server, and the pending page when it takes one (one byte
+/// carrying the descriptors).
+fn hand_over(to_front: &UnixStream, fds: [OwnedFd; 2], page: Option<&OwnedFd>) -> nix::Result<()> {
+    let mut raw = vec![fds[0].as_raw_fd(), fds[1].as_raw_fd()];
+    raw.extend(page.map(AsRawFd::as_raw_fd));
     nix::sys::socket::sendmsg::<()>(
         to_front.as_raw_fd(),
         &[std::io::IoSlice::new(b"\0")],
@@ -194,6 +203,52 @@ fn hand_over(to_front: &UnixStream, fds: [OwnedFd; 2]) -> nix::Result<()> {
     )
     .map(drop)
 }
+
+/// The pending page: a memfd the server writes the ids of the requests it read and has not answered
+/// into (`[u32 LE length][JSON array]`); `None` when none can be made (the hand-over goes on without).
+fn pending_page() -> Option<OwnedFd> {
+    let fd = nix::sys::memfd::memfd_create(c"heddle-mcp-pending", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).ok()?;
+    Some(fd)
+}
+
+/// The ids on the page, as the server that went away left it.
+fn pending_ids(page: &OwnedFd) -> Vec<Value> {
+    use std::os::unix::fs::FileExt;
+    let Ok(dup) = page.try_clone() else { return Vec::new() };
+    let file = std::fs::File::from(dup);
+    let mut len = [0u8; 4];
+    if file.read_exact_at(&mut len, 0).is_err() {
+        return Vec::new();
+    }
+    let n = u32::from_le_bytes(len) as usize;
+    let mut json = vec![0u8; n.min(16 << 20)];
+    if file.read_exact_at(&mut json, 4).is_err() {
+        return Vec::new();
+    }
+    serde_json::from_slice(&json).unwrap_or_default()
+}
+
+/// The server went away with requests it had read and not answered: answer each with an error on the
+/// agent's stdout (no server writes there now), so none waits forever, and empty the page.
+fn answer_the_pending(page: &OwnedFd) {
+    let ids = pending_ids(page);
+    if ids.is_empty() {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    for id in &ids {
+        let e = json!({"jsonrpc": "2.0", "id": id, "error": {"code": SHUTTING_DOWN, "message": PENDING_LOST}});
+        let _ = writeln!(out, "{e}");
+    }
+    let _ = out.flush();
+    eprintln!("heddle mcp: answered {} request(s) the server read and did not answer with an error", ids.len());
+    let _ = nix::unistd::ftruncate(page, 0);
+}
+
+/// The error a request gets when the server that read it went away before answering.
+const PENDING_LOST: &str = "heddle's server went away while this request waited for its answer (its front restarted); \
+    the session carries on: a job this call started is announced on the next call and listed by jobs, so look \
+    before running it again";
 
 /// Connect to `socket` again and resume `session`, trying every 100 ms for [`RECONNECT_FOR`] (a server
 /// shutting down may still accept, then reset the connection or answer `shutting_down`; a supervisor

@@ -98,6 +98,19 @@ impl Bridge {
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
     }
 
+    /// The next reply, if one comes within `t`.
+    fn reply_within(&mut self, t: Duration) -> Option<Value> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        if self.stdout.buffer().is_empty() {
+            let mut fds = [PollFd::new(self.stdout.get_ref().as_fd(), PollFlags::POLLIN)];
+            if poll(&mut fds, PollTimeout::try_from(t).unwrap()).unwrap() == 0 {
+                return None;
+            }
+        }
+        Some(self.reply())
+    }
+
     fn call(&mut self, id: u64, method: &str, params: Value) -> Value {
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string());
         let r = self.reply();
@@ -313,6 +326,28 @@ fn the_bridge_resumes_its_session_when_the_server_goes_away() {
     assert!(status.success(), "closing stdin ends the bridge: {status}");
     let err = stderr_of(&mut named);
     assert!(err.contains("(resumed)") && err.contains("(resumed after a restart of heddle)"), "{err}");
+}
+
+/// A request the front had read and not answered when it died is answered by the bridge with an error
+/// saying so (from the page of pending requests the front kept for it), instead of never: the agent's
+/// call returns, and the job it started is announced on a later call.
+#[test]
+fn a_request_in_flight_when_the_front_dies_is_answered_with_an_error() {
+    let h = Heddle::start();
+    let mut b = Bridge::initialized_with(&h, &["--session", "inflight"]);
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "run", "arguments": {"cmd": "sleep 2; echo done", "yield_ms": 30000}}});
+    b.send(&call.to_string());
+    std::thread::sleep(Duration::from_millis(700));
+    kill_the_front(&h);
+    let r = b.reply_within(Duration::from_secs(20)).expect("the call in flight is answered, not left waiting");
+    assert_eq!(r["id"], 5, "{r}");
+    let why = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(why.contains("went away while this request waited"), "{r}");
+    std::thread::sleep(Duration::from_millis(2000));
+    let r = b.tool(6, "run", json!({"cmd": "echo after"}));
+    assert!(said(&r).0.contains("after\n"), "{r}");
+    assert!(said(&r).0.contains("sleep 2; echo done"), "the job it started is announced: {r}");
+    assert!(b.finish().success());
 }
 
 /// A bridge whose session did not survive (the server was shut down with `shutdown`, which closes every

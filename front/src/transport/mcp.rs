@@ -65,6 +65,10 @@ struct AttachParams {
     /// attach is refused when the name would open afresh (closed, shut down, another uid's).
     #[serde(default)]
     resume: bool,
+    /// With `hand_over_stdio`: the bridge sends a third descriptor, a memfd where the server keeps the
+    /// ids of the requests it read and has not answered (`transport::socket::Pending`).
+    #[serde(default)]
+    pending_page: bool,
 }
 
 impl std::fmt::Debug for McpConnection {
@@ -82,6 +86,8 @@ pub struct McpConnection {
     hand_over: bool,
     /// The tasks of task-augmented calls made on this connection.
     tasks: Tasks,
+    /// The hand-over brings a pending page (`mcp.attach {pending_page: true}`).
+    pending_page: bool,
 }
 
 /// What one line produced: the reply to write (none for a notification) and the session the call
@@ -105,8 +111,13 @@ impl McpConnection {
                 }
             }
             "initialize" => {
-                let mut conn =
-                    McpConnection { session: None, close_on_exit: false, hand_over: false, tasks: Tasks::default() };
+                let mut conn = McpConnection {
+                    session: None,
+                    close_on_exit: false,
+                    hand_over: false,
+                    tasks: Tasks::default(),
+                    pending_page: false,
+                };
                 let answer = conn.serve(kernel, client, req, None);
                 Some((Some(conn), answer))
             }
@@ -125,6 +136,11 @@ impl McpConnection {
             Err(bad) if bad.notification => (None, None),
             Err(bad) => (Some(rpc::encode_error(bad.id.as_deref(), &bad.error)), None),
         }
+    }
+
+    /// Whether the hand-over brings a pending page (a third descriptor).
+    pub fn offers_pending_page(&self) -> bool {
+        self.pending_page
     }
 
     /// The connection ended: close the session if the client asked for that when attaching.
@@ -303,12 +319,16 @@ fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnect
     });
     if p.hand_over_stdio {
         result["hand_over_stdio"] = json!(true);
+        if p.pending_page {
+            result["pending_page"] = json!(true);
+        }
     }
     let conn = McpConnection {
         session: Some(session),
         close_on_exit: p.close_on_exit,
         hand_over: p.hand_over_stdio,
         tasks: Tasks::default(),
+        pending_page: p.hand_over_stdio && p.pending_page,
     };
     Ok((conn, result))
 }

@@ -445,6 +445,78 @@ struct Stdio {
     input_is_pipe: bool,
     /// The bridge's socket: when the bridge ends, so does the connection.
     bridge: OwnedFd,
+    /// The bridge's page of the requests read and not yet answered ([`Pending`]).
+    pending: Option<Pending>,
+}
+
+/// The ids of the requests a handed-over connection has read and not yet answered, kept where the
+/// bridge can read them if this front dies: a memfd the bridge sent with the stdio. After each change
+/// the page holds `[u32 LE length][JSON array of the ids]` (notifications have none; a line too long
+/// to read has none either). A bridge whose server went away answers each of them with an error before
+/// it hands the stdio to the next front, so no request of the agent's waits for an answer forever.
+struct Pending {
+    page: std::fs::File,
+    /// One entry per line read and not yet answered, in order: its id, if it had one.
+    ids: VecDeque<Option<Box<serde_json::value::RawValue>>>,
+}
+
+impl Pending {
+    /// The page must be a writable memfd (a regular file the bridge made); it is emptied.
+    fn new(page: OwnedFd) -> Result<Pending, String> {
+        let file = std::fs::File::from(page);
+        let meta = file.metadata().map_err(|e| format!("the pending page cannot be read: {e}"))?;
+        if !meta.file_type().is_file() {
+            return Err("the pending page must be a memfd (a regular file)".to_owned());
+        }
+        let p = Pending { page: file, ids: VecDeque::new() };
+        p.write();
+        Ok(p)
+    }
+
+    /// Lines `lines[from..]` were read: note their ids.
+    fn read(&mut self, lines: &VecDeque<Line>, from: usize) {
+        #[derive(serde::Deserialize)]
+        struct IdOnly {
+            id: Option<Box<serde_json::value::RawValue>>,
+        }
+        if from >= lines.len() {
+            return;
+        }
+        for l in lines.iter().skip(from) {
+            let id = match l {
+                Line::Data(d) => serde_json::from_slice::<IdOnly>(d).ok().and_then(|x| x.id),
+                Line::TooLong => None,
+            };
+            self.ids.push_back(id);
+        }
+        self.write();
+    }
+
+    /// The oldest line read was answered (or dropped).
+    fn answered(&mut self) {
+        if self.ids.pop_front().is_some_and(|id| id.is_some()) {
+            self.write();
+        }
+    }
+
+    /// Nothing read is waiting any more.
+    fn clear(&mut self) {
+        if !self.ids.is_empty() {
+            self.ids.clear();
+            self.write();
+        }
+    }
+
+    fn write(&self) {
+        use std::os::unix::fs::FileExt;
+        let ids: Vec<&serde_json::value::RawValue> = self.ids.iter().flatten().map(|b| &**b).collect();
+        let json = serde_json::to_vec(&ids).unwrap_or_else(|_| b"[]".to_vec());
+        let mut buf = Vec::with_capacity(4 + json.len());
+        buf.extend_from_slice(&u32::try_from(json.len()).unwrap_or(u32::MAX).to_le_bytes());
+        buf.extend_from_slice(&json);
+        // Best effort: a page that cannot be written only loses the errors a crash would have sent.
+        let _ = self.page.write_all_at(&buf, 0);
+    }
 }
 
 impl Conn {
@@ -460,6 +532,30 @@ impl Conn {
     /// true if it stopped after [`FILL_CHUNKS`] reads with more perhaps waiting (one client sending
     /// an endless line must not hold the loop: read it again after the others).
     fn fill(&mut self) -> bool {
+        let before = self.lines.ready.len();
+        let more = self.fill_lines();
+        if let Some(p) = self.stdio.as_mut().and_then(|s| s.pending.as_mut()) {
+            p.read(&self.lines.ready, before);
+        }
+        more
+    }
+
+    /// The oldest line read was answered (or dropped): off the pending page.
+    fn answered(&mut self) {
+        if let Some(p) = self.stdio.as_mut().and_then(|s| s.pending.as_mut()) {
+            p.answered();
+        }
+    }
+
+    /// Lines read and not answered are dropped (the connection ends): off the pending page.
+    fn drop_lines(&mut self) {
+        self.lines.ready.clear();
+        if let Some(p) = self.stdio.as_mut().and_then(|s| s.pending.as_mut()) {
+            p.clear();
+        }
+    }
+
+    fn fill_lines(&mut self) -> bool {
         if self.stdio.as_ref().is_some_and(|s| bridge_gone(s.bridge.as_fd())) {
             self.end_of_input();
             return false;
@@ -568,7 +664,7 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
                     shared.in_flight.fetch_sub(1, Ordering::SeqCst);
                     if !sent {
                         c.eof = true;
-                        c.lines.ready.clear();
+                        c.drop_lines();
                         c.ending = Some(STDOUT_FAILED);
                     } else if c.mcp.as_mut().is_some_and(McpConnection::take_hand_over) {
                         if let Err(why) = hand_over(shared, &mut c) {
@@ -576,7 +672,7 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
                             let e = RpcError::new(ErrorKind::InvalidRequest, why);
                             let _ = c.outbox.send(rpc::encode_error(None, &e));
                             c.eof = true;
-                            c.lines.ready.clear();
+                            c.drop_lines();
                         }
                     }
                     None
@@ -585,10 +681,11 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
             if let Some(reply) = reply {
                 if !c.outbox.send(reply) {
                     c.eof = true;
-                    c.lines.ready.clear();
+                    c.drop_lines();
                     c.ending = Some(STDOUT_FAILED);
                 }
             }
+            c.answered();
         }
         if c.eof {
             return end(shared, &c);
@@ -645,7 +742,13 @@ const HAND_OVER_WAIT: Duration = Duration::from_secs(10);
 fn hand_over(shared: &Arc<Shared>, c: &mut Conn) -> Result<(), String> {
     let sock =
         c.outbox.socket().ok_or("the connection has no socket")?.try_clone_to_owned().map_err(|e| e.to_string())?;
-    let [input, output] = receive_stdio(sock.as_fd())?;
+    let with_page = c.mcp.as_ref().is_some_and(McpConnection::offers_pending_page);
+    let mut fds = receive_stdio(sock.as_fd(), with_page)?.into_iter();
+    let (Some(input), Some(output)) = (fds.next(), fds.next()) else { unreachable!("counted above") };
+    let pending = match fds.next() {
+        Some(page) => Some(Pending::new(page)?),
+        None => None,
+    };
     let input_is_pipe = stdio_kind(input.as_fd())?;
     let output_is_pipe = stdio_kind(output.as_fd())?;
     for (fd, pipe) in [(&input, input_is_pipe), (&output, output_is_pipe)] {
@@ -665,7 +768,7 @@ fn hand_over(shared: &Arc<Shared>, c: &mut Conn) -> Result<(), String> {
         let _ = shared.registry.deregister(&mut SourceFd(&fd.as_raw_fd()));
     }
     drop(old);
-    let stdio = Stdio { input, input_is_pipe, bridge: sock };
+    let stdio = Stdio { input, input_is_pipe, bridge: sock, pending };
     for fd in [stdio.input.as_raw_fd(), stdio.bridge.as_raw_fd()] {
         shared
             .registry
@@ -676,8 +779,9 @@ fn hand_over(shared: &Arc<Shared>, c: &mut Conn) -> Result<(), String> {
     Ok(())
 }
 
-/// The two descriptors a bridge sends (its stdin, then its stdout), waiting at most [`HAND_OVER_WAIT`].
-fn receive_stdio(sock: BorrowedFd<'_>) -> Result<[OwnedFd; 2], String> {
+/// The descriptors a bridge sends (its stdin, its stdout, and — when its attach offered one — its
+/// pending page), waiting at most [`HAND_OVER_WAIT`].
+fn receive_stdio(sock: BorrowedFd<'_>, with_page: bool) -> Result<Vec<OwnedFd>, String> {
     let mut fds = [PollFd::new(sock, PollFlags::POLLIN)];
     let wait = PollTimeout::try_from(HAND_OVER_WAIT).unwrap_or(PollTimeout::MAX);
     match poll(&mut fds, wait) {
@@ -688,9 +792,16 @@ fn receive_stdio(sock: BorrowedFd<'_>) -> Result<[OwnedFd; 2], String> {
     let mut byte = [0u8; 1];
     let (n, got, truncated) = shm_proto::sys::recv_with_fds(sock, &mut byte)
         .map_err(|e| format!("reading the bridge's stdio failed: {e}"))?;
-    match <[OwnedFd; 2]>::try_from(got) {
-        Ok(two) if n == 1 && !truncated => Ok(two),
-        _ => Err("the bridge must send exactly two descriptors, its stdin and its stdout, with one byte".to_owned()),
+    let want = if with_page { 3 } else { 2 };
+    match got.len() == want && n == 1 && !truncated {
+        true => Ok(got),
+        false if with_page => Err(
+            "the bridge must send exactly three descriptors, its stdin, its stdout and its pending page, with one byte"
+                .to_owned(),
+        ),
+        false => {
+            Err("the bridge must send exactly two descriptors, its stdin and its stdout, with one byte".to_owned())
+        }
     }
 }
 
