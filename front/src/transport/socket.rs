@@ -658,6 +658,9 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
                     let (reply, named) = answer_in_dialect(kernel, &c.client, &line, &c.outbox, &mut c.mcp);
                     // The reply goes out first: no client waits on the database rows.
                     let sent = reply.is_none_or(|r| c.outbox.send(r));
+                    // Off the pending page at once: a front that dies after this leaves no id the bridge
+                    // would answer a second time.
+                    c.answered();
                     if let Some(s) = named {
                         after_answer(kernel, &s);
                     }
@@ -679,13 +682,14 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
                 }
             };
             if let Some(reply) = reply {
-                if !c.outbox.send(reply) {
+                let sent = c.outbox.send(reply);
+                c.answered();
+                if !sent {
                     c.eof = true;
                     c.drop_lines();
                     c.ending = Some(STDOUT_FAILED);
                 }
             }
-            c.answered();
         }
         if c.eof {
             return end(shared, &c);
