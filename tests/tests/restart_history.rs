@@ -288,3 +288,21 @@ fn a_job_running_across_a_takeover_says_its_state_changes_were_not_kept() {
     let text = heddle_tests::text_form(&next);
     assert!(text.contains("  shell state unknown after this call"), "{text}");
 }
+
+/// A job still running across a takeover keeps the time it has run: its duration is from its start,
+/// not from when the new front rebuilt it (`jobs` said 6.0 s, then 5.6 ms).
+#[test]
+fn a_running_jobs_time_goes_on_across_a_takeover() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "timed", "cwd": h.project})).unwrap();
+    let r = c.call("run", json!({"session": "timed", "cmd": "sleep 30", "yield_ms": 0})).unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    kill_and_wait_for_new(&h, "front");
+    let mut c = h.client();
+    let jobs = c.call("jobs", json!({"session": "timed"})).unwrap();
+    let job = jobs["jobs"].as_array().unwrap().iter().find(|j| j["job"] == r["job"]).cloned().unwrap();
+    assert_eq!(job["state"], "running", "{jobs}");
+    assert!(job["duration_ms"].as_f64().unwrap() >= 1900.0, "it has run since before the takeover: {job}");
+    c.call("kill", json!({"session": "timed", "job": r["job"]})).unwrap();
+}

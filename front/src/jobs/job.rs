@@ -391,7 +391,15 @@ impl Job {
 
     pub fn on_started(&mut self, pid: u32, at_unix_ns: u64, prestarted: bool, cgroup: String, now: Instant) {
         if self.life.started.is_none() {
-            self.life.started = Some((now, at_unix_ns));
+            // A `Started` replayed by a rebuilt front is older than `now`: the job has run since the
+            // worker's stamp (a running job's time began again at every takeover). A live one is µs old.
+            let behind = Duration::from_nanos(unix_ns().saturating_sub(at_unix_ns));
+            let since = if behind > Duration::from_secs(1) && behind < Duration::from_secs(30 * 86_400) {
+                now.checked_sub(behind).unwrap_or(now)
+            } else {
+                now
+            };
+            self.life.started = Some((since, at_unix_ns));
             self.life.pid = Some(pid);
             self.prestarted = prestarted;
             self.cgroup = Some(cgroup).filter(|c| !c.is_empty());
