@@ -153,3 +153,34 @@ fn closing_a_session_whose_worker_died_reports_the_teardown_then_verified_empty(
     let e = c.call("describe", json!({"session": s})).unwrap_err();
     assert_eq!(e.code(), Some(-32001), "the session is forgotten (unknown_session): {e}");
 }
+
+/// A job lost with its worker keeps the duration it had when it was lost, even when the new worker
+/// came much later and a front takeover rebuilt the session since (the journal said when the worker
+/// was replaced, not when the jobs were lost).
+#[test]
+fn a_job_lost_with_its_worker_keeps_its_duration_across_a_takeover() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = json!("died");
+    c.call("session.open", json!({"name": "died", "cwd": h.project})).unwrap();
+    let r = c.call("run", json!({"session": s, "cmd": "sleep 1000", "yield_ms": 300})).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker_pid(&mut c, &s)), nix::sys::signal::SIGKILL).unwrap();
+    let lost =
+        |c: &mut heddle_tests::Client| c.call("wait", json!({"session": s, "job": r["job"], "yield_ms": 0})).unwrap();
+    assert!(eventually(Duration::from_secs(10), || lost(&mut c)["state"] == "lost"), "the job is lost with its worker");
+    let then = lost(&mut c)["duration_ms"].as_f64().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    run_ok(&mut c, &s, "true"); // a new worker, 1.5 s after the loss
+    let front = c.call("describe", json!({})).unwrap()["front"]["pid"].as_u64().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(front).unwrap()), nix::sys::signal::SIGKILL)
+        .unwrap();
+    let new_front = || {
+        let mut c = heddle_tests::Client::connect(&h.socket).ok()?;
+        c.call("describe", json!({})).ok()?["front"]["pid"].as_u64().filter(|p| *p != front)
+    };
+    assert!(eventually(Duration::from_secs(30), || new_front().is_some()), "a new front answers");
+    let mut c = h.client();
+    let w = lost(&mut c);
+    let now = w["duration_ms"].as_f64().unwrap();
+    assert!((now - then).abs() < 200.0, "lost after {then} ms, not when the worker was replaced: {w}");
+}

@@ -93,6 +93,8 @@ pub struct Lost {
     /// removed it: `session.close` reports it, since the supervisor has forgotten the session by then.
     /// `None` when no teardown was reported (a corrupt ring: the worker may still be alive).
     pub death_verified_empty: Option<bool>,
+    /// When the session was lost (wall clock): its jobs ended then, whenever a new worker takes over.
+    pub at_unix_ns: u64,
 }
 
 /// The part of a session behind its mutex: its jobs and what it knows of its worker, shell state,
@@ -564,16 +566,18 @@ impl SessionData {
         if self.closing || self.worker.lost.is_some() {
             return;
         }
+        let at_unix_ns = crate::jobs::job::unix_ns();
         for job in self.jobs.values_mut() {
             let unsettled = !job.settled();
-            if job.mark_lost(&note, now, None) {
+            if job.mark_lost(&note, now, Some(at_unix_ns)) {
                 publish_end(&mut self.subscribers, &self.name, job, false);
             }
             if unsettled {
                 publish_end(&mut self.subscribers, &self.name, job, true);
             }
         }
-        self.worker.lost = Some(Lost { note, killed, killed_more: 0, worker_died: false, death_verified_empty: None });
+        self.worker.lost =
+            Some(Lost { note, killed, killed_more: 0, worker_died: false, death_verified_empty: None, at_unix_ns });
     }
 
     /// The highest job id handed out so far.
@@ -773,9 +777,12 @@ impl Session {
         let (cmd, end) = map_rings(fds)?;
         *self.cmd.lock().unwrap_or_else(|e| e.into_inner()) = cmd;
         let mut st = self.lock();
-        let note = st.worker.lost.take().map(|l| l.note).unwrap_or_default();
+        let (note, at_unix_ns) = st
+            .worker
+            .lost
+            .take()
+            .map_or_else(|| (String::new(), crate::jobs::job::unix_ns()), |l| (l.note, l.at_unix_ns));
         let last_job = st.last_job();
-        let at_unix_ns = crate::jobs::job::unix_ns();
         st.journal.append(&crate::sessions::journal::Entry::RevivedAt { note, last_job, at_unix_ns });
         st.ring = ring;
         st.journal.append(&crate::sessions::journal::Entry::Ring { id: ring });
