@@ -72,7 +72,7 @@ pub fn bridge(mut client: Client, a: &Attach) -> Result<i32> {
     let mut stdio = if a.relay { None } else { handable_stdio() };
     // Where the server keeps the requests it read and has not answered (see `answer_the_pending`).
     let page = stdio.as_ref().and_then(|_| pending_page());
-    let mut attached = match attach(&mut client, a, session.as_deref(), stdio.is_some(), false) {
+    let mut attached = match attach(&mut client, a, session.as_deref(), stdio.is_some(), page.is_some(), false) {
         Ok(v) => v,
         Err(Fail::Refused(e) | Fail::Unreachable(e)) => return Err(e),
     };
@@ -109,7 +109,7 @@ pub fn bridge(mut client: Client, a: &Attach) -> Result<i32> {
         }
         eprintln!("heddle mcp: the server went away with the agent still connected; resuming session '{name}'");
         std::thread::sleep((QUICK_PAUSE * quick_ends).min(Duration::from_secs(5)));
-        let resumed = match reconnect(socket, a, name) {
+        let resumed = match reconnect(socket, a, name, page.is_some()) {
             Ok(r) => r,
             Err(why) => {
                 eprintln!("heddle mcp: {why}; exiting");
@@ -144,6 +144,7 @@ fn attach(
     a: &Attach,
     session: Option<&str>,
     hand_over: bool,
+    page: bool,
     resume: bool,
 ) -> Result<Value, Fail> {
     let mut params = json!({"cwd": a.cwd, "close_on_exit": a.close_on_exit});
@@ -155,7 +156,9 @@ fn attach(
     }
     if hand_over {
         params["hand_over_stdio"] = json!(true);
-        params["pending_page"] = json!(true);
+        if page {
+            params["pending_page"] = json!(true);
+        }
     }
     if resume {
         params["resume"] = json!(true);
@@ -163,6 +166,9 @@ fn attach(
     let attached = match client.call("mcp.attach", params) {
         Ok(r) => r,
         // The server is going away, or full for a moment: as if none answered.
+        Err(e @ CallError::Rpc { code: SHUTTING_DOWN | TOO_MANY_CONNECTIONS | SESSION_OPEN_FAILED, .. }) if resume => {
+            return Err(Fail::Unreachable(anyhow::Error::new(e)))
+        }
         Err(e @ CallError::Rpc { code: SHUTTING_DOWN | TOO_MANY_CONNECTIONS, .. }) => {
             return Err(Fail::Unreachable(anyhow::Error::new(e)))
         }
@@ -188,6 +194,8 @@ fn attach(
 /// The control socket's error codes a reconnecting bridge waits out.
 const SHUTTING_DOWN: i64 = -32004;
 const TOO_MANY_CONNECTIONS: i64 = -32014;
+/// A session still being opened or closed by another call ("retry in a moment"): waited out on a resume.
+const SESSION_OPEN_FAILED: i64 = -32005;
 
 /// Send the agent's stdin and stdout to the server, and the pending page when it takes one (one byte
 /// carrying the descriptors).
@@ -255,7 +263,12 @@ const PENDING_LOST: &str = "heddle's server went away while this request waited 
 /// between fronts accepts and answers later: each try waits at most what is left); the client, the
 /// answer and the stdio to hand over, or the sentence saying why not (no server answered, the server
 /// refused, the agent left meanwhile).
-fn reconnect(socket: &Path, a: &Attach, session: &str) -> Result<(Client, Value, Option<[OwnedFd; 2]>), String> {
+fn reconnect(
+    socket: &Path,
+    a: &Attach,
+    session: &str,
+    page: bool,
+) -> Result<(Client, Value, Option<[OwnedFd; 2]>), String> {
     let until = Instant::now() + RECONNECT_FOR;
     loop {
         if agent_gone() {
@@ -271,7 +284,7 @@ fn reconnect(socket: &Path, a: &Attach, session: &str) -> Result<(Client, Value,
         if let Ok(mut c) = Client::connect(socket) {
             let stdio = if a.relay { None } else { handable_stdio() };
             if c.set_timeout(Some(left)).is_ok() {
-                match attach(&mut c, a, Some(session), stdio.is_some(), true) {
+                match attach(&mut c, a, Some(session), stdio.is_some(), page, true) {
                     Ok(attached) => {
                         let _ = c.set_timeout(None);
                         return Ok((c, attached, stdio));

@@ -185,11 +185,12 @@ enum Claim {
 /// and `uid`'s own (a front that took over after a crash has it), or a restart left it in the state
 /// directory for `uid` to re-open. A name that would open afresh — closed, shut down with its sessions,
 /// never opened, or another uid's (root included) — is not.
-pub(crate) fn resumable(k: &Kernel, uid: u32, name: &str) -> bool {
+/// `None` while another call is opening the name (ask again in a moment).
+pub(crate) fn resumable(k: &Kernel, uid: u32, name: &str) -> Option<bool> {
     match k.registry().slots.get(name) {
-        Some(Slot::Open(s)) => s.spec().owner_uid == uid,
-        Some(Slot::Opening) => false,
-        None => crate::kernel::recovery::earlier(&k.cfg.state_dir.join("sessions").join(name), uid).is_some(),
+        Some(Slot::Open(s)) => Some(s.spec().owner_uid == uid && !s.lock().is_closing()),
+        Some(Slot::Opening) => None,
+        None => Some(crate::kernel::recovery::earlier(&k.cfg.state_dir.join("sessions").join(name), uid).is_some()),
     }
 }
 

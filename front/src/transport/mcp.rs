@@ -287,7 +287,12 @@ fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnect
         let Some(name) = p.session.as_deref() else {
             return Err(RpcError::new(ErrorKind::InvalidParams, "resume needs the session's name".to_owned()));
         };
-        if !crate::kernel::session_open::resumable(kernel, client.uid, name) {
+        let resumable = crate::kernel::session_open::resumable(kernel, client.uid, name);
+        if resumable.is_none() {
+            let msg = format!("session '{name}' is being opened by another call; retry in a moment");
+            return Err(RpcError::new(ErrorKind::SessionOpenFailed, msg));
+        }
+        if resumable == Some(false) {
             return Err(RpcError::new(
                 ErrorKind::UnknownSession,
                 format!(

@@ -463,10 +463,13 @@ struct Pending {
 impl Pending {
     /// The page must be a writable memfd (a regular file the bridge made); it is emptied.
     fn new(page: OwnedFd) -> Result<Pending, String> {
+        // A memfd (tmpfs) only: a file on a slow or hung file system would stall the loop's writes.
+        let on_tmpfs =
+            nix::sys::statfs::fstatfs(&page).is_ok_and(|f| f.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
         let file = std::fs::File::from(page);
-        let meta = file.metadata().map_err(|e| format!("the pending page cannot be read: {e}"))?;
-        if !meta.file_type().is_file() {
-            return Err("the pending page must be a memfd (a regular file)".to_owned());
+        let regular = file.metadata().is_ok_and(|m| m.file_type().is_file());
+        if !(on_tmpfs && regular) {
+            return Err("the pending page must be a memfd".to_owned());
         }
         let p = Pending { page: file, ids: VecDeque::new() };
         p.write();
