@@ -1,4 +1,5 @@
-//! The retention timer: checks every open session's output limits (see [`crate::sessions::retain`]).
+//! The retention timer: checks every open session's output limits (see [`crate::sessions::retain`]),
+//! and gives a closed session's memory back to the system ([`crate::process::trim`]).
 
 use crate::kernel::Kernel;
 use crate::output::retention::config;
@@ -35,6 +36,8 @@ pub fn start_timer(kernel: Weak<Kernel>) -> std::io::Result<()> {
             let budget = config().disk_bytes;
             let closed = closed_within(&k, budget.saturating_sub(totals.iter().sum()));
             enforce_disk(&totals, |i| sessions.get(i).map(|s| s.lock()), budget.saturating_sub(closed));
+            drop(sessions);
+            crate::process::trim::trim_if_wanted();
         }
     })?;
     Ok(())

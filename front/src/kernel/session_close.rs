@@ -136,6 +136,22 @@ mod tests {
     }
 
     #[test]
+    fn a_closed_session_and_its_jobs_are_let_go() {
+        let h = Harness::new();
+        h.open("demo");
+        for _ in 0..3 {
+            h.run("demo", "echo done", 5000);
+        }
+        let s = std::sync::Arc::downgrade(&h.kernel.session(&h.client, "demo").unwrap());
+        h.ok("session.close", json!({"session": "demo"}));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while s.upgrade().is_some() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(s.strong_count(), 0, "something still holds the closed session (and every job it ran)");
+    }
+
+    #[test]
     fn a_lost_session_can_be_closed() {
         let h = Harness::new();
         h.open("demo");

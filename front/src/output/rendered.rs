@@ -134,12 +134,20 @@ pub fn blank(text: &str) -> bool {
     text.trim().is_empty()
 }
 
-/// A job's rendered output.
-#[derive(Debug)]
-pub struct RenderedOutput {
+/// What renders one stream each: its screen, the splitter in front of it, the redactor's block state.
+#[derive(Debug, Default)]
+struct Machines {
     screens: [Screen; 2],
     splitters: [Splitter; 2],
     blocks: [BlockCursor; 2],
+}
+
+/// A job's rendered output.
+#[derive(Debug)]
+pub struct RenderedOutput {
+    /// The per-stream machines that turn bytes into lines: made at the first byte, let go when the
+    /// output is parked (over 1 KiB inline, which every ended job would otherwise keep).
+    live: Option<Box<Machines>>,
     pending: Option<Placed>,
     next_line: u64,
     log: LineLog,
@@ -170,9 +178,7 @@ impl RenderedOutput {
     /// A job's rendered output into `log`.
     pub fn with_log(log: LineLog) -> RenderedOutput {
         RenderedOutput {
-            screens: [Screen::default(), Screen::default()],
-            splitters: [Splitter::default(), Splitter::default()],
-            blocks: [BlockCursor::default(); 2],
+            live: None,
             pending: None,
             next_line: 1,
             log,
@@ -206,17 +212,21 @@ impl RenderedOutput {
         self.fresh.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
+    fn live(&mut self) -> &mut Machines {
+        self.live.get_or_insert_with(Default::default)
+    }
+
     /// Feed a chunk of stream `s` (0 stdout, 1 stderr).
     pub fn push(&mut self, s: usize, data: &[u8]) {
         if self.last_stream != Some(s) {
             let other = 1 - s;
             if self.last_stream == Some(other) {
-                self.screens[other].settle();
+                self.live().screens[other].settle();
                 self.drain(other);
             }
             self.last_stream = Some(s);
         }
-        let pieces = self.splitters[s].feed(data);
+        let pieces = self.live().splitters[s].feed(data);
         self.apply(s, pieces);
         self.drain(s);
     }
@@ -226,9 +236,9 @@ impl RenderedOutput {
     fn apply(&mut self, s: usize, pieces: Vec<Piece>) {
         for p in pieces {
             match p {
-                Piece::Text(t) => self.screens[s].feed(&t),
+                Piece::Text(t) => self.live().screens[s].feed(&t),
                 Piece::Binary { bytes, name } => {
-                    self.screens[s].finish();
+                    self.live().screens[s].finish();
                     self.drain(s);
                     self.commit(s as u8, &format!("<binary: {}, {name}>", human_bytes(bytes)));
                 }
@@ -237,8 +247,8 @@ impl RenderedOutput {
     }
 
     fn drain(&mut self, s: usize) {
-        if self.screens[s].has_committed() {
-            for line in self.screens[s].take_committed() {
+        if self.live().screens[s].has_committed() {
+            for line in self.live().screens[s].take_committed() {
                 self.commit(s as u8, &line);
             }
         }
@@ -250,10 +260,11 @@ impl RenderedOutput {
             return;
         }
         self.finished = true;
-        for s in 0..2 {
-            let pieces = self.splitters[s].finish();
+        let streams = if self.live.is_some() { 0..2 } else { 0..0 };
+        for s in streams {
+            let pieces = self.live().splitters[s].finish();
             self.apply(s, pieces);
-            self.screens[s].finish();
+            self.live().screens[s].finish();
             self.drain(s);
         }
         if let Some(p) = self.pending.take() {
@@ -263,7 +274,7 @@ impl RenderedOutput {
     }
 
     fn commit(&mut self, stream: u8, raw_line: &str) {
-        let text = Redactor::builtin().redact_line(&mut self.blocks[usize::from(stream)], raw_line).into_owned();
+        let text = Redactor::builtin().redact_line(&mut self.live().blocks[usize::from(stream)], raw_line).into_owned();
         let line = self.next_line;
         self.next_line += 1;
         self.rendered_bytes += text.len() as u64 + 1;
@@ -412,11 +423,12 @@ impl RenderedOutput {
     /// them) and the rendered bytes before it. A line being written now (a prompt) is after the mark.
     pub fn mark(&self) -> (u64, u64) {
         let (mut line, mut bytes) = (self.next_line, self.rendered_bytes);
+        let Some(m) = self.live.as_deref() else { return (line, bytes) };
         for s in 0..2 {
-            let mut st = self.blocks[s];
+            let mut st = m.blocks[s];
             let r = Redactor::builtin();
-            let complete = self.screens[s].complete_open_lines();
-            for l in self.screens[s].open_lines().iter().take(complete) {
+            let complete = m.screens[s].complete_open_lines();
+            for l in m.screens[s].open_lines().iter().take(complete) {
                 line += 1;
                 bytes += r.redact_line(&mut st, l).len() as u64 + 1;
             }
@@ -432,12 +444,13 @@ impl RenderedOutput {
     /// [`RenderedOutput::open_lines`] with their streams.
     fn open_texts(&self) -> Vec<(u8, String)> {
         let mut out = Vec::new();
+        let Some(m) = self.live.as_deref() else { return out };
         for s in 0..2 {
-            let mut st = self.blocks[s];
+            let mut st = m.blocks[s];
             let r = Redactor::builtin();
-            let lines = self.screens[s].open_lines();
+            let lines = m.screens[s].open_lines();
             out.extend(lines.iter().map(|l| (s as u8, r.redact_line(&mut st, l).into_owned())));
-            if let Some((bytes, name)) = self.splitters[s].open_binary().filter(|_| !self.finished) {
+            if let Some((bytes, name)) = m.splitters[s].open_binary().filter(|_| !self.finished) {
                 out.push((s as u8, format!("<binary: {} so far, {name}>", human_bytes(bytes))));
             }
         }
@@ -496,9 +509,8 @@ impl RenderedOutput {
         self.parked = Some(Parked { head_last, tail_first });
         self.head = Vec::new();
         self.tail = VecDeque::new();
-        // Nothing is open once finished; fresh screens hold no lines.
-        self.screens = [Screen::default(), Screen::default()];
-        self.splitters = [Splitter::default(), Splitter::default()];
+        // Nothing is open once finished, and nothing more arrives.
+        self.live = None;
         self.errors_first.shrink_to_fit();
         self.errors_last.shrink_to_fit();
         self.log.shrink();
@@ -575,8 +587,11 @@ impl RenderedOutput {
             + self.pending.as_ref().map_or(0, placed)
             + errors
             + fresh
-            + self.screens.iter().map(Screen::held_bytes).sum::<usize>()
-            + self.splitters.iter().map(Splitter::held_bytes).sum::<usize>()
+            + self.live.as_deref().map_or(0, |m| {
+                std::mem::size_of::<Machines>()
+                    + m.screens.iter().map(Screen::held_bytes).sum::<usize>()
+                    + m.splitters.iter().map(Splitter::held_bytes).sum::<usize>()
+            })
             + self.log.held_bytes()
     }
 

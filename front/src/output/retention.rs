@@ -111,6 +111,13 @@ pub fn wake() {
     }
 }
 
+/// Wake the timer thread now, whatever was written (a session's memory is to be given back).
+pub fn wake_now() {
+    if let Some(tx) = WAKE.get() {
+        let _ = tx.try_send(());
+    }
+}
+
 /// Bytes written since the last call (the disk check starts with it).
 pub fn take_written() -> u64 {
     WRITTEN.swap(0, Ordering::Relaxed)

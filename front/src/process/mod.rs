@@ -18,6 +18,7 @@
 //! ```
 
 pub mod inherit;
+pub mod trim;
 
 use crate::kernel::{Kernel, KernelConfig};
 use crate::sessions::supervisor::{ControlLink, Notice};
