@@ -32,7 +32,7 @@ use crate::sessions::session::Session;
 use crate::storage::db::{Db, ReceiptRow, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -98,8 +98,31 @@ enum Slot {
 
 #[derive(Default)]
 struct Inner {
+    /// The keyed receipts and the [`RECENT`] latest others.
     by_id: HashMap<String, Arc<Entry>>,
     by_key: HashMap<Scope, Slot>,
+    /// The ids of the receipts without a key in `by_id`, oldest first.
+    recent: VecDeque<String>,
+}
+
+/// Receipts without an idempotency key kept in memory, the latest; older ones are read back from the
+/// database when asked for by id. Every mutation makes one, so keeping them all grew the front by
+/// ~0.3 KiB per call for its whole life (and a start loaded every receipt ever written).
+pub const RECENT: usize = 1024;
+
+impl Inner {
+    fn insert(&mut self, entry: Arc<Entry>) {
+        let id = entry.receipt.id.clone();
+        if entry.receipt.idempotency_key.is_none() {
+            self.recent.push_back(id.clone());
+            while self.recent.len() > RECENT {
+                if let Some(old) = self.recent.pop_front() {
+                    self.by_id.remove(&old);
+                }
+            }
+        }
+        self.by_id.insert(id, entry);
+    }
 }
 
 impl std::fmt::Debug for Receipts {
@@ -120,31 +143,12 @@ impl Receipts {
     /// The receipts stored in `db`.
     pub fn load(db: &Db) -> rusqlite::Result<Receipts> {
         let mut inner = Inner::default();
-        for row in db.load_receipts()? {
-            let outcome = serde_json::from_str(&row.outcome).unwrap_or(Outcome::Admitted);
-            let receipt = Receipt {
-                id: row.id.clone(),
-                op: row.op,
-                admitted_at: row.admitted_at_ms,
-                outcome,
-                job: row.job,
-                session: row.session,
-                idempotency_key: row.idempotency_key,
-                replayed: false,
-            };
-            let result = row.result.and_then(|r| serde_json::from_str(&r).ok());
-            let entry = Arc::new(Entry {
-                owner_uid: row.owner_uid,
-                fingerprint: row.fingerprint,
-                result,
-                boot: row.boot,
-                serial: row.serial,
-                receipt,
-            });
+        for row in db.load_receipts(RECENT)? {
+            let entry = Arc::new(entry_from_row(row));
             if let (Some(key), Some(s)) = (&entry.receipt.idempotency_key, &entry.receipt.session) {
                 inner.by_key.insert((entry.owner_uid, s.clone(), key.clone()), Slot::Done(entry.clone()));
             }
-            inner.by_id.insert(row.id, entry);
+            inner.insert(entry);
         }
         Ok(Receipts {
             inner: Mutex::new(inner),
@@ -184,9 +188,19 @@ impl Receipts {
         format!("r{}-{}", self.prefix, self.next.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// The receipt `id`, if `uid` may see it.
+    /// The receipt `id` if it is kept in memory (keyed, or among the [`RECENT`]) and `uid` may see it.
     pub(crate) fn by_id(&self, uid: u32, id: &str) -> Option<Arc<Entry>> {
         self.lock().by_id.get(id).filter(|e| uid == 0 || e.owner_uid == uid).cloned()
+    }
+
+    /// [`Receipts::by_id`], else read back from `db` (an older receipt).
+    pub(crate) fn find(&self, db: &Db, uid: u32, id: &str) -> Option<Arc<Entry>> {
+        if let Some(e) = self.by_id(uid, id) {
+            return Some(e);
+        }
+        db.sync();
+        let row = db.receipt(id).ok().flatten().filter(|r| uid == 0 || r.owner_uid == uid)?;
+        Some(Arc::new(entry_from_row(row)))
     }
 
     /// The receipt admitted under `key` in `session` for `uid`.
@@ -247,7 +261,7 @@ impl Receipts {
             serial: entry.serial,
         }));
         let mut inner = self.lock();
-        inner.by_id.insert(entry.receipt.id.clone(), entry.clone());
+        inner.insert(entry.clone());
         if let (Some(key), Some(s)) = (&entry.receipt.idempotency_key, &entry.receipt.session) {
             inner.by_key.insert((entry.owner_uid, s.clone(), key.clone()), Slot::Done(entry.clone()));
         }
@@ -286,6 +300,27 @@ impl Receipts {
         }
         drop(inner);
         self.changed.notify_all();
+    }
+}
+
+fn entry_from_row(row: ReceiptRow) -> Entry {
+    let receipt = Receipt {
+        id: row.id,
+        op: row.op,
+        admitted_at: row.admitted_at_ms,
+        outcome: serde_json::from_str(&row.outcome).unwrap_or(Outcome::Admitted),
+        job: row.job,
+        session: row.session,
+        idempotency_key: row.idempotency_key,
+        replayed: false,
+    };
+    Entry {
+        owner_uid: row.owner_uid,
+        fingerprint: row.fingerprint,
+        result: row.result.and_then(|r| serde_json::from_str(&r).ok()),
+        boot: row.boot,
+        serial: row.serial,
+        receipt,
     }
 }
 
@@ -533,7 +568,7 @@ struct LookupParams {
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Value, RpcError> {
     let p: LookupParams = crate::rpc::params("receipt", params)?;
     let found = match (&p.id, &p.idempotency_key) {
-        (Some(id), None) => k.receipts.by_id(client.uid, id),
+        (Some(id), None) => k.receipts.find(&k.db, client.uid, id),
         (None, Some(key)) => k.receipts.by_key(client.uid, p.session.as_deref().unwrap_or_default(), key),
         _ => return Err(RpcError::invalid_params("receipt", "give either `id` or `idempotency_key` (with `session`)")),
     };
@@ -554,6 +589,43 @@ mod tests {
     use super::*;
     use crate::testing::Harness;
     use serde_json::json;
+
+    #[test]
+    fn memory_keeps_the_latest_receipts_and_an_older_one_is_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("heddle.db")).unwrap();
+        let receipts = Receipts::load(&db).unwrap();
+        let entry = |n: usize, key: Option<&str>| Entry {
+            receipt: Receipt {
+                id: format!("r{n}"),
+                op: "run".into(),
+                admitted_at: n as u64,
+                outcome: Outcome::Admitted,
+                job: Some(n as u64),
+                session: Some("s".into()),
+                idempotency_key: key.map(Into::into),
+                replayed: false,
+            },
+            owner_uid: 1000,
+            fingerprint: "f".into(),
+            result: None,
+            boot: "b".into(),
+            serial: Some(1),
+        };
+        receipts.admit(&db, entry(0, None));
+        receipts.admit(&db, entry(1, Some("k")));
+        for n in 2..RECENT + 3 {
+            receipts.admit(&db, entry(n, None));
+        }
+        assert_eq!(receipts.lock().by_id.len(), RECENT + 1, "the latest unkeyed ones and the keyed one");
+        assert!(receipts.by_id(1000, "r0").is_none(), "the oldest left memory");
+        assert!(receipts.by_id(1000, "r1").is_some(), "a keyed one stays");
+        assert_eq!(receipts.find(&db, 1000, "r0").map(|e| e.receipt.clone()), Some(entry(0, None).receipt));
+        assert!(receipts.find(&db, 1001, "r0").is_none(), "another uid's receipt stays invisible");
+        let again = Receipts::load(&db).unwrap();
+        assert_eq!(again.lock().by_id.len(), RECENT + 1, "a start loads as much");
+        assert!(again.by_key(1000, "s", "k").is_some());
+    }
 
     #[test]
     fn a_retried_run_answers_the_first_receipt_and_never_runs_twice() {

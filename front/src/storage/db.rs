@@ -5,7 +5,8 @@
 //! Writes never run on a caller's thread: [`Db::write`] queues a [`Write`] on a channel and one writer
 //! thread applies what is queued in a single transaction, so neither the pump nor a request waits on the
 //! disk. [`Db::sync`] waits until everything queued before it is committed (shutdown, tests). Reads
-//! happen once, at start ([`Db::load_receipts`], [`Db::running_jobs`]); the kernel answers from memory.
+//! happen once, at start ([`Db::load_receipts`], [`Db::running_jobs`]); the kernel answers from memory, but
+//! for a receipt looked up by id that is no longer kept in memory ([`Db::receipt`]).
 //!
 //! The schema is versioned: `schema_version` holds one row, migrations in [`MIGRATIONS`] run in order
 //! inside one transaction each, and a database written by a newer heddle is refused with
@@ -25,6 +26,27 @@ use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
+
+/// The columns [`receipt_row`] reads, in its order.
+const RECEIPT_COLUMNS: &str =
+    "id, op, session, owner_uid, idempotency_key, fingerprint, admitted_at_ms, outcome, job, result, boot, serial";
+
+fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
+    Ok(ReceiptRow {
+        id: r.get(0)?,
+        op: r.get(1)?,
+        session: r.get(2)?,
+        owner_uid: r.get(3)?,
+        idempotency_key: r.get(4)?,
+        fingerprint: r.get(5)?,
+        admitted_at_ms: r.get(6)?,
+        outcome: r.get(7)?,
+        job: r.get(8)?,
+        result: r.get(9)?,
+        boot: r.get(10)?,
+        serial: r.get(11)?,
+    })
+}
 
 /// The schema this build writes.
 pub const SCHEMA_VERSION: i64 = 2;
@@ -259,30 +281,25 @@ impl Db {
         }
     }
 
-    /// Every receipt stored, oldest first.
-    pub fn load_receipts(&self) -> rusqlite::Result<Vec<ReceiptRow>> {
+    /// The receipts a starting front keeps in memory, oldest first: every keyed one (idempotency needs
+    /// them at hand) and the `recent` latest without a key. Older ones are read back by id
+    /// ([`Db::receipt`]).
+    pub fn load_receipts(&self, recent: usize) -> rusqlite::Result<Vec<ReceiptRow>> {
         let conn = self.reader.lock().unwrap_or_else(|e| e.into_inner());
-        let mut stmt = conn.prepare(
-            "SELECT id, op, session, owner_uid, idempotency_key, fingerprint, admitted_at_ms, outcome, job, result, boot, serial \
-             FROM receipts ORDER BY admitted_at_ms",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok(ReceiptRow {
-                id: r.get(0)?,
-                op: r.get(1)?,
-                session: r.get(2)?,
-                owner_uid: r.get(3)?,
-                idempotency_key: r.get(4)?,
-                fingerprint: r.get(5)?,
-                admitted_at_ms: r.get(6)?,
-                outcome: r.get(7)?,
-                job: r.get(8)?,
-                result: r.get(9)?,
-                boot: r.get(10)?,
-                serial: r.get(11)?,
-            })
-        })?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {RECEIPT_COLUMNS}, rowid AS seq FROM receipts WHERE idempotency_key IS NOT NULL \
+             UNION ALL SELECT * FROM (SELECT {RECEIPT_COLUMNS}, rowid AS seq FROM receipts \
+             WHERE idempotency_key IS NULL ORDER BY seq DESC LIMIT ?1) ORDER BY admitted_at_ms, seq",
+        ))?;
+        let rows = stmt.query_map(params![i64::try_from(recent).unwrap_or(i64::MAX)], receipt_row)?;
         rows.collect()
+    }
+
+    /// The stored receipt `id` (committed: [`Db::sync`] first for one admitted just now).
+    pub fn receipt(&self, id: &str) -> rusqlite::Result<Option<ReceiptRow>> {
+        let conn = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        conn.query_row(&format!("SELECT {RECEIPT_COLUMNS} FROM receipts WHERE id = ?1"), params![id], receipt_row)
+            .optional()
     }
 
     /// Mark every job an earlier front recorded as `running` as `lost` (its session did not survive that
@@ -547,8 +564,23 @@ mod tests {
         db.write(Write::Receipt(receipt("r2", None)));
         drop(db);
         let db = Db::open(&path).unwrap();
-        let rows = db.load_receipts().unwrap();
+        let rows = db.load_receipts(10).unwrap();
         assert_eq!(rows, [receipt("r1", Some("k")), receipt("r2", None)]);
+    }
+
+    #[test]
+    fn a_start_loads_the_keyed_receipts_and_the_latest_others_and_reads_the_rest_by_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("heddle.db")).unwrap();
+        let rows: Vec<ReceiptRow> = (0..6).map(|i| receipt(&format!("r{i}"), (i == 1).then_some("k"))).collect();
+        for r in &rows {
+            db.write(Write::Receipt(r.clone()));
+        }
+        db.sync();
+        let ids = |v: Vec<ReceiptRow>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
+        assert_eq!(ids(db.load_receipts(2).unwrap()), ["r1", "r4", "r5"]);
+        assert_eq!(db.receipt("r0").unwrap(), Some(rows[0].clone()), "an old one is read back");
+        assert_eq!(db.receipt("nope").unwrap(), None);
     }
 
     #[test]
