@@ -2,7 +2,8 @@
 //! 3,000 lines of 35 bytes and waited for; the front's VmRSS (`/proc/<front pid>/status`, the pid from
 //! `describe`) is read before and after, and the growth per ended job is set against the job's rendered
 //! output (what the front would hold if it kept an ended job's lines in memory). `describe`'s
-//! `output_held_bytes` (the front's own estimate of the heap its jobs hold) is reported beside it.
+//! `output_held_bytes` (the front's own estimate of the heap its jobs hold) is reported beside it. Then
+//! the session is closed and the front's VmRSS read again for 3 s: what it kept of the growth.
 //! The stack is started from the binaries beside `heddle-bench`: a copy of it next to an older build's
 //! binaries measures that build (whose `describe` may not report `output_held_bytes`).
 
@@ -86,8 +87,30 @@ pub fn run(jobs: usize, lines: usize) -> Result<()> {
             record(&figure("describe output_held_bytes"), base, rendered, held, None, "KiB");
         }
     }
+    // What closing the session gives back (the front trims its heap once a session is let go: a
+    // second or so later, on its retention thread).
+    c.call("session.close", json!({"session": s}))?;
+    let mut closed = vm_rss_kib(front)?;
+    for _ in 0..30 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        closed = closed.min(vm_rss_kib(front)?);
+    }
+    let kept = (closed - before).max(0.0);
+    println!(
+        "after the session closed: {closed:.0} KiB, {:.0}% of the growth given back",
+        if after > before { 100.0 * (after - closed) / (after - before) } else { 100.0 }
+    );
+    record(
+        &format!("front VmRSS kept after closing a session of {jobs} ended jobs, KiB"),
+        "the growth while it ran, KiB",
+        after - before,
+        kept,
+        None,
+        "KiB",
+    );
     heddle_bench::note(format!(
-        "memory: front VmRSS {before:.0} → {after:.0} KiB over {jobs} ended jobs of {lines} lines (pid {front})"
+        "memory: front VmRSS {before:.0} → {after:.0} KiB over {jobs} ended jobs of {lines} lines, {closed:.0} KiB \
+         after the session closed (pid {front})"
     ));
     Ok(())
 }
