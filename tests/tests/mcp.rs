@@ -379,6 +379,32 @@ fn the_bridge_exits_when_its_session_did_not_survive() {
     assert!(c.call("jobs", json!({"session": "gone"})).is_err(), "no fresh session was opened under its name");
 }
 
+/// A session closed from outside the agent's connection (a person's `heddle close`) is opened again at
+/// the agent's next call, which runs there and says so first: the agent is not left with a connection
+/// whose every call answers `unknown_session`, and it is told that its shell state starts afresh.
+#[test]
+fn a_session_closed_from_outside_is_opened_again_and_the_agent_told() {
+    let h = Heddle::start();
+    let mut b = Bridge::initialized_with(&h, &["--session", "closed-under"]);
+    let r = b.tool(2, "run", json!({"cmd": "export KEPT=yes; echo first"}));
+    assert!(said(&r).0.contains("first\n"), "{r}");
+    let closed = Command::new(bin_dir().join("heddle"))
+        .args(["--session", "closed-under", "close"])
+        .env("HEDDLE_SOCKET", &h.socket)
+        .output()
+        .unwrap();
+    assert!(closed.status.success(), "{}", String::from_utf8_lossy(&closed.stderr));
+    let r = b.tool(3, "run", json!({"cmd": "echo \"kept: ${KEPT:-unset}\""}));
+    let (text, session) = said(&r);
+    assert_eq!((r["isError"].as_bool(), session), (Some(false), "closed-under"), "{r}");
+    assert!(text.starts_with("note: session 'closed-under' was closed from outside"), "{text}");
+    assert!(text.contains("start afresh") && text.contains("kept: unset\n"), "{text}");
+    assert_eq!(r["structuredContent"]["job"], 1, "a new session numbers its jobs afresh: {r}");
+    let r = b.tool(4, "run", json!({"cmd": "echo again"}));
+    assert!(said(&r).0.starts_with("exit 0"), "said once: {r}");
+    assert!(b.finish().success());
+}
+
 /// A client that promises its stdio and then sends the wrong thing gets a sentence and a closed
 /// connection; the server goes on.
 #[test]

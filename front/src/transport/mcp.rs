@@ -14,7 +14,9 @@
 //! keys and the per-uid rules apply unchanged; its result is `{content: [{type: text, text}],
 //! structuredContent: <the method's JSON result>, isError}`. A kernel error is a tool result with
 //! `isError: true` and the kernel's sentence; an unknown tool or malformed call is a JSON-RPC error.
-//! When the connection ends, the session is closed only if `close_on_exit` was asked.
+//! When the connection ends, the session is closed only if `close_on_exit` was asked. A session closed
+//! from outside while the connection lives is opened again (as it was first opened) at the next tool
+//! call, whose text begins with a note saying so (`McpConnection::reopening`).
 //!
 //! ```
 //! assert!(front::transport::mcp::speaks_mcp(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#));
@@ -88,7 +90,13 @@ pub struct McpConnection {
     tasks: Tasks,
     /// The hand-over brings a pending page (`mcp.attach {pending_page: true}`).
     pending_page: bool,
+    /// The `session.open` that opened (or attached) the session, under the name it got: what opens it
+    /// again when it was closed from outside ([`McpConnection::call_tool`]).
+    reopen: Value,
 }
+
+/// A kernel method's encoded result, and the session it worked in.
+type Answered = (Result<Box<RawValue>, RpcError>, Option<Arc<Session>>);
 
 /// What one line produced: the reply to write (none for a notification) and the session the call
 /// worked in (its database rows are brought up to date after the reply, [`Kernel::after_answer`]).
@@ -117,6 +125,7 @@ impl McpConnection {
                     hand_over: false,
                     tasks: Tasks::default(),
                     pending_page: false,
+                    reopen: Value::Null,
                 };
                 let answer = conn.serve(kernel, client, req, None);
                 Some((Some(conn), answer))
@@ -217,6 +226,7 @@ impl McpConnection {
             None => match attach(kernel, client, json!({})) {
                 Ok((conn, _)) => {
                     self.session = conn.session;
+                    self.reopen = conn.reopen;
                     self.session.clone().unwrap_or_default()
                 }
                 Err(e) => return (raw(tool_error(&e)), None),
@@ -235,30 +245,38 @@ impl McpConnection {
             }
             let mut call_params = call_params;
             call_params["yield_ms"] = json!(0);
-            let (result, named) = kernel.answer(client, method, call_params);
+            let ((result, named), _) =
+                self.reopening(kernel, client, &session, || kernel.answer(client, method, call_params.clone()));
             let admitted = result.and_then(|raw| {
                 serde_json::from_str::<Value>(raw.get()).map_err(|e| RpcError::internal(e.to_string()))
             });
             return (admitted.and_then(|v| raw(self.tasks.admit(kernel, client, method, &v, meta))), named);
         }
         let token = params.get("_meta").and_then(|m| m.get("progressToken")).filter(|t| t.is_string() || t.is_number());
-        let (result, named) = match (token, out, method) {
+        let answer = || match (token, out, method) {
             (Some(token), Some(out), "run" | "wait") => {
                 let job = call_params.get("job").and_then(Value::as_u64);
                 let progress = Progress::new(token.clone(), out, job);
                 std::thread::scope(|scope| {
                     scope.spawn(|| progress.follow(kernel, client, &session));
-                    let answered = kernel.answer_observed(client, method, call_params, &|j| progress.set_job(j));
+                    let answered =
+                        kernel.answer_observed(client, method, call_params.clone(), &|j| progress.set_job(j));
                     progress.stop();
                     answered
                 })
             }
-            _ => kernel.answer(client, method, call_params),
+            _ => kernel.answer(client, method, call_params.clone()),
+        };
+        let ((result, named), reopened) = self.reopening(kernel, client, &session, answer);
+        let with_note = |text: String| match &reopened {
+            Some(note) => format!("{note}\n{text}"),
+            None => text,
         };
         if let Ok(r) = &result {
             // The common case, with no detour through a `Value`: the text form from the typed result,
             // the kernel's JSON as the structured content, byte for byte.
             if let Some(text) = mcp_tools::text_raw(method, r.get()) {
+                let text = with_note(text);
                 let content = [TextContent { kind: "text", text: &text }];
                 let done = ToolResult { content: &content, structured_content: r, is_error: false };
                 return (to_raw_value(&done).map_err(|e| RpcError::internal(e.to_string())), named);
@@ -268,7 +286,45 @@ impl McpConnection {
             serde_json::from_str::<Value>(raw.get())
                 .map_err(|e| RpcError::internal(format!("the {method} result could not be read back: {e}")))
         });
-        (raw(tool_result(method, read)), named)
+        let mut value = tool_result(method, read);
+        if let Some(t) = value["content"][0]["text"].as_str().map(str::to_owned) {
+            value["content"][0]["text"] = Value::String(with_note(t));
+        }
+        (raw(value), named)
+    }
+
+    /// Answer with `call`; if the connection's session is gone (closed from outside: `heddle close`,
+    /// another client's `session.close`), open it again as it was first opened, say so, and answer
+    /// once more. Nothing ran the first time (the kernel refuses a call in an unknown session before
+    /// admitting anything), so the call is not run twice. Returns the note to put before the result.
+    fn reopening(
+        &mut self,
+        kernel: &Kernel,
+        client: &Client,
+        session: &str,
+        call: impl Fn() -> Answered,
+    ) -> (Answered, Option<String>) {
+        let first = call();
+        let gone = matches!(&first.0, Err(e) if e.kind == ErrorKind::UnknownSession);
+        if !gone || !self.reopen.is_object() {
+            return (first, None);
+        }
+        let opened = kernel
+            .call(client, "session.open", self.reopen.clone())
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).map_err(|e| RpcError::internal(e.to_string())));
+        let opened = match opened {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::info!("MCP session '{session}' was closed and could not be opened again: {e}");
+                return (first, None);
+            }
+        };
+        let cwd = opened["cwd"].as_str().unwrap_or("/");
+        let note = format!(
+            "note: session '{session}' was closed from outside this connection (its jobs ended with it); heddle \
+             opened it again in {cwd}: job numbers, shell state (cwd, variables, functions) and kept jobs start afresh"
+        );
+        (call(), Some(note))
     }
 
     fn session(&self) -> Option<String> {
@@ -312,9 +368,10 @@ fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnect
     if let Some(pol) = &p.policy {
         open["policy"] = json!(pol);
     }
-    let raw = kernel.call(client, "session.open", open)?;
+    let raw = kernel.call(client, "session.open", open.clone())?;
     let opened: Value = serde_json::from_str(raw.get()).map_err(|e| RpcError::internal(e.to_string()))?;
     let session = opened["session"].as_str().unwrap_or_default().to_owned();
+    open["name"] = json!(session);
     let mut result = json!({
         "session": session,
         "attached": opened["attached"],
@@ -334,6 +391,7 @@ fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnect
         hand_over: p.hand_over_stdio,
         tasks: Tasks::default(),
         pending_page: p.hand_over_stdio && p.pending_page,
+        reopen: open,
     };
     Ok((conn, result))
 }
