@@ -1,5 +1,5 @@
 //! The retention timer: checks every open session's output limits (see [`crate::sessions::retain`]),
-//! and gives a closed session's memory back to the system ([`crate::process::trim`]).
+//! and gives a closed session's memory back to the system ([`crate::sessions::trim`]).
 
 use crate::kernel::Kernel;
 use crate::output::retention::config;
@@ -37,7 +37,7 @@ pub fn start_timer(kernel: Weak<Kernel>) -> std::io::Result<()> {
             let closed = closed_within(&k, budget.saturating_sub(totals.iter().sum()));
             enforce_disk(&totals, |i| sessions.get(i).map(|s| s.lock()), budget.saturating_sub(closed));
             drop(sessions);
-            crate::process::trim::trim_if_wanted();
+            crate::sessions::trim::trim_if_wanted();
         }
     })?;
     Ok(())

@@ -18,7 +18,6 @@
 //! ```
 
 pub mod inherit;
-pub mod trim;
 
 use crate::kernel::{Kernel, KernelConfig};
 use crate::sessions::supervisor::{ControlLink, Notice};

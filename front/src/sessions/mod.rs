@@ -3,7 +3,7 @@
 //! [`pump`] thread that drains every session's event ring, the [`journal`] a restarted front takes a
 //! session over from, the live [`subscribers`], the [`sandbox`] request a session was opened with,
 //! [`prestart`] hints, the files made ahead of the next job ([`files_ahead`]) and [`retain`], which
-//! enforces a session's output budget.
+//! enforces a session's output budget, and [`trim`], which gives a let-go session's memory back to the system.
 //!
 //! May use: [`crate::jobs`], [`crate::output`], [`crate::shell`], [`crate::storage`], [`crate::rpc`].
 //! Nothing here knows the method table or a transport.
@@ -18,3 +18,4 @@ pub mod sandbox;
 pub mod session;
 pub mod subscribers;
 pub mod supervisor;
+pub mod trim;

@@ -752,9 +752,9 @@ pub struct Session {
 
 impl Drop for Session {
     /// The session's jobs go with it: ask for the freed memory to be given back to the system
-    /// ([`crate::process::trim`]).
+    /// ([`crate::sessions::trim`]).
     fn drop(&mut self) {
-        crate::process::trim::want();
+        crate::sessions::trim::want();
     }
 }
 

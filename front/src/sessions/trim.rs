@@ -9,9 +9,9 @@
 //! flag, taken by the next wake. Nothing runs on an answer path.
 //!
 //! ```
-//! front::process::trim::want();
-//! assert!(front::process::trim::trim_if_wanted(), "asked for: trims");
-//! assert!(!front::process::trim::trim_if_wanted(), "once");
+//! front::sessions::trim::want();
+//! assert!(front::sessions::trim::trim_if_wanted(), "asked for: trims");
+//! assert!(!front::sessions::trim::trim_if_wanted(), "once");
 //! ```
 
 use std::sync::atomic::{AtomicBool, Ordering};
