@@ -328,6 +328,29 @@ fn the_bridge_resumes_its_session_when_the_server_goes_away() {
     assert!(err.contains("(resumed)") && err.contains("(resumed after a restart of heddle)"), "{err}");
 }
 
+/// A task outlives the front that admitted it: after the bridge resumed on a new front, `tasks/get` and
+/// `tasks/result` with the id the agent was given still answer (the id names the session and the job),
+/// instead of "there is no task".
+#[test]
+fn a_task_is_known_again_after_the_bridge_resumed() {
+    let h = Heddle::start();
+    let mut b = Bridge::initialized_with(&h, &["--session", "tasked"]);
+    let call = json!({"name": "run", "arguments": {"cmd": "sleep 1; echo tasked"}, "task": {"ttl": 60000}});
+    let r = b.call(2, "tools/call", call);
+    let id = r["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("a task: {r}")).to_owned();
+    assert_eq!(id, "tasked/1", "{r}");
+    kill_the_front(&h);
+    let r = b.call(3, "tasks/get", json!({"taskId": id}));
+    let status = r["result"]["status"].as_str().unwrap_or_else(|| panic!("known again: {r}"));
+    assert!(matches!(status, "working" | "completed"), "{r}");
+    let r = b.call(4, "tasks/result", json!({"taskId": id}));
+    assert!(said(&r["result"]).0.contains("tasked\n"), "the job's result: {r}");
+    assert_eq!(r["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id, "{r}");
+    let r = b.call(5, "tasks/get", json!({"taskId": "other/1"}));
+    assert!(r["error"]["message"].as_str().is_some_and(|m| m.contains("no task 'other/1'")), "{r}");
+    assert!(b.finish().success());
+}
+
 /// A request the front had read and not answered when it died is answered by the bridge with an error
 /// saying so (from the page of pending requests the front kept for it), instead of never: the agent's
 /// call returns, and the job it started is announced on a later call.

@@ -181,10 +181,12 @@ impl McpConnection {
                 return (Some(reply), named);
             }
             "prompts/list" => (Ok(prompts_list()), None),
-            "tasks/get" => (self.tasks.get(kernel, client, &req.params), None),
+            "tasks/get" => (self.tasks.get(kernel, client, self.session.as_deref(), &req.params), None),
             "tasks/list" => (Ok(self.tasks.list(kernel, client)), None),
-            "tasks/result" => (self.tasks.result(kernel, client, &req.params, tool_result), None),
-            "tasks/cancel" => (self.tasks.cancel(kernel, client, &req.params), None),
+            "tasks/result" => {
+                (self.tasks.result(kernel, client, self.session.as_deref(), &req.params, tool_result), None)
+            }
+            "tasks/cancel" => (self.tasks.cancel(kernel, client, self.session.as_deref(), &req.params), None),
             "prompts/get" => (prompts_get(&req.params), None),
             "mcp.attach" => (
                 Err(RpcError::new(

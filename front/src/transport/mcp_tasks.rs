@@ -12,6 +12,9 @@
 //! what was killed in its status message. Cancelling a *request* (`notifications/cancelled`) still never
 //! kills anything: only `tasks/cancel` does.
 //!
+//! A task id is `SESSION/JOB`: one the connection does not remember (a bridge resumed after the server
+//! went away talks to a new front) is taken up again from the session's job (`recall`).
+//!
 //! Phases map as: running → `working`; exited, killed, refused → `completed` (the tool call completed; its
 //! result says how the job ended); lost, failed → `failed` (the job's own result was not obtained).
 //!
@@ -111,6 +114,40 @@ impl Tasks {
         self.list.iter().find(|t| t.id == id).ok_or_else(|| unknown(id))
     }
 
+    /// A task id this connection does not know, of a job in `session` (the connection's), is taken up
+    /// again: a task's id is `SESSION/JOB`, so the task outlives the connection's memory of it (a bridge
+    /// resumed after the server went away asks a new front, which never heard of it). What is not
+    /// recovered: its `ttl` and the other jobs' ends its admitting call took (they were announced on a
+    /// later call instead, as any unreported end is).
+    fn recall(&mut self, kernel: &Kernel, client: &Client, session: Option<&str>, id: &str) {
+        if self.list.iter().any(|t| t.id == id) {
+            return;
+        }
+        let Some((name, job)) = id.rsplit_once('/').and_then(|(s, j)| Some((s, j.parse::<u64>().ok()?))) else {
+            return;
+        };
+        if session != Some(name) {
+            return;
+        }
+        let Ok(s) = kernel.session(client, name) else { return };
+        let method = match s.lock().job(job) {
+            Some(j) if j.check.is_some() => "check",
+            Some(_) => "run",
+            None => return,
+        };
+        let task = Task {
+            id: id.to_owned(),
+            session: name.to_owned(),
+            job,
+            method,
+            created: SystemTime::now(),
+            ttl: None,
+            cancelled: None,
+            announced: Vec::new(),
+        };
+        self.list.push(task);
+    }
+
     /// The task's MCP status and a sentence on it, read from the session without consuming anything.
     fn phase(&self, kernel: &Kernel, client: &Client, t: &Task) -> (&'static str, String) {
         if let Some(why) = &t.cancelled {
@@ -152,9 +189,17 @@ impl Tasks {
         })
     }
 
-    /// `tasks/get {taskId}`.
-    pub fn get(&self, kernel: &Kernel, client: &Client, params: &Value) -> Result<Value, RpcError> {
-        let t = self.find(&task_id(params)?)?;
+    /// `tasks/get {taskId}` (of a task in `session`, the connection's).
+    pub fn get(
+        &mut self,
+        kernel: &Kernel,
+        client: &Client,
+        session: Option<&str>,
+        params: &Value,
+    ) -> Result<Value, RpcError> {
+        let id = task_id(params)?;
+        self.recall(kernel, client, session, &id);
+        let t = self.find(&id)?;
         Ok(self.describe(kernel, client, t))
     }
 
@@ -166,13 +211,16 @@ impl Tasks {
     /// `tasks/result {taskId}`: wait for the job's end; the tool result (`render` makes it from the
     /// method's result), tagged with the task.
     pub fn result(
-        &self,
+        &mut self,
         kernel: &Kernel,
         client: &Client,
+        session: Option<&str>,
         params: &Value,
         render: impl Fn(&'static str, Result<Value, RpcError>) -> Value,
     ) -> Result<Value, RpcError> {
-        let t = self.find(&task_id(params)?)?;
+        let id = task_id(params)?;
+        self.recall(kernel, client, session, &id);
+        let t = self.find(&id)?;
         let wait = || {
             let raw = kernel.call(client, "wait", json!({"session": t.session, "job": t.job, "yield_ms": 600_000}))?;
             serde_json::from_str::<Value>(raw.get())
@@ -194,8 +242,15 @@ impl Tasks {
     }
 
     /// `tasks/cancel {taskId}`: kill the job; the task ends `cancelled`.
-    pub fn cancel(&mut self, kernel: &Kernel, client: &Client, params: &Value) -> Result<Value, RpcError> {
+    pub fn cancel(
+        &mut self,
+        kernel: &Kernel,
+        client: &Client,
+        session: Option<&str>,
+        params: &Value,
+    ) -> Result<Value, RpcError> {
         let id = task_id(params)?;
+        self.recall(kernel, client, session, &id);
         let (status, _) = self.phase(kernel, client, self.find(&id)?);
         if status != "working" {
             return Err(RpcError::new(
