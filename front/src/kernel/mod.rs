@@ -156,7 +156,12 @@ impl Kernel {
         let receipts = crate::kernel::receipts::Receipts::load(&db).map_err(std::io::Error::other)?;
         match db.lose_orphans() {
             Ok(0) => {}
-            Ok(n) => tracing::warn!("{n} jobs of an earlier front's sessions were running; marked lost"),
+            // Before any takeover: the rows of a session taken over next are written again as its
+            // rebuilt jobs are (`recovery::adopt`), so only the others stay lost.
+            Ok(n) => tracing::info!(
+                "the database had {n} jobs of an earlier front as running: marked lost, except those of \
+                 the sessions taken over now, which are recorded again as they are"
+            ),
             Err(e) => tracing::warn!("marking an earlier front's jobs lost failed: {e}"),
         }
         let pump = Pump::start(link.clone())?;
