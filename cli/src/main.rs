@@ -114,8 +114,12 @@ enum Cmd {
     },
     /// Describe the server and the session.
     Describe,
-    /// Close the session, killing what still runs in it.
-    Close,
+    /// Close a session (NAME, else `--session`, else `default`), killing what still runs in it; what
+    /// ended unseen is shown. A session that is not open is an error (nothing is opened to be closed).
+    Close {
+        /// The session to close.
+        name: Option<String>,
+    },
     /// Call any method with JSON params (for scripting and debugging). A method that takes a session
     /// gets the `--session` one when the params name none; job and write results print as text
     /// (`--json`: the JSON), the rest as JSON.
@@ -204,6 +208,16 @@ fn real_main(cli: Cli) -> Result<i32> {
         args.socket.get_or_insert(socket);
         return cli::up::run_up(&args);
     }
+    if let Cmd::Run { cmd, .. } = &cli.cmd {
+        // The command takes every word after the options, so a mistyped option became a command that
+        // bash could only answer "command not found" (`heddle run --yield-ms 0 make`).
+        if let Some(first) = cmd.first().filter(|w| w.starts_with("--") && w.len() > 2) {
+            anyhow::bail!(
+                "`heddle run` has no option '{first}' (its options: --yield MS, --cwd DIR, --override RULE \
+                 --reason TEXT, --effects MODE; see `heddle run --help`); nothing was run"
+            );
+        }
+    }
     let mut client = connect(&socket, matches!(cli.cmd, Cmd::Run { .. } | Cmd::Mcp { .. }))?;
     if let Cmd::Mcp { cwd, close_on_exit, relay } = &cli.cmd {
         let cwd = match cwd {
@@ -262,6 +276,15 @@ fn real_main(cli: Cli) -> Result<i32> {
     }
     if let Cmd::Call { method, params } = &cli.cmd {
         return call(&mut client, &cli, method, params.as_deref());
+    }
+    if let Cmd::Close { name } = &cli.cmd {
+        let name = name.as_deref().or(cli.session.as_deref()).unwrap_or("default");
+        let r = client.call("session.close", json!({"session": name}))?;
+        match cli.json {
+            true => outln!("{}", serde_json::to_string_pretty(&r)?),
+            false => out!("{}", close_text(&r)),
+        }
+        return Ok(0);
     }
     let cwd = match &cli.cmd {
         Cmd::Run { cwd: Some(c), .. } => c.clone(),
@@ -395,7 +418,7 @@ fn real_main(cli: Cli) -> Result<i32> {
             }
             (r, false)
         }
-        Cmd::Close => (client.call("session.close", json!({"session": session}))?, false),
+        Cmd::Close { .. } => unreachable!("handled above"),
         Cmd::Call { .. } => unreachable!("handled above"),
     };
     if cli.json || !is_job {
@@ -403,6 +426,33 @@ fn real_main(cli: Cli) -> Result<i32> {
         return Ok(0);
     }
     print_job(&result)
+}
+
+/// A `session.close` result as a person reads it: what was killed, what lives on, what ended unseen.
+fn close_text(r: &Value) -> String {
+    let survivors: Vec<protocol::results::Survivor> =
+        serde_json::from_value(r["survivors"].clone()).unwrap_or_default();
+    let killed = r["killed"].as_u64().unwrap_or(0);
+    let name = r["session"].as_str().unwrap_or("?");
+    let what = match (killed, survivors.is_empty()) {
+        (0, _) => "nothing was running".to_owned(),
+        (n, true) => format!("killed {n} processes"),
+        (n, false) => format!("killed {n} processes: {}", protocol::text::survivors(&survivors)),
+    };
+    let verified = match r["verified_empty"].as_bool() {
+        Some(true) => "its cgroups verified empty",
+        _ => "its cgroups NOT verified empty",
+    };
+    let mut out = format!("session '{name}' closed: {what}; {verified}\n");
+    if let Some(note) = r["note"].as_str() {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    let kept: Vec<&str> = r["kept"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    if !kept.is_empty() {
+        out.push_str(&format!("kept jobs live on: {} (`heddle kept` lists them)\n", kept.join(", ")));
+    }
+    out.push_str(&protocol::text::announcements_of(r));
+    out
 }
 
 fn connect(socket: &std::path::Path, may_start: bool) -> Result<Client> {

@@ -471,6 +471,43 @@ fn a_bad_stdio_hand_over_is_refused_with_a_sentence() {
     assert_eq!(c.call("run", json!({"session": s, "cmd": "true"})).unwrap()["exit_code"], 0);
 }
 
+/// `heddle close NAME` as a person types it: the session named is closed (not opened first to be
+/// closed), and what was killed and what ended unseen are said in text; a name that is not open is an
+/// error, and opens nothing. A mistyped `run` option is refused before anything runs (it used to run as
+/// the command: `bash: --yield-ms: command not found`).
+#[test]
+fn the_cli_closes_a_named_session_and_refuses_a_mistyped_option() {
+    let h = Heddle::start();
+    let heddle = |args: &[&str]| {
+        let o = Command::new(bin_dir().join("heddle")).args(args).env("HEDDLE_SOCKET", &h.socket).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let cwd = h.project.to_str().unwrap();
+    let (code, out, _) = heddle(&["--session", "work", "run", "--cwd", cwd, "--", "setsid sleep 60 & echo started"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out, _) = heddle(&["--session", "work", "run", "--yield", "0", "--", "sleep 0.2; echo late"]);
+    assert_eq!(code, Some(75), "{out}");
+    std::thread::sleep(Duration::from_millis(800));
+    let (code, out, err) = heddle(&["close", "work"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.starts_with("session 'work' closed: killed 1 processes: sleep (pid "), "{out}");
+    assert!(out.contains("its cgroups verified empty") && out.contains("job 2 ended: exit 0"), "{out}");
+    let mut c = h.client();
+    assert!(c.call("jobs", json!({"session": "work"})).is_err(), "closed");
+    let (code, out, err) = heddle(&["close", "never-opened"]);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(err.contains("no session named 'never-opened'"), "{err}");
+    assert!(c.call("jobs", json!({"session": "never-opened"})).is_err(), "nothing was opened to be closed");
+    let (code, out, err) = heddle(&["--session", "typo", "run", "--yield-ms", "0", "true"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(err.contains("has no option '--yield-ms'") && err.contains("nothing was run"), "{err}");
+    assert!(c.call("jobs", json!({"session": "typo"})).is_err(), "no session was opened, no job run");
+}
+
 #[test]
 fn the_cli_shows_what_ended_since_the_last_command() {
     let h = Heddle::start();
