@@ -406,12 +406,16 @@ pub(crate) fn mutate(
         boot: k.db.boot().to_owned(),
         serial,
     };
+    // A run's receipt, as admitted: memory may have let it go by the end of the call (over
+    // [`RECENT`] other mutations while it waited), and must not be admitted a second time then.
+    let admitted: std::sync::OnceLock<Arc<Entry>> = std::sync::OnceLock::new();
     let outcome = if method == "run" {
         let on_admit = |s: &Session, job: u64| {
             let entry = k.receipts.admit(&k.db, base(Some(job), Some(s.spec().serial), None));
             if entry.receipt.idempotency_key.is_some() {
                 journal(s, job, &entry);
             }
+            let _ = admitted.set(entry);
             on_job(job);
         };
         crate::kernel::job_run::call_admitting(k, client, params.clone(), &on_admit).and_then(to_value)
@@ -420,7 +424,7 @@ pub(crate) fn mutate(
     };
     match outcome {
         Ok(mut value) => {
-            let entry = match k.receipts.by_id(client.uid, &id) {
+            let entry = match admitted.get().cloned().or_else(|| k.receipts.by_id(client.uid, &id)) {
                 Some(e) => e,
                 None => {
                     let serial = k.session(client, &session).ok().map(|s| s.spec().serial);
@@ -625,6 +629,27 @@ mod tests {
         let again = Receipts::load(&db).unwrap();
         assert_eq!(again.lock().by_id.len(), RECENT + 1, "a start loads as much");
         assert!(again.by_key(1000, "s", "k").is_some());
+    }
+
+    #[test]
+    fn a_runs_receipt_let_go_from_memory_while_it_waits_is_still_its_own() {
+        let h = std::sync::Arc::new(Harness::new());
+        h.open("demo");
+        let waiting = {
+            let h = h.clone();
+            std::thread::spawn(move || h.ok("run", json!({"session": "demo", "cmd": "hang", "yield_ms": 60_000})))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        for _ in 0..RECENT + 10 {
+            h.ok("session.open", json!({"name": "demo"}));
+        }
+        h.ok("kill", json!({"session": "demo", "job": 1}));
+        let r = waiting.join().unwrap();
+        assert_eq!(r["state"], "killed", "{r}");
+        assert_eq!(r["receipt"]["job"], r["job"], "the receipt names the run's job: {r}");
+        h.kernel.db.sync();
+        let row = h.kernel.db.receipt(r["receipt"]["id"].as_str().unwrap()).unwrap().unwrap();
+        assert_eq!((row.job, row.result), (r["job"].as_u64(), None), "stored once, as admitted");
     }
 
     #[test]
