@@ -134,12 +134,11 @@ pub fn blank(text: &str) -> bool {
     text.trim().is_empty()
 }
 
-/// What renders one stream each: its screen, the splitter in front of it, the redactor's block state.
+/// What renders one stream each: its screen and the splitter in front of it.
 #[derive(Debug, Default)]
 struct Machines {
     screens: [Screen; 2],
     splitters: [Splitter; 2],
-    blocks: [BlockCursor; 2],
 }
 
 /// A job's rendered output.
@@ -148,6 +147,9 @@ pub struct RenderedOutput {
     /// The per-stream machines that turn bytes into lines: made at the first byte, let go when the
     /// output is parked (over 1 KiB inline, which every ended job would otherwise keep).
     live: Option<Box<Machines>>,
+    /// The redactor's state per stream (inside a private-key block or not): kept for the output's
+    /// life, so a chunk arriving after the output was parked is still redacted as the block it is in.
+    blocks: [BlockCursor; 2],
     pending: Option<Placed>,
     next_line: u64,
     log: LineLog,
@@ -179,6 +181,7 @@ impl RenderedOutput {
     pub fn with_log(log: LineLog) -> RenderedOutput {
         RenderedOutput {
             live: None,
+            blocks: [BlockCursor::default(); 2],
             pending: None,
             next_line: 1,
             log,
@@ -274,7 +277,7 @@ impl RenderedOutput {
     }
 
     fn commit(&mut self, stream: u8, raw_line: &str) {
-        let text = Redactor::builtin().redact_line(&mut self.live().blocks[usize::from(stream)], raw_line).into_owned();
+        let text = Redactor::builtin().redact_line(&mut self.blocks[usize::from(stream)], raw_line).into_owned();
         let line = self.next_line;
         self.next_line += 1;
         self.rendered_bytes += text.len() as u64 + 1;
@@ -425,7 +428,7 @@ impl RenderedOutput {
         let (mut line, mut bytes) = (self.next_line, self.rendered_bytes);
         let Some(m) = self.live.as_deref() else { return (line, bytes) };
         for s in 0..2 {
-            let mut st = m.blocks[s];
+            let mut st = self.blocks[s];
             let r = Redactor::builtin();
             let complete = m.screens[s].complete_open_lines();
             for l in m.screens[s].open_lines().iter().take(complete) {
@@ -446,7 +449,7 @@ impl RenderedOutput {
         let mut out = Vec::new();
         let Some(m) = self.live.as_deref() else { return out };
         for s in 0..2 {
-            let mut st = m.blocks[s];
+            let mut st = self.blocks[s];
             let r = Redactor::builtin();
             let lines = m.screens[s].open_lines();
             out.extend(lines.iter().map(|l| (s as u8, r.redact_line(&mut st, l).into_owned())));
