@@ -90,8 +90,9 @@ pub struct McpConnection {
     tasks: Tasks,
     /// The hand-over brings a pending page (`mcp.attach {pending_page: true}`).
     pending_page: bool,
-    /// The `session.open` that opened (or attached) the session, under the name it got: what opens it
-    /// again when it was closed from outside ([`McpConnection::call_tool`]).
+    /// The `session.open` that opened the session, under the name it got: what opens it again when it
+    /// was closed from outside ([`McpConnection::reopening`]). Null when the connection attached to a
+    /// session another client had opened (its settings are not the connection's to repeat).
     reopen: Value,
 }
 
@@ -247,12 +248,13 @@ impl McpConnection {
             }
             let mut call_params = call_params;
             call_params["yield_ms"] = json!(0);
-            let ((result, named), _) =
+            let ((result, named), note) =
                 self.reopening(kernel, client, &session, || kernel.answer(client, method, call_params.clone()));
             let admitted = result.and_then(|raw| {
                 serde_json::from_str::<Value>(raw.get()).map_err(|e| RpcError::internal(e.to_string()))
             });
-            return (admitted.and_then(|v| raw(self.tasks.admit(kernel, client, method, &v, meta))), named);
+            let mut task = |v: Value| self.tasks.admit(kernel, client, method, &v, meta, note.clone());
+            return (admitted.and_then(|v| raw(task(v))), named);
         }
         let token = params.get("_meta").and_then(|m| m.get("progressToken")).filter(|t| t.is_string() || t.is_number());
         let answer = || match (token, out, method) {
@@ -308,8 +310,19 @@ impl McpConnection {
     ) -> (Answered, Option<String>) {
         let first = call();
         let gone = matches!(&first.0, Err(e) if e.kind == ErrorKind::UnknownSession);
-        if !gone || !self.reopen.is_object() {
+        if !gone {
             return (first, None);
+        }
+        if !self.reopen.is_object() {
+            let e = RpcError::new(
+                ErrorKind::UnknownSession,
+                format!(
+                    "session '{session}' was closed from outside this connection (its jobs ended with it); another \
+                     client had opened it with settings of its own, so heddle does not open it again: start the MCP \
+                     server again, or attach it to a session of its own"
+                ),
+            );
+            return ((Err(e), None), None);
         }
         let opened = kernel
             .call(client, "session.open", self.reopen.clone())
@@ -322,10 +335,19 @@ impl McpConnection {
             }
         };
         let cwd = opened["cwd"].as_str().unwrap_or("/");
-        let note = format!(
-            "note: session '{session}' was closed from outside this connection (its jobs ended with it); heddle \
-             opened it again in {cwd}: job numbers, shell state (cwd, variables, functions) and kept jobs start afresh"
-        );
+        let note = match opened["attached"].as_bool() {
+            Some(true) => format!(
+                "note: session '{session}' was closed from outside this connection (its jobs ended with it), and \
+                 another call opened it again meanwhile: this is a new session, with its own jobs and shell state"
+            ),
+            _ => format!(
+                "note: session '{session}' was closed from outside this connection (its jobs ended with it); heddle \
+                 opened it again in {cwd}: job numbers and shell state (cwd, variables, functions) start afresh \
+                 (kept jobs live on: kept lists them)"
+            ),
+        };
+        // The tasks of the closed session name jobs that are gone, and its job numbers are used again.
+        self.tasks = Tasks::after_reopen();
         (call(), Some(note))
     }
 
@@ -393,7 +415,7 @@ fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnect
         hand_over: p.hand_over_stdio,
         tasks: Tasks::default(),
         pending_page: p.hand_over_stdio && p.pending_page,
-        reopen: open,
+        reopen: if opened["attached"] == true { Value::Null } else { open },
     };
     Ok((conn, result))
 }

@@ -51,6 +51,8 @@ struct Task {
     /// Other jobs' ends the admitting call took (its `{task}` answer has no room for them): told with
     /// the task's result, so none is lost.
     announced: Vec<Value>,
+    /// What the admitting call had to say first (its session was opened again): told with the result.
+    note: Option<String>,
 }
 
 impl std::fmt::Debug for Tasks {
@@ -63,6 +65,9 @@ impl std::fmt::Debug for Tasks {
 #[derive(Default)]
 pub struct Tasks {
     list: Vec<Task>,
+    /// The connection's session was closed and opened again: its job numbers were used again, so an id
+    /// from before names another job, and unknown ids are not taken up ([`Tasks::recall`]).
+    reopened: bool,
 }
 
 fn iso(t: SystemTime) -> String {
@@ -86,7 +91,13 @@ fn task_id(params: &Value) -> Result<String, RpcError> {
 }
 
 impl Tasks {
-    /// Record the job a task-augmented call admitted; its `{task}` answer.
+    /// The tasks of a connection whose session was just opened again: none, and none taken up by id.
+    pub fn after_reopen() -> Tasks {
+        Tasks { list: Vec::new(), reopened: true }
+    }
+
+    /// Record the job a task-augmented call admitted; its `{task}` answer. `note`: what the call had to
+    /// say first (its session was opened again), told in the answer and with the result.
     pub fn admit(
         &mut self,
         kernel: &Kernel,
@@ -94,20 +105,30 @@ impl Tasks {
         method: &'static str,
         result: &Value,
         meta: &Value,
+        note: Option<String>,
     ) -> Value {
         let session = result["session"].as_str().unwrap_or_default().to_owned();
         let job = result["job"].as_u64().unwrap_or(0);
+        self.make_room(kernel, client);
+        let ttl = meta.get("ttl").and_then(Value::as_u64);
+        let announced = result["announcements"].as_array().cloned().unwrap_or_default();
+        let id = format!("{session}/{job}");
+        let task = Task { id, session, job, method, created: SystemTime::now(), ttl, cancelled: None, announced, note };
+        let mut answer = json!({"task": self.describe(kernel, client, &task)});
+        if let Some(n) = &task.note {
+            let said = answer["task"]["statusMessage"].as_str().unwrap_or_default().to_owned();
+            answer["task"]["statusMessage"] = json!(format!("{n}\n{said}"));
+        }
+        self.list.push(task);
+        answer
+    }
+
+    /// At most [`MAX_TASKS`]: the oldest ended one goes first.
+    fn make_room(&mut self, kernel: &Kernel, client: &Client) {
         if self.list.len() >= MAX_TASKS {
             let ended = self.list.iter().position(|t| self.phase(kernel, client, t).0 != "working");
             self.list.remove(ended.unwrap_or(0));
         }
-        let ttl = meta.get("ttl").and_then(Value::as_u64);
-        let announced = result["announcements"].as_array().cloned().unwrap_or_default();
-        let id = format!("{session}/{job}");
-        let task = Task { id, session, job, method, created: SystemTime::now(), ttl, cancelled: None, announced };
-        let answer = json!({"task": self.describe(kernel, client, &task)});
-        self.list.push(task);
-        answer
     }
 
     fn find(&self, id: &str) -> Result<&Task, RpcError> {
@@ -120,13 +141,14 @@ impl Tasks {
     /// recovered: its `ttl` and the other jobs' ends its admitting call took (they were announced on a
     /// later call instead, as any unreported end is).
     fn recall(&mut self, kernel: &Kernel, client: &Client, session: Option<&str>, id: &str) {
-        if self.list.iter().any(|t| t.id == id) {
+        if self.reopened || self.list.iter().any(|t| t.id == id) {
             return;
         }
         let Some((name, job)) = id.rsplit_once('/').and_then(|(s, j)| Some((s, j.parse::<u64>().ok()?))) else {
             return;
         };
-        if session != Some(name) {
+        // One spelling per job (`s/01` is not `s/1`), and only in the connection's own session.
+        if session != Some(name) || id != format!("{name}/{job}") {
             return;
         }
         let Ok(s) = kernel.session(client, name) else { return };
@@ -144,7 +166,9 @@ impl Tasks {
             ttl: None,
             cancelled: None,
             announced: Vec::new(),
+            note: None,
         };
+        self.make_room(kernel, client);
         self.list.push(task);
     }
 
@@ -237,6 +261,9 @@ impl Tasks {
             v["announcements"] = Value::Array(t.announced.iter().cloned().chain(later).collect());
         }
         let mut out = render(t.method, r);
+        if let (Some(n), Some(text)) = (&t.note, out["content"][0]["text"].as_str().map(str::to_owned)) {
+            out["content"][0]["text"] = json!(format!("{n}\n{text}"));
+        }
         out["_meta"] = json!({RELATED: {"taskId": t.id}});
         Ok(out)
     }
