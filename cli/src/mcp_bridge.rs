@@ -219,31 +219,47 @@ fn pending_page() -> Option<OwnedFd> {
     Some(fd)
 }
 
-/// The ids on the page, as the server that went away left it.
-fn pending_ids(page: &OwnedFd) -> Vec<Value> {
+/// The ids on the page, as the server that went away left it, and whether it left a line on the
+/// agent's stdout cut (`{"ids": [...], "mid_line": true}`; a bare array otherwise).
+fn pending_ids(page: &OwnedFd) -> (Vec<Value>, bool) {
     use std::os::unix::fs::FileExt;
-    let Ok(dup) = page.try_clone() else { return Vec::new() };
+    let Ok(dup) = page.try_clone() else { return (Vec::new(), false) };
     let file = std::fs::File::from(dup);
     let mut len = [0u8; 4];
     if file.read_exact_at(&mut len, 0).is_err() {
-        return Vec::new();
+        return (Vec::new(), false);
     }
     let n = u32::from_le_bytes(len) as usize;
     let mut json = vec![0u8; n.min(16 << 20)];
     if file.read_exact_at(&mut json, 4).is_err() {
-        return Vec::new();
+        return (Vec::new(), false);
     }
-    serde_json::from_slice(&json).unwrap_or_default()
+    match serde_json::from_slice::<Value>(&json).unwrap_or_default() {
+        Value::Array(ids) => (ids, false),
+        Value::Object(mut m) => {
+            let ids = match m.remove("ids") {
+                Some(Value::Array(ids)) => ids,
+                _ => Vec::new(),
+            };
+            (ids, m.get("mid_line") == Some(&Value::Bool(true)))
+        }
+        _ => (Vec::new(), false),
+    }
 }
 
 /// The server went away with requests it had read and not answered: answer each with an error on the
 /// agent's stdout (no server writes there now), so none waits forever, and empty the page.
 fn answer_the_pending(page: &OwnedFd) {
-    let ids = pending_ids(page);
-    if ids.is_empty() {
+    let (ids, mid_line) = pending_ids(page);
+    if ids.is_empty() && !mid_line {
         return;
     }
     let mut out = std::io::stdout().lock();
+    if mid_line {
+        // The server died while writing a line: end it, so the errors below are lines of their own
+        // (the cut line is not valid JSON; a client skips it as it would any torn line).
+        let _ = writeln!(out);
+    }
     for id in &ids {
         let e = json!({"jsonrpc": "2.0", "id": id, "error": {"code": SHUTTING_DOWN, "message": PENDING_LOST}});
         let _ = writeln!(out, "{e}");

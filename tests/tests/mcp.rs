@@ -346,8 +346,14 @@ fn a_task_is_known_again_after_the_bridge_resumed() {
     let r = b.call(4, "tasks/result", json!({"taskId": id}));
     assert!(said(&r["result"]).0.contains("tasked\n"), "the job's result: {r}");
     assert_eq!(r["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id, "{r}");
+    // Another session of the same user, with a job 1 of its own: not this connection's to take up.
+    let mut c = h.client();
+    c.call("session.open", json!({"name": "other", "cwd": h.project})).unwrap();
+    c.call("run", json!({"session": "other", "cmd": "true"})).unwrap();
     let r = b.call(5, "tasks/get", json!({"taskId": "other/1"}));
     assert!(r["error"]["message"].as_str().is_some_and(|m| m.contains("no task 'other/1'")), "{r}");
+    let r = b.call(6, "tasks/get", json!({"taskId": "tasked/01"}));
+    assert!(r["error"]["message"].as_str().is_some_and(|m| m.contains("no task 'tasked/01'")), "one spelling: {r}");
     assert!(b.finish().success());
 }
 
@@ -370,6 +376,53 @@ fn a_request_in_flight_when_the_front_dies_is_answered_with_an_error() {
     let r = b.tool(6, "run", json!({"cmd": "echo after"}));
     assert!(said(&r).0.contains("after\n"), "{r}");
     assert!(said(&r).0.contains("sleep 2; echo done"), "the job it started is announced: {r}");
+    assert!(b.finish().success());
+}
+
+/// Answers queued for an agent that stopped reading (its stdout pipe full) when the front dies are not
+/// lost: the page keeps their ids until they are written whole, and the bridge answers each one left with
+/// an error, after ending a line the dead front left cut. Every request gets exactly one answer.
+#[test]
+fn answers_queued_for_a_slow_reader_when_the_front_dies_are_answered() {
+    let h = Heddle::start();
+    let mut b = Bridge::initialized_with(&h, &["--session", "slow-reader"]);
+    // Each tools/list answer is ~14 KB: 40 of them are more than the agent's stdout pipe holds.
+    let ids: Vec<u64> = (10..50).collect();
+    for id in &ids {
+        b.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}).to_string());
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    kill_the_front(&h);
+    let mut seen: Vec<u64> = Vec::new();
+    let mut torn = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while seen.len() < ids.len() {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        if b.stdout.buffer().is_empty() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let mut fds = [PollFd::new(b.stdout.get_ref().as_fd(), PollFlags::POLLIN)];
+            let ready = poll(&mut fds, PollTimeout::try_from(left).unwrap_or(PollTimeout::ZERO)).unwrap();
+            seen.sort_unstable();
+            assert!(
+                ready > 0,
+                "no answer for {} of the requests within 30 s; answered: {seen:?}",
+                ids.len() - seen.len()
+            );
+        }
+        let mut line = String::new();
+        let got = b.stdout.read_line(&mut line).unwrap();
+        assert!(got > 0, "the bridge closed its stdout after {} answers: {seen:?}", seen.len());
+        match serde_json::from_str::<Value>(&line) {
+            Ok(v) => seen.push(v["id"].as_u64().unwrap_or_else(|| panic!("an answer without an id: {v}"))),
+            Err(_) => torn += 1,
+        }
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, ids, "each request answered once (a result, or the bridge's error)");
+    assert!(torn <= 1, "at most the one line the dead front was writing is cut: {torn}");
+    let r = b.tool(60, "run", json!({"cmd": "echo after"}));
+    assert!(said(&r).0.contains("after\n"), "{r}");
     assert!(b.finish().success());
 }
 
@@ -425,6 +478,29 @@ fn a_session_closed_from_outside_is_opened_again_and_the_agent_told() {
     assert_eq!(r["structuredContent"]["job"], 1, "a new session numbers its jobs afresh: {r}");
     let r = b.tool(4, "run", json!({"cmd": "echo again"}));
     assert!(said(&r).0.starts_with("exit 0"), "said once: {r}");
+    // A task's id names its session and job: after another close and reopen, job 1 is a new job, and
+    // the old task is not mistaken for it.
+    let task = json!({"name": "run", "arguments": {"cmd": "echo old; exit 7"}, "task": {}});
+    let r = b.call(5, "tools/call", task);
+    let old = r["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{r}")).to_owned();
+    std::thread::sleep(Duration::from_millis(300));
+    let closed = Command::new(bin_dir().join("heddle"))
+        .args(["close", "closed-under"])
+        .env("HEDDLE_SOCKET", &h.socket)
+        .output()
+        .unwrap();
+    assert!(closed.status.success(), "{}", String::from_utf8_lossy(&closed.stderr));
+    let task = json!({"name": "run", "arguments": {"cmd": "echo new"}, "task": {}});
+    let r = b.call(6, "tools/call", task);
+    let new = r["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{r}")).to_owned();
+    let status = r["result"]["task"]["statusMessage"].as_str().unwrap_or_default();
+    assert!(status.starts_with("note: session 'closed-under' was closed from outside"), "{r}");
+    assert_eq!((old.as_str(), new.as_str()), ("closed-under/3", "closed-under/1"), "{r}");
+    let r = b.call(7, "tasks/result", json!({"taskId": new}));
+    let text = said(&r["result"]).0;
+    assert!(text.starts_with("note: session 'closed-under'") && text.contains("\nnew\n"), "{r}");
+    let r = b.call(8, "tasks/get", json!({"taskId": old}));
+    assert!(r["error"]["message"].as_str().is_some_and(|m| m.contains("no task")), "{r}");
     assert!(b.finish().success());
 }
 

@@ -9,6 +9,11 @@
 //! every later line is queued behind it, so lines never reorder. [`Outbox::over`] tells the pump a
 //! reader fell more than [`MAX_QUEUED`] bytes behind.
 //!
+//! An answer sent with [`Outbox::send_answer`] says whether it is already whole on the socket or
+//! queued; a [`Watch`] set on the outbox hears when queued answers are written and when a line is cut
+//! (part of it written, the rest waiting): a handed-over MCP connection keeps its pending page by them,
+//! so a front that dies with answers queued leaves their ids for the bridge to answer.
+//!
 //! ```no_run
 //! # fn demo(stream: std::os::unix::net::UnixStream) {
 //! let out = front::rpc::outbox::Outbox::owning(1, stream);
@@ -31,10 +36,42 @@ pub const MAX_QUEUED: usize = 64 * 1024 * 1024;
 /// Most bytes the writer joins into one `write`.
 const BATCH: usize = 256 * 1024;
 
+/// What became of a line sent with [`Outbox::send_answer`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// Whole on the socket.
+    Written,
+    /// Queued (perhaps partly written) for the writer thread; a [`Watch`] hears when it is written.
+    Queued,
+    /// The connection is gone.
+    Gone,
+}
+
+/// What a [`Watch`] hears, in order (each told under the queue's lock or by the one writer thread).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// An answer was queued (told before any writer can write it).
+    Queued,
+    /// A write may leave a line cut: part of it on the socket, the rest waiting.
+    Cutting,
+    /// Everything written so far is whole lines, the last `answers` queued answers among them.
+    Whole { answers: usize },
+}
+
+/// Told what queued lines became (see [`Written`]).
+pub type Watch = Arc<dyn Fn(Written) + Send + Sync>;
+
+/// A line waiting for the writer, and whether it is an answer ([`Outbox::send_answer`]).
+#[derive(Debug)]
+struct Line {
+    bytes: Vec<u8>,
+    answer: bool,
+}
+
 /// The lines waiting for one connection's writer, and whether it writes or is closed.
 #[derive(Debug, Default)]
 struct Pending {
-    queue: VecDeque<Vec<u8>>,
+    queue: VecDeque<Line>,
     queued: usize,
     /// A writer thread is running: it took lines out and is writing them, or is about to.
     busy: bool,
@@ -53,15 +90,34 @@ impl std::fmt::Debug for Drained {
     }
 }
 
-#[derive(Debug)]
 struct Shared {
     pending: Mutex<Pending>,
+    /// Told when queued answers are written ([`Outbox::watch`]).
+    watch: std::sync::OnceLock<Watch>,
     ready: Condvar,
     /// The connection's socket; `None` for an outbox read by an [`OutboxReader`] (every line queues).
     sock: Option<OwnedFd>,
     /// `sock` is not a socket but a pipe the outbox holds in non-blocking mode (an MCP agent's stdout,
     /// handed over by `heddle mcp`): written with `write`, not `send`.
     pipe: bool,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("sock", &self.sock).field("pipe", &self.pipe).finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    fn new(sock: Option<OwnedFd>, pipe: bool) -> Shared {
+        Shared { pending: Mutex::default(), watch: std::sync::OnceLock::new(), ready: Condvar::new(), sock, pipe }
+    }
+
+    fn tell(&self, w: Written) {
+        if let Some(watch) = self.watch.get() {
+            watch(w);
+        }
+    }
 }
 
 /// The write side of one connection (cheap to clone: subscriptions keep one each).
@@ -81,10 +137,7 @@ impl Outbox {
     /// socket server reads through [`Outbox::socket`]). The socket closes when the last clone is gone.
     pub fn owning(conn: u64, stream: UnixStream) -> Outbox {
         let sock = Some(OwnedFd::from(stream));
-        Outbox {
-            conn,
-            shared: Arc::new(Shared { pending: Mutex::default(), ready: Condvar::new(), sock, pipe: false }),
-        }
+        Outbox { conn, shared: Arc::new(Shared::new(sock, false)) }
     }
 
     /// An outbox writing to `fd`, a socket or a pipe (a pipe must be in non-blocking mode, and no one
@@ -101,8 +154,7 @@ impl Outbox {
                 ))
             }
         };
-        let shared = Shared { pending: Mutex::default(), ready: Condvar::new(), sock: Some(fd), pipe };
-        Ok(Outbox { conn, shared: Arc::new(shared) })
+        Ok(Outbox { conn, shared: Arc::new(Shared::new(Some(fd), pipe)) })
     }
 
     /// The socket this outbox writes to (none for a socketless one).
@@ -113,7 +165,7 @@ impl Outbox {
     /// An outbox for connection `conn` with no socket: its lines are taken by the [`OutboxReader`]
     /// (an HTTP door's event stream). Lines wait in the same queue, bounded the same way.
     pub fn queued(conn: u64) -> (Outbox, OutboxReader) {
-        let shared = Arc::new(Shared { pending: Mutex::default(), ready: Condvar::new(), sock: None, pipe: false });
+        let shared = Arc::new(Shared::new(None, false));
         (Outbox { conn, shared: shared.clone() }, OutboxReader { shared })
     }
 
@@ -121,12 +173,27 @@ impl Outbox {
         self.shared.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Set the [`Watch`] told what becomes of queued answers (once; a second is ignored).
+    pub fn watch(&self, watch: Watch) {
+        let _ = self.shared.watch.set(watch);
+    }
+
     /// Send one line (newline included): now if the socket takes it, else after what waits. False
     /// when the connection is gone.
     pub fn send(&self, line: Vec<u8>) -> bool {
+        self.put_line(line, false) != Sent::Gone
+    }
+
+    /// [`Outbox::send`] for an answer: whether it is whole on the socket now or queued (a [`Watch`]
+    /// hears when it is written).
+    pub fn send_answer(&self, line: Vec<u8>) -> Sent {
+        self.put_line(line, true)
+    }
+
+    fn put_line(&self, line: Vec<u8>, answer: bool) -> Sent {
         let mut st = self.lock();
         if st.closed {
-            return false;
+            return Sent::Gone;
         }
         let mut at = 0;
         if let (true, false, Some(sock)) = (st.queue.is_empty(), st.busy, &self.shared.sock) {
@@ -138,17 +205,24 @@ impl Outbox {
                     Err(_) => {
                         st.closed = true;
                         self.shared.ready.notify_one();
-                        return false;
+                        return Sent::Gone;
                     }
                 }
             }
             if at == line.len() {
-                return true;
+                return Sent::Written;
             }
+        }
+        if at > 0 {
+            // Under the queue's lock, so no writer thread tells `Whole` before this.
+            self.shared.tell(Written::Cutting);
         }
         let rest = if at == 0 { line } else { line[at..].to_vec() };
         st.queued += rest.len();
-        st.queue.push_back(rest);
+        st.queue.push_back(Line { bytes: rest, answer });
+        if answer {
+            self.shared.tell(Written::Queued);
+        }
         if self.shared.sock.is_none() {
             self.shared.ready.notify_one();
         } else if !st.busy {
@@ -161,11 +235,11 @@ impl Outbox {
                 st.closed = true;
                 st.queue.clear();
                 st.queued = 0;
-                return false;
+                return Sent::Gone;
             }
             st.busy = true;
         }
-        true
+        Sent::Queued
     }
 
     /// Whether more than [`MAX_QUEUED`] bytes wait for this connection's reader.
@@ -235,8 +309,8 @@ impl OutboxReader {
         let mut batch = Vec::new();
         while batch.len() < BATCH {
             let Some(line) = st.queue.pop_front() else { break };
-            st.queued -= line.len();
-            batch.extend_from_slice(&line);
+            st.queued -= line.bytes.len();
+            batch.extend_from_slice(&line.bytes);
         }
         Some(Some(batch))
     }
@@ -267,13 +341,22 @@ fn write_queued(shared: &Shared) {
             return;
         }
         batch.clear();
-        while batch.len() < BATCH {
+        // A batch ends with an answer, so a watch hears of each answer once it is whole (a front
+        // killed in a later write must not leave it counted as unanswered).
+        let mut answers = 0;
+        while batch.len() < BATCH && answers == 0 {
             let Some(line) = st.queue.pop_front() else { break };
-            st.queued -= line.len();
-            batch.extend_from_slice(&line);
+            st.queued -= line.bytes.len();
+            batch.extend_from_slice(&line.bytes);
+            answers += usize::from(line.answer);
         }
         drop(st);
-        if write_all(sock.as_fd(), &batch, shared.pipe).is_err() {
+        shared.tell(Written::Cutting);
+        let wrote = write_all(sock.as_fd(), &batch, shared.pipe);
+        if wrote.is_ok() {
+            shared.tell(Written::Whole { answers });
+        }
+        if wrote.is_err() {
             let mut st = shared.pending.lock().unwrap_or_else(|e| e.into_inner());
             st.closed = true;
             st.queue.clear();

@@ -32,7 +32,7 @@
 
 use crate::kernel::subscribe;
 use crate::kernel::{Client, Kernel};
-use crate::rpc::outbox::Outbox;
+use crate::rpc::outbox::{Outbox, Sent};
 use crate::rpc::{self, ErrorKind, RpcError, MAX_LINE};
 use crate::sessions::session::Session;
 use crate::transport::lines::{Line, Lines};
@@ -445,19 +445,27 @@ struct Stdio {
     input_is_pipe: bool,
     /// The bridge's socket: when the bridge ends, so does the connection.
     bridge: OwnedFd,
-    /// The bridge's page of the requests read and not yet answered ([`Pending`]).
-    pending: Option<Pending>,
+    /// The bridge's page of the requests read and not yet answered ([`Pending`]), shared with the
+    /// outbox's writer thread, which takes an answer off once it is written.
+    pending: Option<Arc<std::sync::Mutex<Pending>>>,
 }
 
 /// The ids of the requests a handed-over connection has read and not yet answered, kept where the
 /// bridge can read them if this front dies: a memfd the bridge sent with the stdio. After each change
-/// the page holds `[u32 LE length][JSON array of the ids]` (notifications have none; a line too long
-/// to read has none either). A bridge whose server went away answers each of them with an error before
-/// it hands the stdio to the next front, so no request of the agent's waits for an answer forever.
+/// the page holds `[u32 LE length][JSON]`: the array of the ids (notifications have none; a line too
+/// long to read has none either), or `{"ids": [...], "mid_line": true}` while a line on the agent's
+/// stdout may be cut (part of it written, the rest queued). An answer queued for a slow reader stays on
+/// the page until the outbox's writer wrote it whole ([`crate::rpc::outbox::Watch`]). A bridge whose
+/// server went away ends the cut line, answers each id with an error before it hands the stdio to the
+/// next front, so no request of the agent's waits for an answer forever.
 struct Pending {
     page: std::fs::File,
-    /// One entry per line read and not yet answered, in order: its id, if it had one.
+    /// One entry per line read and not yet answered, in order: its id, if it had one. The first
+    /// `queued` are answered and their answers queued, not yet written.
     ids: VecDeque<Option<Box<serde_json::value::RawValue>>>,
+    queued: usize,
+    /// A line on the agent's stdout may be cut.
+    mid_line: bool,
 }
 
 impl Pending {
@@ -471,7 +479,7 @@ impl Pending {
         if !(on_tmpfs && regular) {
             return Err("the pending page must be a memfd".to_owned());
         }
-        let p = Pending { page: file, ids: VecDeque::new() };
+        let p = Pending { page: file, ids: VecDeque::new(), queued: 0, mid_line: false };
         p.write();
         Ok(p)
     }
@@ -495,17 +503,39 @@ impl Pending {
         self.write();
     }
 
-    /// The oldest line read was answered (or dropped).
+    /// The oldest line read and not yet answered was answered whole (or needed no answer, or was
+    /// dropped).
     fn answered(&mut self) {
-        if self.ids.pop_front().is_some_and(|id| id.is_some()) {
+        if self.queued < self.ids.len() && self.ids.remove(self.queued).is_some_and(|id| id.is_some()) {
             self.write();
         }
     }
 
-    /// Nothing read is waiting any more.
+    /// What the outbox's writer did with the agent's stdout.
+    fn written(&mut self, w: crate::rpc::outbox::Written) {
+        use crate::rpc::outbox::Written;
+        match w {
+            Written::Queued => self.queued = (self.queued + 1).min(self.ids.len()),
+            Written::Cutting if !self.mid_line => {
+                self.mid_line = true;
+                self.write();
+            }
+            Written::Cutting => {}
+            Written::Whole { answers } => {
+                let n = answers.min(self.queued);
+                let dropped: Vec<_> = self.ids.drain(..n).collect();
+                self.queued -= n;
+                if std::mem::take(&mut self.mid_line) || dropped.iter().any(Option::is_some) {
+                    self.write();
+                }
+            }
+        }
+    }
+
+    /// Nothing read is waiting any more (answers already queued stay until they are written).
     fn clear(&mut self) {
-        if !self.ids.is_empty() {
-            self.ids.clear();
+        if self.ids.len() > self.queued {
+            self.ids.truncate(self.queued);
             self.write();
         }
     }
@@ -513,7 +543,11 @@ impl Pending {
     fn write(&self) {
         use std::os::unix::fs::FileExt;
         let ids: Vec<&serde_json::value::RawValue> = self.ids.iter().flatten().map(|b| &**b).collect();
-        let json = serde_json::to_vec(&ids).unwrap_or_else(|_| b"[]".to_vec());
+        let json = match self.mid_line {
+            false => serde_json::to_vec(&ids),
+            true => serde_json::to_vec(&serde_json::json!({"ids": ids, "mid_line": true})),
+        };
+        let json = json.unwrap_or_else(|_| b"[]".to_vec());
         let mut buf = Vec::with_capacity(4 + json.len());
         buf.extend_from_slice(&u32::try_from(json.len()).unwrap_or(u32::MAX).to_le_bytes());
         buf.extend_from_slice(&json);
@@ -537,23 +571,36 @@ impl Conn {
     fn fill(&mut self) -> bool {
         let before = self.lines.ready.len();
         let more = self.fill_lines();
-        if let Some(p) = self.stdio.as_mut().and_then(|s| s.pending.as_mut()) {
+        if let Some(mut p) = self.page() {
             p.read(&self.lines.ready, before);
         }
         more
     }
 
-    /// The oldest line read was answered (or dropped): off the pending page.
-    fn answered(&mut self) {
-        if let Some(p) = self.stdio.as_mut().and_then(|s| s.pending.as_mut()) {
-            p.answered();
+    fn page(&self) -> Option<std::sync::MutexGuard<'_, Pending>> {
+        let p = self.stdio.as_ref()?.pending.as_ref()?;
+        Some(p.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Send the answer to the oldest line not yet answered; false when the connection is gone. Off the
+    /// pending page once written whole (by the outbox's writer, for one it queued).
+    fn answer(&mut self, reply: Option<Vec<u8>>) -> bool {
+        let sent = match reply {
+            Some(r) => self.outbox.send_answer(r),
+            None => Sent::Written,
+        };
+        if sent != Sent::Queued {
+            if let Some(mut p) = self.page() {
+                p.answered();
+            }
         }
+        sent != Sent::Gone
     }
 
     /// Lines read and not answered are dropped (the connection ends): off the pending page.
     fn drop_lines(&mut self) {
         self.lines.ready.clear();
-        if let Some(p) = self.stdio.as_mut().and_then(|s| s.pending.as_mut()) {
+        if let Some(mut p) = self.page() {
             p.clear();
         }
     }
@@ -659,11 +706,10 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
                 Line::Data(line) => {
                     shared.in_flight.fetch_add(1, Ordering::SeqCst);
                     let (reply, named) = answer_in_dialect(kernel, &c.client, &line, &c.outbox, &mut c.mcp);
-                    // The reply goes out first: no client waits on the database rows.
-                    let sent = reply.is_none_or(|r| c.outbox.send(r));
-                    // Off the pending page at once: a front that dies after this leaves no id the bridge
-                    // would answer a second time.
-                    c.answered();
+                    // The reply goes out first: no client waits on the database rows. Off the pending
+                    // page once whole on the agent's stdout: a front that dies after this leaves no id
+                    // the bridge would answer a second time, nor one it would not answer.
+                    let sent = c.answer(reply);
                     if let Some(s) = named {
                         after_answer(kernel, &s);
                     }
@@ -685,8 +731,7 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
                 }
             };
             if let Some(reply) = reply {
-                let sent = c.outbox.send(reply);
-                c.answered();
+                let sent = c.answer(Some(reply));
                 if !sent {
                     c.eof = true;
                     c.drop_lines();
@@ -753,7 +798,7 @@ fn hand_over(shared: &Arc<Shared>, c: &mut Conn) -> Result<(), String> {
     let mut fds = receive_stdio(sock.as_fd(), with_page)?.into_iter();
     let (Some(input), Some(output)) = (fds.next(), fds.next()) else { unreachable!("counted above") };
     let pending = match fds.next() {
-        Some(page) => Some(Pending::new(page)?),
+        Some(page) => Some(Arc::new(std::sync::Mutex::new(Pending::new(page)?))),
         None => None,
     };
     let input_is_pipe = stdio_kind(input.as_fd())?;
@@ -769,6 +814,10 @@ fn hand_over(shared: &Arc<Shared>, c: &mut Conn) -> Result<(), String> {
         let _ = nix::fcntl::fcntl(output.as_fd(), nix::fcntl::FcntlArg::F_SETPIPE_SZ(STDOUT_PIPE_SIZE));
     }
     let outbox = Outbox::owning_fd(c.outbox.conn, output).map_err(|e| e.to_string())?;
+    if let Some(p) = &pending {
+        let p = p.clone();
+        outbox.watch(Arc::new(move |w| p.lock().unwrap_or_else(|e| e.into_inner()).written(w)));
+    }
     let old = std::mem::replace(&mut c.outbox, outbox);
     // The registration is the original descriptor's (epoll keeps it while any duplicate is open).
     if let Some(fd) = old.socket() {
