@@ -58,6 +58,8 @@ pub struct Job {
     /// When the job's cgroup emptied, and what it accounted.
     emptied: Option<(u64, JobUsage)>,
     kept: Option<String>,
+    /// `session.close` ended the job and whatever it left running (the session's cgroups were killed).
+    closed: bool,
     oom_killed: bool,
     /// The job ran on a shell pre-started for it (`Started { prestarted }`).
     prestarted: bool,
@@ -172,6 +174,7 @@ impl Job {
             survivors: None,
             emptied: None,
             kept: None,
+            closed: false,
             oom_killed: false,
             prestarted: false,
             cgroup: None,
@@ -212,6 +215,7 @@ impl Job {
     pub fn cgroup_settled(&self) -> bool {
         self.emptied.is_some()
             || self.kept.is_some()
+            || self.closed
             || matches!(self.life.phase, JobPhase::Lost | JobPhase::Failed | JobPhase::Refused)
     }
 
@@ -566,6 +570,12 @@ impl Job {
     /// The session was closed under the job; whether this ended it (it was still running).
     pub fn mark_closed(&mut self, now: Instant) -> bool {
         let ended = self.end(JobPhase::Killed, now, None);
+        // The close killed the session's cgroups (SIGKILL, `cgroup.kill`): nothing of the job is left to
+        // wait for, and a waiting call answers now.
+        self.closed = true;
+        if ended && self.kept.is_none() {
+            self.life.signal = Some(9);
+        }
         if ended {
             self.shell.unknown("the session was closed");
             self.note("ended by session.close".to_owned());

@@ -136,6 +136,31 @@ mod tests {
     }
 
     #[test]
+    fn a_call_waiting_on_a_job_answers_when_the_close_kills_it() {
+        let h = std::sync::Arc::new(Harness::new());
+        h.open("demo");
+        let waiting = {
+            let h = h.clone();
+            std::thread::spawn(move || {
+                let t = std::time::Instant::now();
+                (h.ok("run", json!({"session": "demo", "cmd": "hang", "yield_ms": 30_000})), t.elapsed())
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        h.ok("session.close", json!({"session": "demo"}));
+        let (r, took) = waiting.join().unwrap();
+        assert!(
+            took < std::time::Duration::from_secs(10),
+            "answered when the close ended the job, not at the yield: {took:?}"
+        );
+        assert_eq!(
+            (r["state"].as_str(), r["signal"].as_i64(), r["exit_code"].as_i64()),
+            (Some("killed"), Some(9), None),
+            "{r}"
+        );
+    }
+
+    #[test]
     fn a_closed_session_and_its_jobs_are_let_go() {
         let h = Harness::new();
         h.open("demo");
