@@ -34,6 +34,25 @@ pub fn for_the_cli(text: &str, session: &str) -> String {
     }
 }
 
+/// An error sentence from the server as a person at the CLI reads it: the calls it suggests in their
+/// CLI form (`list its jobs with jobs {"session": "s"}` → ``list its jobs with `heddle --session s jobs` ``,
+/// `open one with session.open` → ``open one with `heddle --session s run …` ``), the rest as it is.
+pub fn error_for_the_cli(message: &str, session: &str) -> String {
+    let s = if session == "default" { String::new() } else { format!("--session {} ", quoted(session)) };
+    let mut out = for_the_cli(message, session);
+    if let Some(at) = out.find("jobs {\"session\": ") {
+        let json_at = at + "jobs ".len();
+        let mut objects = serde_json::Deserializer::from_str(&out[json_at..]).into_iter::<Value>();
+        let named = objects.next().and_then(Result::ok).and_then(|v| v["session"].as_str().map(str::to_owned));
+        if let Some(name) = named {
+            let end = json_at + objects.byte_offset();
+            let flag = if name == "default" { String::new() } else { format!("--session {} ", quoted(&name)) };
+            out.replace_range(at..end, &format!("`heddle {flag}jobs`"));
+        }
+    }
+    out.replace("open one with session.open", &format!("`heddle {s}run …` opens one"))
+}
+
 /// The CLI form of one suggested call, `None` when it has none.
 fn cli_form(prefix: &str, v: &Value, in_session: &str) -> Option<String> {
     let o = v.as_object()?;
@@ -71,7 +90,23 @@ fn quoted(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::for_the_cli;
+    use super::{error_for_the_cli, for_the_cli};
+
+    #[test]
+    fn an_error_names_the_cli_command_to_type() {
+        assert_eq!(
+            error_for_the_cli(
+                r#"session 'default' has no job 99; list its jobs with jobs {"session": "default"}"#,
+                "default"
+            ),
+            "session 'default' has no job 99; list its jobs with `heddle jobs`"
+        );
+        assert_eq!(
+            error_for_the_cli("no session named 'a b'; open one with session.open", "a b"),
+            "no session named 'a b'; `heddle --session 'a b' run …` opens one"
+        );
+        assert_eq!(error_for_the_cli("jobs {not json", "s"), "jobs {not json");
+    }
 
     #[test]
     fn suggested_calls_become_commands_and_nothing_else_changes() {

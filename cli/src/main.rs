@@ -18,8 +18,9 @@ struct Cli {
     /// Control socket (default: $HEDDLE_SOCKET, $XDG_RUNTIME_DIR/heddle/heddle.sock, or /run/heddle/heddle.sock for root).
     #[arg(long, global = true, env = "HEDDLE_SOCKET")]
     socket: Option<PathBuf>,
-    /// Session name to use (reattached by name, opened if missing) [default: "default"; for `mcp`, a
-    /// fresh session].
+    /// Session name to use (reattached by name; `run`, `check`, `checks`, `describe` and `mcp` open it if
+    /// missing, `jobs`, `wait`, `kill`, `output` and `keep` say it is not open) [default: "default"; for
+    /// `mcp`, a fresh session].
     #[arg(long, global = true)]
     session: Option<String>,
     /// Print the raw JSON result instead of the text form.
@@ -185,6 +186,12 @@ macro_rules! outln {
 
 fn main() {
     let cli = Cli::parse();
+    // The session an error's suggested calls name (`heddle call` prints the server's sentence as is).
+    let session = match &cli.cmd {
+        Cmd::Close { name: Some(n) } => Some(n.clone()),
+        Cmd::Call { .. } => None,
+        _ => Some(cli.session.clone().unwrap_or_else(|| "default".to_owned())),
+    };
     match real_main(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
@@ -195,7 +202,11 @@ fn main() {
                 // The reader went away (`heddle output 3 --raw | head`): quiet, as SIGPIPE would be.
                 std::process::exit(141);
             }
-            eprintln!("heddle: {e:#}");
+            let said = format!("{e:#}");
+            match session {
+                Some(s) => eprintln!("heddle: {}", cli::calls::error_for_the_cli(&said, &s)),
+                None => eprintln!("heddle: {said}"),
+            }
             std::process::exit(2);
         }
     }
@@ -211,7 +222,7 @@ fn real_main(cli: Cli) -> Result<i32> {
     if let Cmd::Run { cmd, .. } = &cli.cmd {
         // The command takes every word after the options, so a mistyped option became a command that
         // bash could only answer "command not found" (`heddle run --yield-ms 0 make`).
-        if let Some(first) = cmd.first().filter(|w| w.starts_with("--") && w.len() > 2) {
+        if let Some(first) = cmd.first().filter(|w| w.starts_with('-') && w.len() > 1 && w.as_str() != "--") {
             anyhow::bail!(
                 "`heddle run` has no option '{first}' (its options: --yield MS, --cwd DIR, --override RULE \
                  --reason TEXT, --effects MODE; see `heddle run --help`); nothing was run"
@@ -295,7 +306,14 @@ fn real_main(cli: Cli) -> Result<i32> {
     if cli.network {
         open_params["network"] = json!(true);
     }
-    let open = client.call("session.open", open_params)?;
+    // A command about jobs already run names its session; it does not open one (a typo in --session
+    // opened an empty session and answered "no jobs in this session").
+    let about_jobs =
+        matches!(cli.cmd, Cmd::Wait { .. } | Cmd::Kill { .. } | Cmd::Jobs | Cmd::Output { .. } | Cmd::Keep { .. });
+    let open = match about_jobs {
+        true => json!({"session": name}),
+        false => client.call("session.open", open_params)?,
+    };
     if cli.network && open["attached"] == json!(true) && !session_has_network(&mut client, &open["session"]) {
         eprintln!(
             "heddle: session '{name}' was already open with the network off, so --network changed nothing (a \

@@ -582,6 +582,21 @@ fn the_cli_closes_a_named_session_and_refuses_a_mistyped_option() {
     assert_eq!(code, Some(2), "{out}");
     assert!(err.contains("has no option '--yield-ms'") && err.contains("nothing was run"), "{err}");
     assert!(c.call("jobs", json!({"session": "typo"})).is_err(), "no session was opened, no job run");
+    // Commands about jobs already run do not open the session they name, and their errors name the
+    // command a person types, not the protocol's call.
+    for args in [
+        &["--session", "ghost", "jobs"][..],
+        &["--session", "ghost", "wait", "1"],
+        &["--session", "ghost", "output", "1"],
+    ] {
+        let (code, out, err) = heddle(args);
+        assert_eq!(code, Some(2), "{args:?}: {out}");
+        assert!(err.contains("no session named 'ghost'; `heddle --session ghost run …` opens one"), "{args:?}: {err}");
+    }
+    assert!(c.call("jobs", json!({"session": "ghost"})).is_err(), "nothing was opened");
+    heddle(&["--session", "here", "run", "--cwd", cwd, "--", "true"]);
+    let (_, _, err) = heddle(&["--session", "here", "output", "99"]);
+    assert!(err.contains("has no job 99; list its jobs with `heddle --session here jobs`"), "{err}");
 }
 
 #[test]
