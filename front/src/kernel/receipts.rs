@@ -603,9 +603,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(&dir.path().join("heddle.db")).unwrap();
         let receipts = Receipts::load(&db).unwrap();
+        let id = |n: usize| format!("r{}-{n}", db.boot());
         let entry = |n: usize, key: Option<&str>| Entry {
             receipt: Receipt {
-                id: format!("r{n}"),
+                id: id(n),
                 op: "run".into(),
                 admitted_at: n as u64,
                 outcome: Outcome::Admitted,
@@ -626,10 +627,10 @@ mod tests {
             receipts.admit(&db, entry(n, None));
         }
         assert_eq!(receipts.lock().by_id.len(), RECENT + 1, "the latest unkeyed ones and the keyed one");
-        assert!(receipts.by_id(1000, "r0").is_none(), "the oldest left memory");
-        assert!(receipts.by_id(1000, "r1").is_some(), "a keyed one stays");
-        assert_eq!(receipts.find(&db, 1000, "r0").map(|e| e.receipt.clone()), Some(entry(0, None).receipt));
-        assert!(receipts.find(&db, 1001, "r0").is_none(), "another uid's receipt stays invisible");
+        assert!(receipts.by_id(1000, &id(0)).is_none(), "the oldest left memory");
+        assert!(receipts.by_id(1000, &id(1)).is_some(), "a keyed one stays");
+        assert_eq!(receipts.find(&db, 1000, &id(0)).map(|e| e.receipt.clone()), Some(entry(0, None).receipt));
+        assert!(receipts.find(&db, 1001, &id(0)).is_none(), "another uid's receipt stays invisible");
         let again = Receipts::load(&db).unwrap();
         assert_eq!(again.lock().by_id.len(), RECENT + 1, "a start loads as much");
         assert!(again.by_key(1000, "s", "k").is_some());
