@@ -452,10 +452,15 @@ fn close_text(r: &Value) -> String {
         serde_json::from_value(r["survivors"].clone()).unwrap_or_default();
     let killed = r["killed"].as_u64().unwrap_or(0);
     let name = r["session"].as_str().unwrap_or("?");
-    let what = match (killed, survivors.is_empty()) {
-        (0, _) => "nothing was running".to_owned(),
-        (n, true) => format!("killed {n} processes"),
-        (n, false) => format!("killed {n} processes: {}", protocol::text::survivors(&survivors)),
+    let more = r["survivors_more"].as_u64().unwrap_or(0);
+    let processes = |n: u64| if n == 1 { "1 process".to_owned() } else { format!("{n} processes") };
+    let what = match (killed, survivors.is_empty(), more) {
+        (0, _, _) => "nothing was running".to_owned(),
+        (n, true, _) => format!("killed {}", processes(n)),
+        (n, false, 0) => format!("killed {}: {}", processes(n), protocol::text::survivors(&survivors)),
+        (n, false, m) => {
+            format!("killed {}: {}, and {m} more not listed", processes(n), protocol::text::survivors(&survivors))
+        }
     };
     let verified = match r["verified_empty"].as_bool() {
         Some(true) => "its cgroups verified empty",

@@ -570,7 +570,7 @@ fn the_cli_closes_a_named_session_and_refuses_a_mistyped_option() {
     std::thread::sleep(Duration::from_millis(800));
     let (code, out, err) = heddle(&["close", "work"]);
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(out.starts_with("session 'work' closed: killed 1 processes: sleep (pid "), "{out}");
+    assert!(out.starts_with("session 'work' closed: killed 1 process: sleep (pid "), "{out}");
     assert!(out.contains("its cgroups verified empty") && out.contains("job 2 ended: exit 0"), "{out}");
     let mut c = h.client();
     assert!(c.call("jobs", json!({"session": "work"})).is_err(), "closed");
