@@ -12,7 +12,10 @@ pub fn for_the_cli(text: &str, session: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     loop {
-        let next = ["output {", "wait with {"].iter().filter_map(|p| rest.find(p).map(|i| (i, *p))).min();
+        let next = ["output {", "wait with {", "kept.kill {", "kept.log {"]
+            .iter()
+            .filter_map(|p| rest.find(p).map(|i| (i, *p)))
+            .min();
         let Some((at, prefix)) = next else {
             out.push_str(rest);
             return out;
@@ -51,11 +54,16 @@ pub fn error_for_the_cli(message: &str, session: &str) -> String {
         }
     }
     out.replace("open one with session.open", &format!("`heddle {s}run …` opens one"))
+        .replace("list them with kept {}", "list them with `heddle kept`")
 }
 
 /// The CLI form of one suggested call, `None` when it has none.
 fn cli_form(prefix: &str, v: &Value, in_session: &str) -> Option<String> {
     let o = v.as_object()?;
+    if let Some(verb) = prefix.strip_prefix("kept.").and_then(|p| p.strip_suffix(" {")) {
+        let name = o.get("name")?.as_str().filter(|_| o.len() == 1)?;
+        return Some(format!("`heddle kept {verb} {}`", quoted(name)));
+    }
     let job = o.get("job")?.as_u64()?;
     let session = match o.get("session") {
         None => in_session,
@@ -106,6 +114,14 @@ mod tests {
             "no session named 'a b'; `heddle --session 'a b' run …` opens one"
         );
         assert_eq!(error_for_the_cli("jobs {not json", "s"), "jobs {not json");
+        assert_eq!(
+            error_for_the_cli("there is no kept job named 'x' of yours; list them with kept {}", "s"),
+            "there is no kept job named 'x' of yours; list them with `heddle kept`"
+        );
+        assert_eq!(
+            for_the_cli(r#"end them with kept.kill {"name": "web srv"}; see kept.log {"name":"w"}"#, "s"),
+            "end them with `heddle kept kill 'web srv'`; see `heddle kept log w`"
+        );
     }
 
     #[test]

@@ -333,6 +333,13 @@ pub fn outcome(r: &JobResult) -> String {
         JobPhase::Running if waits_for_input(r) => {
             format!("waiting for input after {took} · job {} · type into it with write {{\"job\":{}}}", r.job, r.job)
         }
+        // Kept, and nothing more comes through the session: it was closed (the job's note says where
+        // its output goes now).
+        JobPhase::Running if r.settled && r.kept.is_some() => format!(
+            "running on as kept job {} after {took} · job {} · its session was closed",
+            r.kept.as_deref().unwrap_or_default(),
+            r.job
+        ),
         JobPhase::Running => {
             format!("still running after {took} · job {} · wait with {{\"job\":{}}}", r.job, r.job)
         }
@@ -425,7 +432,9 @@ pub fn notes(r: &JobResult) -> Vec<String> {
     if r.oom_killed {
         v.push("out of memory: the kernel's OOM killer killed a process of this job".to_owned());
     }
-    if let Some(k) = &r.kept {
+    // The keep's own note says where the processes are and how to end them; this line is for a result
+    // without it.
+    if let Some(k) = r.kept.as_ref().filter(|_| !r.note.as_deref().unwrap_or_default().contains("kept as ")) {
         v.push(format!("kept as {k}: its processes outlive the session"));
     }
     if let Some(n) = r.note.as_deref().map(|n| without_survivors_note(n, !r.survivors.is_empty())) {

@@ -43,8 +43,29 @@ fn a_kept_job_writing_after_its_session_closed_lives_on_and_its_output_is_kept()
     assert!(eventually(Duration::from_secs(5), || !pids_in(&kept_dir).is_empty()), "the job moved to kept/ticker");
     let job_pids = [main_process(&kept_dir)];
 
+    // A call waiting on the kept job when the session closes answers at once, and neither it nor the
+    // close says the job was killed: it runs on in kept/ticker.
+    let waiter = {
+        let mut w = h.client();
+        let (s, job) = (s.clone(), r["job"].clone());
+        std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            let r = w.call("wait", json!({"session": s, "job": job, "yield_ms": 30_000})).unwrap();
+            (r, t.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
     let closed = c.call("session.close", json!({"session": s})).unwrap();
     assert_eq!(closed["kept"], json!(["ticker"]), "{closed}");
+    let ended: Vec<&Value> =
+        closed["announcements"].as_array().unwrap().iter().filter(|a| a["job"] == r["job"]).collect();
+    assert!(ended.is_empty(), "the close does not announce the kept job as ended: {closed}");
+    let (waited, took) = waiter.join().unwrap();
+    assert!(took < Duration::from_secs(20), "the wait answered when the session closed, not at its yield: {took:?}");
+    assert_eq!(waited["state"], "running", "the kept job was not killed by the close: {waited}");
+    assert!(waited["signal"].is_null(), "{waited}");
+    let notes = waited["note"].to_string();
+    assert!(notes.contains("kept as ticker: it runs on outside the session"), "{waited}");
     let log = h.state_dir.join("kept/ticker.log");
     let grew = |at_least: u64| std::fs::metadata(&log).map(|m| m.len() > at_least).unwrap_or(false);
     assert!(eventually(Duration::from_secs(5), || grew(0)), "the kept log appears at {}", log.display());

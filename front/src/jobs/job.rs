@@ -220,13 +220,14 @@ impl Job {
     }
 
     /// True once the worker said what remains after the main process's exit (survivors or empty).
+    /// A kept job still running when its session closed has nothing more to tell here either.
     pub fn end_known(&self) -> bool {
-        self.life.phase.ended() && (self.cgroup_settled() || self.survivors.is_some())
+        (self.life.phase.ended() || self.closed) && (self.cgroup_settled() || self.survivors.is_some())
     }
 
     /// True when a probe tells more: the job runs, or it ended and survivors may still run.
     pub fn worth_probing(&self) -> bool {
-        !self.life.phase.ended() || (self.survivors.is_some() && !self.cgroup_settled())
+        (!self.life.phase.ended() && !self.closed) || (self.survivors.is_some() && !self.cgroup_settled())
     }
 
     /// The job's processes still alive after its main process exited.
@@ -569,6 +570,19 @@ impl Job {
 
     /// The session was closed under the job; whether this ended it (it was still running).
     pub fn mark_closed(&mut self, now: Instant) -> bool {
+        if let (Some(name), false) = (&self.kept, self.state().ended()) {
+            // A kept job was not killed: its processes run on in `kept/NAME`, and what they write goes to
+            // the kept log from now on. Its record here stays `running`, with nothing more to come.
+            let note = format!(
+                "kept as {name}: it runs on outside the session, which was closed; what it writes from now on \
+                 goes to its kept log (kept.log {{\"name\":\"{name}\"}})"
+            );
+            self.closed = true;
+            self.note(note);
+            self.output.settle();
+            self.park_output();
+            return false;
+        }
         let ended = self.end(JobPhase::Killed, now, None);
         // The close killed the session's cgroups (SIGKILL, `cgroup.kill`): nothing of the job is left to
         // wait for, and a waiting call answers now.

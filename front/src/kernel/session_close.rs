@@ -3,7 +3,8 @@
 //!
 //! The session is marked `closing` first (new `run`s are refused, a `WorkerDied` for it no longer
 //! turns its jobs `lost`), the supervisor's `CloseSession` kills and removes the subtree, and jobs still
-//! running become `killed` with the note "ended by session.close". The session leaves the registry
+//! running become `killed` with the note "ended by session.close" (a kept one stays `running`: it was
+//! not killed, and its note says where its output goes now). The session leaves the registry
 //! whatever the supervisor answered: if it could not confirm, `verified_empty` is false and `note`
 //! says why. A lost session closes the same way; the processes the supervisor killed when its worker
 //! died are reported as its survivors. The supervisor forgot a session whose worker died (it ended and
