@@ -378,7 +378,8 @@ fn real_main(cli: Cli) -> Result<i32> {
             (r, false)
         }
         Cmd::Jobs => {
-            let r = client.call("jobs", json!({"session": session}))?;
+            // A person looking takes no announcements: they stay for the session's next call (an agent's).
+            let r = client.call("jobs", json!({"session": session, "announce": false}))?;
             if !cli.json {
                 let jobs: protocol::results::JobsResult =
                     serde_json::from_value(r).context("the jobs result is not in the protocol's shape")?;
@@ -413,6 +414,7 @@ fn real_main(cli: Cli) -> Result<i32> {
             let mut params = view;
             params["session"] = session.clone();
             params["job"] = json!(job);
+            params["announce"] = json!(false);
             if let Some(st) = stream {
                 params["stream"] = json!(st);
             }
@@ -596,6 +598,9 @@ fn print_view(r: &Value) {
     if !out.is_empty() && !out.ends_with('\n') {
         out.push('\n');
     }
+    if out.is_empty() {
+        out.push_str("(no output in this view)\n");
+    }
     if let Some(next) = r.get("next").filter(|n| !n.is_null()) {
         out.push_str(&format!("[more: output {next} continues this view]\n"));
     }
@@ -613,7 +618,7 @@ fn print_output(client: &mut Client, session: &Value, job: u64, stream: &str) ->
     loop {
         let r = client.call(
             "output",
-            json!({"session": session, "job": job, "stream": stream, "raw": {"offset": offset, "unredacted": true}}),
+            json!({"session": session, "job": job, "stream": stream, "raw": {"offset": offset, "unredacted": true}, "announce": false}),
         )?;
         let data = r["data"].as_str().unwrap_or("");
         let bytes = if r["encoding"] == "base64" {

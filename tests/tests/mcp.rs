@@ -643,6 +643,46 @@ fn the_cli_shows_what_ended_since_the_last_command() {
     assert!(text.contains("job 4 ended: exit 0 · ") && text.contains("\n  late\n"), "{text}");
 }
 
+/// A person looking at an agent's session with `heddle jobs` and `heddle output` takes nothing from the
+/// agent: the end of a job the agent yielded is announced to the agent's next call, not printed to the
+/// person (who sees the job's state in the table anyway).
+#[test]
+fn a_person_looking_at_an_agents_session_takes_no_announcement() {
+    let h = Heddle::start();
+    let mut agent = h.client();
+    let s = h.open_session(&mut agent);
+    let r = agent.call("run", json!({"session": s, "cmd": "sleep 0.3; echo agent-bg-done", "yield_ms": 0})).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    let job = r["job"].as_u64().unwrap();
+    let mut onlooker = h.client();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            onlooker.call("describe", json!({})).unwrap()["sessions"][0]["jobs_running"] == 0
+        }),
+        "the job ended"
+    );
+    let person = |args: &[&str]| {
+        let o = Command::new(bin_dir().join("heddle"))
+            .args(["--session", s.as_str().unwrap()])
+            .args(args)
+            .env("HEDDLE_SOCKET", &h.socket)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let table = person(&["jobs"]);
+    assert!(table.contains("exit 0") && !table.contains(" ended: "), "{table}");
+    let view = person(&["output", &job.to_string()]);
+    assert!(view.contains("agent-bg-done") && !view.contains(" ended: "), "{view}");
+    let raw = person(&["output", &job.to_string(), "--raw"]);
+    assert_eq!(raw, "agent-bg-done\n");
+    let next = agent.call("run", json!({"session": s, "cmd": "true"})).unwrap();
+    let announced: Vec<u64> =
+        next["announcements"].as_array().unwrap().iter().filter_map(|a| a["job"].as_u64()).collect();
+    assert_eq!(announced, [job], "the agent's next call announces the job the person looked at: {next}");
+}
+
 #[test]
 fn the_typescript_sdk_example_runs_against_heddle_mcp() {
     let h = Heddle::start();

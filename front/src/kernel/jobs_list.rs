@@ -19,11 +19,14 @@ use std::time::Instant;
 #[serde(deny_unknown_fields)]
 struct Params {
     session: String,
+    /// False for an onlooker (a person's `heddle jobs`): the listing takes no announcements.
+    #[serde(default = "crate::rpc::yes")]
+    announce: bool,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobsResult, RpcError> {
     let p: Params = rpc::params("jobs", params)?;
-    listing(k, client, p.session, true)
+    listing(k, client, p.session, p.announce)
 }
 
 /// The listing; with `announce` false (an onlooker such as the cockpit page) it takes no announcements,

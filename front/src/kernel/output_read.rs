@@ -78,6 +78,10 @@ struct Params {
     /// reads raw bytes; without it, no view is an error, never raw bytes by default.
     #[serde(default)]
     unredacted: bool,
+    /// False for an onlooker (a person's `heddle output`): the call takes no announcements, which stay
+    /// for the session's next call.
+    #[serde(default = "crate::rpc::yes")]
+    announce: bool,
 }
 
 #[derive(Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -139,7 +143,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Value, 
     let encode = |v: Result<Value, serde_json::Error>| v.map_err(|e| RpcError::internal(e.to_string()));
     match sel {
         Selector::Raw { offset, len } => encode(serde_json::to_value(raw(k, client, &p, offset, len)?)),
-        other => encode(serde_json::to_value(line_view(k, client, &p, other, true)?)),
+        other => encode(serde_json::to_value(line_view(k, client, &p, other, p.announce)?)),
     }
 }
 
@@ -202,7 +206,7 @@ fn raw(k: &Kernel, client: &Client, p: &Params, offset: u64, len: Option<u64>) -
         Ok(text) => ("utf8", text),
         Err(e) => ("base64", base64::engine::general_purpose::STANDARD.encode(e.into_bytes())),
     };
-    let announcements = s.lock().take_announcements(Instant::now());
+    let announcements = if p.announce { s.lock().take_announcements(Instant::now()) } else { Vec::new() };
     Ok(OutputResult {
         session: p.session.clone(),
         job: p.job,

@@ -206,6 +206,11 @@ pub fn parse_request(line: &[u8]) -> Result<Request, BadRequest> {
 
 /// Parse a method's params into its typed struct; a wrong or missing member is `invalid_params` with
 /// serde's explanation.
+/// `true`, for `#[serde(default = "crate::rpc::yes")]`.
+pub fn yes() -> bool {
+    true
+}
+
 pub fn params<T: DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError> {
     serde_json::from_value(params).map_err(|e| RpcError::invalid_params(method, e))
 }
