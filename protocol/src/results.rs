@@ -249,6 +249,17 @@ pub struct ProjectLedger {
     pub method_note: Option<String>,
     /// git processes run for this ledger (before, after, diff).
     pub git_runs: u32,
+    /// `HEAD` moved during the job (a commit, a checkout, a reset): the commits before and after. The
+    /// paths that differ between them and were clean before and after are listed in `changed` too.
+    pub head_moved: Option<HeadMove>,
+}
+
+/// `HEAD`'s commit before and after a job that moved it (`null`: no commit yet).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HeadMove {
+    pub from: Option<String>,
+    pub to: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

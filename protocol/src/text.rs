@@ -54,9 +54,12 @@ fn effects_lines(p: &crate::results::ProjectLedger) -> Vec<String> {
         ));
         return v;
     }
-    match paths.len() {
-        0 => v.push(format!("effects: nothing changed in {root}")),
-        1..=5 => v.push(format!("effects: {}{more}", paths.join(", "))),
+    let short = |c: &Option<String>| c.as_deref().map_or("(no commit)".to_owned(), |c| c.chars().take(10).collect());
+    let head = p.head_moved.as_ref().map(|h| format!("HEAD moved {} → {}", short(&h.from), short(&h.to)));
+    match (paths.len(), &head) {
+        (0, Some(head)) => v.push(format!("effects in {root}: {head}; no path differs from before")),
+        (0, None) => v.push(format!("effects: nothing changed in {root}")),
+        (1..=5, _) => v.push(format!("effects: {}{more}", paths.join(", "))),
         _ => {
             v.push(format!("effects in {root}:"));
             v.extend(paths.iter().map(|p| format!("  {p}")));
@@ -64,6 +67,9 @@ fn effects_lines(p: &crate::results::ProjectLedger) -> Vec<String> {
                 v.push(format!("  …{more}"));
             }
         }
+    }
+    if let Some(head) = head.filter(|_| !paths.is_empty()) {
+        v.push(format!("effects: {head}"));
     }
     if p.confidence != "complete" {
         v.push(format!("effects confidence {}: {}", p.confidence, p.reason.as_deref().unwrap_or("not said")));

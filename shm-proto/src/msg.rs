@@ -146,6 +146,15 @@ pub struct ProjectEffects {
     pub method_note: Option<String>,
     /// git processes run for this ledger (its "before" and "after" and the diff).
     pub git_runs: u32,
+    /// `HEAD` moved during the job (a commit, a checkout, a reset): the commits before and after.
+    pub head_moved: Option<HeadMove>,
+}
+
+/// `HEAD`'s commit before and after a job that moved it (`None`: no commit yet).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadMove {
+    pub from: Option<String>,
+    pub to: Option<String>,
 }
 
 /// Directories the effects change monitor watches in one work tree, at most (`describe` states it;

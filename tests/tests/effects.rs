@@ -424,3 +424,44 @@ fn staging_unstaging_and_committing_in_separate_calls_are_named_as_such() {
     let r = run(&mut c, &s, "git add f2 && git reset -q --hard", None);
     assert_eq!(changed(&r), [("f2".to_owned(), "reverted".to_owned())], "{r}");
 }
+
+/// A job that moves `HEAD` says so, and names the paths that changed in the work tree with it, though
+/// git status lists none of them before or after: a commit of a file the job wrote (it said "nothing
+/// changed" until 2026-12-07), an empty commit, a checkout that brings files back and takes them away.
+#[test]
+fn a_job_that_moves_head_names_it_and_the_paths_that_came_with_it() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "head", INIT);
+    let git = "git -c user.email=t@t -c user.name=t -c maintenance.auto=false";
+    let head =
+        |r: &Value, end: &str| r["effects"]["project"]["head_moved"][end].as_str().unwrap_or_default().to_owned();
+    let r = run(&mut c, &s, &format!("echo n > made.txt && git add made.txt && {git} commit -qm made"), None);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(changed(&r), [("made.txt".to_owned(), "added".to_owned())], "{r}");
+    let (from, to) = (head(&r, "from"), head(&r, "to"));
+    assert!(from.len() == 40 && to.len() == 40 && from != to, "{r}");
+    assert!(
+        text_form(&r).contains(&format!("effects: HEAD moved {} → {}", &from[..10], &to[..10])),
+        "{}",
+        text_form(&r)
+    );
+    assert_eq!(r["effects"]["project"]["confidence"], "complete", "{r}");
+
+    let r = run(&mut c, &s, &format!("{git} commit -q --allow-empty -m empty"), None);
+    assert_eq!(changed(&r), Vec::<(String, String)>::new(), "{r}");
+    assert_eq!(head(&r, "from"), to, "{r}");
+    assert!(text_form(&r).contains("no path differs from before"), "{}", text_form(&r));
+
+    let r = run(&mut c, &s, "git checkout -q HEAD~2", None);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(changed(&r), [("made.txt".to_owned(), "deleted".to_owned())], "{r}");
+    assert_eq!(head(&r, "to"), from, "back at the first commit: {r}");
+    let r = run(&mut c, &s, "git checkout -q -", None);
+    assert_eq!(changed(&r), [("made.txt".to_owned(), "added".to_owned())], "{r}");
+
+    // A job that leaves HEAD where it was has no `head_moved`.
+    let r = run(&mut c, &s, "echo x >> f3", None);
+    assert!(r["effects"]["project"]["head_moved"].is_null(), "{r}");
+    assert_eq!(changed(&r), [("f3".to_owned(), "modified".to_owned())], "{r}");
+}

@@ -551,6 +551,27 @@ pub(crate) fn compare(
             }
         }
     }
+    let head_moved = (before.head != after.head)
+        .then(|| shm_proto::msg::HeadMove { from: before.head.clone(), to: after.head.clone() });
+    if let Some(h) = &head_moved {
+        match head_paths(git, &after.root, h) {
+            Ok(paths) => {
+                // A path clean before and after but not the same in both commits changed in the work tree
+                // with HEAD (a commit of a file the job wrote, a checkout, a reset --hard).
+                let listed: BTreeSet<Vec<u8>> = changed.iter().map(|(k, _)| k.clone()).collect();
+                for (k, change) in paths {
+                    if !listed.contains(&k) && !before.entries.contains_key(&k) && !after.entries.contains_key(&k) {
+                        let path = String::from_utf8_lossy(&k).into_owned();
+                        changed.push((k, PathChange { path, change: change.to_owned(), from: None, under: 0 }));
+                    }
+                }
+                changed.sort_by(|a, b| a.0.cmp(&b.0));
+            }
+            Err(e) => reasons.push(format!(
+                "HEAD moved during the job and the paths that differ between its commits could not be listed ({e})"
+            )),
+        }
+    }
     reasons.dedup();
     let mut out: Vec<String> = after.links_out.clone();
     match links.get(git, &after.root) {
@@ -603,7 +624,45 @@ pub(crate) fn compare(
         method: String::new(),
         method_note: None,
         git_runs: 0,
+        head_moved,
     }
+}
+
+/// The paths that differ between `HEAD`'s commit before and after, with the change the work tree saw
+/// (`added`, `modified`, `deleted`, `type-changed`); every path of the new commit when there was none before.
+fn head_paths(
+    git: &Git<'_>,
+    root: &Path,
+    h: &shm_proto::msg::HeadMove,
+) -> Result<Vec<(Vec<u8>, &'static str)>, String> {
+    let Some(to) = h.to.as_deref() else {
+        // The branch has no commit now (`git checkout --orphan`, `update-ref -d`): the index says the rest.
+        return Ok(Vec::new());
+    };
+    let out = match h.from.as_deref() {
+        Some(from) => git.run(root, &["diff", "--no-renames", "--name-status", "-z", from, to], None)?,
+        None => git.run(root, &["ls-tree", "-r", "-z", "--name-only", to], None)?,
+    };
+    Ok(parse_head_paths(&out, h.from.is_none()))
+}
+
+/// `git diff --name-status -z` records (`X\0path\0`), or `ls-tree --name-only -z` names (`all_added`).
+fn parse_head_paths(out: &[u8], all_added: bool) -> Vec<(Vec<u8>, &'static str)> {
+    let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());
+    let mut v = Vec::new();
+    if all_added {
+        return fields.map(|p| (p.to_vec(), "added")).collect();
+    }
+    while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
+        let change = match status.first() {
+            Some(b'A') => "added",
+            Some(b'D') => "deleted",
+            Some(b'T') => "type-changed",
+            _ => "modified",
+        };
+        v.push((path.to_vec(), change));
+    }
+    v
 }
 
 /// A ledger longer than this folds its paths by directory ([`fold_trees`]).
@@ -1018,6 +1077,11 @@ mod tests {
         fn garbage_status_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let mut s = empty();
             parse_status(&bytes, &mut s);
+        }
+
+        #[test]
+        fn garbage_head_paths_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512), all in any::<bool>()) {
+            let _ = parse_head_paths(&bytes, all);
         }
 
         #[test]

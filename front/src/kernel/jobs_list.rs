@@ -1,4 +1,4 @@
-//! `jobs {session}`: every job of the session, oldest first, with state and byte counts; carries the
+//! `jobs {session, announce?}`: every job of the session, oldest first, with state and byte counts; carries the
 //! session's announcements like every method in a session.
 //!
 //! ```text
