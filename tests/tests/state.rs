@@ -22,10 +22,19 @@ fn the_first_call_names_the_cwd_only_when_it_moved_from_where_the_session_was_op
     let stay = h.open_session(&mut c);
     let r = run(&mut c, &stay, "true");
     assert!(changes(&r).iter().any(|x| x.starts_with("state recorded (")), "{r}");
-    assert!(!changes(&r).iter().any(|x| x.starts_with("cwd → ")), "the cwd did not change: {r}");
+    assert_eq!(changes(&r).len(), 1, "a first call that changed nothing names nothing: {r}");
     let moved = h.open_session(&mut c);
     let r = run(&mut c, &moved, "cd /");
     assert!(changes(&r).contains(&"cwd → /".to_owned()), "{r}");
+    // A first call that sets things says what it set, as any later call does (it said only the cwd).
+    let busy = h.open_session(&mut c);
+    let cmd = "export FOO=1 VIRTUAL_ENV=/v; PATH=/v/bin:$PATH; x=3; f() { :; }; alias ll='ls -l'";
+    let r = run(&mut c, &busy, cmd);
+    let said = changes(&r);
+    for want in ["+export FOO", "+export VIRTUAL_ENV", "~var PATH", "+var x", "+function f", "+alias ll"] {
+        assert!(said.contains(&want.to_owned()), "{want} is said: {said:?}");
+    }
+    assert_eq!(said.len(), 7, "and nothing of the fresh shell's own: {said:?}");
 }
 
 /// A venv's `activate` exports `PS1`; a non-interactive bash drops an inherited one, so it is restored by

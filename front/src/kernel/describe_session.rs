@@ -24,26 +24,8 @@ pub const LAST_CHANGES: usize = 8;
 pub fn env_facts(s: &Session) -> EnvFacts {
     let st = s.lock();
     let policy_name = st.sandbox().map(|sb| sb.policy.clone());
-    let policy = policy_name.as_deref().and_then(|n| policies::Policy::builtin(n).ok());
-    let (allow, set): (Vec<String>, BTreeMap<String, String>) = match &policy {
-        Some(p) => (
-            p.env.allow.iter().map(|r| r.matcher.to_string()).collect(),
-            p.env.set.iter().map(|v| (v.name.clone(), v.value.clone())).collect(),
-        ),
-        None => (
-            launcher_allowlist(),
-            [("TERM", "dumb"), ("NO_COLOR", "1"), ("PAGER", "cat"), ("GIT_PAGER", "cat")]
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-        ),
-    };
-    let own = s.spec().env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
-    let (path, path_from) = match (own, set.get("PATH")) {
-        (Some(p), _) => (p, "session"),
-        (None, Some(p)) => (p.clone(), "policy"),
-        (None, None) => (shm_proto::control::WORKER_PATH.to_owned(), "worker"),
-    };
+    let fresh = crate::shell::record::FreshEnv::of(policy_name.as_deref(), &s.spec().env);
+    let (allow, set, path, path_from) = (fresh.allow, fresh.set, fresh.path, fresh.path_from);
     // Every recorded state holds a PATH (the first capture records the whole environment): it is news
     // only when a job changed it, and then it is the PATH jobs run with.
     let carried = st.record().items().get("var:PATH").and_then(|d| crate::kernel::guard_apply::declared_value(d));
@@ -64,14 +46,6 @@ pub fn env_facts(s: &Session) -> EnvFacts {
         path_from,
         note,
     }
-}
-
-/// The built-in allowlist (launcher's `ALLOWED` and `LC_*`), used by sessions without a policy.
-fn launcher_allowlist() -> Vec<String> {
-    ["PATH", "HOME", "LANG", "TMPDIR", "USER", "LOGNAME", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "LC_*"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect()
 }
 
 /// The jobs of `s` worth probing (running, or ended with survivors), for the caller to probe.

@@ -527,7 +527,10 @@ impl SessionData {
                 self.worker.info = Some(WorkerInfo { pid, uid });
             }
             (Event::Warning { job, message }, _) => self.warn(job, message),
-            (Event::Sandbox(info), _) => self.worker.sandbox = Some(info),
+            (Event::Sandbox(info), _) => {
+                self.record.set_policy(Some(&info.policy));
+                self.worker.sandbox = Some(info);
+            }
             (Event::SpawnPath { path }, _) => self.worker.spawn_path = Some(path),
             (Event::FilesWritten { files, .. }, Some(j)) => j.on_files(files),
             (Event::Effects { project, .. }, Some(j)) => j.effects = Some(Box::new(project)),
@@ -768,7 +771,11 @@ impl Session {
             data: Mutex::new(SessionData {
                 name: spec.name.clone(),
                 ring,
-                record: crate::shell::record::StateRecord::opened_in(spec.cwd.as_bytes()),
+                record: {
+                    let mut r = crate::shell::record::StateRecord::opened_in(spec.cwd.as_bytes());
+                    r.set_fresh_env(crate::shell::record::FreshEnv::of(None, &spec.env));
+                    r
+                },
                 ..SessionData::default()
             }),
             changed: Condvar::new(),

@@ -48,6 +48,107 @@ pub struct StateRecord {
     /// The directory the session was opened in, where a job with no record starts: the first record's
     /// summary names its cwd only when a job moved away from it.
     opened_in: Option<Vec<u8>>,
+    /// What a fresh job shell starts with: the first record's summary names what the job added to it.
+    fresh: Option<Arc<FreshEnv>>,
+}
+
+/// The environment a fresh job shell of a session starts with: the policy's allowlist (patterns such as
+/// `LC_*`) and forced values, the session's own entries, and the `PATH` jobs get.
+#[derive(Clone, Debug, Default)]
+pub struct FreshEnv {
+    pub allow: Vec<String>,
+    pub set: BTreeMap<String, String>,
+    pub session: Vec<(String, String)>,
+    pub path: String,
+    /// Where `path` comes from: `session`, `policy` or `worker`.
+    pub path_from: &'static str,
+}
+
+/// Variables a fresh non-interactive bash sets without exporting them (beside those bash owns,
+/// [`shm_proto::capture::bash_owned`], which are never carried).
+const FRESH_PLAIN: &[&str] = &["IFS", "PS4", "SHELL"];
+
+impl FreshEnv {
+    /// The environment of a session with `policy` (`None`: the launcher's built-in allowlist) and its
+    /// own `session` entries.
+    pub fn of(policy: Option<&str>, session: &[(String, String)]) -> FreshEnv {
+        let policy = policy.and_then(|n| policies::Policy::builtin(n).ok());
+        let (allow, set): (Vec<String>, BTreeMap<String, String>) = match &policy {
+            Some(p) => (
+                p.env.allow.iter().map(|r| r.matcher.to_string()).collect(),
+                p.env.set.iter().map(|v| (v.name.clone(), v.value.clone())).collect(),
+            ),
+            None => (
+                [
+                    "PATH",
+                    "HOME",
+                    "LANG",
+                    "TMPDIR",
+                    "USER",
+                    "LOGNAME",
+                    "XDG_RUNTIME_DIR",
+                    "DBUS_SESSION_BUS_ADDRESS",
+                    "LC_*",
+                ]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+                [("TERM", "dumb"), ("NO_COLOR", "1"), ("PAGER", "cat"), ("GIT_PAGER", "cat")]
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+        };
+        let own = session.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
+        let (path, path_from) = match (own, set.get("PATH")) {
+            (Some(p), _) => (p, "session"),
+            (None, Some(p)) => (p.clone(), "policy"),
+            (None, None) => (shm_proto::control::WORKER_PATH.to_owned(), "worker"),
+        };
+        FreshEnv { allow, set, session: session.to_vec(), path, path_from }
+    }
+
+    /// Whether a fresh job shell may have `name` in its environment.
+    fn may_have(&self, name: &str) -> bool {
+        self.session.iter().any(|(k, _)| k == name)
+            || self.set.contains_key(name)
+            || self.allow.iter().any(|p| match p.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => p == name,
+            })
+    }
+
+    /// What the first record holds that a fresh job shell does not: functions and aliases, variables the
+    /// job set, variables it exported that the environment does not bring, and a `PATH` it changed.
+    fn news(&self, items: &Items) -> Vec<String> {
+        let mut v = Vec::new();
+        for (k, val) in items {
+            let (kind, name) = k.split_once(':').unwrap_or((k, ""));
+            match kind {
+                "func" | "alias" | "fexport" => v.extend(describe(k, None, Some(val))),
+                "var" if val.is_empty() || name == "OLDPWD" => {}
+                "var" if flags(val).contains('x') => {
+                    if name == "PATH" {
+                        if declared(val).is_some_and(|p| p != self.path) {
+                            v.push("~var PATH".to_owned());
+                        }
+                    } else if !self.may_have(name) {
+                        v.push(format!("+export {name}"));
+                    }
+                }
+                "var" if !FRESH_PLAIN.contains(&name) => v.push(format!("+var {name}")),
+                _ => {}
+            }
+        }
+        v
+    }
+}
+
+/// The value of a `declare` line whose value is plain (`declare -x A="b"` → `b`).
+fn declared(decl: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(decl).ok()?;
+    let (_, value) = text.split_once('=')?;
+    Some(value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value))
 }
 
 /// What applying one job's capture did.
@@ -75,13 +176,30 @@ impl StateRecord {
 
     /// The same session's record started afresh (a session re-opened after a restart).
     pub fn restarted(&self) -> StateRecord {
-        StateRecord { opened_in: self.opened_in.clone(), ..StateRecord::default() }
+        StateRecord { opened_in: self.opened_in.clone(), fresh: self.fresh.clone(), ..StateRecord::default() }
+    }
+
+    /// What a fresh job shell of the session starts with (see [`FreshEnv`]).
+    pub fn set_fresh_env(&mut self, fresh: FreshEnv) {
+        self.fresh = Some(Arc::new(fresh));
+    }
+
+    /// The session's policy became known (the worker's hello): its environment rules apply.
+    pub fn set_policy(&mut self, policy: Option<&str>) {
+        let session = self.fresh.as_ref().map(|f| f.session.clone()).unwrap_or_default();
+        self.set_fresh_env(FreshEnv::of(policy, &session));
     }
 
     /// The same session's record as journaled before a restart: `items` at `version`; jobs started
     /// from here on diff against it.
     pub fn restored(&self, version: u64, items: Items) -> StateRecord {
-        StateRecord { version, items: Arc::new(items), opened_in: self.opened_in.clone(), ..StateRecord::default() }
+        StateRecord {
+            version,
+            items: Arc::new(items),
+            opened_in: self.opened_in.clone(),
+            fresh: self.fresh.clone(),
+            ..StateRecord::default()
+        }
     }
 
     pub fn version(&self) -> u64 {
@@ -153,6 +271,9 @@ impl StateRecord {
             applied.changes.push(format!("state recorded ({} items)", items.len()));
             let moved = items.get("cwd").filter(|c| self.opened_in.as_ref() != Some(*c));
             applied.changes.extend(moved.map(|c| format!("cwd → {}", String::from_utf8_lossy(c))));
+            if let Some(fresh) = &self.fresh {
+                applied.changes.extend(fresh.news(items));
+            }
             self.first = Some(Arc::clone(&self.items));
         }
         if applied.changes.len() > MAX_CHANGES {
@@ -413,6 +534,53 @@ mod tests {
 
     fn items(kv: &[(&str, &str)]) -> Items {
         kv.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect()
+    }
+
+    /// The first record of a session used to say only `state recorded (N items)` (and the cwd): a first
+    /// job that exported a variable, defined a function or activated a venv never said so.
+    #[test]
+    fn the_first_record_names_what_a_fresh_job_shell_does_not_have() {
+        let path = format!("declare -x PATH=\"{}\"", shm_proto::control::WORKER_PATH);
+        let fresh = [
+            ("cwd", "/w"),
+            ("var:PATH", path.as_str()),
+            ("var:HOME", "declare -x HOME=\"/h\""),
+            ("var:LC_ALL", "declare -x LC_ALL=\"C\""),
+            ("var:OLDPWD", "declare -x OLDPWD"),
+            ("var:IFS", "declare -- IFS=$' \\t\\n'"),
+            ("var:SHELL", "declare -- SHELL=\"/bin/bash\""),
+            ("var:OWN", "declare -x OWN=\"1\""),
+        ];
+        let first = |extra: &[(&str, &str)]| {
+            let mut r = StateRecord::opened_in(b"/w");
+            r.set_fresh_env(FreshEnv::of(None, &[("OWN".into(), "1".into())]));
+            let (v, base) = r.snapshot();
+            let mut all = fresh.to_vec();
+            all.extend_from_slice(extra);
+            r.apply(v, &base, items(&all), 1).changes
+        };
+        assert_eq!(first(&[]), ["state recorded (8 items)"], "a fresh shell's own state is no news");
+        let venv = "declare -x PATH=\"/w/.venv/bin:/usr/bin\"";
+        let changes = first(&[
+            ("var:FOO", "declare -x FOO=\"1\""),
+            ("var:x", "declare -- x=\"3\""),
+            ("func:f", "f () \n{ \n    :\n}\n"),
+            ("alias:ll", "alias ll='ls -l'"),
+            ("var:PATH", venv),
+            ("var:VIRTUAL_ENV", "declare -x VIRTUAL_ENV=\"/w/.venv\""),
+        ]);
+        assert_eq!(
+            changes,
+            [
+                "state recorded (13 items)",
+                "+alias ll",
+                "+function f",
+                "+export FOO",
+                "~var PATH",
+                "+export VIRTUAL_ENV",
+                "+var x"
+            ]
+        );
     }
 
     #[test]
