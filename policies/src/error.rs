@@ -181,6 +181,8 @@ pub enum Problem {
     RedundantGuard { other: String, line: usize },
     #[error("`{0}` is listed twice; remove one")]
     DuplicateItem(String),
+    #[error("`branches` is read only by `target = \"force_push\"`; add that target or remove `branches`")]
+    BranchesWithoutForcePush,
 }
 
 #[cfg(test)]

@@ -270,6 +270,8 @@ pub struct GuardPattern {
     pub unless_flags: Vec<String>,
     /// An operand that must name something particular.
     pub target: Option<GuardTarget>,
+    /// The protected branch names of [`GuardTarget::ForcePush`] (`main`, `master`); empty otherwise.
+    pub branches: Vec<String>,
     /// Match only when the job has no terminal.
     pub without_tty: bool,
 }
@@ -279,6 +281,11 @@ pub struct GuardPattern {
 pub enum GuardTarget {
     /// A writable root itself (or a parent of one), after resolution.
     WritableRoot,
+    /// A `git push` that force-updates (`--force`, `-f`, `--force-with-lease`, a `+` refspec) one of the
+    /// pattern's `branches`; or every branch (`--mirror`, `--all` forced); or a branch it does not name
+    /// (`git push -f`, `git push -f origin HEAD`: the current branch, which a reading before launch
+    /// cannot know).
+    ForcePush,
 }
 
 #[cfg(test)]

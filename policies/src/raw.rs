@@ -188,6 +188,8 @@ pub(crate) struct RawGuard {
     pub unless_flags: Vec<Spanned<String>>,
     pub target: Option<RawGuardTarget>,
     #[serde(default)]
+    pub branches: Vec<Spanned<String>>,
+    #[serde(default)]
     pub without_tty: bool,
     pub message: Spanned<String>,
     pub reason: Reason,
@@ -206,4 +208,5 @@ pub(crate) enum RawGuardKind {
 #[serde(rename_all = "snake_case")]
 pub(crate) enum RawGuardTarget {
     WritableRoot,
+    ForcePush,
 }

@@ -18,6 +18,7 @@
 //! assert_eq!(v.deny[0].rule, "pattern-kill");
 //! ```
 
+pub mod git_push;
 pub mod words;
 
 use policies::{Guard, GuardKind, GuardTarget};
@@ -153,6 +154,7 @@ fn matches(g: &Guard, c: &SimpleCommand, ctx: &Ctx) -> bool {
     match p.target {
         None => true,
         Some(GuardTarget::WritableRoot) => statics.iter().filter(|w| !w.starts_with('-')).any(|w| names_a_root(w, ctx)),
+        Some(GuardTarget::ForcePush) => git_push::force_pushes(&c.words, &p.branches),
     }
 }
 
@@ -283,6 +285,35 @@ mod tests {
         assert_eq!(rules("sudo apt-get install -y x").1, ["sudo"]);
         assert_eq!(rules("cat > run.sh <<EOF\necho $PATH\nEOF").1, [UNQUOTED_HEREDOC]);
         assert!(rules("cat > run.sh <<'EOF'\necho $PATH\nEOF").1.is_empty());
+    }
+
+    #[test]
+    fn force_push_naming_no_branch_or_a_plus_refspec_is_refused() {
+        // On `master` with an upstream, `git push -f` force-pushed master: the guard cannot see the
+        // current branch, so a forced push must name the one it means.
+        for cmd in [
+            "git push -f",
+            "git push --force",
+            "git push --force origin",
+            "git push -f origin HEAD",
+            "git push -uf",
+            "git push origin +master",
+            "git push origin +main",
+            "git push origin +HEAD:main",
+            "git push origin +refs/heads/main",
+            "git push origin +feature:master",
+            "git push --force-with-lease origin master",
+            "git push --mirror",
+            "sudo git -C /srv/proj push --force-with-lease",
+        ] {
+            assert_eq!(rules(cmd).0, ["force-push-protected"], "{cmd}");
+        }
+        for cmd in ["git push origin +feature/x", "git push -f origin feature/x", "git push", "git push origin main"] {
+            assert_eq!(rules(cmd), (vec![], vec![]), "{cmd}");
+        }
+        let p = policies::Policy::builtin("workspace").unwrap();
+        let v = check("git push -f", &p.guards, &ctx());
+        assert!(v.deny[0].message.contains("git push --force origin <branch>"), "{v:?}");
     }
 
     #[test]

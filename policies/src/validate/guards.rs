@@ -104,10 +104,26 @@ fn pattern(src: &Src<'_>, g: &RawGuard, key: &str) -> Result<GuardPattern, Polic
     let args = words(src, &g.args, &format!("{key}.args"))?;
     let args_any = words(src, &g.args_any, &format!("{key}.args_any"))?;
     let piped_from = words(src, &g.piped_from, &format!("{key}.piped_from"))?;
-    let target = g.target.map(|RawGuardTarget::WritableRoot| GuardTarget::WritableRoot);
-    let max_operands = g.max_operands;
-    let without_tty = g.without_tty;
-    Ok(GuardPattern { programs, flags, args, args_any, piped_from, max_operands, unless_flags, target, without_tty })
+    let target = g.target.map(|t| match t {
+        RawGuardTarget::WritableRoot => GuardTarget::WritableRoot,
+        RawGuardTarget::ForcePush => GuardTarget::ForcePush,
+    });
+    let branches = words(src, &g.branches, &format!("{key}.branches"))?;
+    if let Some(first) = g.branches.first().filter(|_| target != Some(GuardTarget::ForcePush)) {
+        return Err(src.invalid(first.span(), format!("{key}.branches"), Problem::BranchesWithoutForcePush));
+    }
+    Ok(GuardPattern {
+        programs,
+        flags,
+        args,
+        args_any,
+        piped_from,
+        max_operands: g.max_operands,
+        unless_flags,
+        target,
+        branches,
+        without_tty: g.without_tty,
+    })
 }
 
 /// A flag's spelling: `-` and at least one more character, no whitespace, no NUL.
@@ -115,7 +131,7 @@ fn is_flag(f: &str) -> bool {
     f.len() >= 2 && f.starts_with('-') && !f.contains(|c: char| c.is_whitespace() || c == '\0')
 }
 
-/// Verbatim words (`args`, `args_any`, `piped_from`): not empty, no NUL, each once.
+/// Verbatim words (`args`, `args_any`, `piped_from`, `branches`): not empty, no NUL, each once.
 fn words(src: &Src<'_>, list: &[Spanned<String>], key: &str) -> Result<Vec<String>, PolicyError> {
     let mut out: Vec<String> = Vec::new();
     for (j, arg) in list.iter().enumerate() {
@@ -153,6 +169,18 @@ mod tests {
         assert_eq!(p.guards[0].pattern.flags, [["-r", "-R", "--recursive"]]);
         assert_eq!(p.guards[0].pattern.target, Some(GuardTarget::WritableRoot));
         assert_eq!(p.guards[1].pattern.args, ["-1"]);
+    }
+
+    #[test]
+    fn force_push_target_takes_branches() {
+        let push = guard("push", "programs = [\"git\"]\ntarget = \"force_push\"\nbranches = [\"main\"]");
+        let p = with(&push).unwrap();
+        assert_eq!(p.guards[0].pattern.target, Some(GuardTarget::ForcePush));
+        assert_eq!(p.guards[0].pattern.branches, ["main"]);
+        // `branches` means nothing to another target, or to none.
+        let stray = guard("push", "programs = [\"git\"]\nbranches = [\"main\"]");
+        let (problem, _, key) = fails(&stray);
+        assert_eq!((problem, key.as_str()), (Problem::BranchesWithoutForcePush, "guard[0].branches"));
     }
 
     #[test]
