@@ -274,6 +274,9 @@ pub struct GuardPattern {
     pub branches: Vec<String>,
     /// Match only when the job has no terminal.
     pub without_tty: bool,
+    /// Match only when the command's own stdin is neither a pipe nor an input redirect (`curl … | sh`,
+    /// `sh < f`, `python3 <<EOF` read their input from there, not from a prompt).
+    pub unless_stdin: bool,
 }
 
 /// What a guard's operand must name.

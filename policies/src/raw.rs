@@ -191,6 +191,8 @@ pub(crate) struct RawGuard {
     pub branches: Vec<Spanned<String>>,
     #[serde(default)]
     pub without_tty: bool,
+    #[serde(default)]
+    pub unless_stdin: bool,
     pub message: Spanned<String>,
     pub reason: Reason,
 }

@@ -1,6 +1,7 @@
 //! The simple commands of a command line, as the guards see them: each command's program, its words
 //! with their static values (quotes and escapes removed; `None` for a word an expansion decides), the
-//! programs that feed it through a pipe, and its exact text.
+//! programs that feed it through a pipe, whether its stdin is a pipe or an input redirect, and its
+//! exact text.
 //!
 //! Wrappers that run another program (`sudo`, `env`, `nice`, `nohup`, `timeout`, `time`, `command`,
 //! `exec`, `xargs`, `stdbuf`, `setsid`) yield both: the wrapper's own command and the program it runs. A
@@ -33,6 +34,9 @@ pub struct SimpleCommand {
     pub words: Vec<Option<String>>,
     /// Programs earlier in the same pipeline.
     pub piped_from: Vec<String>,
+    /// Its stdin is a pipe (it is not first in a pipeline) or an input redirect (`<`, `<<`, `<<<`), its
+    /// own or one around it (`{ sh; } < f`), or that of the `bash -c` that runs it.
+    pub stdin_fed: bool,
     /// The command's exact text, as written.
     pub text: String,
 }
@@ -62,11 +66,12 @@ pub fn simple_commands(cmd: &str) -> Result<Vec<SimpleCommand>, Unread> {
 pub fn read(cmd: &str) -> Result<Reading, Unread> {
     let mut out = Reading::default();
     let mut budget = MAX_NODES;
-    read_into(cmd, 0, &mut out, &mut budget)?;
+    read_into(cmd, 0, false, &mut out, &mut budget)?;
     Ok(out)
 }
 
-fn read_into(cmd: &str, depth: usize, out: &mut Reading, budget: &mut usize) -> Result<(), Unread> {
+/// `fed`: the stdin of the shell that reads `cmd` is a pipe or a redirect.
+fn read_into(cmd: &str, depth: usize, fed: bool, out: &mut Reading, budget: &mut usize) -> Result<(), Unread> {
     if cmd.len() > MAX_READ {
         return Err(Unread::TooLong);
     }
@@ -83,7 +88,8 @@ fn read_into(cmd: &str, depth: usize, out: &mut Reading, budget: &mut usize) -> 
         match n.kind() {
             "command" => {
                 let piped_from = pipeline_before(n, src);
-                command(n, src, piped_from, depth, out, budget)?;
+                let fed = fed || stdin_fed(n, src);
+                command(n, src, Feed { piped_from, fed }, depth, out, budget)?;
             }
             "heredoc_redirect" => heredoc(n, src, out),
             _ => {}
@@ -108,6 +114,45 @@ fn pipeline_before(n: Node<'_>, src: &[u8]) -> Vec<String> {
         .filter(|k| k.kind() == "command")
         .flat_map(|k| programs(k, src))
         .collect()
+}
+
+/// Whether `n` reads its stdin from a pipe or an input redirect: its own (`python3 <<< x`), or one of a
+/// statement around it (`sh < f`, `{ sh; } < f`), or because a statement around it is not first in its
+/// pipeline (`curl x | sh`, `curl x | { sh; }`).
+fn stdin_fed(n: Node<'_>, src: &[u8]) -> bool {
+    if input_redirect(n, src) {
+        return true;
+    }
+    let mut inner = n;
+    while let Some(p) = inner.parent() {
+        let fed = match p.kind() {
+            "pipeline" => p.named_child(0).is_some_and(|first| first.id() != inner.id()),
+            "redirected_statement" => input_redirect(p, src),
+            _ => false,
+        };
+        if fed {
+            return true;
+        }
+        inner = p;
+    }
+    false
+}
+
+/// Whether one of `n`'s redirects feeds file descriptor 0: a here-document, a here-string, or `<`,
+/// `<&`, `<>` without a descriptor or with `0`.
+fn input_redirect(n: Node<'_>, src: &[u8]) -> bool {
+    let mut c = n.walk();
+    let kids: Vec<Node> = n.named_children(&mut c).collect();
+    kids.into_iter().any(|r| match r.kind() {
+        "heredoc_redirect" | "herestring_redirect" => true,
+        "file_redirect" => {
+            let mut c = r.walk();
+            let parts: Vec<Node> = r.children(&mut c).collect();
+            let stdin = parts.iter().all(|p| p.kind() != "file_descriptor" || text(*p, src) == "0");
+            stdin && parts.iter().any(|p| matches!(p.kind(), "<" | "<&" | "<>"))
+        }
+        _ => false,
+    })
 }
 
 /// The programs one simple command runs: its own and, through wrappers (`sudo curl …`), the ones it
@@ -137,10 +182,16 @@ fn bare(program: &str) -> &str {
     program.rsplit('/').next().unwrap_or(program)
 }
 
+/// What feeds one simple command's stdin.
+struct Feed {
+    piped_from: Vec<String>,
+    fed: bool,
+}
+
 fn command(
     n: Node<'_>,
     src: &[u8],
-    piped_from: Vec<String>,
+    feed: Feed,
     depth: usize,
     out: &mut Reading,
     budget: &mut usize,
@@ -162,13 +213,14 @@ fn command(
         out.commands.push(SimpleCommand {
             program: program.clone(),
             words: rest.clone(),
-            piped_from: piped_from.clone(),
+            piped_from: feed.piped_from.clone(),
+            stdin_fed: feed.fed,
             text: whole.clone(),
         });
         if depth < MAX_DEPTH {
             if let Some(inner) = inner_script(&program, &rest) {
                 // What the inner shell runs is read as its own command line; unreadable is not fatal.
-                let _ = read_into(&inner, depth + 1, out, budget);
+                let _ = read_into(&inner, depth + 1, feed.fed, out, budget);
             }
         }
         match unwrap(&program, &rest) {
@@ -338,6 +390,27 @@ mod tests {
         assert_eq!(cmds[1].program, "sudo");
         assert_eq!(cmds[2].program, "bash");
         assert_eq!(cmds[2].piped_from, ["curl"]);
+    }
+
+    #[test]
+    fn stdin_fed_by_a_pipe_or_an_input_redirect() {
+        let fed = |cmd: &str| -> Vec<(String, bool)> {
+            simple_commands(cmd).unwrap().into_iter().map(|c| (c.program, c.stdin_fed)).collect()
+        };
+        let f = |p: &str, b: bool| (p.to_owned(), b);
+        assert_eq!(fed("curl x | sudo sh"), [f("curl", false), f("sudo", true), f("sh", true)]);
+        assert_eq!(fed("curl x | { sh; }"), [f("curl", false), f("sh", true)]);
+        assert_eq!(fed("echo a | (cd x && python3)"), [f("echo", false), f("cd", true), f("python3", true)]);
+        assert_eq!(fed("sh < run.sh"), [f("sh", true)]);
+        assert_eq!(fed("{ sh; } < run.sh"), [f("sh", true)]);
+        assert_eq!(fed("python3 <<'EOF'\nprint(1)\nEOF"), [f("python3", true)]);
+        assert_eq!(fed("python3 <<< 'print(1)'"), [f("python3", true)]);
+        assert_eq!(fed("curl x | bash -c 'python3'"), [f("curl", false), f("bash", true), f("python3", true)]);
+        // Output redirects and other descriptors do not feed stdin.
+        assert_eq!(fed("python3 2>&1 > out.txt"), [f("python3", false)]);
+        assert_eq!(fed("python3 3< f"), [f("python3", false)]);
+        assert_eq!(fed("python3; cat < f"), [f("python3", false), f("cat", true)]);
+        assert_eq!(fed("python3 < f | cat"), [f("python3", true), f("cat", true)]);
     }
 
     #[test]

@@ -123,6 +123,7 @@ fn pattern(src: &Src<'_>, g: &RawGuard, key: &str) -> Result<GuardPattern, Polic
         target,
         branches,
         without_tty: g.without_tty,
+        unless_stdin: g.unless_stdin,
     })
 }
 
@@ -172,11 +173,13 @@ mod tests {
     }
 
     #[test]
-    fn force_push_target_takes_branches() {
+    fn force_push_target_takes_branches_and_stdin_switch_parses() {
         let push = guard("push", "programs = [\"git\"]\ntarget = \"force_push\"\nbranches = [\"main\"]");
-        let p = with(&push).unwrap();
+        let repl = guard("repl", "programs = [\"python3\"]\nunless_stdin = true");
+        let p = with(&(push + &repl)).unwrap();
         assert_eq!(p.guards[0].pattern.target, Some(GuardTarget::ForcePush));
         assert_eq!(p.guards[0].pattern.branches, ["main"]);
+        assert!(p.guards[1].pattern.unless_stdin && !p.guards[0].pattern.unless_stdin);
         // `branches` means nothing to another target, or to none.
         let stray = guard("push", "programs = [\"git\"]\nbranches = [\"main\"]");
         let (problem, _, key) = fails(&stray);
