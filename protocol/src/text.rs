@@ -177,7 +177,8 @@ pub fn write_result(r: &crate::results::WriteResult) -> String {
         JobPhase::Running => ("running".to_owned(), "output still coming after"),
         s => (ending(s, r.exit_code, r.signal), "ended within"),
     };
-    let mut out = format!("job {} {state} · {} bytes typed · {after} {} ms\n", r.job, r.bytes, r.waited_ms);
+    let typed = if r.bytes == 1 { "byte" } else { "bytes" };
+    let mut out = format!("job {} {state} · {} {typed} typed · {after} {} ms\n", r.job, r.bytes, r.waited_ms);
     match (&r.terminal, r.new_output.as_deref()) {
         (Some(t), _) => out.push_str(&terminal(t)),
         (None, Some(new)) if !new.is_empty() => {

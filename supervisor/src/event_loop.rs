@@ -499,7 +499,7 @@ impl<C: CgroupTreeOps, P: ProcessOps> EventLoop<C, P> {
         self.closing.clear();
         for (id, t) in self.sessions.close_all() {
             tracing::info!(
-                "closed session {id:?}: {} processes killed, verified empty: {}",
+                "closed session {id:?}: {} process(es) killed, verified empty: {}",
                 t.killed.total(),
                 t.verified_empty
             );

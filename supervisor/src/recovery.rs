@@ -36,7 +36,7 @@ pub fn recover(root: &Path, v1: Option<&V1Root>) -> BTreeSet<String> {
         match ended {
             Err(e) => tracing::warn!("could not end the leftover {}: {}", dir.display(), error_chain(&e)),
             Ok(_) => tracing::info!(
-                "ended the leftover {} of an earlier run: {} processes killed, removed: {removed}",
+                "ended the leftover {} of an earlier run: {} process(es) killed, removed: {removed}",
                 dir.display(),
                 procs.len()
             ),

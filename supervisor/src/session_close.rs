@@ -128,7 +128,7 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
             self.unverified_deaths.insert(id.to_owned());
         }
         tracing::warn!(
-            "worker of session {id:?} died with {how}; {} job processes killed; subtree {empty}",
+            "worker of session {id:?} died with {how}; {} job process(es) killed; subtree {empty}",
             t.killed.total()
         );
         Some(Outgoing::plain(FromSupervisor::WorkerDied {

@@ -891,7 +891,8 @@ impl Job {
 fn omitted(session: &str, job: JobId, o: Omission) -> Omitted {
     let call = serde_json::json!({"session": session, "job": job, "lines": [o.first, o.last]});
     let errors = if o.errors > 0 {
-        format!("; {} error-shaped lines among them are listed under the marker", o.errors)
+        let lines = if o.errors == 1 { "line among them is" } else { "lines among them are" };
+        format!("; {} error-shaped {lines} listed under the marker", o.errors)
     } else {
         String::new()
     };

@@ -254,9 +254,11 @@ fn errors_block(text: &mut String, inside: &[&&(u64, String)], session: &str, jo
         }
     };
     let header = format!(
-        "[errors in omitted part: {} error-shaped lines; {} lists them all with context]\n",
+        "[errors in omitted part: {} error-shaped line{}; {} lists {} with context]\n",
         inside.len(),
-        errors_call(session, job)
+        if inside.len() == 1 { "" } else { "s" },
+        errors_call(session, job),
+        if inside.len() == 1 { "it" } else { "them all" }
     );
     if !push(header) {
         return;
