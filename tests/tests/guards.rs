@@ -84,6 +84,10 @@ fn an_override_passes_one_rule_and_is_audited() {
     let r = run(&mut c, &s, json!({"cmd": "echo plain", "override": {"rule": "pattern-kill", "reason": "habit"}}));
     assert_eq!(r["state"], "exited", "{r}");
     assert!(r["warnings"].to_string().contains("did not refuse this command"), "{r}");
+    // A rule name the policy does not have (a typo) is named as such, with the names it has.
+    let r = run(&mut c, &s, json!({"cmd": "echo plain", "override": {"rule": "no-such-rule", "reason": "typo"}}));
+    let warned = r["warnings"].to_string();
+    assert!(warned.contains("has no guard of that name") && warned.contains("chmod-777-root"), "{warned}");
     // An override needs a reason.
     let e = c.call("run", json!({"session": s, "cmd": "true", "override": {"rule": "x", "reason": " "}})).unwrap_err();
     assert_eq!(e.code(), Some(-32602), "{e}");
@@ -93,12 +97,13 @@ fn an_override_passes_one_rule_and_is_audited() {
     assert!(
         heddle_tests::eventually(Duration::from_secs(10), || {
             rows = overrides(&h);
-            rows.len() == 2
+            rows.len() == 3
         }),
-        "two audit rows: {rows:?}"
+        "three audit rows: {rows:?}"
     );
     assert_eq!(rows[0], ("chmod-777-root".into(), true, "the test project is scratch space".into()));
     assert_eq!((rows[1].0.as_str(), rows[1].1), ("pattern-kill", false));
+    assert_eq!((rows[2].0.as_str(), rows[2].1), ("no-such-rule", false));
 }
 
 #[test]

@@ -130,7 +130,7 @@ fn two_hundred_mib_view_fits_the_budget_and_every_line_is_reachable() {
     let tail: String = rest.lines().filter(|l| l.starts_with("line ")).map(|l| format!("{l}\n")).collect();
     assert_eq!(head.lines().count() as u64 + (b - a + 1) + tail.lines().count() as u64, 2_000_000);
     assert_eq!(head.len() as u64 + om["bytes"].as_u64().unwrap() + tail.len() as u64, total);
-    assert!(v.contains("[errors in omitted part: 1 error-shaped lines"), "{}", &rest[..300.min(rest.len())]);
+    assert!(v.contains("[errors in omitted part: 1 error-shaped line;"), "{}", &rest[..300.min(rest.len())]);
     assert!(
         v.contains("  line 1000000: thread main panicked at src/lib.rs:1000000\n"),
         "{}",
@@ -318,6 +318,17 @@ fn a_view_at_the_minimum_budget_shows_lines_and_names_the_call_for_the_rest() {
     let rest = output(&mut c, &s, &r["job"], json!({"lines": [first, first + 2]}));
     let want = format!("{first}: {first}\n{0}: {0}\n{1}: {1}\n", first + 1, first + 2);
     assert_eq!(rest["text"], want, "the call shows the omitted lines: {rest}");
+    assert!(rest["note"].is_null(), "{rest}");
+    // Past the last line, and a budget below the least: said, not an empty view alone.
+    let past = output(&mut c, &s, &r["job"], json!({"lines": [9000, 9001]}));
+    assert_eq!(past["text"], "", "{past}");
+    let total = past["total_lines"].as_u64().unwrap();
+    assert!(total > 6000 && total < 9000, "{past}");
+    let note = past["note"].as_str().unwrap_or_default();
+    assert!(note.contains(&format!("has {total} numbered lines: lines 9000–9001 are past them")), "{past}");
+    let small = output(&mut c, &s, &r["job"], json!({"tail": 3, "max_output_bytes": 100}));
+    let note = small["note"].as_str().unwrap_or_default();
+    assert!(note.contains("max_output_bytes 100 is outside what a view takes (1000 to "), "{small}");
 }
 
 #[test]

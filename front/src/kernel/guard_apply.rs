@@ -55,7 +55,8 @@ pub(crate) fn apply(
         };
         (policy, Ctx { roots, cwd: cwd.into(), home: home.map(PathBuf::from), tty })
     };
-    let verdict = check(cmd, &guards_of(&policy), &ctx);
+    let guards = guards_of(&policy);
+    let verdict = check(cmd, &guards, &ctx);
     let mut warnings: Vec<String> = verdict.warn.iter().map(Hit::sentence).collect();
     warnings.extend(verdict.unread.clone());
     let mut deny = verdict.deny;
@@ -77,6 +78,14 @@ pub(crate) fn apply(
                     h.rule
                 ));
                 s.lock().count_guard_override();
+            }
+            None if !guards.iter().any(|g| g.name == rule) => {
+                let names: Vec<&str> = guards.iter().map(|g| g.name.as_str()).collect();
+                warnings.push(format!(
+                    "override of guard {rule}: the session's policy has no guard of that name, so nothing was \
+                     overridden (its guards: {})",
+                    names.join(", ")
+                ))
             }
             None => warnings.push(format!(
                 "override of guard {rule}: that rule did not refuse this command, so nothing was overridden"

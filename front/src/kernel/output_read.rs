@@ -256,6 +256,10 @@ fn line_view(
         Selector::Tail(n) if stream == StreamSel::Both && p.format == Format::Text => open.len().min(n as usize),
         _ => 0,
     };
+    let asked_lines = match sel {
+        Selector::Lines(a, b) => Some((a, b)),
+        _ => None,
+    };
     let mut max_matches = 200;
     let (view, found) = match sel {
         Selector::Lines(a, b) => ("lines", views::lines(&src, a, b, stream, budget)?),
@@ -270,6 +274,17 @@ fn line_view(
         Selector::Raw { .. } => unreachable!("raw is answered by raw()"),
     };
     let mut notes: Vec<String> = removed_note.into_iter().collect();
+    if let Some(b) = p.max_output_bytes.filter(|b| *b as usize != budget) {
+        notes.push(format!(
+            "max_output_bytes {b} is outside what a view takes (1000 to {MAX_BUDGET}); {budget} was used"
+        ));
+    }
+    if let Some((a, b)) = asked_lines {
+        if a > total {
+            let still = if complete { "" } else { " so far (the job is running)" };
+            notes.push(format!("job {} has {total} numbered lines{still}: lines {a}–{b} are past them", p.job));
+        }
+    }
     // The open lines fit what the budget leaves (the newest first), and only after a tail shown whole.
     let mut room = if found.cut { 0 } else { budget.saturating_sub(views::as_text(&found.lines).len()) };
     let mut open_lines: Vec<String> = Vec::new();
