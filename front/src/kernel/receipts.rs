@@ -444,10 +444,14 @@ pub(crate) fn mutate(
             attach(&mut value, &entry.receipt);
             Ok(value)
         }
-        Err(e) => {
+        Err(mut e) => {
             k.receipts.forget(&id);
             if let Some(scope) = &scope {
                 k.receipts.release(scope);
+            }
+            // serde lists the method's own fields; the key every mutation takes was taken out before.
+            if e.kind == crate::rpc::ErrorKind::InvalidParams && e.message.contains(", expected one of `") {
+                e.message = e.message.replacen(", expected one of `", ", expected `idempotency_key` or one of `", 1);
             }
             refused(k, client, method, &session, &e);
             Err(e)

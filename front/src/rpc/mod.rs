@@ -204,13 +204,13 @@ pub fn parse_request(line: &[u8]) -> Result<Request, BadRequest> {
     Ok(Request { id, method, params })
 }
 
-/// Parse a method's params into its typed struct; a wrong or missing member is `invalid_params` with
-/// serde's explanation.
 /// `true`, for `#[serde(default = "crate::rpc::yes")]`.
 pub fn yes() -> bool {
     true
 }
 
+/// Parse a method's params into its typed struct; a wrong or missing member is `invalid_params` with
+/// serde's explanation.
 pub fn params<T: DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError> {
     serde_json::from_value(params).map_err(|e| RpcError::invalid_params(method, e))
 }
