@@ -34,7 +34,7 @@ use std::time::Instant;
 /// The most output bytes per stream a parser reads (the end of a longer stream).
 const PARSE_MAX: u64 = 32 * 1024 * 1024;
 /// `check`'s default yield when the check names no `timeout_ms` hint.
-const DEFAULT_CHECK_YIELD_MS: u64 = 60_000;
+pub(crate) const DEFAULT_CHECK_YIELD_MS: u64 = 60_000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -8,6 +8,8 @@
 //! assert!(tools["tools"].as_array().unwrap().iter().any(|t| t["name"] == "run"));
 //! ```
 
+use crate::kernel::terminal_io::{DEFAULT_QUIET_MS, DEFAULT_WRITE_YIELD_MS};
+use crate::kernel::DEFAULT_YIELD_MS;
 use crate::rpc::{ErrorKind, RpcError};
 use protocol::results::{JobResult, JobsResult};
 use serde_json::{json, Map, Value};
@@ -35,7 +37,7 @@ pub fn list() -> Value {
     let job =
         json!({"type": "integer", "minimum": 1, "description": "The job's id (from the run result's first line)."});
     let yield_ms = json!({"type": "integer", "minimum": 0, "maximum": 600000,
-        "description": "How long to wait for the job to end before returning with it still running (ms; default 10000). The job is never killed by this."});
+        "description": format!("How long to wait for the job to end before returning with it still running (ms; default {DEFAULT_YIELD_MS}). The job is never killed by this.")});
     let budget = json!({"type": "integer", "minimum": 1,
         "description": "Room for the output view, in tokens (about 4 bytes each); the rest is named by a marker, never silently dropped."});
     let session = json!({"type": "string", "description": "Optional: this connection's session (calls that a marker names carry it)."});
@@ -131,8 +133,9 @@ pub fn list() -> Value {
                 "text": {"type": "string"},
                 "keys": {"type": "array", "items": {"type": "string"}},
                 "eof": {"type": "boolean"},
-                "yield_ms": yield_ms,
-                "quiet_ms": {"type": "integer", "minimum": 0, "description": "Output-free time after which the screen counts as settled (default 100)."},
+                "yield_ms": {"type": "integer", "minimum": 0, "maximum": 600000,
+                    "description": format!("How long to wait for the screen to settle before returning (ms; default {DEFAULT_WRITE_YIELD_MS}); returns sooner when the job ends. The job is never killed by this.")},
+                "quiet_ms": {"type": "integer", "minimum": 0, "description": format!("Output-free time after which the screen counts as settled (ms; default {DEFAULT_QUIET_MS}; 0: the first output after the write).")},
                 "idempotency_key": {"type": "string", "description": "A retry with the same key is answered from the first call and types nothing twice."},
                 "session": session},
                 "required": ["job"], "additionalProperties": false},
@@ -338,6 +341,35 @@ mod tests {
             let args = if name == "keep" { json!({"job": 1, "name": "x"}) } else { json!({"job": 1, "cmd": "true"}) };
             assert!(params(name, args, "s").is_ok(), "{name}");
         }
+    }
+
+    /// The `(ms; default N)` a property's description states.
+    fn stated_default(tool: &str, prop: &str) -> u64 {
+        let tools = list();
+        let t = tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == tool).unwrap();
+        let d = t["inputSchema"]["properties"][prop]["description"].as_str().unwrap_or_default();
+        let n =
+            d.split_once("default ").map(|(_, n)| n).unwrap_or_else(|| panic!("{tool}.{prop} states no default: {d}"));
+        n.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn the_defaults_the_schemas_state_are_the_kernels() {
+        use crate::kernel::terminal_io::{DEFAULT_QUIET_MS, DEFAULT_WRITE_YIELD_MS};
+        assert_eq!(stated_default("run", "yield_ms"), crate::kernel::DEFAULT_YIELD_MS);
+        assert_eq!(stated_default("wait", "yield_ms"), crate::kernel::DEFAULT_YIELD_MS);
+        assert_eq!(stated_default("write", "yield_ms"), DEFAULT_WRITE_YIELD_MS, "write settles sooner than run waits");
+        assert_eq!(stated_default("write", "quiet_ms"), DEFAULT_QUIET_MS);
+        let secs = |ms: u64| format!("default {} s", ms / 1000);
+        assert!(INSTRUCTIONS.contains(&format!("`yield_ms` ({})", secs(crate::kernel::DEFAULT_YIELD_MS))));
+        let tools = list();
+        let described = |name: &str| {
+            let t = tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == name).unwrap();
+            t["description"].as_str().unwrap().to_owned()
+        };
+        assert!(described("check").contains(&secs(crate::kernel::check_run::DEFAULT_CHECK_YIELD_MS)));
+        let (_, p) = params("output", json!({"job": 1}), "s").unwrap();
+        assert!(described("output").contains(&format!("With none, the last {} lines", p["tail"])));
     }
 
     #[test]
