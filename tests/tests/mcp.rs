@@ -871,3 +871,19 @@ fn the_write_tool_shows_a_pipes_new_output_and_an_end_once() {
     assert_eq!(announced[0]["job"], 2, "the JSON keeps the whole announcement: {r}");
     assert!(announced[0]["last_lines"].to_string().contains("print(6*7)"), "{r}");
 }
+
+#[test]
+fn a_kept_job_says_once_how_it_ends_in_words_a_model_can_act_on() {
+    let h = Heddle::start();
+    let mut b = Bridge::initialized(&h);
+    let r = b.tool(2, "run", json!({"cmd": "sleep 30", "keep": "ticker", "yield_ms": 0}));
+    let text = r["content"][0]["text"].as_str().unwrap().to_owned();
+    let ended = h.client().call("kept.kill", json!({"name": "ticker"}));
+    assert_eq!(r["structuredContent"]["kept"], "ticker", "{r}");
+    assert_eq!(text.matches("kept as").count(), 1, "one sentence about the keep: {text}");
+    assert!(text.contains("the operator ends them with `heddle kept kill ticker`"), "{text}");
+    // kept.kill is the socket's method, not a tool the model has.
+    assert!(!text.contains("kept.kill"), "{text}");
+    assert!(ended.is_ok(), "{ended:?}");
+    b.finish();
+}

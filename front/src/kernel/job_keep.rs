@@ -172,16 +172,24 @@ pub(crate) fn keep(k: &Kernel, client: &Client, s: &Session, job: JobId, name: &
     let forget = s.send(&Command::Forget { job }, SEND_TIMEOUT);
     if let Some(j) = s.lock().job_mut(job) {
         j.set_kept(name.to_owned());
-        j.note(format!(
-            "kept as '{name}': its processes live in {} and outlive the session; end them with kept.kill {{\"name\": \"{name}\"}}",
-            kept.cgroup
-        ));
+        j.note(kept_note(name, &kept.cgroup));
         if let Err(e) = forget {
             j.note(format!("the worker could not be told to forget the job's cgroup ({})", error_chain(&e)));
         }
     }
     s.notify();
     Ok(kept)
+}
+
+/// The note a job gets when it is kept: where its processes went, and how they end, in words both a
+/// model (whose MCP tools cannot end a kept job: `kill` ends none of it) and a person at the CLI can act
+/// on. A kept name needs no shell quoting (`[A-Za-z0-9_.-]`); one that starts with `-` follows `--`.
+fn kept_note(name: &str, cgroup: &str) -> String {
+    let arg = if name.starts_with('-') { format!("-- {name}") } else { name.to_owned() };
+    format!(
+        "kept as '{name}': its processes live in {cgroup} and outlive the session (kill does not end them); the \
+         operator ends them with `heddle kept kill {arg}`"
+    )
 }
 
 #[derive(Deserialize)]
@@ -297,4 +305,27 @@ pub(crate) fn call_kill(k: &Kernel, client: &Client, params: Value) -> Result<Ke
 /// `note` for a `run {keep: true}` whose keep failed.
 pub(crate) fn keep_failed_note(e: &RpcError) -> Option<String> {
     join_notes([format!("keep failed: {}", e.message)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kept_note;
+    use serde_json::json;
+
+    #[test]
+    fn a_kept_jobs_note_says_once_how_it_ends_in_words_a_model_can_act_on() {
+        let note = kept_note("ticker", "/sys/fs/cgroup/heddle/kept/ticker");
+        assert!(note.contains("`heddle kept kill ticker`"), "{note}");
+        // The method is not an MCP tool: a model told to call it could not.
+        assert!(!note.contains("kept.kill"), "{note}");
+        let tools = crate::transport::mcp_tools::list();
+        assert!(!tools["tools"].as_array().unwrap().iter().any(|t| t["name"] == "kept.kill"));
+        // The run tool's text: one sentence about the keep, not the generic line beside it.
+        let r =
+            json!({"session": "s", "job": 1, "state": "running", "kept": "ticker", "note": note, "announcements": []});
+        let text = crate::transport::mcp_tools::text("run", &r);
+        assert_eq!(text.matches("kept as").count(), 1, "{text}");
+        assert!(text.contains("`heddle kept kill ticker`"), "{text}");
+        assert!(kept_note("-x", "c").contains("`heddle kept kill -- -x`"));
+    }
 }
