@@ -343,6 +343,38 @@ fn mcp_streamable_http_sessions_by_header() {
 }
 
 #[test]
+fn an_mcp_initialize_with_a_bad_query_is_refused_at_once_and_opens_no_session() {
+    let (h, addr) = door();
+    let mut c = HttpConn::connect(addr).unwrap();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    // A typo in a query parameter: refused with a sentence naming it and the parameters there are.
+    let r = c.post(&format!("/mcp?cwd={}&sesion=typo", h.project.display()), &[], &init).unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.header("mcp-session-id").is_none(), "{}", r.text());
+    assert!(
+        r.text().contains("\"sesion\"") && r.text().contains("session, cwd, close_on_exit, network, policy"),
+        "{}",
+        r.text()
+    );
+    // A cwd that does not exist, or is not a directory: the initialize's error, session.open's sentence.
+    let missing = h.project.join("no-such-dir");
+    let file = h.project.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    for (cwd, says) in [(&missing, "does not exist"), (&file, "is not a directory")] {
+        let r = c.post(&format!("/mcp?cwd={}", cwd.display()), &[], &init).unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.header("mcp-session-id").is_none(), "no session id for a failed attach: {}", r.text());
+        let v = r.json();
+        let msg = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(v["result"].is_null() && msg.contains(&format!("cwd {} {says}", cwd.display())), "{v}");
+        assert_eq!(v["id"], 1, "{v}");
+    }
+    // Nothing was opened by any of them.
+    let d = rpc(&mut c, "describe", json!({}));
+    assert_eq!(d["result"]["sessions"].as_array().map(Vec::len), Some(0), "{d}");
+}
+
+#[test]
 fn an_agent_session_through_the_python_sdks_streamable_http_client() {
     let (h, addr) = door();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp/agent_session.py");

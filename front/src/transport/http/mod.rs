@@ -509,7 +509,10 @@ async fn post_mcp(door: &Door, client: Client, req: Request<Incoming>) -> Respon
         }
     }
     let session = req.headers().get(SESSION_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let attach = attach_params(req.uri().query().unwrap_or(""));
+    let attach = match attach_params(req.uri().query().unwrap_or("")) {
+        Ok(a) => a,
+        Err(sentence) => return refuse(StatusCode::BAD_REQUEST, &sentence),
+    };
     let accepts_stream = mcp_stream::accepts_stream(req.headers());
     let body = match body(req).await {
         Ok(b) => b,
@@ -778,9 +781,14 @@ fn form_pairs(q: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The query parameters of `/mcp`: each one a field of `mcp.attach`.
+const MCP_QUERY: [&str; 5] = ["session", "cwd", "close_on_exit", "network", "policy"];
+
 /// `mcp.attach` params from `/mcp?session=NAME&cwd=DIR&close_on_exit=true&network=false&policy=P`, or
-/// `None` when the query names none of them.
-fn attach_params(query: &str) -> Option<serde_json::Value> {
+/// `None` when the query names none of them; a parameter heddle does not know, or a flag that is not
+/// `true`/`false` (`1`/`0`), is the sentence to refuse the request with (as `/rpc` refuses an unknown
+/// field), so a typo never opens a session other than the one asked for.
+fn attach_params(query: &str) -> Result<Option<serde_json::Value>, String> {
     let mut p = serde_json::Map::new();
     for (k, v) in form_pairs(query) {
         match k.as_str() {
@@ -788,12 +796,24 @@ fn attach_params(query: &str) -> Option<serde_json::Value> {
                 p.insert(k, v.into());
             }
             "close_on_exit" | "network" => {
-                p.insert(k, (v == "true" || v == "1").into());
+                let flag = match v.as_str() {
+                    "true" | "1" => true,
+                    "false" | "0" => false,
+                    _ => {
+                        return Err(format!("/mcp query parameter {k}={v:?} is not a flag; give {k}=true or {k}=false"))
+                    }
+                };
+                p.insert(k, flag.into());
             }
-            _ => {}
+            _ => {
+                return Err(format!(
+                    "/mcp has no query parameter {k:?}; the query of an initialize POST takes {}",
+                    MCP_QUERY.join(", ")
+                ))
+            }
         }
     }
-    (!p.is_empty()).then_some(serde_json::Value::Object(p))
+    Ok((!p.is_empty()).then_some(serde_json::Value::Object(p)))
 }
 
 /// `STDOUT-STDERR` byte counts.
@@ -920,10 +940,27 @@ mod tests {
         assert_eq!(form_pairs("a=%"), [("a".into(), "%".into())]);
     }
 
+    #[test]
+    fn an_mcp_query_names_only_attach_fields() {
+        assert_eq!(attach_params(""), Ok(None));
+        assert_eq!(
+            attach_params("session=a&cwd=%2Ftmp&close_on_exit=1&network=false&policy=p"),
+            Ok(Some(
+                serde_json::json!({"session": "a", "cwd": "/tmp", "close_on_exit": true, "network": false, "policy": "p"})
+            ))
+        );
+        // A typo opens no anonymous session: the refusal names it and the parameters there are.
+        let e = attach_params("cwd=/tmp/ws&sesion=typo").unwrap_err();
+        assert!(e.contains("\"sesion\"") && e.contains("session, cwd, close_on_exit, network, policy"), "{e}");
+        let e = attach_params("close_on_exit=yes").unwrap_err();
+        assert!(e.contains("close_on_exit=true"), "{e}");
+    }
+
     proptest! {
         #[test]
         fn garbage_never_panics(s in "(?s).{0,200}", b in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = form_pairs(&s);
+            let _ = attach_params(&s);
             let _ = parse_event_id(&s);
             let _ = loopback_origin(&b);
             let _ = loopback_origin(s.as_bytes());
