@@ -887,3 +887,21 @@ fn a_kept_job_says_once_how_it_ends_in_words_a_model_can_act_on() {
     assert!(ended.is_ok(), "{ended:?}");
     b.finish();
 }
+
+#[test]
+fn the_bridge_with_a_cwd_that_does_not_exist_exits_at_once_saying_so() {
+    let h = Heddle::start();
+    let missing = h.project.join("no-such-dir");
+    let out = Command::new(bin_dir().join("heddle"))
+        .args(["mcp", "--cwd", missing.to_str().unwrap()])
+        .env("HEDDLE_SOCKET", &h.socket)
+        .stdin(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(stderr.contains(&format!("cwd {} does not exist", missing.display())), "session.open's sentence: {stderr}");
+    let d = h.client().call("describe", json!({})).unwrap();
+    assert_eq!(d["sessions"].as_array().map(Vec::len), Some(0), "no session was opened: {d}");
+}
