@@ -575,7 +575,7 @@ impl Job {
             // the kept log from now on. Its record here stays `running`, with nothing more to come.
             let note = format!(
                 "kept as {name}: it runs on outside the session, which was closed; what it writes from now on \
-                 goes to its kept log (kept.log {{\"name\":\"{name}\"}})"
+                 goes to its kept log (`heddle kept log {name}`)"
             );
             self.closed = true;
             self.note(note);

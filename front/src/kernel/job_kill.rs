@@ -57,8 +57,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<JobResu
                 None => "the job had already ended and nothing of it still runs: there was nothing to kill".to_owned(),
                 Some(name) => format!(
                     "the job is kept as {name}: kill does not end a kept job's processes (they outlive the session \
-                     by design); the operator ends them with `heddle kept kill {name}` (the method `kept.kill` \
-                     {{\"name\": \"{name}\"}})"
+                     by design); the operator ends them with `heddle kept kill {name}`"
                 ),
             };
             r.note = join_notes(r.note.take().into_iter().chain([note]));
