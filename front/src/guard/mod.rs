@@ -338,6 +338,25 @@ mod tests {
         }
     }
 
+    /// `read` with nothing to read: a prompt the model never sees, an empty answer. A loop reading a
+    /// pipe or a file, a here-string and `read -u FD` read something.
+    #[test]
+    fn a_read_with_closed_stdin_is_warned_and_a_fed_one_is_not() {
+        for cmd in ["read -p 'Continue? [y/N] ' ans; echo $ans", "read x", "if read -r line; then echo $line; fi"] {
+            assert_eq!(rules(cmd).1, ["read-without-input"], "{cmd}");
+        }
+        for cmd in [
+            "cat f | while read -r l; do echo $l; done",
+            "while read -r l; do echo $l; done < f",
+            "read x <<< yes",
+            "read -u 3 x 3< f",
+            "printf 'a\\n' | { read x; echo $x; }",
+            "git ls-files | xargs -n1 echo",
+        ] {
+            assert_eq!(rules(cmd), (vec![], vec![]), "{cmd}");
+        }
+    }
+
     #[test]
     fn a_terminal_silences_the_terminal_warnings() {
         let p = policies::Policy::builtin("workspace").unwrap();
