@@ -905,3 +905,57 @@ fn the_bridge_with_a_cwd_that_does_not_exist_exits_at_once_saying_so() {
     let d = h.client().call("describe", json!({})).unwrap();
     assert_eq!(d["sessions"].as_array().map(Vec::len), Some(0), "no session was opened: {d}");
 }
+
+/// An agent's SDK that times a call out sends `notifications/cancelled` and drops the answer when it
+/// comes. The job runs on (observation never cancels), and what the dropped answer reported — the job's
+/// end — is announced by the next call instead of being lost. A call that was not cancelled is not
+/// announced again.
+#[test]
+fn a_cancelled_calls_job_is_announced_by_the_next_call() {
+    let h = Heddle::start();
+    let mut b = Bridge::initialized(&h);
+    b.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "run", "arguments": {"cmd": "sleep 0.5; echo slow-done", "yield_ms": 10_000}}})
+        .to_string(),
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    // The SDK's timeout: it cancels, then ignores the answer when it comes.
+    b.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"timed out"}}"#);
+    let dropped = b.reply();
+    assert_eq!(dropped["id"], 2, "{dropped}");
+    assert!(dropped["result"]["content"][0]["text"].as_str().unwrap().starts_with("exit 0 · "), "{dropped}");
+    let next = b.tool(3, "run", json!({"cmd": "echo after"}));
+    let text = next["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("job 1 ended: exit 0 · ") && text.contains("  slow-done\n"), "announced: {text}");
+    // Answered and not cancelled: not announced again.
+    let again = b.tool(4, "run", json!({"cmd": "true"}));
+    let text = again["content"][0]["text"].as_str().unwrap();
+    assert!(!text.contains(" ended: "), "{text}");
+    // A cancellation of a call the connection does not know changes nothing.
+    b.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":99}}"#);
+    let last = b.tool(5, "run", json!({"cmd": "true"}));
+    assert!(!last["content"][0]["text"].as_str().unwrap().contains(" ended: "), "{last}");
+    b.finish();
+}
+
+/// A client gone before its answer is written (a person's Ctrl-C on `heddle run`, an agent's host that
+/// exited mid-call): the answer reported the job's end to nobody, so the session's next call announces it.
+#[test]
+fn a_job_whose_answer_found_its_client_gone_is_announced_by_the_next_call() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let mut gone = std::os::unix::net::UnixStream::connect(&h.socket).unwrap();
+    let req = json!({"jsonrpc": "2.0", "id": 1, "method": "run",
+        "params": {"session": s, "cmd": "sleep 0.5; echo unseen-end", "yield_ms": 10_000}});
+    std::io::Write::write_all(&mut gone, format!("{req}\n").as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    drop(gone);
+    std::thread::sleep(Duration::from_millis(1_000));
+    let next = c.call("run", json!({"session": s, "cmd": "true"})).unwrap();
+    let announced: Vec<u64> =
+        next["announcements"].as_array().unwrap().iter().filter_map(|a| a["job"].as_u64()).collect();
+    assert_eq!(announced, [1], "the end its client never read is announced: {next}");
+    assert_eq!(next["announcements"][0]["last_lines"], json!(["unseen-end"]), "{next}");
+}

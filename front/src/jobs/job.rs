@@ -821,6 +821,14 @@ impl Job {
         }
     }
 
+    /// The answer that reported this ended job never reached its client (the connection was gone, or
+    /// the client cancelled the call): announce it again. Whether it was reported.
+    pub fn unreport(&mut self) -> bool {
+        let was = self.life.phase.ended() && self.reported;
+        self.reported = false;
+        was
+    }
+
     /// The announcement of this ended job; marks it reported.
     pub fn announce(&mut self, now: Instant) -> Announcement {
         let survivors_ended = self.reported && self.rest_unannounced;

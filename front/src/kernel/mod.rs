@@ -302,6 +302,19 @@ impl Kernel {
     }
 
     /// The session `name` as this client may see it.
+    /// An answer that reported `jobs` of `session` never reached the client (its connection was gone
+    /// when it was written, or it cancelled the call): the session's next call announces them again.
+    /// Nothing else changes; a session that is gone, or of another uid, is left alone.
+    pub fn unreport(&self, client: &Client, session: &str, jobs: &[u64]) {
+        if jobs.is_empty() {
+            return;
+        }
+        if let Ok(s) = self.session(client, session) {
+            s.lock().unreport(jobs);
+            tracing::info!("session '{session}': jobs {jobs:?} are announced again (the answer that reported them was not received)");
+        }
+    }
+
     pub(crate) fn session(&self, client: &Client, name: &str) -> Result<Arc<Session>, RpcError> {
         match self.registry().slots.get(name) {
             Some(Slot::Open(s)) if s.visible_to(client.uid) || crate::kernel::peer_check::own_session(client, s) => {

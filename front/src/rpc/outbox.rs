@@ -181,19 +181,26 @@ impl Outbox {
     /// Send one line (newline included): now if the socket takes it, else after what waits. False
     /// when the connection is gone.
     pub fn send(&self, line: Vec<u8>) -> bool {
-        self.put_line(line, false) != Sent::Gone
+        self.put_line(line, false).is_ok()
     }
 
     /// [`Outbox::send`] for an answer: whether it is whole on the socket now or queued (a [`Watch`]
     /// hears when it is written).
     pub fn send_answer(&self, line: Vec<u8>) -> Sent {
+        self.put_line(line, true).unwrap_or(Sent::Gone)
+    }
+
+    /// [`Outbox::send_answer`], giving the answer back when the connection is gone (none of it was
+    /// written whole, so the client never read it).
+    pub fn send_answer_or_back(&self, line: Vec<u8>) -> Result<Sent, Vec<u8>> {
         self.put_line(line, true)
     }
 
-    fn put_line(&self, line: Vec<u8>, answer: bool) -> Sent {
+    /// How the line went; the line back when the connection is gone.
+    fn put_line(&self, line: Vec<u8>, answer: bool) -> Result<Sent, Vec<u8>> {
         let mut st = self.lock();
         if st.closed {
-            return Sent::Gone;
+            return Err(line);
         }
         let mut at = 0;
         if let (true, false, Some(sock)) = (st.queue.is_empty(), st.busy, &self.shared.sock) {
@@ -205,12 +212,12 @@ impl Outbox {
                     Err(_) => {
                         st.closed = true;
                         self.shared.ready.notify_one();
-                        return Sent::Gone;
+                        return Err(line);
                     }
                 }
             }
             if at == line.len() {
-                return Sent::Written;
+                return Ok(Sent::Written);
             }
         }
         if at > 0 {
@@ -235,11 +242,11 @@ impl Outbox {
                 st.closed = true;
                 st.queue.clear();
                 st.queued = 0;
-                return Sent::Gone;
+                return Ok(Sent::Gone);
             }
             st.busy = true;
         }
-        Sent::Queued
+        Ok(Sent::Queued)
     }
 
     /// Whether more than [`MAX_QUEUED`] bytes wait for this connection's reader.

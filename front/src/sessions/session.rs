@@ -604,6 +604,15 @@ impl SessionData {
         }
     }
 
+    /// Jobs an answer reported that never reached its client: announced again by the next call.
+    pub fn unreport(&mut self, jobs: &[JobId]) {
+        for &id in jobs {
+            if self.jobs.get_mut(&id).is_some_and(|j| j.unreport()) {
+                self.quiet_below = self.quiet_below.min(id);
+            }
+        }
+    }
+
     /// Announcements of every ended, unreported job (each marked reported), oldest first. Looks at the
     /// jobs from the first that is not both ended and reported on (see `quiet_below`).
     pub fn take_announcements(&mut self, now: Instant) -> Vec<Announcement> {

@@ -33,6 +33,7 @@ use crate::sessions::session::Session;
 use serde::Deserialize;
 use serde_json::value::{to_raw_value, RawValue};
 use serde_json::{json, Value};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// The protocol versions this server speaks, newest first.
@@ -94,6 +95,20 @@ pub struct McpConnection {
     /// was closed from outside ([`McpConnection::reopening`]). Null when the connection attached to a
     /// session another client had opened (its settings are not the connection's to repeat).
     reopen: Value,
+    /// The latest tool calls answered, with the jobs each reported (its job's end, its announcements):
+    /// a call the client cancels after its answer was written had its answer ignored, so those jobs are
+    /// announced again ([`McpConnection::cancelled`]).
+    answered: VecDeque<(String, Vec<u64>)>,
+    /// The jobs the tool call being answered reported (set by [`McpConnection::call_tool`]).
+    reported: Vec<u64>,
+}
+
+/// Tool calls remembered for a cancellation that comes after their answer.
+const ANSWERED_KEPT: usize = 16;
+
+/// A request id as one spelling (`1`, `"a"`), whatever the whitespace and escapes it came with.
+fn canonical_id(raw: &str) -> String {
+    serde_json::from_str::<Value>(raw).map_or_else(|_| raw.to_owned(), |v| v.to_string())
 }
 
 /// A kernel method's encoded result, and the session it worked in.
@@ -127,6 +142,8 @@ impl McpConnection {
                     tasks: Tasks::default(),
                     pending_page: false,
                     reopen: Value::Null,
+                    answered: VecDeque::new(),
+                    reported: Vec::new(),
                 };
                 let answer = conn.serve(kernel, client, req, None);
                 Some((Some(conn), answer))
@@ -166,6 +183,9 @@ impl McpConnection {
         let Some(id) = req.id else {
             // Notifications (`notifications/initialized`, `notifications/cancelled`, …) need no answer;
             // a cancelled call runs to its end (observation never steers execution).
+            if req.method == "notifications/cancelled" {
+                self.cancelled(kernel, client, &req.params);
+            }
             return (None, None);
         };
         let (result, named) = match req.method.as_str() {
@@ -175,6 +195,11 @@ impl McpConnection {
             "tools/call" => {
                 // The tool result is already encoded (the kernel's JSON embedded verbatim).
                 let (result, named) = self.call_tool(kernel, client, req.params, out);
+                let reported = std::mem::take(&mut self.reported);
+                if self.answered.len() == ANSWERED_KEPT {
+                    self.answered.pop_front();
+                }
+                self.answered.push_back((canonical_id(id.get()), reported));
                 let reply = match result {
                     Ok(raw) => rpc::encode_result(Some(&id), &raw),
                     Err(e) => rpc::encode_error(Some(&id), &e),
@@ -209,6 +234,28 @@ impl McpConnection {
             Err(e) => rpc::encode_error(Some(&id), &e),
         };
         (Some(reply), named)
+    }
+
+    /// The client cancelled a call (`notifications/cancelled {requestId}`). Its job runs on; a call
+    /// answered already had its answer ignored by the client (MCP: a response after a cancellation is
+    /// dropped), so the jobs that answer reported are announced again by the next call. (Calls on one
+    /// connection are answered in order, so a cancellation read here comes after the call's answer.)
+    pub fn cancelled(&mut self, kernel: &Kernel, client: &Client, params: &Value) {
+        let Some(id) = params.get("requestId").map(|v| canonical_id(&v.to_string())) else { return };
+        let Some(at) = self.answered.iter().position(|(i, _)| *i == id) else { return };
+        let (_, jobs) = self.answered.remove(at).unwrap_or_default();
+        if let Some(s) = &self.session {
+            kernel.unreport(client, s, &jobs);
+        }
+    }
+
+    /// The jobs the tool call with request id `id` (its JSON text) reported, taken (for an answer that
+    /// could not be written: they are announced again).
+    pub fn take_reported(&mut self, id: &str) -> Option<(String, Vec<u64>)> {
+        let id = canonical_id(id);
+        let at = self.answered.iter().rposition(|(i, _)| *i == id)?;
+        let (_, jobs) = self.answered.remove(at)?;
+        Some((self.session.clone()?, jobs))
     }
 
     fn call_tool(
@@ -279,7 +326,8 @@ impl McpConnection {
         if let Ok(r) = &result {
             // The common case, with no detour through a `Value`: the text form from the typed result,
             // the kernel's JSON as the structured content, byte for byte.
-            if let Some(text) = mcp_tools::text_raw(method, r.get()) {
+            if let Some((text, reported)) = mcp_tools::text_raw(method, r.get()) {
+                self.reported = reported;
                 let text = with_note(text);
                 let content = [TextContent { kind: "text", text: &text }];
                 let done = ToolResult { content: &content, structured_content: r, is_error: false };
@@ -290,6 +338,9 @@ impl McpConnection {
             serde_json::from_str::<Value>(raw.get())
                 .map_err(|e| RpcError::internal(format!("the {method} result could not be read back: {e}")))
         });
+        if let Ok(v) = &read {
+            self.reported = mcp_tools::reported(v);
+        }
         let mut value = tool_result(method, read);
         if let Some(t) = value["content"][0]["text"].as_str().map(str::to_owned) {
             value["content"][0]["text"] = Value::String(with_note(t));
@@ -416,6 +467,8 @@ fn attach(kernel: &Kernel, client: &Client, params: Value) -> Result<(McpConnect
         tasks: Tasks::default(),
         pending_page: p.hand_over_stdio && p.pending_page,
         reopen: if opened["attached"] == true { Value::Null } else { open },
+        answered: VecDeque::new(),
+        reported: Vec::new(),
     };
     Ok((conn, result))
 }

@@ -249,19 +249,37 @@ fn bad(tool: &str, why: &str) -> RpcError {
 /// [`text`] read straight from the kernel's JSON for the results with a typed text form (`run`,
 /// `wait`, `kill`, `check`, `write`, `resize`, `jobs`); `None` for the others, or when the JSON is not
 /// the expected shape (then [`text`] renders it).
-pub fn text_raw(method: &str, raw: &str) -> Option<String> {
+pub fn text_raw(method: &str, raw: &str) -> Option<(String, Vec<u64>)> {
     match method {
-        "run" | "wait" | "kill" | "check" => {
-            serde_json::from_str::<JobResult>(raw).ok().map(|r| protocol::text::job_result(&r))
-        }
-        "write" | "resize" => {
-            serde_json::from_str::<protocol::results::WriteResult>(raw).ok().map(|r| protocol::text::write_result(&r))
-        }
-        "jobs" => serde_json::from_str::<JobsResult>(raw)
+        "run" | "wait" | "kill" | "check" => serde_json::from_str::<JobResult>(raw).ok().map(|r| {
+            let mut jobs: Vec<u64> = r.announcements.iter().map(|a| a.job).collect();
+            if r.state.ended() {
+                jobs.push(r.job);
+            }
+            (protocol::text::job_result(&r), jobs)
+        }),
+        "write" | "resize" => serde_json::from_str::<protocol::results::WriteResult>(raw)
             .ok()
-            .map(|r| protocol::text::jobs_table(&r.jobs) + &protocol::text::announcements(&r.announcements)),
+            .map(|r| (protocol::text::write_result(&r), Vec::new())),
+        "jobs" => serde_json::from_str::<JobsResult>(raw).ok().map(|r| {
+            let text = protocol::text::jobs_table(&r.jobs) + &protocol::text::announcements(&r.announcements);
+            (text, r.announcements.iter().map(|a| a.job).collect())
+        }),
         _ => None,
     }
+}
+
+/// The jobs a result reported to its client: its job's end (a job result that is not `running`) and
+/// its announcements. Announced again if the answer never reaches the client.
+pub fn reported(result: &Value) -> Vec<u64> {
+    let mut jobs: Vec<u64> =
+        result["announcements"].as_array().into_iter().flatten().filter_map(|a| a["job"].as_u64()).collect();
+    if let (Some(j), Some(state)) = (result["job"].as_u64(), result["state"].as_str()) {
+        if state != "running" && result.get("exit_code").is_some() {
+            jobs.push(j);
+        }
+    }
+    jobs
 }
 
 pub fn text(method: &str, result: &Value) -> String {

@@ -583,10 +583,18 @@ impl Conn {
     }
 
     /// Send the answer to the oldest line not yet answered; false when the connection is gone. Off the
-    /// pending page once written whole (by the outbox's writer, for one it queued).
-    fn answer(&mut self, reply: Option<Vec<u8>>) -> bool {
+    /// pending page once written whole (by the outbox's writer, for one it queued). An answer the
+    /// connection was gone for never reached the client: the jobs it reported (their ends, its
+    /// announcements) are announced again by the session's next call ([`Kernel::unreport`]).
+    fn answer(&mut self, kernel: &Kernel, reply: Option<Vec<u8>>) -> bool {
         let sent = match reply {
-            Some(r) => self.outbox.send_answer(r),
+            Some(r) => match self.outbox.send_answer_or_back(r) {
+                Ok(sent) => sent,
+                Err(lost) => {
+                    self.unreport(kernel, &lost);
+                    Sent::Gone
+                }
+            },
             None => Sent::Written,
         };
         if sent != Sent::Queued {
@@ -595,6 +603,21 @@ impl Conn {
             }
         }
         sent != Sent::Gone
+    }
+
+    /// The jobs an answer that was not delivered had reported: announced again.
+    fn unreport(&mut self, kernel: &Kernel, lost: &[u8]) {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(lost) else { return };
+        let reported = match self.mcp.as_mut() {
+            Some(m) => m.take_reported(&v["id"].to_string()),
+            None => {
+                let r = &v["result"];
+                r["session"].as_str().map(|s| (s.to_owned(), crate::transport::mcp_tools::reported(r)))
+            }
+        };
+        if let Some((session, jobs)) = reported {
+            kernel.unreport(&self.client, &session, &jobs);
+        }
     }
 
     /// Lines read and not answered are dropped (the connection ends): off the pending page.
@@ -709,7 +732,7 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
                     // The reply goes out first: no client waits on the database rows. Off the pending
                     // page once whole on the agent's stdout: a front that dies after this leaves no id
                     // the bridge would answer a second time, nor one it would not answer.
-                    let sent = c.answer(reply);
+                    let sent = c.answer(kernel, reply);
                     if let Some(s) = named {
                         after_answer(kernel, &s);
                     }
@@ -731,7 +754,7 @@ fn serve(shared: &Arc<Shared>, mut c: Box<Conn>) {
                 }
             };
             if let Some(reply) = reply {
-                let sent = c.answer(Some(reply));
+                let sent = c.answer(kernel, Some(reply));
                 if !sent {
                     c.eof = true;
                     c.drop_lines();
