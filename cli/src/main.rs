@@ -427,7 +427,8 @@ fn real_main(cli: Cli) -> Result<i32> {
             return Ok(0);
         }
         Cmd::Describe => {
-            let r = client.call("describe", json!({"session": session}))?;
+            // A person looking takes no announcements (they stay for the session's next call).
+            let r = client.call("describe", json!({"session": session, "announce": false}))?;
             if !cli.json {
                 out!(
                     "{}(`heddle --json describe`: the whole description, with the sandbox's rules)\n{}",

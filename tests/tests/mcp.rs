@@ -625,7 +625,7 @@ fn the_cli_shows_what_ended_since_the_last_command() {
     assert!(text.contains("job 1 ended: exit 0 · ") && text.contains("\n  woke up\n"), "the end is announced: {text}");
     let third = heddle(&["--", "true"]);
     assert!(!String::from_utf8_lossy(&third.stdout).contains("job 1 ended"), "announced once");
-    // `heddle describe` (text) shows what ended too: the call took the announcement.
+    // `heddle describe` is a look: it takes no announcement, and the next command shows it.
     // Long enough that the call returns before it ends (`echo` alone can end within the call).
     heddle(&["--yield", "0", "--", "sleep 0.3; echo late"]);
     assert!(
@@ -640,6 +640,10 @@ fn the_cli_shows_what_ended_since_the_last_command() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&described.stdout);
+    assert!(text.contains("session person") || text.contains("person"), "{text}");
+    assert!(!text.contains(" ended: "), "describe took nothing: {text}");
+    let next = heddle(&["--", "true"]);
+    let text = String::from_utf8_lossy(&next.stdout);
     assert!(text.contains("job 4 ended: exit 0 · ") && text.contains("\n  late\n"), "{text}");
 }
 

@@ -29,6 +29,9 @@ const MAX_PROBED: usize = 16;
 struct Params {
     #[serde(default)]
     session: Option<String>,
+    /// False for an onlooker (a person's `heddle describe`): the call takes no announcements.
+    #[serde(default = "crate::rpc::yes")]
+    announce: bool,
 }
 
 pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<DescribeResult, RpcError> {
@@ -50,7 +53,10 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<Describ
             .collect(),
         None => Vec::new(),
     };
-    let announcements = p.session.as_ref().map(|_| sessions[0].lock().take_announcements(Instant::now()));
+    let announcements = p.session.as_ref().map(|_| match p.announce {
+        true => sessions[0].lock().take_announcements(Instant::now()),
+        false => Vec::new(),
+    });
     Ok(DescribeResult {
         version: env!("CARGO_PKG_VERSION"),
         front: FrontInfo { pid: std::process::id(), uid: nix::unistd::getuid().as_raw() },
