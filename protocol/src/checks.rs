@@ -95,6 +95,8 @@ pub struct CheckEntry {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CheckRun {
+    /// The session the run was a job of: runs are recorded per project, across the uid's sessions.
+    pub session: String,
     pub job: u64,
     pub at_ms: u64,
     pub state: String,

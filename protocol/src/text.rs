@@ -232,8 +232,13 @@ pub fn checks(r: &Value) -> String {
                 (_, state) => state,
             };
             let took = last["duration_ms"].as_f64().map(duration).unwrap_or_default();
+            // Runs are recorded per project: one of another session names it (its job number is that session's).
+            let of = match last["session"].as_str().filter(|s| Some(*s) != r["session"].as_str()) {
+                Some(other) => format!(" of session '{other}'"),
+                None => String::new(),
+            };
             out.push(format!(
-                "  last run: job {} · {ending} · {took}{counts}{}",
+                "  last run: job {}{of} · {ending} · {took}{counts}{}",
                 last["job"],
                 if runs > 1 { format!(" ({runs} runs recorded)") } else { String::new() }
             ));

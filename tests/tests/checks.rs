@@ -113,6 +113,16 @@ fn a_rust_crate_checked_with_nextest_and_cargo_test_gives_the_runners_counts() {
     let runs = &l["checks"][1]["last_runs"];
     assert_eq!((runs.as_array().unwrap().len(), runs[0]["exit_code"].as_i64()), (1, Some(100)), "{l}");
     assert_eq!(runs[0]["counts"]["passed"], 50);
+    assert_eq!(runs[0]["session"], s, "{l}");
+    // Runs are recorded per project: another session there sees this one's run, named as this session's
+    // (its own job 1 would be another job).
+    let other = open(&mut c, &dir, json!({}));
+    let l = c.call("checks", json!({"session": other})).unwrap();
+    assert_eq!(l["checks"][1]["last_runs"][0]["session"], s, "{l}");
+    let text = protocol::text::checks(&l);
+    assert!(text.contains(&format!("last run: job 2 of session '{}' · exit 101", s.as_str().unwrap())), "{text}");
+    let mine = protocol::text::checks(&c.call("checks", json!({"session": s})).unwrap());
+    assert!(mine.contains("last run: job 2 · exit 101") && !mine.contains(" of session "), "{mine}");
 }
 
 #[test]

@@ -53,6 +53,7 @@ pub(crate) fn call(k: &Kernel, client: &Client, params: Value) -> Result<ChecksL
                 last_runs: runs
                     .into_iter()
                     .map(|r| CheckRun {
+                        session: r.session,
                         job: r.job,
                         at_ms: r.at_ms,
                         state: r.state,
