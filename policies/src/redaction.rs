@@ -3,7 +3,8 @@
 //!
 //! Two kinds of entries, each with an `id`, a `placeholder` (the `[redacted:<placeholder>]` tag) and a
 //! `reason`: `[[rule]]` is a line-level regex (optionally replacing only `secret_group`, optionally only
-//! when that text's Shannon entropy reaches `min_entropy` bits per character); `[[block]]` spans lines
+//! when that text's Shannon entropy reaches `min_entropy` bits per character, and not when it matches
+//! `unless`); `[[block]]` spans lines
 //! from a `begin` line to an `end` line (PEM private keys), every line of it becoming the placeholder.
 //!
 //! Invariants: parsing never panics on any text (property-tested on garbage); every rule has a
@@ -54,6 +55,7 @@ struct RawRule {
     pattern: String,
     secret_group: Option<usize>,
     min_entropy: Option<f64>,
+    unless: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -75,6 +77,8 @@ pub struct Rule {
     regex: Regex,
     secret_group: usize,
     min_entropy: f64,
+    /// A match whose replaced text this matches is left alone (code, not a credential).
+    unless: Option<Regex>,
 }
 
 /// One compiled multi-line block rule.
@@ -159,6 +163,7 @@ impl Redactor {
             if !(0.0..=8.0).contains(&min_entropy) {
                 return Err(invalid(&r.id, "min_entropy must be between 0 and 8 bits per character"));
             }
+            let unless = r.unless.as_deref().map(|u| compile(&r.id, u)).transpose()?;
             rules.push(Rule {
                 id: r.id,
                 placeholder: r.placeholder,
@@ -166,6 +171,7 @@ impl Redactor {
                 regex,
                 secret_group,
                 min_entropy,
+                unless,
             });
         }
         let mut blocks = Vec::new();
@@ -261,7 +267,8 @@ impl Redactor {
         rule.regex.captures_iter(line).filter_map(|caps| {
             let m = caps.get(rule.secret_group)?;
             let already = m.as_str().starts_with("[redacted:");
-            let plain = rule.min_entropy > 0.0 && entropy(m.as_str()) < rule.min_entropy;
+            let plain = (rule.min_entropy > 0.0 && entropy(m.as_str()) < rule.min_entropy)
+                || rule.unless.as_ref().is_some_and(|u| u.is_match(m.as_str()));
             (!already && !plain && !m.is_empty()).then(|| m.range())
         })
     }
@@ -346,6 +353,22 @@ mod tests {
     fn low_entropy_assignments_and_plain_text_stay() {
         assert_eq!(red("password=aaaaaaaaaaaa"), "password=aaaaaaaaaaaa");
         assert_eq!(red("error: build failed in 3.2s"), "error: build failed in 3.2s");
+    }
+
+    /// A traceback's source line is code: `passwd = fallback_getpass(prompt, stream)` was shown as
+    /// `passwd = [redacted:secret], stream)`. A credential next to it is still redacted.
+    #[test]
+    fn code_that_assigns_a_call_or_an_index_is_not_a_secret() {
+        for line in [
+            "    passwd = fallback_getpass(prompt, stream)",
+            "token = os.environ[\"GITHUB_TOKEN_NAME\"]",
+            "password: self.config[\"db\"][\"pw\"]",
+            "api_key = getpass.getpass(\"API key: \")",
+        ] {
+            assert_eq!(red(line), line, "{line}");
+        }
+        assert!(red("password = Xk9#mQ2$vL7pR4zT").contains("[redacted:secret]"));
+        assert!(red("passwd=(Xk9#mQ2$vL7pR4z").contains("[redacted:secret]"), "not a name before the bracket");
     }
 
     #[test]
