@@ -252,14 +252,19 @@ pub struct ProjectLedger {
     /// `HEAD` moved during the job (a commit, a checkout, a reset): the commits before and after. The
     /// paths that differ between them and were clean before and after are listed in `changed` too.
     pub head_moved: Option<HeadMove>,
+    /// A git operation the job left under way: `rebase`, `merge`, `cherry-pick`, `revert`, `bisect`.
+    pub in_progress: Option<String>,
 }
 
-/// `HEAD`'s commit before and after a job that moved it (`null`: no commit yet).
+/// `HEAD` before and after a job that moved it: its commit (`null`: no commit yet) and the branch
+/// checked out (`null`: detached).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct HeadMove {
     pub from: Option<String>,
     pub to: Option<String>,
+    pub from_branch: Option<String>,
+    pub to_branch: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -55,7 +55,14 @@ fn effects_lines(p: &crate::results::ProjectLedger) -> Vec<String> {
         return v;
     }
     let short = |c: &Option<String>| c.as_deref().map_or("(no commit)".to_owned(), |c| c.chars().take(10).collect());
-    let head = p.head_moved.as_ref().map(|h| format!("HEAD moved {} → {}", short(&h.from), short(&h.to)));
+    let at = |b: &Option<String>, c: &Option<String>| match b {
+        Some(b) => format!("{b} at {}", short(c)),
+        None => format!("detached at {}", short(c)),
+    };
+    let head = p.head_moved.as_ref().map(|h| match h.from_branch == h.to_branch {
+        true => format!("HEAD moved {} → {}", short(&h.from), short(&h.to)),
+        false => format!("HEAD moved {} → {}", at(&h.from_branch, &h.from), at(&h.to_branch, &h.to)),
+    });
     match (paths.len(), &head) {
         (0, Some(head)) => v.push(format!("effects in {root}: {head}; no path differs from before")),
         (0, None) => v.push(format!("effects: nothing changed in {root}")),
@@ -70,6 +77,13 @@ fn effects_lines(p: &crate::results::ProjectLedger) -> Vec<String> {
     }
     if let Some(head) = head.filter(|_| !paths.is_empty()) {
         v.push(format!("effects: {head}"));
+    }
+    match p.in_progress.as_deref() {
+        Some("bisect") => v.push("effects: a bisect is in progress (`git bisect reset` ends it)".to_owned()),
+        Some(op) => v.push(format!(
+            "effects: a {op} is in progress: finish it (`git {op} --continue`) or undo it (`git {op} --abort`)"
+        )),
+        None => {}
     }
     if p.confidence != "complete" {
         v.push(format!("effects confidence {}: {}", p.confidence, p.reason.as_deref().unwrap_or("not said")));

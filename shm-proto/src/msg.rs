@@ -147,14 +147,19 @@ pub struct ProjectEffects {
     /// git processes run for this ledger (its "before" and "after" and the diff).
     pub git_runs: u32,
     /// `HEAD` moved during the job (a commit, a checkout, a reset): the commits before and after.
-    pub head_moved: Option<HeadMove>,
+    pub head_moved: Option<Box<HeadMove>>,
+    /// A git operation the job left under way: `rebase`, `merge`, `cherry-pick`, `revert`, `bisect`.
+    pub in_progress: Option<String>,
 }
 
-/// `HEAD`'s commit before and after a job that moved it (`None`: no commit yet).
+/// `HEAD` before and after a job that moved it: its commit (`None`: no commit yet) and the branch
+/// checked out (`None`: detached).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeadMove {
     pub from: Option<String>,
     pub to: Option<String>,
+    pub from_branch: Option<String>,
+    pub to_branch: Option<String>,
 }
 
 /// Directories the effects change monitor watches in one work tree, at most (`describe` states it;

@@ -465,3 +465,36 @@ fn a_job_that_moves_head_names_it_and_the_paths_that_came_with_it() {
     assert!(r["effects"]["project"]["head_moved"].is_null(), "{r}");
     assert_eq!(changed(&r), [("f3".to_owned(), "modified".to_owned())], "{r}");
 }
+
+/// A branch switch at the same commit, a merge that stops on a conflict and its resolution: the ledger
+/// names the branches, says the merge is under way (and how to finish or undo it), and calls the
+/// resolved file `committed` (it said `reverted`, and said nothing of the branch or the merge).
+#[test]
+fn branches_a_merge_under_way_and_its_resolution_are_named() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let (s, _) = repo_session(&h, &mut c, "merge", INIT);
+    let git = "git -c user.email=t@t -c user.name=t -c maintenance.auto=false";
+    let project = |r: &Value| r["effects"]["project"].clone();
+    let r = run(&mut c, &s, "git checkout -q -b feat", None);
+    let moved = &project(&r)["head_moved"];
+    assert!(moved["from_branch"].is_string() && moved["to_branch"] == "feat", "{r}");
+    assert_eq!(moved["from"], moved["to"], "the same commit: {r}");
+    let text = text_form(&r);
+    assert!(text.contains(" → feat at "), "{text}");
+    let setup = format!(
+        "{git} commit -qam dirty && printf 'x\\n' > f1 && {git} commit -qam feat \
+         && git checkout -q - && printf 'y\\n' > f1 && {git} commit -qam other"
+    );
+    assert_eq!(run(&mut c, &s, &setup, Some("none"))["exit_code"], 0);
+    let r = run(&mut c, &s, &format!("{git} merge feat"), None);
+    assert_ne!(r["exit_code"], 0, "{r}");
+    assert_eq!(project(&r)["in_progress"], "merge", "{r}");
+    assert!(changed(&r).contains(&("f1".to_owned(), "conflicted".to_owned())), "{r}");
+    let text = text_form(&r);
+    assert!(text.contains("a merge is in progress: finish it (`git merge --continue`)"), "{text}");
+    let r = run(&mut c, &s, &format!("printf 'z\\n' > f1 && git add f1 && {git} commit -qm merged"), None);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert!(project(&r)["in_progress"].is_null(), "{r}");
+    assert!(changed(&r).contains(&("f1".to_owned(), "committed".to_owned())), "resolved and committed: {r}");
+}

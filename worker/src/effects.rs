@@ -105,6 +105,8 @@ pub(crate) struct Snapshot {
     pub root: PathBuf,
     /// `HEAD`'s object id (`None`: no commit yet).
     head: Option<String>,
+    /// The branch checked out (`None`: detached, or no status read yet).
+    branch: Option<String>,
     entries: BTreeMap<Vec<u8>, Entry>,
     /// Why this snapshot is incomplete.
     pub partial: Vec<String>,
@@ -203,6 +205,7 @@ pub(crate) fn snapshot(git: &Git<'_>, root: &Path, keep: bool) -> Result<Snapsho
     let mut snap = Snapshot {
         root: root.to_path_buf(),
         head: None,
+        branch: None,
         entries: BTreeMap::new(),
         partial: Vec::new(),
         links_out: Vec::new(),
@@ -253,6 +256,7 @@ pub(crate) fn refresh(
     let mut fresh = Snapshot {
         root: base.root.clone(),
         head: None,
+        branch: None,
         entries: BTreeMap::new(),
         partial: Vec::new(),
         links_out: Vec::new(),
@@ -260,6 +264,7 @@ pub(crate) fn refresh(
     parse_status(&out, &mut fresh);
     let mut snap = base.clone();
     snap.head = fresh.head;
+    snap.branch = fresh.branch;
     snap.entries.retain(|k, _| !covered(&specs, k));
     snap.links_out.retain(|l| !covered(&specs, l.as_bytes()));
     let new: BTreeSet<Vec<u8>> = fresh.entries.keys().cloned().collect();
@@ -336,6 +341,10 @@ fn parse_status(out: &[u8], snap: &mut Snapshot) {
         }
         if let Some(oid) = rec.strip_prefix(b"# branch.oid ") {
             snap.head = (oid != b"(initial)").then(|| String::from_utf8_lossy(oid).into_owned());
+            continue;
+        }
+        if let Some(name) = rec.strip_prefix(b"# branch.head ") {
+            snap.branch = (name != b"(detached)").then(|| String::from_utf8_lossy(name).into_owned());
             continue;
         }
         let kind = rec[0];
@@ -551,14 +560,28 @@ pub(crate) fn compare(
             }
         }
     }
-    let head_moved = (before.head != after.head)
-        .then(|| shm_proto::msg::HeadMove { from: before.head.clone(), to: after.head.clone() });
-    if let Some(h) = &head_moved {
+    let head_moved = (before.head != after.head || before.branch != after.branch).then(|| {
+        Box::new(shm_proto::msg::HeadMove {
+            from: before.head.clone(),
+            to: after.head.clone(),
+            from_branch: before.branch.clone(),
+            to_branch: after.branch.clone(),
+        })
+    });
+    if let Some(h) = head_moved.as_ref().filter(|h| h.from != h.to) {
         match head_paths(git, &after.root, h) {
             Ok(paths) => {
                 // A path clean before and after but not the same in both commits changed in the work tree
                 // with HEAD (a commit of a file the job wrote, a checkout, a reset --hard).
                 let listed: BTreeSet<Vec<u8>> = changed.iter().map(|(k, _)| k.clone()).collect();
+                // Dirty or conflicted before, clean after with other bytes, and changed by the commits:
+                // the job committed them (a resolved conflict, `git commit -a` of an edit made meanwhile),
+                // not put them back.
+                for (k, c) in changed.iter_mut() {
+                    if c.change == "reverted" && paths.iter().any(|(p, _)| p == k) {
+                        c.change = "committed".to_owned();
+                    }
+                }
                 for (k, change) in paths {
                     if !listed.contains(&k) && !before.entries.contains_key(&k) && !after.entries.contains_key(&k) {
                         let path = String::from_utf8_lossy(&k).into_owned();
@@ -625,7 +648,25 @@ pub(crate) fn compare(
         method_note: None,
         git_runs: 0,
         head_moved,
+        in_progress: in_progress(&after.root),
     }
+}
+
+/// The git operation a job left under way in the work tree (`rebase`, `merge`, `cherry-pick`, `revert`,
+/// `bisect`), read from the files git keeps in its dir while one is.
+fn in_progress(root: &Path) -> Option<String> {
+    let dir = git_dir(root);
+    [
+        ("rebase-merge", "rebase"),
+        ("rebase-apply", "rebase"),
+        ("MERGE_HEAD", "merge"),
+        ("CHERRY_PICK_HEAD", "cherry-pick"),
+        ("REVERT_HEAD", "revert"),
+        ("BISECT_LOG", "bisect"),
+    ]
+    .iter()
+    .find(|(f, _)| std::fs::symlink_metadata(dir.join(f)).is_ok())
+    .map(|(_, op)| (*op).to_owned())
 }
 
 /// The paths that differ between `HEAD`'s commit before and after, with the change the work tree saw
@@ -1015,6 +1056,7 @@ mod tests {
         Snapshot {
             root: PathBuf::from("/r"),
             head: None,
+            branch: None,
             entries: BTreeMap::new(),
             partial: Vec::new(),
             links_out: Vec::new(),
@@ -1056,6 +1098,7 @@ mod tests {
         let out = b"# branch.oid abc\0# branch.head main\x001 .M N... 100644 100644 100644 h1 h2 a b.txt\x002 R. N... 100644 100644 100644 h1 h1 R100 new\0old\0? un tracked\0";
         parse_status(out, &mut s);
         assert_eq!(s.head.as_deref(), Some("abc"));
+        assert_eq!(s.branch.as_deref(), Some("main"));
         assert_eq!(s.entries[b"a b.txt".as_slice()].xy, *b".M");
         assert_eq!(s.entries[b"new".as_slice()].orig.as_deref(), Some(&b"old"[..]));
         assert!(s.entries.contains_key(b"un tracked".as_slice()));

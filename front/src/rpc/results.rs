@@ -244,10 +244,13 @@ pub fn effects(
             method: p.method.clone(),
             method_note: p.method_note.clone(),
             git_runs: p.git_runs,
-            head_moved: p
-                .head_moved
-                .as_ref()
-                .map(|h| protocol::results::HeadMove { from: h.from.clone(), to: h.to.clone() }),
+            head_moved: p.head_moved.as_ref().map(|h| protocol::results::HeadMove {
+                from: h.from.clone(),
+                to: h.to.clone(),
+                from_branch: h.from_branch.clone(),
+                to_branch: h.to_branch.clone(),
+            }),
+            in_progress: p.in_progress.clone(),
         },
         processes: protocol::results::ProcessLedger {
             scope: "the job's cgroup once its main process ended".into(),
