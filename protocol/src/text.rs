@@ -463,6 +463,13 @@ pub fn notes(r: &JobResult) -> Vec<String> {
     if let Some(k) = r.kept.as_ref().filter(|_| !r.note.as_deref().unwrap_or_default().contains("kept as ")) {
         v.push(format!("kept as {k}: its processes outlive the session"));
     }
+    if let (Some(k), true, true) = (&r.kept, r.state.ended(), r.settled) {
+        // Kept, then ended with every process that held its output (a server that failed to start).
+        v.push(format!(
+            "kept job {k} has ended, and no process of it holds its output any more: it is likely not running \
+             (`heddle kept` lists what still runs in kept/{k})"
+        ));
+    }
     if let Some(n) = r.note.as_deref().map(|n| without_survivors_note(n, !r.survivors.is_empty())) {
         if !n.is_empty() {
             v.push(n);

@@ -128,3 +128,25 @@ fn a_kept_job_outlives_a_sigkilled_worker_without_sigpipe() {
     let killed = c.call("kept.kill", json!({"name": "beater"})).unwrap();
     assert_eq!(killed["verified_empty"], true, "{killed}");
 }
+
+/// A job kept at its start that then fails (a server that cannot bind) is not left saying only that
+/// its processes outlive the session: its result says it ended and that nothing of it holds its output.
+#[test]
+fn a_kept_job_that_ended_at_once_says_it_is_likely_not_running() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let r = c
+        .call("run", json!({"session": s, "cmd": "sleep 0.3; echo cannot bind >&2; exit 3", "keep": true, "name": "failed", "yield_ms": 10_000}))
+        .unwrap();
+    assert_eq!((r["exit_code"].as_i64(), r["kept"].as_str()), (Some(3), Some("failed")), "{r}");
+    let text = heddle_tests::text_form(&r);
+    assert!(text.contains("kept job failed has ended, and no process of it holds its output any more"), "{text}");
+    let _ = c.call("kept.kill", json!({"name": "failed"}));
+    // A kept job still running says nothing of the kind.
+    let r = c
+        .call("run", json!({"session": s, "cmd": "sleep 30", "keep": true, "name": "alive", "yield_ms": 200}))
+        .unwrap();
+    assert!(!heddle_tests::text_form(&r).contains("has ended"), "{r}");
+    assert_eq!(c.call("kept.kill", json!({"name": "alive"})).unwrap()["verified_empty"], true);
+}
