@@ -571,21 +571,29 @@ pub fn jobs_table(jobs: &[JobSummary]) -> String {
     if jobs.is_empty() {
         return "no jobs in this session\n".to_owned();
     }
-    let mut out = format!("{:>4}  {:<16}  {:>9}  {:>9}  {}\n", "JOB", "STATE", "TIME", "OUTPUT", "COMMAND");
-    for j in jobs {
-        let mut state = ending(j.state, j.exit_code, j.signal);
-        if j.state == JobPhase::Running {
-            state = "running".to_owned();
-        }
-        if let Some(k) = &j.kept {
-            state = format!("{state}, kept {k}");
-        }
-        if !j.survivors.is_empty() {
-            state = format!("{state} +{}", j.survivors.len());
-        }
+    let states: Vec<String> = jobs
+        .iter()
+        .map(|j| {
+            let mut state = ending(j.state, j.exit_code, j.signal);
+            if j.state == JobPhase::Running {
+                state = "running".to_owned();
+            }
+            if let Some(k) = &j.kept {
+                state = format!("{state}, kept {k}");
+            }
+            if !j.survivors.is_empty() {
+                state = format!("{state} +{}", j.survivors.len());
+            }
+            state
+        })
+        .collect();
+    // The column is as wide as its widest state (a kept job's name makes it wider), at least 16.
+    let w = states.iter().map(|s| s.chars().count()).max().unwrap_or(0).max(16);
+    let mut out = format!("{:>4}  {:<w$}  {:>9}  {:>9}  {}\n", "JOB", "STATE", "TIME", "OUTPUT", "COMMAND");
+    for (j, state) in jobs.iter().zip(states) {
         let _ = writeln!(
             out,
-            "{:>4}  {:<16}  {:>9}  {:>9}  {}",
+            "{:>4}  {:<w$}  {:>9}  {:>9}  {}",
             j.job,
             state,
             duration(j.duration_ms),
@@ -880,6 +888,20 @@ mod tests {
         assert!(t.starts_with(" JOB  STATE"), "{t}");
         assert!(t.lines().nth(1).unwrap().ends_with("make⏎test"), "{t}");
         assert_eq!(jobs_table(&[]), "no jobs in this session\n");
+        // A kept job's long state widens the column for every row: the times stay in one column.
+        let kept = JobSummary {
+            job: 2,
+            cmd: "serve".into(),
+            state: JobPhase::Running,
+            kept: Some("a-long-server-name".into()),
+            ..Default::default()
+        };
+        let t = jobs_table(&[
+            JobSummary { job: 1, state: JobPhase::Exited, exit_code: Some(0), ..Default::default() },
+            kept,
+        ]);
+        let at: Vec<usize> = t.lines().map(|l| l.find("µs").or_else(|| l.find("TIME")).unwrap()).collect();
+        assert!(at[1] == at[2], "{t}");
     }
 
     proptest::proptest! {
