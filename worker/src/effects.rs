@@ -595,6 +595,12 @@ pub(crate) fn compare(
             )),
         }
     }
+    // Only a tree with something in its status, a detached HEAD or a moved one can be mid-operation (a
+    // merge, cherry-pick or revert stops with index entries, a rebase or bisect detached): a clean tree
+    // on its branch costs no look into the git dir.
+    let in_progress = (head_moved.is_some() || after.branch.is_none() || !after.entries.is_empty())
+        .then(|| in_progress(&after.root))
+        .flatten();
     reasons.dedup();
     let mut out: Vec<String> = after.links_out.clone();
     match links.get(git, &after.root) {
@@ -648,7 +654,10 @@ pub(crate) fn compare(
         method_note: None,
         git_runs: 0,
         head_moved,
-        in_progress: in_progress(&after.root),
+        // Only a tree with something in its status, a detached HEAD or a moved one can be mid-operation
+        // (a merge, cherry-pick or revert stops with index entries, a rebase or bisect detached): a clean
+        // tree on its branch costs no look into the git dir.
+        in_progress,
     }
 }
 

@@ -72,12 +72,8 @@ impl FreshEnv {
     /// The environment of a session with `policy` (`None`: the launcher's built-in allowlist) and its
     /// own `session` entries.
     pub fn of(policy: Option<&str>, session: &[(String, String)]) -> FreshEnv {
-        let policy = policy.and_then(|n| policies::Policy::builtin(n).ok());
-        let (allow, set): (Vec<String>, BTreeMap<String, String>) = match &policy {
-            Some(p) => (
-                p.env.allow.iter().map(|r| r.matcher.to_string()).collect(),
-                p.env.set.iter().map(|v| (v.name.clone(), v.value.clone())).collect(),
-            ),
+        let (allow, set): (Vec<String>, BTreeMap<String, String>) = match policy.and_then(policy_env) {
+            Some(env) => (*env).clone(),
             None => (
                 [
                     "PATH",
@@ -142,6 +138,26 @@ impl FreshEnv {
         }
         v
     }
+}
+
+/// A builtin policy's environment rules (allowlist patterns, forced values), parsed once per policy name:
+/// every session's hello sets them, and parsing a whole policy each time would cost each session open.
+fn policy_env(name: &str) -> Option<Arc<(Vec<String>, BTreeMap<String, String>)>> {
+    type Cache =
+        std::sync::Mutex<std::collections::HashMap<String, Option<Arc<(Vec<String>, BTreeMap<String, String>)>>>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let mut cache = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    cache
+        .entry(name.to_owned())
+        .or_insert_with(|| {
+            policies::Policy::builtin(name).ok().map(|p| {
+                Arc::new((
+                    p.env.allow.iter().map(|r| r.matcher.to_string()).collect(),
+                    p.env.set.iter().map(|v| (v.name.clone(), v.value.clone())).collect(),
+                ))
+            })
+        })
+        .clone()
 }
 
 /// The value of a `declare` line whose value is plain (`declare -x A="b"` → `b`).
