@@ -140,6 +140,9 @@ impl FreshEnv {
     }
 }
 
+/// A policy's allowlist patterns and forced values.
+type PolicyEnv = (Vec<String>, BTreeMap<String, String>);
+
 /// A builtin policy's environment rules (allowlist patterns, forced values), parsed once per policy name:
 /// every session's hello sets them, and parsing a whole policy each time would cost each session open.
 fn policy_env(name: &str) -> Option<Arc<(Vec<String>, BTreeMap<String, String>)>> {
