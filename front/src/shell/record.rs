@@ -145,9 +145,8 @@ type PolicyEnv = (Vec<String>, BTreeMap<String, String>);
 
 /// A builtin policy's environment rules (allowlist patterns, forced values), parsed once per policy name:
 /// every session's hello sets them, and parsing a whole policy each time would cost each session open.
-fn policy_env(name: &str) -> Option<Arc<(Vec<String>, BTreeMap<String, String>)>> {
-    type Cache =
-        std::sync::Mutex<std::collections::HashMap<String, Option<Arc<(Vec<String>, BTreeMap<String, String>)>>>>;
+fn policy_env(name: &str) -> Option<Arc<PolicyEnv>> {
+    type Cache = std::sync::Mutex<std::collections::HashMap<String, Option<Arc<PolicyEnv>>>>;
     static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
     let mut cache = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
     cache
