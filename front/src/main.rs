@@ -53,6 +53,10 @@ struct Args {
     /// `front::sessions::prestart`); `false`: every job's bash is spawned when its `run` arrives.
     #[arg(long, env = "HEDDLE_SPARES", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     spares: bool,
+    /// How many of its newest jobs a session keeps in memory; older ones that are done with (ended,
+    /// reported, settled) are read back from disk when looked at (`front::sessions::retired`).
+    #[arg(long, env = "HEDDLE_JOBS_IN_MEMORY", default_value_t = front::sessions::retired::DEFAULT_WINDOW)]
+    jobs_in_memory: usize,
     /// Client connections open at once, from every uid; one more is refused with a sentence and closed.
     #[arg(long, env = "HEDDLE_MAX_CONNECTIONS", default_value_t = front::transport::socket::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
@@ -91,6 +95,7 @@ fn run(args: Args) -> anyhow::Result<i32> {
         },
     });
     front::sessions::prestart::set(args.spares);
+    front::sessions::retired::set_window(args.jobs_in_memory);
     front::transport::socket::set_limits(front::transport::socket::Limits {
         total: args.max_connections.max(1),
         per_uid: args.max_connections_per_uid.max(1),

@@ -101,7 +101,7 @@ pub struct Redactor {
 }
 
 /// Where one stream stands among multi-line blocks: inside which block, if any.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BlockCursor {
     inside: Option<usize>,
 }

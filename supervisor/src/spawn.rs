@@ -421,7 +421,8 @@ pub fn worker_env(
 }
 
 /// The front's whole environment: `PATH`, `HEDDLE_LOG`, `RUST_LOG`, `RUST_BACKTRACE` and the front's
-/// own settings (`HEDDLE_RETAIN_*`, `HEDDLE_SPARES`, `HEDDLE_MAX_CONNECTIONS*`) from `inherited` when set.
+/// own settings (`HEDDLE_RETAIN_*`, `HEDDLE_SPARES`, `HEDDLE_MAX_CONNECTIONS*`, `HEDDLE_JOBS_IN_MEMORY`) from
+/// `inherited` when set.
 pub fn front_env(inherited: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
     let keep = |k: &OsString| {
         let k = k.to_str().unwrap_or("");
@@ -429,6 +430,7 @@ pub fn front_env(inherited: impl IntoIterator<Item = (OsString, OsString)>) -> V
             || k.starts_with("HEDDLE_RETAIN_")
             || k.starts_with("HEDDLE_MAX_CONNECTIONS")
             || k == "HEDDLE_SPARES"
+            || k == "HEDDLE_JOBS_IN_MEMORY"
     };
     inherited.into_iter().filter(|(k, _)| keep(k)).collect()
 }

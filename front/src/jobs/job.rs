@@ -25,6 +25,7 @@ use crate::output::view::{self, Omission};
 use crate::rpc::results::{
     join_notes, millis, Announcement, JobPhase, JobResult, JobSummary, Liveness, Omitted, Survivor, Usage,
 };
+use serde::{Deserialize, Serialize};
 use shm_proto::msg::{JobId, Stream};
 use shm_proto::msg::{JobLiveness, JobUsage, ProcStat};
 use shm_proto::procs::ProcList;
@@ -34,7 +35,7 @@ use std::time::{Duration, Instant};
 pub use shm_proto::sys::unix_ns;
 
 /// One job.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Job {
     id: JobId,
     cmd: String,
@@ -80,19 +81,26 @@ pub struct Job {
     pub check: Option<Box<protocol::checks::CheckReport>>,
     /// The effects ledger's project part, as the worker reported it (`Event::Effects`).
     pub effects: Option<Box<shm_proto::msg::ProjectEffects>>,
+    /// This record was read back from disk: the job was let go from memory once
+    /// ([`crate::jobs::frozen`]), and its session counts it there.
+    #[serde(skip)]
+    on_disk: bool,
 }
 
 /// The job's phase and its times: submitted, started (with its pid), ended (with how).
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Lifecycle {
     phase: JobPhase,
     exit_code: Option<i32>,
     signal: Option<i32>,
+    #[serde(with = "crate::jobs::frozen::instant")]
     submitted: Instant,
     submitted_unix_ns: u64,
     /// When the worker said it started: our clock, and the worker's `at_unix_ns`.
+    #[serde(with = "crate::jobs::frozen::opt_instant_and")]
     started: Option<(Instant, u64)>,
     /// When it ended: our clock, and the worker's `at_unix_ns` when it told one.
+    #[serde(with = "crate::jobs::frozen::opt_instant_and")]
     ended: Option<(Instant, Option<u64>)>,
     pid: Option<u32>,
 }
@@ -185,6 +193,7 @@ impl Job {
             removed_why: None,
             check: None,
             effects: None,
+            on_disk: false,
         }
     }
 
@@ -291,6 +300,32 @@ impl Job {
             self.rest_watched = false;
             self.rest_unannounced = !self.kill_requested;
         }
+    }
+
+    /// True when nothing about the job can change or is owed any more, so its session may let it go
+    /// from memory: it ended and was reported, nothing of it is left to announce or to run, it is not
+    /// kept, its output is complete, on disk and parked, and a check's parse is done.
+    pub fn done_with(&self) -> bool {
+        self.quiet()
+            && !self.needs_announcement()
+            && !self.rest_watched
+            && self.kept.is_none()
+            && self.settled()
+            && self.cgroup_settled()
+            && self.output.streams_closed()
+            && self.output.parked()
+            && !self.output.files_open()
+            && !self.dirty()
+            && self.check.as_ref().is_none_or(|c| c.parsed.is_some() || c.note.is_some())
+    }
+
+    /// This record was read back from disk (see [`Job::done_with`]).
+    pub fn on_disk(&self) -> bool {
+        self.on_disk
+    }
+
+    pub fn set_on_disk(&mut self) {
+        self.on_disk = true;
     }
 
     /// True when nothing about the job remains to be announced now. What it left running may still end
@@ -972,6 +1007,42 @@ mod tests {
             assert_eq!(j.result("s", now, vec![], true, b).view, before.view);
         }
         assert_eq!(j.announce(now).last_lines.last().unwrap(), "line 00002999 of some build output");
+    }
+
+    #[test]
+    fn a_job_done_with_is_read_back_from_disk_as_it_was() {
+        let (_d, mut j) = job();
+        let now = Instant::now();
+        j.set_state_base(4, std::sync::Arc::new([("cwd".to_owned(), b"/w".to_vec())].into()));
+        j.on_started(42, 1_000_000, true, "slot-1".into(), now);
+        let text: String = (0..3000).map(|i| format!("line {i:08} of some build output\n")).collect();
+        j.on_output(Stream::Stdout, text.as_bytes(), now, 5);
+        j.on_output(Stream::Stderr, b"error: it broke\nwarning: \x1b[1mbold\x1b[0m\n", now, 6);
+        j.note("a note".into());
+        j.warnings.push("a warning".into());
+        j.effects = Some(Box::new(shm_proto::msg::ProjectEffects { root: "/w".into(), ..Default::default() }));
+        j.check = Some(Box::new(protocol::checks::CheckReport {
+            name: "unit".into(),
+            note: Some("read".into()),
+            ..Default::default()
+        }));
+        j.on_exited(Some(2), None, 3_500_000, false, now);
+        j.on_survivors(ProcList::new(vec![ProcStat { pid: 9, cmdline: "sleep 9".into(), age_ms: 1, cpu_ms: 0 }]));
+        j.on_emptied(4_000_000, JobUsage { cpu_usec: 1500, ..Default::default() });
+        j.on_streams_closed();
+        assert!(!j.done_with(), "not yet reported");
+        let before: Vec<JobResult> = [1_000, 40_000].map(|b| j.result("s", now, vec![], true, b)).into();
+        assert!(j.done_with(), "reported, parked, settled: {j:?}");
+        let mut back = crate::jobs::frozen::thaw(&crate::jobs::frozen::freeze(&j).unwrap()).unwrap();
+        // The snapshot's items are not kept (its version is): everything else is the same record.
+        let debug = |j: &Job| format!("{j:?}").replace(r#"{"cwd": [47, 119]}"#, "{}");
+        assert_eq!(debug(&back), debug(&j));
+        for (b, before) in [1_000, 40_000].into_iter().zip(before) {
+            let r = back.result("s", now, vec![], true, b);
+            assert_eq!(serde_json::to_value(&r).unwrap(), serde_json::to_value(&before).unwrap());
+        }
+        assert_eq!(back.ended_at(), j.ended_at(), "the very instant (retention keys on it)");
+        assert_eq!(back.summary(now).duration_ms, 2.5);
     }
 
     #[test]

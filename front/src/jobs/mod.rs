@@ -6,6 +6,7 @@
 //! May use: [`crate::output`], [`crate::shell`], [`crate::storage`], [`crate::rpc`].
 
 pub mod files;
+pub mod frozen;
 pub mod job;
 pub mod output_part;
 pub mod shell_part;

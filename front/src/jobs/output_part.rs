@@ -23,16 +23,18 @@ use crate::output::rendered::RenderedOutput;
 use crate::output::retention::Removed;
 use crate::output::store::{OutputStore, ReadPlan, StoreError, StoredChunk};
 use crate::output::view::{self, stream_index, View};
+use serde::{Deserialize, Serialize};
 use shm_proto::msg::{JobId, Stream};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// One job's output.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct JobOutput {
     rendered: RenderedOutput,
     store: OutputStore,
     counts: [u64; 2],
+    #[serde(with = "crate::jobs::frozen::opt_instant")]
     last_output: Option<Instant>,
     streams_closed: bool,
 }
@@ -102,6 +104,11 @@ impl JobOutput {
             self.store.close();
             self.rendered.close();
         }
+    }
+
+    /// Whether the rendered lines were let go (see [`JobOutput::park`]).
+    pub fn parked(&self) -> bool {
+        self.rendered.parked()
     }
 
     /// Whether the output still holds its files open (only while it can write).

@@ -9,13 +9,27 @@
 
 use crate::rpc::results::StateVersions;
 use crate::shell::record::StateRecord;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use shm_proto::capture::{parse_capture, Capture, Items};
 use std::sync::Arc;
 
+/// `#[serde(with)]` for [`JobShellState::base`]: its version only.
+mod base_version {
+    use super::*;
+    pub fn serialize<S: Serializer>(b: &Option<(u64, Arc<Items>)>, s: S) -> Result<S::Ok, S::Error> {
+        b.as_ref().map(|(v, _)| *v).serialize(s)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<(u64, Arc<Items>)>, D::Error> {
+        Option::<u64>::deserialize(d).map(|o| o.map(|v| (v, Arc::default())))
+    }
+}
+
 /// The shell-state facts of one job.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct JobShellState {
-    /// The version and items the job started from (`None`: the job carried no state).
+    /// The version and items the job started from (`None`: the job carried no state). A job's record
+    /// read back from disk keeps the version only: the items served its capture, which came before.
+    #[serde(with = "base_version")]
     pub base: Option<(u64, Arc<Items>)>,
     /// Set when the state after the job is unknown.
     pub note: Option<String>,

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// How many of the latest shell-state changes `describe` lists.
-pub const LAST_CHANGES: usize = 8;
+pub const LAST_CHANGES: usize = crate::sessions::retired::LAST_CHANGES;
 
 /// The environment facts of `s`.
 pub fn env_facts(s: &Session) -> EnvFacts {
@@ -66,17 +66,20 @@ pub fn live_jobs(s: &Session, probes: &[(JobId, Option<JobLiveness>)]) -> Vec<Li
         .collect()
 }
 
-/// What changed in `s` since it began.
+/// What changed in `s` since it began (the jobs let go from memory by their totals).
 pub fn changes(s: &Session) -> SessionChanges {
     let st = s.lock();
-    let mut jobs_by_state = BTreeMap::new();
-    let mut all = Vec::new();
-    for j in st.jobs() {
-        let state = serde_json::to_value(j.state()).ok().and_then(|v| v.as_str().map(str::to_owned));
-        *jobs_by_state.entry(state.unwrap_or_else(|| "unknown".into())).or_insert(0) += 1;
+    let (gone_changes, gone_last) = st.retired().state_changes();
+    let mut jobs_by_state: BTreeMap<String, usize> = st.retired().by_state().clone();
+    let mut all = gone_last.to_vec();
+    let mut state_changes = gone_changes;
+    for j in st.jobs().filter(|j| !j.on_disk()) {
+        *jobs_by_state.entry(crate::sessions::retired::state_name(j)).or_insert(0) += 1;
+        state_changes += j.state_changes().len();
         all.extend(j.state_changes().iter().map(|c| StateChange { job: j.id(), change: c.clone() }));
     }
-    let state_changes = all.len();
+    // Held jobs may be older than some let go (one that ran long): the last changes are by job id.
+    all.sort_by_key(|c| c.job);
     let last_state_changes = all.split_off(all.len().saturating_sub(LAST_CHANGES));
     SessionChanges { jobs_run: st.job_count(), jobs_by_state, state_changes, last_state_changes }
 }

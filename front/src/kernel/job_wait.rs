@@ -142,17 +142,17 @@ pub(crate) fn answer_when(
     done: fn(&Job) -> bool,
     budget: usize,
 ) -> Result<JobResult, RpcError> {
-    let ended = |st: &crate::sessions::session::SessionData| st.job(job).is_none_or(done);
+    let ended = |st: &crate::sessions::session::SessionData| st.job(job).is_none_or(|j| done(&j));
     let st = s.wait_until(s.lock(), until, k.shutdown_flag(), ended);
     if k.is_shutting_down() && !ended(&st) {
         notes.push("the server is shutting down, so this call returns early; the job was not stopped by it".to_owned());
     }
-    let running = st.job(job).is_some_and(Job::worth_probing);
+    let running = st.job(job).is_some_and(|j| j.worth_probing());
     drop(st);
     let live = if running { crate::kernel::job_probe::probe(k, s, job) } else { None };
     let mut st = s.lock();
     let now = Instant::now();
-    let Some(j) = st.job_mut(job) else {
+    let Some(mut j) = st.job_to_read(job) else {
         return Err(unknown_job(s.name(), job));
     };
     let mut result = j.result(s.name(), now, notes, true, budget);
@@ -206,7 +206,7 @@ fn explain_refusals(s: &Session, st: &crate::sessions::session::SessionData, res
 pub(crate) fn look(k: &Kernel, client: &Client, session: &str, job: JobId) -> Result<JobResult, RpcError> {
     let s = k.session(client, session)?;
     let mut st = s.lock();
-    let Some(j) = st.job_mut(job) else {
+    let Some(mut j) = st.job_to_read(job) else {
         return Err(unknown_job(session, job));
     };
     let mut result = j.result(s.name(), Instant::now(), Vec::new(), false, view::MIN_BUDGET);

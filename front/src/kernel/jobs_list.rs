@@ -38,7 +38,7 @@ pub(crate) fn listing(k: &Kernel, client: &Client, session: String, announce: bo
     let mut st = s.lock();
     let now = Instant::now();
     let jobs = st
-        .jobs()
+        .all_jobs()
         .map(|j| {
             let mut row = j.summary(now);
             if let Some((_, Some(live))) = probes.iter().find(|(id, _)| *id == j.id()) {

@@ -182,7 +182,7 @@ fn raw(k: &Kernel, client: &Client, p: &Params, offset: u64, len: Option<u64>) -
     let s = k.session(client, &p.session)?;
     let (plan, total, complete) = {
         let mut st = s.lock();
-        let job = st.job_mut(p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
+        let mut job = st.job_to_read(p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
         let (plan, stored) = job.plan_read(stream, offset);
         if let (Some(err), true) = (job.store_error(), offset.saturating_add(len) > stored) {
             notes.push(err.to_owned());
@@ -235,7 +235,7 @@ fn line_view(
     let s = k.session(client, &p.session)?;
     let (src, total, open, complete, removed_note, check) = {
         let mut st = s.lock();
-        let job = st.job_mut(p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
+        let mut job = st.job_to_read(p.job).ok_or_else(|| unknown_job(&p.session, p.job))?;
         let total = job.rendered().line_count();
         let open = job.rendered().open_lines();
         let from = match &sel {

@@ -108,7 +108,7 @@ impl Recorder {
                 continue;
             };
             known.last_job = known.last_job.max(id);
-            let seen = seen(job);
+            let seen = seen(&job);
             let before = known.open.get(&id).copied();
             if before == Some(seen) {
                 continue;
@@ -142,6 +142,9 @@ impl Recorder {
         if !reported.is_empty() {
             st.append_journal(&crate::sessions::journal::Entry::Reported { jobs: reported });
         }
+        // Jobs past the session's window that are done with, and whose rows are final, leave memory.
+        let (last, open) = (known.last_job, &known.open);
+        st.retire(&s.jobs_dir(), crate::sessions::retired::window(), |id| id <= last && !open.contains_key(&id));
         let end = st
             .lost()
             .filter(|l| !l.worker_died)

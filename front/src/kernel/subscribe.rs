@@ -75,13 +75,13 @@ pub(crate) fn subscribe(
     }
     // Under the session's lock the pump neither stores nor publishes: the replay ends exactly where
     // the live notifications begin.
-    let replay = match (p.from, p.job.and_then(|j| st.job_mut(j))) {
+    let replay = match (p.from, p.job.and_then(|j| st.job_to_read(j))) {
         (None, _) => None,
         (Some(_), None) => {
             let msg = "subscribe {from} resumes one job's stream: give `job` too";
             return Err(RpcError::new(rpc::ErrorKind::InvalidParams, msg));
         }
-        (Some(f), Some(j)) => {
+        (Some(f), Some(mut j)) => {
             let chunks = j.chunks_from([f.stdout, f.stderr], MAX_REPLAY).map_err(|e| {
                 RpcError::new(rpc::ErrorKind::InvalidParams, format!("cannot resume job {}: {e}", j.id()))
             })?;

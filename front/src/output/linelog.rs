@@ -34,6 +34,7 @@
 //! ```
 
 use crate::output::store::StoreError;
+use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -52,7 +53,7 @@ const MAX_PLAIN: u32 = 4 << 20;
 const LEVEL: i32 = 1;
 
 /// A run of identical lines (`count` ≥ 1) starting at line `first`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Run {
     /// 0 stdout, 1 stderr.
     pub stream: u8,
@@ -78,15 +79,19 @@ struct OpenBlock {
     bytes: u64,
 }
 
-/// One job's line log.
-#[derive(Debug)]
+/// One job's line log. A job's record read back from disk ([`crate::jobs::frozen`]) has no file,
+/// buffer or open block: it was whole on disk.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct LineLog {
     path: PathBuf,
+    #[serde(skip)]
     file: Option<File>,
     /// Let go by [`LineLog::close`]; reopened by path when needed.
     closed: bool,
     /// Sealed blocks not yet written.
+    #[serde(skip)]
     buf: Vec<u8>,
+    #[serde(skip)]
     open: OpenBlock,
     durable: u64,
     /// `(first line, file offset)` of every block.

@@ -28,6 +28,7 @@ use crate::output::sniff::{human_bytes, Piece, Splitter};
 use crate::output::store::StoreError;
 use policies::redaction::{BlockCursor, Redactor};
 use regex::Regex;
+use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -54,7 +55,7 @@ pub fn error_shaped() -> &'static Regex {
 }
 
 /// A numbered line, as subscribers receive it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FreshLine {
     pub line: u64,
     pub stream: u8,
@@ -62,7 +63,7 @@ pub struct FreshLine {
 }
 
 /// A run with its rendered-byte offset (bytes of all lines before it).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Placed {
     pub run: Run,
     pub bytes_before: u64,
@@ -111,7 +112,7 @@ impl ViewRuns<'_> {
 /// ([`RenderedOutput::park`]): the runs themselves are in the line log. Both are taken after any
 /// retention cut (a cut of a parked output brings the runs back, cuts, and parks again), so they lie
 /// past the removed lines.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 struct Parked {
     /// The last line of the head's last run (`None`: the head was empty).
     head_last: Option<u64>,
@@ -142,10 +143,11 @@ struct Machines {
 }
 
 /// A job's rendered output.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct RenderedOutput {
     /// The per-stream machines that turn bytes into lines: made at the first byte, let go when the
     /// output is parked (over 1 KiB inline, which every ended job would otherwise keep).
+    #[serde(skip)]
     live: Option<Box<Machines>>,
     /// The redactor's state per stream (inside a private-key block or not): kept for the output's
     /// life, so a chunk arriving after the output was parked is still redacted as the block it is in.
@@ -163,6 +165,7 @@ pub struct RenderedOutput {
     errors_first: Vec<(u64, String)>,
     errors_last: VecDeque<(u64, String)>,
     errors_total: u64,
+    #[serde(skip)]
     fresh: Option<Vec<FreshLine>>,
     finished: bool,
     /// The stream of the previous chunk (a switch commits the other stream's complete lines).

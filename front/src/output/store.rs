@@ -27,6 +27,7 @@
 //! ```
 
 use crate::output::view::stream_index;
+use serde::{Deserialize, Serialize};
 use shm_proto::msg::Stream;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -55,21 +56,24 @@ pub enum StoreError {
 }
 
 /// A sparse index entry: the record at `file_off` starts at `stream_off` of its stream.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 struct IndexEntry {
     stream_off: u64,
     file_off: u64,
 }
 
-/// One job's output file.
-#[derive(Debug)]
+/// One job's output file. A job's record read back from disk ([`crate::jobs::frozen`]) has no file
+/// or buffer: it was flushed and closed.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct OutputStore {
     path: PathBuf,
     /// `None` once storing has failed (or never started).
+    #[serde(skip)]
     file: Option<File>,
     /// The file was let go once the job's output was complete ([`OutputStore::close`]); retention
     /// (and a late write, which should not come) reopen it by path.
     closed: bool,
+    #[serde(skip)]
     buf: Vec<u8>,
     /// Bytes on disk and verified written.
     durable: u64,

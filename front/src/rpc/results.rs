@@ -140,6 +140,9 @@ pub struct SessionFacts {
     /// An estimate of the front's heap bytes holding the session's jobs (records and output
     /// bookkeeping; an ended, reported job's lines are read back from disk, see `Job::held_bytes`).
     pub output_held_bytes: u64,
+    /// The session's jobs held in the front's memory; the others (ended, reported, settled, older than
+    /// the newest `HEDDLE_JOBS_IN_MEMORY`) are read back from disk when looked at.
+    pub jobs_in_memory: usize,
     /// The session's sandbox as its worker enforces it: policy, writable roots, Landlock ABI and what
     /// is enforced, seccomp denials; `null` until the worker reported it.
     pub sandbox: Option<shm_proto::msg::SandboxInfo>,

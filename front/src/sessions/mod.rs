@@ -14,6 +14,7 @@ pub mod prestart;
 pub mod pump;
 pub mod refusal;
 pub mod retain;
+pub mod retired;
 pub mod sandbox;
 pub mod session;
 pub mod subscribers;

@@ -28,17 +28,22 @@ impl Ledger {
     pub fn add(&mut self, job: JobId) {
         self.active.insert(job);
     }
+
+    /// Whether `job`'s kept bytes are counted as settled (it is no longer summed afresh).
+    pub fn counted(&self, job: JobId) -> bool {
+        !self.active.contains(&job)
+    }
 }
 
 /// Apply the session limit and the age limit to a session's ended jobs (oldest first). Returns the
 /// bytes the session's jobs keep afterwards.
 pub fn enforce(st: &mut SessionData, r: Retention, now: Instant) -> u64 {
-    let (jobs, ledger) = st.jobs_and_ledger();
+    let (mut jobs, ledger) = st.jobs_and_ledger();
     let age_why = || format!("output of ended jobs is kept {}", human_secs(r.max_age));
     let aged = |job: &Job| job.ended_at().is_some_and(|at| now.duration_since(at) >= r.max_age);
     let mut active_bytes = 0;
     for id in ledger.active.clone() {
-        let Some(job) = jobs.get_mut(&id) else {
+        let Some(job) = jobs.get_mut(id) else {
             ledger.active.remove(&id);
             continue;
         };
@@ -63,7 +68,7 @@ pub fn enforce(st: &mut SessionData, r: Retention, now: Instant) -> u64 {
             break;
         }
         ledger.by_end.pop_first();
-        if let Some(job) = jobs.get_mut(&id) {
+        if let Some(job) = jobs.get_mut(id) {
             let before = job.kept_bytes();
             job.remove_output(0, &age_why());
             ledger.settled -= before.saturating_sub(job.kept_bytes()).min(ledger.settled);
@@ -74,23 +79,27 @@ pub fn enforce(st: &mut SessionData, r: Retention, now: Instant) -> u64 {
         return total;
     }
     let why = format!("max {} per session; oldest ended jobs first", human_bytes(r.session_bytes));
-    let mut ended: Vec<_> = jobs.values_mut().filter(|j| j.ended_at().is_some()).collect();
-    ended.sort_by_key(|j| j.id());
-    for job in ended {
+    // The ended jobs that keep output: the counted ones are all in `by_end` (those let go from memory
+    // too), the others are held in memory.
+    let mut ended: BTreeSet<JobId> = ledger.by_end.iter().map(|(_, id)| *id).collect();
+    ended.extend(jobs.held().filter(|(id, j)| ledger.active.contains(id) && j.ended_at().is_some()).map(|(id, _)| *id));
+    for id in ended {
         if total <= r.session_bytes {
             break;
         }
+        let Some(job) = jobs.get_mut(id) else { continue };
         let before = job.kept_bytes();
         job.remove_output(0, &why);
-        total -= before - job.kept_bytes();
-    }
-    // Removal touched settled jobs: count them again.
-    ledger.settled = 0;
-    ledger.by_end.clear();
-    for (id, job) in jobs.iter().filter(|(id, _)| !ledger.active.contains(id)) {
-        ledger.settled += job.kept_bytes();
-        if let (true, Some(at)) = (job.kept_bytes() > 0, job.ended_at()) {
-            ledger.by_end.insert((at, *id));
+        let freed = before.saturating_sub(job.kept_bytes());
+        total -= freed.min(total);
+        match ledger.active.contains(&id) {
+            true => active_bytes -= freed.min(active_bytes),
+            false => {
+                ledger.settled -= freed.min(ledger.settled);
+                if let (0, Some(at)) = (job.kept_bytes(), job.ended_at()) {
+                    ledger.by_end.remove(&(at, id));
+                }
+            }
         }
     }
     ledger.settled + active_bytes
@@ -104,8 +113,8 @@ pub fn ended_keeping(st: &SessionData) -> Vec<(Instant, JobId)> {
 /// The disk budget removes ended job `id`'s oldest output, `excess` bytes of it or all it keeps if
 /// that is less (whole records); returns the bytes freed.
 pub fn evict(st: &mut SessionData, id: JobId, excess: u64, why: &str) -> u64 {
-    let (jobs, ledger) = st.jobs_and_ledger();
-    let Some(job) = jobs.get_mut(&id) else { return 0 };
+    let (mut jobs, ledger) = st.jobs_and_ledger();
+    let Some(job) = jobs.get_mut(id) else { return 0 };
     if ledger.active.contains(&id) {
         return 0;
     }
@@ -298,6 +307,39 @@ mod tests {
         enforce(&mut st, cap, then);
         let kept: Vec<_> = st.jobs().map(|j| j.kept_bytes() > 0).collect();
         assert_eq!(kept, [false, true, true, true], "four jobs' worth over a three-job cap: job 1 goes");
+    }
+
+    #[test]
+    fn jobs_let_go_from_memory_read_back_the_same_and_retention_still_reaches_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let mut st = session_with(&[100; 6], dir.path(), now);
+        assert_eq!(st.retire(dir.path(), 2, |_| true), 0, "none is done with while its cgroup may hold processes");
+        for id in 1..=6 {
+            st.job_mut(id).unwrap().on_emptied(0, shm_proto::msg::JobUsage::default());
+            st.job_mut(id).unwrap().result("s", now, vec![], true, 40_000);
+        }
+        assert_eq!(st.retire(dir.path(), 0, |id| id == 6), 0, "nor before retention counted it");
+        enforce(&mut st, Retention::default(), now);
+        assert_eq!(st.retire(dir.path(), 2, |id| id > 4), 0, "nor while its database rows may change");
+        let summary = |st: &SessionData, id| serde_json::to_value(st.job(id).unwrap().summary(now)).unwrap();
+        let before: Vec<_> = (1..=6).map(|id| summary(&st, id)).collect();
+        assert_eq!(st.retire(dir.path(), 2, |_| true), 4);
+        assert_eq!((st.jobs().count(), st.job_count(), st.retired().count()), (2, 6, 4));
+        assert_eq!((1..=6).map(|id| summary(&st, id)).collect::<Vec<_>>(), before);
+        assert_eq!(st.all_jobs().map(|j| j.id()).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+        assert!(st.has_job(1) && !st.has_job(7) && st.job(7).is_none());
+        // The session cap removes the oldest ended output first: jobs on disk come back to be cut.
+        let per_job = st.job(1).unwrap().kept_bytes();
+        enforce(&mut st, Retention { session_bytes: 4 * per_job + 10, ..Retention::default() }, now);
+        let kept: Vec<_> = st.all_jobs().map(|j| j.kept_bytes() > 0).collect();
+        assert_eq!(kept, [false, false, true, true, true, true]);
+        assert!(st.job(1).unwrap().retention_line().is_some());
+        assert_eq!((st.jobs().count(), st.job_count()), (4, 6), "back in memory, counted once");
+        assert_eq!(st.retire(dir.path(), 2, |_| true), 2, "let go again");
+        assert_eq!((st.jobs().count(), st.job_count(), st.retired().count()), (2, 6, 4));
+        assert!(st.job(2).unwrap().retention_line().is_some(), "the cut record was written again");
+        assert_eq!(enforce(&mut st, Retention::default(), now), 4 * per_job, "and counted once");
     }
 
     /// Session `st` gets an ended job of `lines` lines, ended at `at`.

@@ -34,7 +34,7 @@ use shm_proto::ring::{Consumer, PopError, Producer, PushError};
 use shm_proto::sys::EventFd;
 use std::collections::{BTreeMap, VecDeque};
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -97,6 +97,76 @@ pub struct Lost {
     pub at_unix_ns: u64,
 }
 
+/// A job of a session: held in memory, or read back from disk ([`crate::sessions::retired`]).
+#[derive(Debug)]
+pub enum JobRef<'a> {
+    Held(&'a Job),
+    Read(Box<Job>),
+}
+
+impl std::ops::Deref for JobRef<'_> {
+    type Target = Job;
+
+    fn deref(&self) -> &Job {
+        match self {
+            JobRef::Held(j) => j,
+            JobRef::Read(j) => j,
+        }
+    }
+}
+
+/// A job of a session for a call that reads it ([`SessionData::job_to_read`]): held in memory, or a copy
+/// read back from disk.
+#[derive(Debug)]
+pub enum JobMut<'a> {
+    Held(&'a mut Job),
+    Read(Box<Job>),
+}
+
+impl std::ops::Deref for JobMut<'_> {
+    type Target = Job;
+
+    fn deref(&self) -> &Job {
+        match self {
+            JobMut::Held(j) => j,
+            JobMut::Read(j) => j,
+        }
+    }
+}
+
+impl std::ops::DerefMut for JobMut<'_> {
+    fn deref_mut(&mut self) -> &mut Job {
+        match self {
+            JobMut::Held(j) => j,
+            JobMut::Read(j) => j,
+        }
+    }
+}
+
+/// A session's jobs for retention to change: those let go from memory are brought back when asked for.
+pub(super) struct HeldJobs<'a> {
+    jobs: &'a mut BTreeMap<JobId, Box<Job>>,
+    retired: &'a crate::sessions::retired::Retired,
+}
+
+impl HeldJobs<'_> {
+    /// Job `id`, brought back into memory if it was let go.
+    pub fn get_mut(&mut self, id: JobId) -> Option<&mut Job> {
+        if !self.jobs.contains_key(&id) {
+            if let Some(Ok(mut j)) = self.retired.get(id) {
+                j.set_on_disk();
+                self.jobs.insert(id, Box::new(j));
+            }
+        }
+        self.jobs.get_mut(&id).map(|j| &mut **j)
+    }
+
+    /// The jobs held in memory.
+    pub fn held(&self) -> impl Iterator<Item = (&JobId, &Job)> {
+        self.jobs.iter().map(|(id, j)| (id, &**j))
+    }
+}
+
 /// The part of a session behind its mutex: its jobs and what it knows of its worker, shell state,
 /// subscribers and journal ("state" in this crate means shell state only).
 #[derive(Debug, Default)]
@@ -133,6 +203,8 @@ pub struct SessionData {
     /// announcements need not look at it again (a conflict noted on it, or the end of what it left
     /// running, lowers the mark).
     quiet_below: JobId,
+    /// The ended jobs let go from memory (see [`crate::sessions::retired`]).
+    retired: crate::sessions::retired::Retired,
     /// Jobs whose stdin the front feeds: terminals (with their screens) and stdin pipes.
     terminals: crate::terminal::Terminals,
 }
@@ -227,37 +299,116 @@ impl SessionData {
         subscribe::remove(&mut self.subscribers, conn, only)
     }
 
-    /// Job `id`, if the session has it.
-    pub fn job(&self, id: JobId) -> Option<&Job> {
-        self.jobs.get(&id).map(|j| &**j)
+    /// Job `id`, if the session has it: from memory, or read back from disk when it was let go.
+    pub fn job(&self, id: JobId) -> Option<JobRef<'_>> {
+        match self.jobs.get(&id) {
+            Some(j) => Some(JobRef::Held(j)),
+            None => self.read_back(id).map(JobRef::Read),
+        }
     }
 
+    /// Job `id` read back from disk (marked as such), if it was let go. A record that cannot be read
+    /// is logged and the job is missing from answers.
+    fn read_back(&self, id: JobId) -> Option<Box<Job>> {
+        match self.retired.get(id)? {
+            Ok(mut j) => {
+                j.set_on_disk();
+                Some(Box::new(j))
+            }
+            Err(e) => {
+                tracing::error!("session {}: job {id}'s record could not be read back from disk: {e}", self.name);
+                None
+            }
+        }
+    }
+
+    /// Bring job `id` back into memory if it was let go (to change it); false if the session lacks it.
+    fn hold(&mut self, id: JobId) -> bool {
+        if self.jobs.contains_key(&id) {
+            return true;
+        }
+        let Some(j) = self.read_back(id) else { return false };
+        self.jobs.insert(id, j);
+        true
+    }
+
+    /// Job `id` for a call that reads it (a result, a view, a replay): a job let go from memory is read
+    /// back into a copy, and what the reading changes in it is dropped with the copy. Such a job ended,
+    /// was reported and is parked, so a read changes nothing that outlives the answer.
+    pub fn job_to_read(&mut self, id: JobId) -> Option<JobMut<'_>> {
+        match self.jobs.contains_key(&id) {
+            true => self.jobs.get_mut(&id).map(|j| JobMut::Held(j)),
+            false => self.read_back(id).map(JobMut::Read),
+        }
+    }
+
+    /// Job `id` to change: one that was let go is brought back into memory (and let go again later).
     pub fn job_mut(&mut self, id: JobId) -> Option<&mut Job> {
+        self.hold(id);
         self.jobs.get_mut(&id).map(|j| &mut **j)
     }
 
     pub fn has_job(&self, id: JobId) -> bool {
-        self.jobs.contains_key(&id)
+        self.jobs.contains_key(&id) || self.retired.contains(id)
     }
 
-    /// Every job of the session, oldest first.
+    /// The jobs held in memory, oldest first: every job that runs, was not yet reported or is not done
+    /// with, and the newest ones. Jobs let go from memory are ended, reported and settled, with
+    /// nothing left to announce; [`SessionData::all_jobs`] reads them back too.
     pub fn jobs(&self) -> impl DoubleEndedIterator<Item = &Job> {
         self.jobs.values().map(|j| &**j)
     }
 
-    /// Every job of the session, oldest first.
+    /// The jobs held in memory, oldest first (see [`SessionData::jobs`]).
     pub fn jobs_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut Job> {
         self.jobs.values_mut().map(|j| &mut **j)
     }
 
-    /// The jobs from id `first` on, oldest first.
+    /// The jobs held in memory from id `first` on, oldest first (see [`SessionData::jobs`]).
     pub fn jobs_from(&self, first: JobId) -> impl DoubleEndedIterator<Item = &Job> {
         self.jobs.range(first..).map(|(_, j)| &**j)
     }
 
-    /// How many jobs the session holds.
+    /// Every job of the session, oldest first, those let go from memory read back from disk.
+    pub fn all_jobs(&self) -> impl Iterator<Item = JobRef<'_>> {
+        let last = self.jobs.last_key_value().map_or(0, |(id, _)| *id).max(self.retired.max_id());
+        (1..=last).filter_map(move |id| self.job(id))
+    }
+
+    /// How many jobs the session has (in memory and let go).
     pub fn job_count(&self) -> usize {
-        self.jobs.len()
+        self.jobs.values().filter(|j| !j.on_disk()).count() + self.retired.count()
+    }
+
+    /// The totals of the jobs let go from memory (see [`crate::sessions::retired::Retired`]).
+    pub fn retired(&self) -> &crate::sessions::retired::Retired {
+        &self.retired
+    }
+
+    /// Let go from memory the jobs older than the session's newest `window` that are done with
+    /// ([`Job::done_with`]), that retention counts as settled and whose database rows are final
+    /// (`rows_final`): their records go to disk in `jobs_dir` ([`crate::sessions::retired`]). Returns
+    /// how many went.
+    pub fn retire(&mut self, jobs_dir: &Path, window: usize, rows_final: impl Fn(JobId) -> bool) -> usize {
+        let over = self.jobs.len().saturating_sub(window);
+        let ids: Vec<JobId> = self
+            .jobs
+            .iter()
+            .take(over)
+            .filter(|(id, j)| j.done_with() && self.retention.counted(**id) && rows_final(**id))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut gone = 0;
+        for id in ids {
+            let Some(job) = self.jobs.get(&id) else { continue };
+            if let Err(e) = self.retired.put(jobs_dir, job) {
+                tracing::warn!("session {}: job {id} stays in memory: {e}", self.name);
+                break;
+            }
+            self.jobs.remove(&id);
+            gone += 1;
+        }
+        gone
     }
 
     /// Forget job `id` (one that never reached the worker); later jobs keep their ids.
@@ -267,8 +418,8 @@ impl SessionData {
 
     /// The jobs and the retention ledger together, for [`crate::sessions::retain`], which keeps one in
     /// step with the other.
-    pub(super) fn jobs_and_ledger(&mut self) -> (&mut BTreeMap<JobId, Box<Job>>, &mut crate::sessions::retain::Ledger) {
-        (&mut self.jobs, &mut self.retention)
+    pub(super) fn jobs_and_ledger(&mut self) -> (HeldJobs<'_>, &mut crate::sessions::retain::Ledger) {
+        (HeldJobs { jobs: &mut self.jobs, retired: &self.retired }, &mut self.retention)
     }
 
     pub(super) fn ledger(&self) -> &crate::sessions::retain::Ledger {
@@ -428,7 +579,8 @@ impl SessionData {
             | Event::SpawnPath { .. } => None,
         };
         let job = match job_id {
-            Some(id) => match self.jobs.get_mut(&id) {
+            // An event for a job let go from memory brings it back (its effects may come after its end).
+            Some(id) => match self.hold(id).then(|| self.jobs.get_mut(&id)).flatten() {
                 Some(j) => Some(j),
                 None => {
                     tracing::warn!("ignoring an event for unknown job {id}");
@@ -546,7 +698,7 @@ impl SessionData {
             per_job.entry(job).or_default().push(item);
         }
         for (job, items) in per_job {
-            if let Some(j) = self.jobs.get_mut(&job) {
+            if let Some(j) = self.job_mut(job) {
                 j.on_state_overridden(by, &items);
                 self.quiet_below = self.quiet_below.min(job);
             }
@@ -554,7 +706,7 @@ impl SessionData {
     }
 
     fn warn(&mut self, job: Option<JobId>, message: String) {
-        match job.and_then(|id| self.jobs.get_mut(&id)) {
+        match job.and_then(|id| self.job_mut(id)) {
             Some(j) => j.note(format!("worker warning: {message}")),
             None => {
                 if self.warnings.len() == MAX_WARNINGS {
@@ -607,7 +759,7 @@ impl SessionData {
     /// Jobs an answer reported that never reached its client: announced again by the next call.
     pub fn unreport(&mut self, jobs: &[JobId]) {
         for &id in jobs {
-            if self.jobs.get_mut(&id).is_some_and(|j| j.unreport()) {
+            if self.job_mut(id).is_some_and(|j| j.unreport()) {
                 self.quiet_below = self.quiet_below.min(id);
             }
         }
