@@ -87,6 +87,37 @@ pub fn run(jobs: usize, lines: usize) -> Result<()> {
             record(&figure("describe output_held_bytes"), base, rendered, held, None, "KiB");
         }
     }
+    // What a job let go from memory costs to look at: `wait` on the session's first job (on disk once
+    // the session ran more than its window) against its newest (held), interleaved.
+    let (first, newest) = (WARMUP as u64 / 2, (WARMUP + jobs) as u64);
+    let in_memory = c.call("describe", json!({"session": s}))?["sessions"][0]["jobs_in_memory"].as_u64();
+    let mut samples = [Vec::new(), Vec::new()];
+    for _ in 0..300 {
+        for (i, job) in [first, newest].into_iter().enumerate() {
+            let t = std::time::Instant::now();
+            let r = c.call("wait", json!({"session": s, "job": job, "yield_ms": 0}))?;
+            samples[i].push(t.elapsed().as_secs_f64() * 1e6);
+            anyhow::ensure!(r["exit_code"] == 0, "{r}");
+        }
+    }
+    let p50 = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (old, new) = (p50(&mut samples[0]), p50(&mut samples[1]));
+    println!(
+        "wait on job {first} (the session holds {} of its {} jobs in memory) {old:.0} µs p50, on job {newest} {new:.0} µs",
+        in_memory.map_or("?".to_owned(), |n| n.to_string()),
+        WARMUP + jobs
+    );
+    record(
+        &format!("wait on an ended job of {lines} lines let go from memory (job {first} of {})", WARMUP + jobs),
+        "wait on the newest job (held)",
+        new,
+        old,
+        None,
+        "µs",
+    );
     // What closing the session gives back (the front trims its heap once a session is let go: a
     // second or so later, on its retention thread).
     c.call("session.close", json!({"session": s}))?;
