@@ -268,6 +268,32 @@ fn lines_scrolled_past_a_full_scrollback_are_counted_exactly() {
 }
 
 #[test]
+fn a_terminal_job_that_floods_and_exits_answers_with_its_last_screen() {
+    // A PTY master's FIONREAD counts the line discipline's 4 KiB at most: the rest of what a job wrote
+    // waits in the terminal's flip buffers, and `Exited` went out before it was read. The worker is
+    // stopped while the job writes ~11 KiB (what the terminal takes without a reader) and exits, so
+    // all of it waits when the worker looks.
+    let h = Heddle::start();
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    let worker = c.call("describe", json!({"session": s})).unwrap()["sessions"][0]["worker"]["pid"].as_i64().unwrap();
+    let worker = nix::unistd::Pid::from_raw(i32::try_from(worker).unwrap());
+    let cmd = r"sleep 0.3; head -c 10000 /dev/zero | tr '\0' x; printf '\nEND\n'";
+    for round in 0..3 {
+        let r =
+            c.call("run", json!({"session": s, "cmd": cmd, "tty": {"rows": 5, "cols": 40}, "yield_ms": 0})).unwrap();
+        let job = r["job"].clone();
+        nix::sys::signal::kill(worker, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        nix::sys::signal::kill(worker, nix::sys::signal::Signal::SIGCONT).unwrap();
+        let r = c.call("wait", json!({"session": s, "job": job, "yield_ms": 10_000})).unwrap();
+        assert_eq!(r["exit_code"], 0, "{r}");
+        let text = r["terminal"]["text"].as_str().unwrap();
+        assert!(text.contains("END"), "round {round}: the screen the answer shows lacks the job's last line: {text:?}");
+    }
+}
+
+#[test]
 fn scroll_up_sequences_are_counted_exactly_also_in_a_flood() {
     // `CSI n S` scrolls n lines with 4 or 5 bytes: a piece of the output fed to the emulator could
     // scroll more lines than the scrollback holds, and the count stopped there.

@@ -1,7 +1,8 @@
 //! A running job's state, and its end: reaping, the exit barrier, end of streams, cgroup removal.
 //!
 //! The exit barrier: when the pidfd says the main process ended, the worker reaps it at once (no zombie)
-//! and notes, per open pipe, how many bytes were already waiting (`FIONREAD`). `Exited` goes out only
+//! and notes, per open pipe, how many bytes were already waiting (`FIONREAD`; a PTY master is read until
+//! `EAGAIN`/`EIO` instead, its `FIONREAD` missing what waits in the flip buffers). `Exited` goes out only
 //! after those bytes have been read and published (or the pipe hit `EAGAIN`/EOF), so every byte the
 //! process wrote before exiting precedes `Exited` — even when a survivor keeps writing to the same pipe.
 //! Pipes are then read until EOF (survivors may still write); `StreamsClosed` follows. The job's cgroup is
@@ -165,7 +166,14 @@ impl<C: CgroupOps> Worker<C> {
         }
         let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
         for pipe in j.pipes.iter_mut().flatten() {
-            pipe.until_exit = crate::sys::pipe_pending(pipe.fd.as_fd()).unwrap_or(usize::MAX);
+            // A PTY master's `FIONREAD` counts the line discipline's buffer (4 KiB) only: what a flood
+            // left in the terminal's flip buffers is not in it. The master is read until it answers
+            // EAGAIN (a read pushes those buffers first) or EIO (every slave closed, all read), so the
+            // terminal `Exited` answers with has everything the job wrote before it ended.
+            pipe.until_exit = match nix::unistd::isatty(pipe.fd.as_fd()) {
+                Ok(true) => usize::MAX,
+                _ => crate::sys::pipe_pending(pipe.fd.as_fd()).unwrap_or(usize::MAX),
+            };
         }
         self.mark_ready(job, Stream::Stdout);
         self.mark_ready(job, Stream::Stderr);
