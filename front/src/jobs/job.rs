@@ -447,18 +447,25 @@ impl Job {
     }
 
     /// A guard refused the command before launch: the job ends `refused`, and nothing of it ran.
+    /// A guard refused the command before any process ran: no output will come, so the output is
+    /// settled (its files let go) as a lost job's is.
     pub fn on_refused(&mut self, why: Vec<String>, now: Instant) {
         if self.end(JobPhase::Refused, now, None) {
             for w in why {
                 self.note(w);
             }
         }
+        self.output.settle();
+        self.park_output();
     }
 
+    /// The job could not be launched: no process, no output.
     pub fn on_spawn_failed(&mut self, error: &str, now: Instant) {
         if self.end(JobPhase::Failed, now, None) {
             self.note(format!("the job could not be launched: {error}"));
         }
+        self.output.settle();
+        self.park_output();
     }
 
     pub fn on_output(&mut self, stream: Stream, data: &[u8], now: Instant, unix_ns: u64) {
@@ -1043,6 +1050,21 @@ mod tests {
         }
         assert_eq!(back.ended_at(), j.ended_at(), "the very instant (retention keys on it)");
         assert_eq!(back.summary(now).duration_ms, 2.5);
+    }
+
+    #[test]
+    fn a_refused_or_unlaunched_job_lets_its_files_go_and_is_done_with_once_reported() {
+        for refused in [true, false] {
+            let (_d, mut j) = job();
+            let now = Instant::now();
+            match refused {
+                true => j.on_refused(vec!["a guard refused it".into()], now),
+                false => j.on_spawn_failed("no such file", now),
+            }
+            assert!(!j.output.files_open(), "no process will write: its files are let go");
+            j.result("s", now, vec![], true, 40_000);
+            assert!(j.done_with(), "{j:?}");
+        }
     }
 
     #[test]

@@ -342,6 +342,30 @@ mod tests {
         assert_eq!(enforce(&mut st, Retention::default(), now), 4 * per_job, "and counted once");
     }
 
+    #[test]
+    fn a_job_changed_after_it_was_let_go_is_counted_as_it_is_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let mut st = SessionData::default();
+        for _ in 0..3 {
+            let id = st.add_job(":".into(), dir.path());
+            // A refused call with files to write: refused at its exit, its cgroup not yet seen empty.
+            let j = st.job_mut(id).unwrap();
+            j.refuse_on_exit(vec!["refused".into()]);
+            j.on_exited(Some(0), None, 0, false, now);
+            j.on_streams_closed();
+            j.result("s", now, vec![], true, 40_000);
+        }
+        enforce(&mut st, Retention::default(), now);
+        assert_eq!(st.retire(dir.path(), 0, |_| true), 3);
+        assert_eq!(st.retired().cpu_ms(), 0.0);
+        let usage = shm_proto::msg::JobUsage { cpu_usec: 5_000_000, ..Default::default() };
+        st.job_mut(1).unwrap().on_emptied(0, usage);
+        assert_eq!(st.retire(dir.path(), 0, |_| true), 1);
+        assert_eq!((st.retired().cpu_ms(), st.retired().count(), st.job_count()), (5000.0, 3, 3));
+        assert_eq!(st.retired().by_state().get("refused"), Some(&3));
+    }
+
     /// Session `st` gets an ended job of `lines` lines, ended at `at`.
     fn ended_job(st: &mut SessionData, dir: &std::path::Path, lines: usize, at: Instant) -> JobId {
         let id = st.add_job(format!("job {lines}"), dir);

@@ -78,8 +78,8 @@ pub struct Retired {
 }
 
 impl Retired {
-    /// Write `job`'s record (again, when it was read back and changed: its totals are counted once),
-    /// into `jobs_dir`.
+    /// Write `job`'s record into `jobs_dir` (again, when it was read back and changed: its totals are
+    /// then what it says now).
     pub fn put(&mut self, jobs_dir: &Path, job: &Job) -> Result<(), String> {
         let bytes = crate::jobs::frozen::freeze(job).map_err(|e| e.to_string())?;
         if self.file.is_none() {
@@ -88,7 +88,8 @@ impl Retired {
         }
         let Some(file) = &self.file else { unreachable!("opened above") };
         let id = job.id();
-        let again = self.slot(id).is_some();
+        // Written again (it was brought back and changed): its totals become what it says now.
+        let before = self.get(id).and_then(Result::ok);
         let len = u32::try_from(bytes.len()).map_err(|_| "a job's record over 4 GiB".to_owned())?;
         file.write_all_at(&bytes, self.end).map_err(|e| format!("cannot write a job's record: {e}"))?;
         let mut slot = [0u8; SLOT as usize];
@@ -99,10 +100,25 @@ impl Retired {
         let at = at.ok_or_else(|| format!("job id {id} is out of the slots' range"))?;
         file.write_all_at(&slot, at).map_err(|e| format!("cannot write a job's slot: {e}"))?;
         self.end += u64::from(len);
-        if !again {
-            self.count_in(job);
+        if let Some(before) = before {
+            self.count_out(&before);
         }
+        self.count_in(job);
         Ok(())
+    }
+
+    /// Take `job` out of the totals.
+    fn count_out(&mut self, job: &Job) {
+        self.count -= 1;
+        if let Some(n) = self.by_state.get_mut(&state_name(job)) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_state.remove(&state_name(job));
+            }
+        }
+        self.cpu_ms -= job.cpu_ms();
+        self.state_changes -= job.state_changes().len();
+        self.last_changes.retain(|c| c.job != job.id());
     }
 
     /// Add `job` to the totals.

@@ -153,9 +153,13 @@ impl HeldJobs<'_> {
     /// Job `id`, brought back into memory if it was let go.
     pub fn get_mut(&mut self, id: JobId) -> Option<&mut Job> {
         if !self.jobs.contains_key(&id) {
-            if let Some(Ok(mut j)) = self.retired.get(id) {
-                j.set_on_disk();
-                self.jobs.insert(id, Box::new(j));
+            match self.retired.get(id) {
+                Some(Ok(mut j)) => {
+                    j.set_on_disk();
+                    self.jobs.insert(id, Box::new(j));
+                }
+                Some(Err(e)) => tracing::error!("job {id}'s record could not be read back from disk: {e}"),
+                None => {}
             }
         }
         self.jobs.get_mut(&id).map(|j| &mut **j)
