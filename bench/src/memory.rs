@@ -118,6 +118,21 @@ pub fn run(jobs: usize, lines: usize) -> Result<()> {
         None,
         "µs",
     );
+    // The listing reads every job back (those on disk decoded one by one, under the session's lock).
+    let mut listing = Vec::new();
+    for _ in 0..20 {
+        let t = std::time::Instant::now();
+        let r = c.call("jobs", json!({"session": s, "announce": false}))?;
+        listing.push(t.elapsed().as_secs_f64() * 1e3);
+        anyhow::ensure!(r["jobs"].as_array().map(Vec::len) == Some(WARMUP + jobs), "{r}");
+    }
+    let listed = p50(&mut listing);
+    println!(
+        "jobs listing of {} jobs: {listed:.1} ms p50 ({:.1} µs a job)",
+        WARMUP + jobs,
+        listed * 1e3 / (WARMUP + jobs) as f64
+    );
+    heddle_bench::note(format!("memory: the jobs listing of {} jobs took {listed:.1} ms p50", WARMUP + jobs));
     // What closing the session gives back (the front trims its heap once a session is let go: a
     // second or so later, on its retention thread).
     c.call("session.close", json!({"session": s}))?;
