@@ -636,6 +636,7 @@ impl SessionData {
                 j.rendered_mut().collect_fresh(live);
                 let was_dirty = j.dirty();
                 j.on_streams_closed();
+                self.terminals.settle(j.id());
                 if !was_dirty && j.dirty() {
                     // The last lines went to the line log's buffer: the next flush writes them (and
                     // then lets the job's write buffers go).

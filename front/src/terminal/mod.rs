@@ -51,10 +51,40 @@ impl std::fmt::Debug for Terminal {
 /// One PTY job's headless terminal.
 pub struct Terminal {
     parser: vt100::Parser<Callbacks>,
+    /// Once the job's output is complete ([`Terminal::settle`]): what every view reads, as text; the
+    /// emulator is then a 1×1 one without scrollback.
+    settled: Option<Box<Settled>>,
     /// Lines that scrolled off since the caller last looked (may exceed what the scrollback holds).
     since_look: u64,
     /// Lines in the main screen's scrollback after the last piece fed on it.
     main_len: usize,
+}
+
+/// A terminal whose output is complete, as its views read it: the screen's rows and the scrollback's
+/// lines (trailing blanks trimmed, oldest first), the cursor and the modes. A few KiB of text where the
+/// emulator's cells took ~30 B each (an 80-column terminal with a full scrollback held ~2.6 MiB).
+#[derive(Debug)]
+struct Settled {
+    rows: u16,
+    cols: u16,
+    lines: Vec<String>,
+    cursor: (u16, u16),
+    alternate_screen: bool,
+    application_cursor: bool,
+    title: Option<String>,
+    /// The scrollback's lines joined by `\n` (a line of a terminal has none), and how many there are.
+    scrollback: String,
+    scrollback_lines: usize,
+}
+
+impl Settled {
+    /// The newest `n` of the scrollback's lines, oldest first.
+    fn tail(&self, n: usize) -> Vec<String> {
+        match self.scrollback_lines {
+            0 => Vec::new(),
+            total => self.scrollback.split('\n').skip(total - n.min(total)).map(str::to_owned).collect(),
+        }
+    }
 }
 
 /// Most lines one piece fed to the emulator may scroll (fewer than the scrollback holds: see
@@ -111,13 +141,42 @@ impl Terminal {
     pub fn new(rows: u16, cols: u16) -> Terminal {
         Terminal {
             parser: vt100::Parser::new_with_callbacks(rows, cols, SCROLLBACK, Callbacks::default()),
+            settled: None,
             since_look: 0,
             main_len: 0,
         }
     }
 
+    /// The job's output is complete: keep what the views read as text and let the emulator go. Every
+    /// view answers as before.
+    pub fn settle(&mut self) {
+        if self.settled.is_some() {
+            return;
+        }
+        let n = self.scrollback_len();
+        let scrollback = self.scrollback_tail(n);
+        let screen = self.parser.screen();
+        let (rows, cols) = screen.size();
+        let settled = Settled {
+            rows,
+            cols,
+            lines: screen.rows(0, cols).map(|l| l.trim_end().to_owned()).collect(),
+            cursor: screen.cursor_position(),
+            alternate_screen: screen.alternate_screen(),
+            application_cursor: screen.application_cursor(),
+            title: self.parser.callbacks().title.clone(),
+            scrollback: scrollback.join("\n"),
+            scrollback_lines: scrollback.len(),
+        };
+        self.settled = Some(Box::new(settled));
+        self.parser = vt100::Parser::new_with_callbacks(1, 1, 0, Callbacks::default());
+    }
+
     /// Lines now in the scrollback.
     fn scrollback_len(&mut self) -> usize {
+        if let Some(s) = &self.settled {
+            return s.scrollback_lines;
+        }
         let screen = self.parser.screen_mut();
         screen.set_scrollback(usize::MAX);
         let n = screen.scrollback();
@@ -135,6 +194,11 @@ impl Terminal {
     /// scrolls in a piece that switches screens. The alternate screen has no scrollback: nothing counts
     /// there, and coming back to the main screen counts nothing.
     pub fn feed(&mut self, data: &[u8]) {
+        if self.settled.is_some() {
+            // Nothing arrives once the output is complete; the raw stream keeps whatever did.
+            tracing::warn!("{} bytes for a terminal whose output was complete are not shown on its screen", data.len());
+            return;
+        }
         let mut rest = data;
         while !rest.is_empty() {
             let rows = self.parser.screen().size().0;
@@ -168,16 +232,26 @@ impl Terminal {
         self.main_len = len;
     }
 
+    /// A settled terminal keeps its size: its job can draw nothing more.
     pub fn resize(&mut self, rows: u16, cols: u16) {
-        self.parser.screen_mut().set_size(rows, cols);
+        if self.settled.is_none() {
+            self.parser.screen_mut().set_size(rows, cols);
+        }
     }
 
     pub fn application_cursor(&self) -> bool {
-        self.parser.screen().application_cursor()
+        match &self.settled {
+            Some(s) => s.application_cursor,
+            None => self.parser.screen().application_cursor(),
+        }
     }
 
     /// The line the cursor is on, trailing blanks trimmed (a prompt).
     pub fn cursor_line(&self) -> String {
+        if let Some(s) = &self.settled {
+            let line = s.lines.get(usize::from(s.cursor.0)).map_or("", String::as_str);
+            return crate::rpc::results::redacted(line);
+        }
         let screen = self.parser.screen();
         let (row, _) = screen.cursor_position();
         let (_, cols) = screen.size();
@@ -189,6 +263,9 @@ impl Terminal {
     fn scrollback_tail(&mut self, n: usize) -> Vec<String> {
         let total = self.scrollback_len();
         let n = n.min(total);
+        if let Some(s) = &self.settled {
+            return s.tail(n);
+        }
         let (rows, cols) = self.parser.screen().size();
         let mut out = Vec::with_capacity(n);
         // View offset k shows scrollback lines [total-k, total-k+rows) at its top; read page by page.
@@ -226,11 +303,23 @@ impl Terminal {
         } else {
             (Vec::new(), self.since_look)
         };
-        let screen = self.parser.screen();
-        let (rows, cols) = screen.size();
-        let (crow, ccol) = screen.cursor_position();
-        let mut lines: Vec<String> =
-            screen.rows(0, cols).map(|l| crate::rpc::results::redacted(l.trim_end())).collect();
+        let (rows, cols, (crow, ccol), alternate_screen, title, mut lines) = match &self.settled {
+            Some(s) => (
+                s.rows,
+                s.cols,
+                s.cursor,
+                s.alternate_screen,
+                s.title.clone(),
+                s.lines.iter().map(|l| crate::rpc::results::redacted(l)).collect::<Vec<String>>(),
+            ),
+            None => {
+                let screen = self.parser.screen();
+                let (rows, cols) = screen.size();
+                let lines = screen.rows(0, cols).map(|l| crate::rpc::results::redacted(l.trim_end())).collect();
+                let title = self.parser.callbacks().title.clone();
+                (rows, cols, screen.cursor_position(), screen.alternate_screen(), title, lines)
+            }
+        };
         while lines.last().is_some_and(String::is_empty) && lines.len() > usize::from(crow) + 1 {
             lines.pop();
         }
@@ -241,11 +330,11 @@ impl Terminal {
             cols,
             text,
             cursor: [crow, ccol],
-            alternate_screen: screen.alternate_screen(),
+            alternate_screen,
             cursor_line: self.cursor_line(),
             scrolled,
             scrolled_more,
-            title: self.parser.callbacks().title.clone(),
+            title,
         }
     }
 }
@@ -308,6 +397,13 @@ impl Terminals {
 
     pub fn view(&mut self, job: JobId, look: bool) -> Option<TerminalScreen> {
         self.by_job.get_mut(&job)?.term.as_mut().map(|t| t.view(look))
+    }
+
+    /// `job`'s output is complete: its terminal keeps its views as text (see [`Terminal::settle`]).
+    pub fn settle(&mut self, job: JobId) {
+        if let Some(t) = self.by_job.get_mut(&job).and_then(|f| f.term.as_mut()) {
+            t.settle();
+        }
     }
 }
 
@@ -450,6 +546,45 @@ mod tests {
     }
 
     proptest! {
+        /// A settled terminal answers every view as the emulator did: the screen, the cursor line, the
+        /// modes, the lines scrolled since the last look (and their count), and any scrollback range.
+        #[test]
+        fn a_settled_terminal_answers_as_the_emulator_did(
+            parts in proptest::collection::vec((0u8..8, 0u16..300), 0..200),
+            rows in 2u16..30,
+            cols in 2u16..100,
+            looked in any::<bool>(),
+            from in 0usize..1200,
+            max in 0usize..1200,
+        ) {
+            let mut data = Vec::new();
+            for (kind, n) in parts {
+                match kind {
+                    0 => data.extend_from_slice(format!("line {n} of some output\r\n").as_bytes()),
+                    1 => data.extend_from_slice(format!("\x1b[{}S", n % 40).as_bytes()),
+                    2 => data.extend_from_slice(b"\x1b[?1049h\x1b[2J\x1b[Hfull screen "),
+                    3 => data.extend_from_slice(b"\x1b[?1049l"),
+                    4 => data.extend_from_slice(format!("\x1b]0;title {n}\x07\x1b[31mred\x1b[0m $ ").as_bytes()),
+                    5 => data.extend_from_slice(b"\x1b[?1h"),
+                    6 => data.extend_from_slice("ünï wide 字字 ".repeat(usize::from(n % 9)).as_bytes()),
+                    _ => data.extend_from_slice(format!("\x1b[{};{}H{n}", n % 30, n % 90).as_bytes()),
+                }
+            }
+            let (mut live, mut settled) = (Terminal::new(rows, cols), Terminal::new(rows, cols));
+            live.feed(&data);
+            settled.feed(&data);
+            if looked {
+                prop_assert_eq!(live.view(true), settled.view(true));
+            }
+            settled.settle();
+            prop_assert_eq!(live.view(false), settled.view(false));
+            prop_assert_eq!(live.scrollback(from, max), settled.scrollback(from, max));
+            prop_assert_eq!(live.cursor_line(), settled.cursor_line());
+            prop_assert_eq!(live.application_cursor(), settled.application_cursor());
+            prop_assert_eq!(live.view(true), settled.view(true));
+            prop_assert_eq!(live.view(true), settled.view(true));
+        }
+
         #[test]
         fn garbage_never_panics(data in proptest::collection::vec(any::<u8>(), 0..2048), rows in 1u16..40, cols in 2u16..120) {
             // vt100 0.16.2 panics on some sequences (a scroll-region underflow in grid.rs); the pump's
