@@ -102,6 +102,9 @@ enum Bench {
         /// Lines of 35 bytes each job prints (0: the jobs run `true`, the cost of a job without output).
         #[arg(long, default_value_t = 3000)]
         lines: usize,
+        /// Run the jobs on a 24×80 terminal (`run {tty}`): what an ended terminal job costs.
+        #[arg(long)]
+        tty: bool,
     },
     /// Pre-started shells at an agent's pace through the stack: spares on vs off, empty vs typical state,
     /// each vs a bare bash spawn.
@@ -222,7 +225,7 @@ fn main() -> Result<()> {
         Bench::Long { jobs, iterations } => long::run(jobs, iterations),
         Bench::State { iterations } => state::run(iterations),
         Bench::Persistent { iterations, pause_ms } => persistent::run(iterations, pause_ms),
-        Bench::Memory { jobs, lines } => memory::run(jobs, lines),
+        Bench::Memory { jobs, lines, tty } => memory::run(jobs, lines, tty),
         Bench::Spare { iterations, pause_ms } => spare::run(iterations, pause_ms),
         Bench::Cgroup { iterations } => cgroup_bench::run(iterations),
         Bench::Sandbox { iterations } => sandbox::run(iterations),
@@ -252,7 +255,7 @@ fn all(fleet_sessions: usize) -> Result<()> {
         ("long", "--jobs 1500 --iterations 100", Box::new(|| long::run(1500, 100))),
         ("state", "--iterations 100", Box::new(|| state::run(100))),
         ("persistent", "--iterations 200 --pause-ms 5", Box::new(|| persistent::run(200, 5))),
-        ("memory", "--jobs 200 --lines 3000", Box::new(|| memory::run(200, 3000))),
+        ("memory", "--jobs 200 --lines 3000", Box::new(|| memory::run(200, 3000, false))),
         ("cgroup", "--iterations 500", Box::new(|| cgroup_bench::run(500))),
         ("sandbox", "--iterations 150", Box::new(|| sandbox::run(150))),
         ("latency", "--lines 1000 --batch 100", Box::new(|| output::latency(1000, 100, false))),

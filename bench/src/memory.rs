@@ -39,7 +39,7 @@ fn held_bytes(c: &mut heddle_tests::Client, s: &Value) -> Result<Option<u64>> {
     Ok(last)
 }
 
-pub fn run(jobs: usize, lines: usize) -> Result<()> {
+pub fn run(jobs: usize, lines: usize, tty: bool) -> Result<()> {
     let h = heddle_tests::Heddle::start();
     let mut c = h.client();
     let front = c.call("describe", json!({}))?["front"]["pid"].as_u64().context("describe gave no front pid")?;
@@ -49,8 +49,14 @@ pub fn run(jobs: usize, lines: usize) -> Result<()> {
         n => format!("seq -f 'line %08g of some build output' 1 {n}"),
     };
     let run = |c: &mut heddle_tests::Client| -> Result<()> {
-        let r = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 60_000}))?;
-        anyhow::ensure!(r["exit_code"] == 0 && r["stdout_bytes"] == lines * LINE_BYTES, "{r}");
+        let mut p = json!({"session": s, "cmd": cmd, "yield_ms": 60_000});
+        if tty {
+            p["tty"] = json!({"rows": 24, "cols": 80});
+        }
+        let r = c.call("run", p)?;
+        // A terminal ends each line with `\r\n`.
+        let bytes = lines * (LINE_BYTES + usize::from(tty));
+        anyhow::ensure!(r["exit_code"] == 0 && r["stdout_bytes"] == bytes, "{r}");
         Ok(())
     };
     for _ in 0..WARMUP {
@@ -65,7 +71,8 @@ pub fn run(jobs: usize, lines: usize) -> Result<()> {
     let after = vm_rss_kib(front)?;
     let per_job = (after - before) / jobs as f64;
     let rendered = (lines * LINE_BYTES) as f64 / 1024.0;
-    println!("== memory: {jobs} ended jobs of {lines} lines × {LINE_BYTES} bytes (after {WARMUP} warm-up jobs)");
+    let on = if tty { " on a 24×80 terminal" } else { "" };
+    println!("== memory: {jobs} ended jobs of {lines} lines × {LINE_BYTES} bytes{on} (after {WARMUP} warm-up jobs)");
     println!("front VmRSS: {before:.0} KiB before, {after:.0} KiB after: {per_job:.2} KiB per ended job");
     let held_per_job = match (held_before, held_after) {
         (Some(b), Some(a)) => {
@@ -80,7 +87,7 @@ pub fn run(jobs: usize, lines: usize) -> Result<()> {
     };
     println!("one job's rendered output: {rendered:.1} KiB");
     let base = "the job's rendered lines, KiB";
-    let figure = |what: &str| format!("{what} per ended {lines}-line job, KiB");
+    let figure = |what: &str| format!("{what} per ended {lines}-line job{on}, KiB");
     if lines > 0 {
         record(&figure("front VmRSS growth"), base, rendered, per_job, None, "KiB");
         if let Some(held) = held_per_job {
