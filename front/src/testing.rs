@@ -170,6 +170,8 @@ impl FakeWorker {
                 uid,
                 bash,
                 bash_version: "5.2.15(1)-release".into(),
+                bash_id: "1:2:3:4:5".into(),
+                bash_probed: true,
                 cgroup: "/fake".into(),
             });
         }

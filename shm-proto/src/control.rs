@@ -20,6 +20,26 @@ pub const SESSION_FDS: [&str; 5] = ["memfd", "cmd_data", "cmd_space", "evt_data"
 /// exit of the front leaves the sessions running).
 pub const FRONT_EXIT_SHUTDOWN: i32 = 10;
 
+/// A bash a worker ran: the identity of the file (`Event::Hello`'s `bash_id`: device, inode, size and
+/// change times, so a bash replaced or rewritten since has another) and the `BASH_VERSION` it printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BashSeen {
+    pub id: String,
+    pub version: String,
+}
+
+impl BashSeen {
+    /// The longest `id` or `version` passed on: both become a worker's arguments.
+    pub const MAX_LEN: usize = 128;
+
+    /// True when both fields are short, non-empty printable ASCII (what a worker may take as arguments;
+    /// anything else is dropped and the worker probes).
+    pub fn is_plain(&self) -> bool {
+        let plain = |v: &str| !v.is_empty() && v.len() <= Self::MAX_LEN && v.bytes().all(|b| b.is_ascii_graphic());
+        plain(&self.id) && plain(&self.version)
+    }
+}
+
 /// Front → supervisor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToSupervisor {
@@ -46,6 +66,10 @@ pub enum ToSupervisor {
         /// Extra writable roots the session asks for; the supervisor checks them against its
         /// `--allow-writable` directories.
         writable: Vec<String>,
+        /// The bash an earlier worker of this front reported (its `Hello`), passed on to the new worker
+        /// so it need not run bash to learn the version: it uses `version` only while the file it would
+        /// run is still the one `id` names, and probes otherwise (see [`BashSeen`]).
+        bash: Option<BashSeen>,
     },
     /// Kill everything in the session's cgroup subtree (worker included), verify it empty, remove it.
     CloseSession { req: u64, session: String },
@@ -262,6 +286,23 @@ pub const WORKER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_short_printable_bash_seen_is_passed_to_a_worker() {
+        let seen = |id: &str, version: &str| BashSeen { id: id.into(), version: version.into() };
+        assert!(seen("65024:247003:1265648:1745016454000000000:1796676028603691407", "5.2.15(1)-release").is_plain());
+        for bad in [
+            seen("", "5.2"),
+            seen("1:2", ""),
+            seen("1:2", "5.2 --policy=none"),
+            seen("1:2\0", "5.2"),
+            seen("1:2", "5.2\n"),
+            seen("1:2", "5.2é"),
+            seen(&"1".repeat(BashSeen::MAX_LEN + 1), "5.2"),
+        ] {
+            assert!(!bad.is_plain(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn fit_cuts_a_long_error_and_leaves_small_messages_alone() {

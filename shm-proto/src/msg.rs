@@ -361,6 +361,12 @@ pub enum Event {
         bash: String,
         /// `BASH_VERSION` of that bash.
         bash_version: String,
+        /// The identity of that bash's file (device, inode, size, modification and change times; empty
+        /// when it could not be read), which the front passes to later workers ([`crate::control::BashSeen`]).
+        bash_id: String,
+        /// The worker ran that bash to learn its version (`false`: it took the version a worker of the
+        /// same file reported earlier).
+        bash_probed: bool,
         /// The worker's session cgroup (path on the cgroup v2 mount).
         cgroup: String,
     },

@@ -192,5 +192,6 @@ pub fn open_msg(req: u64, session: &str, client_uid: u32) -> shm_proto::control:
         memory_max: None,
         pids_max: None,
         writable: Vec::new(),
+        bash: None,
     }
 }

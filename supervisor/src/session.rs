@@ -115,6 +115,9 @@ pub struct WorkerPolicy {
     pub allow_writable: Vec<PathBuf>,
     /// The project, when it is mapped for the jobs' uid (`--allow-owned-projects`).
     pub owned_project: Option<crate::owned_project::OwnedProject>,
+    /// The bash an earlier worker reported, as the front passed it on (`--bash-seen`, `--bash-version`):
+    /// only a [`BashSeen::is_plain`](shm_proto::control::BashSeen::is_plain) one is passed.
+    pub bash: Option<shm_proto::control::BashSeen>,
 }
 
 impl Default for WorkerPolicy {
@@ -127,6 +130,7 @@ impl Default for WorkerPolicy {
             writable: Vec::new(),
             allow_writable: Vec::new(),
             owned_project: None,
+            bash: None,
         }
     }
 }

@@ -196,6 +196,7 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
                 memory_max,
                 pids_max,
                 writable,
+                bash,
             } => {
                 let profile = policies::Policy::builtin(&policy).map(|p| p.limits).unwrap_or_default();
                 let limits = SessionLimits {
@@ -219,6 +220,7 @@ impl<C: CgroupTreeOps, P: ProcessOps> Sessions<C, P> {
                     writable,
                     allow_writable,
                     owned_project,
+                    bash: bash.filter(shm_proto::control::BashSeen::is_plain),
                 };
                 self.handle_open(req, session, client_uid, &policy, limits)
             }

@@ -160,14 +160,11 @@ pub struct RealProcesses {
 
 impl ProcessOps for RealProcesses {
     fn spawn_worker(&self, spec: &WorkerSpec<'_>) -> Result<Spawned, SpawnError> {
-        let procs_path = crate::session::worker_dir(spec.cgroup).join("cgroup.procs");
-        let procs = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&procs_path)
-            .map_err(|e| SpawnError::CgroupProcs(procs_path.clone(), e))?;
+        let worker_dir = crate::session::worker_dir(spec.cgroup);
+        let cgroup = open_cgroup_dir(&worker_dir).map_err(|e| SpawnError::CgroupProcs(worker_dir.clone(), e))?;
         let mut v1 = Vec::with_capacity(spec.v1.len());
         for dir in spec.v1 {
-            let p = dir.join("cgroup.procs");
+            let p = dir.join("tasks");
             v1.push(std::fs::OpenOptions::new().write(true).open(&p).map_err(|e| SpawnError::CgroupProcs(p, e))?);
         }
         // A project another uid owns, mapped for the jobs' uid (crate::owned_project); none when the
@@ -187,9 +184,9 @@ impl ProcessOps for RealProcesses {
             uid: spec.user.uid,
             real_uid: Some(spec.cgroup_owner),
             gid: spec.user.gid,
-            cgroup_procs: Some(procs.as_fd()),
+            cgroup: Some(cgroup.as_fd()),
             fds: spec.fds.iter().zip(3..).map(|(fd, n)| (*fd, n)).collect(),
-            v1_procs: v1.iter().map(AsFd::as_fd).collect(),
+            v1_tasks: v1.iter().map(AsFd::as_fd).collect(),
             project_mount: mount.as_ref(),
             private_devpts: true,
         };
@@ -314,7 +311,7 @@ impl RealProcesses {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
-        let procs = std::fs::OpenOptions::new().write(true).open(cgroup.join("cgroup.procs"))?;
+        let cgroup_dir = open_cgroup_dir(&cgroup)?;
         let mut fds: Vec<(BorrowedFd<'_>, i32)> = vec![(log.as_fd(), 3)];
         fds.extend(r.fds.iter().zip(4..).map(|(fd, n)| (fd.as_fd(), n)));
         let setup = ChildSetup {
@@ -325,20 +322,21 @@ impl RealProcesses {
             uid: crate::users::NOBODY,
             real_uid: None,
             gid: crate::users::NOGROUP,
-            cgroup_procs: Some(procs.as_fd()),
+            cgroup: Some(cgroup_dir.as_fd()),
             fds,
-            v1_procs: Vec::new(),
+            v1_tasks: Vec::new(),
             project_mount: None,
             private_devpts: false,
         };
-        let mut child = sys::spawn_child(&setup)?;
-        child.wait()?;
+        let (_, pidfd) = sys::spawn_child(&setup)?;
+        sys::wait_pidfd(pidfd.as_fd(), false)?;
         Ok(path)
     }
 }
 
 /// The worker's arguments: `--session ID --cgroup DIR --policy=NAME --project=DIR --tmp=DIR
-/// [--network=BOOL] [--ptys=BOOL] [--writable=DIR…] [--allow-writable=DIR…]`.
+/// [--network=BOOL] [--ptys=BOOL] [--own-home] [--bash-seen=ID --bash-version=V] [--writable=DIR…]
+/// [--allow-writable=DIR…]`.
 fn worker_args(spec: &WorkerSpec<'_>) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec!["--session".into(), spec.session.into(), "--cgroup".into(), spec.cgroup.into()];
     args.push(format!("--policy={}", spec.policy.policy).into());
@@ -357,6 +355,10 @@ fn worker_args(spec: &WorkerSpec<'_>) -> Vec<OsString> {
     if spec.own_home {
         args.push("--own-home".into());
     }
+    if let Some(b) = spec.policy.bash.as_ref().filter(|b| b.is_plain()) {
+        args.push(format!("--bash-seen={}", b.id).into());
+        args.push(format!("--bash-version={}", b.version).into());
+    }
     for (flag, dirs) in [("--writable=", &spec.policy.writable), ("--allow-writable=", &spec.policy.allow_writable)] {
         for dir in dirs {
             let mut arg: OsString = flag.into();
@@ -367,19 +369,16 @@ fn worker_args(spec: &WorkerSpec<'_>) -> Vec<OsString> {
     args
 }
 
-/// Spawn `setup` and open its pidfd; a child whose pidfd cannot be opened is killed and reaped.
+/// Spawn `setup`; its pidfd comes with it (`CLONE_PIDFD`).
 fn start(setup: &ChildSetup<'_>, what: &'static str) -> Result<Spawned, SpawnError> {
-    let mut child = sys::spawn_child(setup).map_err(|e| SpawnError::Spawn(what, e))?;
-    let pid = child.id();
-    match sys::pidfd_open(pid) {
-        Ok(pidfd) => Ok(Spawned { pid, pidfd }),
-        Err(e) => {
-            // Our own unreaped child: its pid cannot have been reused, so this kill is exact.
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(SpawnError::Pidfd(what, e))
-        }
-    }
+    let (pid, pidfd) = sys::spawn_child(setup).map_err(|e| SpawnError::Spawn(what, e))?;
+    Ok(Spawned { pid, pidfd })
+}
+
+/// A cgroup v2 directory opened for `CLONE_INTO_CGROUP`.
+fn open_cgroup_dir(dir: &Path) -> io::Result<OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    Ok(std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(dir)?.into())
 }
 
 /// Wait up to `timeout` for the child behind `pidfd` to exit (the pidfd turns readable), then reap it.
@@ -486,9 +485,9 @@ pub fn spawn_front(spec: &FrontSpec<'_>) -> Result<Spawned, SpawnError> {
         uid: spec.user.uid,
         real_uid: None,
         gid: spec.user.gid,
-        cgroup_procs: None,
+        cgroup: None,
         fds,
-        v1_procs: Vec::new(),
+        v1_tasks: Vec::new(),
         project_mount: None,
         private_devpts: false,
     };

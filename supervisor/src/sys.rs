@@ -15,11 +15,9 @@
 //! ```
 #![allow(unsafe_code)]
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 pub use shm_proto::sys::{pidfd_open, pidfd_send_signal, wait_pidfd, Exit};
 
@@ -55,13 +53,14 @@ pub struct ChildSetup<'a> {
     /// saved uid are `uid`.
     pub real_uid: Option<u32>,
     pub gid: u32,
-    /// An fd open for writing on the target cgroup's `cgroup.procs`: the child writes `0` there (moving
-    /// itself) while still root, before dropping privileges.
-    pub cgroup_procs: Option<BorrowedFd<'a>>,
+    /// The target cgroup v2 directory, opened (`O_DIRECTORY`): the child is created in it
+    /// (`CLONE_INTO_CGROUP`).
+    pub cgroup: Option<BorrowedFd<'a>>,
     /// `(source, target)`: the child gets `source` as fd number `target` (3…99), without close-on-exec.
     pub fds: Vec<(BorrowedFd<'a>, RawFd)>,
-    /// Open `cgroup.procs` files of v1 cgroups the child joins too (hybrid hosts' memory/pids limits).
-    pub v1_procs: Vec<BorrowedFd<'a>>,
+    /// `tasks` files of v1 cgroups the child joins too (hybrid hosts' memory/pids limits), open for
+    /// writing: the child writes `0` to each while still root and single-threaded.
+    pub v1_tasks: Vec<BorrowedFd<'a>>,
     /// A detached idmapped tree the child moves onto its target in a mount namespace of its own, while
     /// still root (`crate::owned_project`).
     pub project_mount: Option<&'a crate::owned_project::ProjectMount>,
@@ -265,16 +264,25 @@ pub fn mapping_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
     made
 }
 
-/// Spawn a child as described by `setup`: cwd `/`, stdin `/dev/null`, stdout and stderr inherited;
-/// between fork and exec it starts a new session (so terminal signals to our process group miss it),
-/// joins its cgroup, sets groups, gid, uid and no_new_privs, and places its fds, in that order. Every
-/// other fd of ours is close-on-exec and does not reach it.
-pub fn spawn_child(setup: &ChildSetup<'_>) -> io::Result<Child> {
+/// Spawn a child as described by `setup`: cwd `/`, stdin `/dev/null`, stdout and stderr inherited.
+/// `clone3(CLONE_PIDFD | CLONE_INTO_CGROUP)` places it in its cgroup v2 at birth; between clone and exec it
+/// starts a new session (so terminal signals to our process group miss it), joins its v1 cgroups, sets
+/// groups, gid, uid and no_new_privs, and places its fds, in that order. Every other fd of ours is
+/// close-on-exec and does not reach it. Returns its pid and pidfd once it has `exec`ed (an exec that fails
+/// is an error, the child reaped).
+///
+/// Why `clone3` and `tasks`, not a write to `cgroup.procs`: moving a whole process between cgroups takes
+/// the kernel's global threadgroup lock for writing, and the first such write after a quiet spell waits
+/// for an RCU grace period: 5–15 ms on the development VMs, the largest part of a `session.open`
+/// (docs/performance.md). `CLONE_INTO_CGROUP` takes it only for reading, and a single-threaded child that
+/// writes `0` (itself) to a v1 `tasks` file moves one thread, which the kernel does without that lock.
+pub fn spawn_child(setup: &ChildSetup<'_>) -> io::Result<(u32, OwnedFd)> {
+    use std::os::unix::ffi::OsStrExt;
     reserve_low_fds();
     let exe = high_copy(setup.exe)?;
     // Copies at high numbers, so that dup2 never meets a source equal to its target (which would
-    // leave close-on-exec set) nor overwrites the exe or another source. They stay open until
-    // `spawn` has returned.
+    // leave close-on-exec set) nor overwrites the exe or another source. They stay open until the
+    // child has exec'ed.
     let mut copies = Vec::with_capacity(setup.fds.len());
     for (src, target) in &setup.fds {
         if !(3..HIGH_FD).contains(target) {
@@ -282,26 +290,187 @@ pub fn spawn_child(setup: &ChildSetup<'_>) -> io::Result<Child> {
         }
         copies.push((high_copy(*src)?, *target));
     }
+    let null = high_copy(std::fs::File::open("/dev/null")?.as_fd())?;
+    let cstr = |b: &[u8]| {
+        CString::new(b).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in an argument"))
+    };
+    let path = cstr(format!("/proc/self/fd/{}", exe.as_raw_fd()).as_bytes())?;
+    let mut argv_owned = vec![cstr(setup.arg0.as_bytes())?];
+    for a in &setup.args {
+        argv_owned.push(cstr(a.as_bytes())?);
+    }
+    let mut envp_owned = Vec::with_capacity(setup.env.len());
+    for (k, v) in &setup.env {
+        let mut kv = k.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        envp_owned.push(cstr(&kv)?);
+    }
+    let argv: Vec<*const libc::c_char> =
+        argv_owned.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let envp: Vec<*const libc::c_char> =
+        envp_owned.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let (status_r, low_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    // At a high number, like the sources: a dup2 onto a low target must not close it. The low one goes
+    // now: the parent's read ends when the child's copy closes at its exec.
+    let status_w = high_copy(low_w.as_fd())?;
+    drop(low_w);
     let plan = ChildPlan {
         uid: setup.uid,
         real_uid: setup.real_uid,
         gid: setup.gid,
-        cgroup_procs: setup.cgroup_procs.map(|fd| fd.as_raw_fd()),
         fds: copies.iter().map(|(fd, t)| (fd.as_raw_fd(), *t)).collect(),
-        v1_procs: setup.v1_procs.iter().map(|fd| fd.as_raw_fd()).collect(),
+        v1_tasks: setup.v1_tasks.iter().map(|fd| fd.as_raw_fd()).collect(),
         mount: setup.project_mount.map(|m| (m.tree.as_raw_fd(), m.target.clone())),
         private_devpts: setup.private_devpts,
     };
-    let mut cmd = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
-    cmd.arg0(setup.arg0).args(&setup.args).env_clear().envs(setup.env.iter().map(|(k, v)| (k, v)));
-    cmd.current_dir("/").stdin(Stdio::null());
-    // SAFETY: the closure only calls async-signal-safe functions (setsid, write, setgroups, setgid, setuid,
-    // prctl, dup2) on integers captured before the fork, and allocates nothing; the fds it names are
-    // kept open by `copies` and `setup` until `spawn` returns.
-    unsafe { cmd.pre_exec(move || plan.apply()) };
-    let child = cmd.spawn();
-    drop((exe, copies));
-    child
+    let exec = ExecPlan { path: &path, argv: &argv, envp: &envp, null: null.as_raw_fd(), status: status_w.as_raw_fd() };
+    let mut pidfd: libc::c_int = -1;
+    let mut args = CloneArgs {
+        flags: libc::CLONE_PIDFD as u64,
+        pidfd: &mut pidfd as *mut libc::c_int as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..CloneArgs::default()
+    };
+    if let Some(cg) = setup.cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = u64::try_from(cg.as_raw_fd()).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    }
+    let blocked = BlockAll::new();
+    // SAFETY: `args` is a valid clone_args of the size we pass, and `pidfd` outlives the call. Without
+    // CLONE_VM and with no stack given, the child runs on a private copy of our memory, like fork(); it is
+    // diverted at once into `child_main`, which never returns.
+    let ret = unsafe { libc::syscall(libc::SYS_clone3, &mut args as *mut CloneArgs, std::mem::size_of::<CloneArgs>()) };
+    if ret == 0 {
+        // SAFETY: we are the fork-style child: one thread, a private copy of memory in which `plan` and
+        // `exec` (and everything they point to) are still valid.
+        unsafe { child_main(&plan, &exec) }
+    }
+    let clone_err = io::Error::last_os_error();
+    drop(blocked);
+    drop(status_w);
+    if ret < 0 {
+        return Err(clone_err);
+    }
+    let pid = u32::try_from(ret).map_err(|_| io::Error::other("clone3 returned a pid out of range"))?;
+    // SAFETY: the kernel stored a fresh pidfd (close-on-exec) for the child it created; nothing else owns it.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    // The child writes its errno here when a step or the exec fails; an exec that succeeds closes the pipe.
+    let mut errno = [0u8; 4];
+    let mut got = 0;
+    let mut status = std::fs::File::from(status_r);
+    while got < errno.len() {
+        match std::io::Read::read(&mut status, &mut errno[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    drop((exe, copies, null));
+    if got == 0 {
+        return Ok((pid, pidfd));
+    }
+    // Our own child, failed before exec: reap it (its pid cannot have been reused while unreaped).
+    let _ = wait_pidfd(pidfd.as_fd(), false);
+    Err(io::Error::from_raw_os_error(if got == errno.len() { i32::from_ne_bytes(errno) } else { libc::EIO }))
+}
+
+/// `struct clone_args` as of Linux 5.7 (`CLONE_ARGS_SIZE_VER2`, 88 bytes), as the launcher has it.
+#[repr(C, align(8))]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// `CLONE_INTO_CGROUP` (Linux 5.7); spelled out because `libc` defines it for glibc targets only.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Every signal blocked while this guard lives (the previous mask comes back on drop), so no handler of
+/// ours runs in a child between clone and exec.
+struct BlockAll(libc::sigset_t);
+
+impl BlockAll {
+    fn new() -> BlockAll {
+        // SAFETY: `sigset_t` is plain data; both sets are initialised by sigfillset / pthread_sigmask
+        // before being read.
+        let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: `all` and `old` are valid, writable sigsets on our stack; SIG_SETMASK is a valid `how`.
+        unsafe {
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        }
+        BlockAll(old)
+    }
+}
+
+impl Drop for BlockAll {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` is the mask pthread_sigmask returned in `new`, a valid sigset.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut());
+        }
+    }
+}
+
+/// What the child execs, prepared before the clone.
+struct ExecPlan<'a> {
+    path: &'a CString,
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    /// `/dev/null`, the child's stdin.
+    null: RawFd,
+    /// The status pipe's write end (close-on-exec).
+    status: RawFd,
+}
+
+/// The child's side of [`spawn_child`]: stdin, cwd, SIGPIPE back to its default, the [`ChildPlan`], every
+/// signal unblocked, `execve`. On a failure it writes the errno to the status pipe and `_exit`s.
+///
+/// # Safety
+/// Only in the fork-style child of a clone (one thread, a private copy of memory), with `plan` and `exec`
+/// valid there. Async-signal-safe calls only; never returns.
+unsafe fn child_main(plan: &ChildPlan, exec: &ExecPlan<'_>) -> ! {
+    fn os_errno() -> i32 {
+        io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    }
+    // SAFETY: raw system calls on fds and pointers prepared before the clone, valid in this copy.
+    let errno = unsafe {
+        if libc::dup2(exec.null, 0) < 0 || libc::chdir(c"/".as_ptr()) < 0 {
+            os_errno()
+        } else {
+            // The supervisor ignores SIGPIPE (Rust's runtime does); an ignored signal stays ignored across
+            // exec, and a child must not start with it so.
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            match plan.apply() {
+                Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+                Ok(()) => {
+                    let mut none: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut none);
+                    libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+                    libc::execve(exec.path.as_ptr(), exec.argv.as_ptr(), exec.envp.as_ptr());
+                    os_errno()
+                }
+            }
+        }
+    };
+    let bytes = errno.to_ne_bytes();
+    // SAFETY: writing four bytes of our stack to the status pipe, then ending this child without running
+    // any of the parent's atexit handlers or destructors.
+    unsafe {
+        libc::write(exec.status, bytes.as_ptr().cast(), bytes.len());
+        libc::_exit(127)
+    }
 }
 
 /// A close-on-exec duplicate of `fd` at a number >= [`HIGH_FD`].
@@ -361,9 +530,8 @@ struct ChildPlan {
     uid: u32,
     real_uid: Option<u32>,
     gid: u32,
-    cgroup_procs: Option<RawFd>,
     fds: Vec<(RawFd, RawFd)>,
-    v1_procs: Vec<RawFd>,
+    v1_tasks: Vec<RawFd>,
     /// The tree fd (held open by the parent's `ChildSetup` across the fork) and its target.
     mount: Option<(RawFd, std::ffi::CString)>,
     private_devpts: bool,
@@ -382,15 +550,11 @@ impl ChildPlan {
         // SAFETY: setsid takes no arguments. A new session keeps terminal signals sent to the
         // supervisor's process group (Ctrl-C) from reaching the child: shutdown is the supervisor's.
         check(unsafe { libc::setsid() })?;
-        if let Some(fd) = self.cgroup_procs {
-            // SAFETY: `fd` is open (held by the parent's `ChildSetup` across the fork) and the buffer is
-            // a static one-byte string.
-            let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
-            check(if n == 1 { 0 } else { -1 })?;
-        }
-        for &fd in &self.v1_procs {
-            // SAFETY: as above: `fd` is held open by the parent's `ChildSetup` across the fork, and the
-            // buffer is a static one-byte string.
+        // The v1 cgroups (the v2 one placed us at the clone): `0` in `tasks` moves this thread, which is
+        // the whole process, as nothing else runs in it yet.
+        for &fd in &self.v1_tasks {
+            // SAFETY: `fd` is held open by the parent's `ChildSetup` across the clone, and the buffer is a
+            // static one-byte string.
             let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
             check(if n == 1 { 0 } else { -1 })?;
         }
@@ -461,6 +625,7 @@ impl ChildPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     #[test]
     fn getxattr_reads_a_label_and_says_none_without_one() {
@@ -502,6 +667,45 @@ mod tests {
         assert_eq!(flags() & libc::FD_CLOEXEC, 0);
         cloexec_inherited_fds().unwrap();
         assert_eq!(flags() & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+    }
+
+    /// The status pipe: a child whose exec fails is an error carrying the exec's errno (not a pid that
+    /// seems to run), and it is reaped; one that execs returns its pid and pidfd.
+    #[test]
+    fn a_child_that_cannot_exec_is_its_errno_and_one_that_can_is_its_pid() {
+        use std::io::Write;
+        let tmp = tempfile::tempdir().unwrap();
+        let not_a_program = tmp.path().join("text");
+        std::fs::File::create(&not_a_program).unwrap().write_all(b"no shebang, no ELF\n").unwrap();
+        let exe = std::fs::File::open(&not_a_program).unwrap();
+        let uid = nix::unistd::geteuid().as_raw();
+        let gid = nix::unistd::getegid().as_raw();
+        let setup = |exe| ChildSetup {
+            exe,
+            arg0: "child",
+            args: vec!["-c".into(), "exit 3".into()],
+            env: Vec::new(),
+            uid,
+            real_uid: None,
+            gid,
+            cgroup: None,
+            fds: Vec::new(),
+            v1_tasks: Vec::new(),
+            project_mount: None,
+            private_devpts: false,
+        };
+        let err = spawn_child(&setup(exe.as_fd())).expect_err("a text file does not exec");
+        assert_eq!(err.raw_os_error(), Some(libc::EACCES), "not executable: {err}");
+        let mut perms = std::fs::metadata(&not_a_program).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&not_a_program, perms).unwrap();
+        let exe = std::fs::File::open(&not_a_program).unwrap();
+        let err = spawn_child(&setup(exe.as_fd())).expect_err("a text file without a shebang does not exec");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOEXEC), "{err}");
+        let sh = std::fs::File::open("/bin/sh").unwrap();
+        let (pid, pidfd) = spawn_child(&setup(sh.as_fd())).expect("/bin/sh execs");
+        assert!(pid > 0);
+        assert_eq!(wait_pidfd(pidfd.as_fd(), false).unwrap(), Some(Exit::Code(3)), "it ran its arguments");
     }
 
     #[test]

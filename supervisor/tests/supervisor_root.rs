@@ -431,6 +431,7 @@ impl FakeFront {
                     memory_max: None,
                     pids_max: None,
                     writable: Vec::new(),
+                    bash: None,
                 };
                 let (reply, fds) = self.ask(msg);
                 if !matches!(reply, FromSupervisor::SessionOpened { .. }) {

@@ -57,3 +57,34 @@ fn heddles_processes_are_named_in_ps() {
     assert_eq!(comm(&d["front"]["pid"]), "heddle-front", "{d}");
     assert_eq!(comm(&d["sessions"][0]["worker"]["pid"]), "heddle-worker", "{d}");
 }
+
+/// A session's worker learns bash's version from the worker before it when bash is the same file, instead
+/// of running a bash of its own (a fifth of a session's start in a burst of opens): the version it reports
+/// is still the one its jobs get.
+#[test]
+fn a_later_worker_takes_the_bash_version_an_earlier_one_reported_for_the_same_file() {
+    let h = Heddle::start();
+    let mut c = h.client();
+    let real = std::process::Command::new("/bin/bash")
+        .args(["--noprofile", "--norc", "-c", "printf %s \"$BASH_VERSION\""])
+        .output()
+        .expect("run /bin/bash");
+    let real = String::from_utf8(real.stdout).unwrap();
+    assert!(!real.is_empty());
+    let mut shells = Vec::new();
+    for _ in 0..3 {
+        let r = c.call("session.open", json!({"cwd": h.project})).expect("session.open");
+        let job = c.call("run", json!({"session": r["session"], "cmd": "printf %s \"$BASH_VERSION\""})).unwrap();
+        assert_eq!(job["view"], format!("{real}\n"), "the jobs' bash: {job}");
+        let d = c.call("describe", json!({"session": r["session"]})).unwrap();
+        assert_eq!(d["sessions"][0]["shell"], r["shell"], "describe says what session.open said: {d}");
+        shells.push(r["shell"].clone());
+    }
+    let seen: Vec<(Option<&str>, Option<bool>)> =
+        shells.iter().map(|s| (s["version"].as_str(), s["probed"].as_bool())).collect();
+    assert_eq!(
+        seen,
+        [(Some(&*real), Some(true)), (Some(&*real), Some(false)), (Some(&*real), Some(false))],
+        "the first worker runs bash; the next ones take its version: {shells:?}"
+    );
+}

@@ -26,7 +26,7 @@
 //! use worker::{cgroup::SessionCgroup, Channels, Settings};
 //! let dir = std::path::Path::new("/sys/fs/cgroup/unified/heddle/session-a");
 //! let channels = Channels::inherited().unwrap();
-//! worker::serve(channels, SessionCgroup::open(dir).unwrap(), Settings::for_session(dir)).unwrap();
+//! worker::serve(channels, SessionCgroup::open(dir).unwrap(), Settings::for_session(dir, None)).unwrap();
 //! ```
 #![deny(unsafe_code)]
 

@@ -1,5 +1,5 @@
 //! `heddle-worker --session ID --cgroup DIR [--policy=NAME --project=DIR --tmp=DIR --network=BOOL
-//! --writable=DIR… --allow-writable=DIR…]`: one
+//! --bash-seen=ID --bash-version=V --writable=DIR… --allow-writable=DIR…]`: one
 //! session's worker. Expects fds 3–7 from the supervisor (docs/architecture.md); exits 0 after
 //! `Shutdown`, non-zero on a fatal error.
 #![deny(unsafe_code)]
@@ -38,6 +38,13 @@ struct Args {
     /// HOME is a home heddle made for this uid: the whole of it is a writable root.
     #[arg(long)]
     own_home: bool,
+    /// The identity of the bash an earlier worker ran (its `Hello`'s `bash_id`), with `--bash-version`:
+    /// while this worker's bash is the same file, it takes that version instead of running bash.
+    #[arg(long, value_name = "ID", requires = "bash_version")]
+    bash_seen: Option<String>,
+    /// The `BASH_VERSION` that bash printed.
+    #[arg(long, value_name = "VERSION", requires = "bash_seen")]
+    bash_version: Option<String>,
     /// An extra writable root the session asked for (repeatable).
     #[arg(long, value_name = "DIR")]
     writable: Vec<PathBuf>,
@@ -54,7 +61,8 @@ fn main() -> anyhow::Result<()> {
     let channels = Channels::inherited().context("cannot take the session's fds")?;
     let cgroups = SessionCgroup::open(&args.cgroup)
         .with_context(|| format!("cannot open the session cgroup {}", args.cgroup.display()))?;
-    let mut settings = Settings::for_session(&args.cgroup);
+    let seen = args.bash_seen.zip(args.bash_version);
+    let mut settings = Settings::for_session(&args.cgroup, seen.as_ref().map(|(id, v)| (&**id, &**v)));
     settings.base_env.retain(|(k, _)| k != "TMPDIR");
     settings.base_env.push(("TMPDIR".into(), args.tmp.display().to_string()));
     let home = settings.base_env.iter().find(|(k, _)| k == "HOME").map(|(_, v)| PathBuf::from(v));

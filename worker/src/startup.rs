@@ -1,8 +1,15 @@
 //! Worker startup: adopt fds 3–7, attach the session region, and build the `Hello` event.
 //!
-//! `Hello` carries the bash the worker launches and its exact `BASH_VERSION`, learned once at startup by
-//! running that bash through the launcher (`printf %s "$BASH_VERSION"`, ~1–2 ms), so the version reported
-//! is the one jobs really get. If the probe fails, `Hello` carries an empty version and a `Warning` follows.
+//! `Hello` carries the bash the worker launches and its exact `BASH_VERSION`, learned at startup by
+//! running that bash through the launcher (`printf %s "$BASH_VERSION"`), so the version reported is the
+//! one jobs really get. If the probe fails, `Hello` carries an empty version and a `Warning` follows.
+//!
+//! The probe is a sandboxed bash of its own, which cost about a fifth of a session's start in a burst
+//! of opens (docs/performance.md). So `Hello` also carries the identity of bash's file ([`bash_id`]:
+//! device, inode, size, modification and change times), the front passes the latest one it saw to the
+//! next worker (`--bash-seen`, `--bash-version`, through the supervisor), and a worker whose bash is
+//! still that very file takes the version instead of probing. A bash replaced (a package upgrade makes
+//! a new inode) or rewritten in place (new times) has another identity and is probed.
 
 use crate::event_loop::{Channels, Settings};
 use crate::sys::{InheritError, InheritedFds};
@@ -63,6 +70,22 @@ pub enum ProbeError {
     Empty(launcher::Exit),
 }
 
+/// The identity of [`launcher::BASH`]'s file (the file a path leads to, as `exec` would):
+/// `DEV:INO:SIZE:MTIME_NS:CTIME_NS`, or `None` when it cannot be read.
+pub fn bash_id() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(launcher::BASH).ok()?;
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    Some(format!(
+        "{}:{}:{}:{}:{}",
+        m.dev(),
+        m.ino(),
+        m.size(),
+        ns(m.mtime(), m.mtime_nsec()),
+        ns(m.ctime(), m.ctime_nsec())
+    ))
+}
+
 /// `BASH_VERSION` of [`launcher::BASH`], run the way jobs are (allowlisted `env`, stdin `/dev/null`).
 pub fn probe_bash_version(env: &[(String, String)]) -> Result<String, ProbeError> {
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
@@ -83,23 +106,35 @@ pub fn probe_bash_version(env: &[(String, String)]) -> Result<String, ProbeError
 
 impl Settings {
     /// Settings for a worker serving the session cgroup `cgroup`: this process's environment and a
-    /// `Hello` with the probed bash version.
-    pub fn for_session(cgroup: &Path) -> Settings {
+    /// `Hello` with bash's version: `seen` (an earlier worker's `(bash_id, version)`) when this worker's
+    /// bash is still that file, else probed.
+    pub fn for_session(cgroup: &Path, seen: Option<(&str, &str)>) -> Settings {
         let base_env = launcher::process_env();
         let mut startup_warnings = Vec::new();
-        let bash_version = probe_bash_version(&base_env).unwrap_or_else(|e| {
-            startup_warnings.push(format!(
-                "cannot learn the version of {}: {}",
-                launcher::BASH,
-                crate::emit::error_chain(&e)
-            ));
-            String::new()
-        });
+        let bash_id = bash_id();
+        let known = match (seen, bash_id.as_deref()) {
+            (Some((id, version)), Some(own)) if id == own && !version.is_empty() => Some(version.to_owned()),
+            _ => None,
+        };
+        let bash_probed = known.is_none();
+        let bash_version = match known {
+            Some(v) => v,
+            None => probe_bash_version(&base_env).unwrap_or_else(|e| {
+                startup_warnings.push(format!(
+                    "cannot learn the version of {}: {}",
+                    launcher::BASH,
+                    crate::emit::error_chain(&e)
+                ));
+                String::new()
+            }),
+        };
         let hello = Event::Hello {
             pid: std::process::id(),
             uid: nix::unistd::geteuid().as_raw(),
             bash: launcher::BASH.to_owned(),
             bash_version,
+            bash_id: bash_id.unwrap_or_default(),
+            bash_probed,
             cgroup: cgroup.to_string_lossy().into_owned(),
         };
         Settings { base_env, hello, startup_warnings, sandbox: None }
@@ -120,13 +155,37 @@ mod tests {
 
     #[test]
     fn hello_names_the_session_cgroup() {
-        let s = Settings::for_session(Path::new("/sys/fs/cgroup/x/session-a"));
-        let Event::Hello { pid, bash, cgroup, bash_version, .. } = s.hello else { panic!("not a Hello") };
+        let s = Settings::for_session(Path::new("/sys/fs/cgroup/x/session-a"), None);
+        let Event::Hello { pid, bash, cgroup, bash_version, bash_probed, .. } = s.hello else { panic!("not a Hello") };
         assert_eq!(
             (pid, bash.as_str(), cgroup.as_str()),
             (std::process::id(), "/bin/bash", "/sys/fs/cgroup/x/session-a")
         );
         assert!(!bash_version.is_empty());
+        assert!(bash_probed, "nothing seen before: probed");
         assert!(s.startup_warnings.is_empty());
+    }
+
+    #[test]
+    fn a_version_seen_is_taken_only_for_the_same_file() {
+        let hello = |seen: Option<(&str, &str)>| match Settings::for_session(Path::new("/x"), seen).hello {
+            Event::Hello { bash_version, bash_probed, bash_id, .. } => (bash_version, bash_probed, bash_id),
+            other => panic!("not a Hello: {other:?}"),
+        };
+        let id = bash_id().expect("/bin/bash can be read");
+        assert_eq!(hello(None).2, id, "Hello names the file");
+        // A made-up version proves the worker took it rather than ran bash.
+        assert_eq!(hello(Some((&id, "9.9.9(1)-seen"))), ("9.9.9(1)-seen".to_owned(), false, id.clone()));
+        let real = probe_bash_version(&launcher::process_env()).unwrap();
+        // Another file (a bash replaced since: another inode, or the same one rewritten: other times).
+        let (dev, rest) = id.split_once(':').unwrap();
+        let (ino, times) = rest.split_once(':').unwrap();
+        let other_inode = format!("{dev}:{}:{times}", ino.parse::<u64>().unwrap() + 1);
+        let (head, ctime) = id.rsplit_once(':').unwrap();
+        let other_ctime = format!("{head}:{}", ctime.parse::<i128>().unwrap() + 1);
+        for other in [other_inode, other_ctime, String::new()] {
+            assert_eq!(hello(Some((&other, "9.9.9(1)-seen"))), (real.clone(), true, id.clone()), "seen {other:?}");
+        }
+        assert_eq!(hello(Some((&id, ""))), (real, true, id), "an empty version is probed");
     }
 }

@@ -371,7 +371,10 @@ fn wait_ready(k: &Kernel, s: &Session) -> Result<(ShellInfo, WorkerInfo), RpcErr
         return Err(open_failed(s.name(), &lost.note));
     }
     match (st.shell(), st.worker()) {
-        (Some(shell), Some(worker)) => Ok((shell.clone(), worker.clone())),
+        (Some(shell), Some(worker)) => {
+            k.link.saw_bash(shm_proto::control::BashSeen { id: shell.id.clone(), version: shell.version.clone() });
+            Ok((shell.clone(), worker.clone()))
+        }
         _ if k.is_shutting_down() => Err(RpcError::shutting_down()),
         _ => Err(open_failed(s.name(), format!("its worker did not report ready within {HELLO_TIMEOUT:?}"))),
     }

@@ -22,6 +22,12 @@ pub use protocol::results::{
 pub struct ShellInfo {
     pub path: String,
     pub version: String,
+    /// The worker ran bash to learn `version`; `false`: it took the version an earlier worker of this
+    /// server reported for the very same file (see worker/src/startup.rs).
+    pub probed: bool,
+    /// The identity of bash's file, as the worker read it (passed on to later workers, not shown).
+    #[serde(skip)]
+    pub id: String,
 }
 
 /// A session's worker process.

@@ -679,8 +679,9 @@ impl SessionData {
                 crate::sessions::sandbox::explain_network(count, &families, self.worker.sandbox.as_ref()),
                 crate::sessions::sandbox::explain_network_briefly(count, &families),
             ),
-            (Event::Hello { pid, uid, bash, bash_version, .. }, _) => {
-                self.worker.shell = Some(ShellInfo { path: bash, version: bash_version });
+            (Event::Hello { pid, uid, bash, bash_version, bash_id, bash_probed, .. }, _) => {
+                self.worker.shell =
+                    Some(ShellInfo { path: bash, version: bash_version, probed: bash_probed, id: bash_id });
                 self.worker.info = Some(WorkerInfo { pid, uid });
             }
             (Event::Warning { job, message }, _) => self.warn(job, message),

@@ -107,6 +107,9 @@ pub trait SupervisorLink: Send + Sync {
         sandbox: &crate::sessions::sandbox::SandboxRequest,
         limits: &SessionLimits,
     ) -> Result<OpenedSession, LinkError>;
+    /// A worker's `Hello` named its bash (file identity and version): later opens pass it on, so their
+    /// workers need not run bash to learn the version (worker/src/startup.rs).
+    fn saw_bash(&self, _seen: shm_proto::control::BashSeen) {}
     /// Kill and remove a session's cgroup subtree.
     fn close_session(&self, session: &str) -> Result<ClosedSession, LinkError>;
     /// The supervisor's own facts.
@@ -180,6 +183,8 @@ pub struct ControlLink {
     pending: Mutex<HashMap<u64, Sender<Reply>>>,
     next_req: AtomicU64,
     gone: AtomicBool,
+    /// The bash the latest worker reported ([`SupervisorLink::saw_bash`]), passed on with each open.
+    bash_seen: Mutex<Option<shm_proto::control::BashSeen>>,
 }
 
 impl ControlLink {
@@ -190,6 +195,7 @@ impl ControlLink {
             pending: Mutex::new(HashMap::new()),
             next_req: AtomicU64::new(1),
             gone: AtomicBool::new(false),
+            bash_seen: Mutex::new(None),
         });
         let reader = link.clone();
         std::thread::Builder::new().name("supervisor-link".into()).spawn(move || reader.read_loop(notices))?;
@@ -318,8 +324,15 @@ impl SupervisorLink for ControlLink {
             memory_max: limits.memory_max,
             pids_max: limits.pids_max,
             writable: sandbox.writable.clone(),
+            bash: self.bash_seen.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         };
         self.opened(session, self.request(make, OPEN_TIMEOUT)?)
+    }
+
+    fn saw_bash(&self, seen: shm_proto::control::BashSeen) {
+        if seen.is_plain() {
+            *self.bash_seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(seen);
+        }
     }
 
     fn close_session(&self, session: &str) -> Result<ClosedSession, LinkError> {

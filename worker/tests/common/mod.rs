@@ -253,6 +253,8 @@ impl LocalWorker {
             uid: 0,
             bash: "/bin/bash".into(),
             bash_version: "test".into(),
+            bash_id: String::new(),
+            bash_probed: true,
             cgroup: "/fake".into(),
         };
         let settings = worker::Settings { base_env, hello, startup_warnings: Vec::new(), sandbox: None };
