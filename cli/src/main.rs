@@ -325,6 +325,9 @@ fn real_main(cli: Cli) -> Result<i32> {
         // say so where a person looks (the job runs in the session's own cwd).
         eprintln!("heddle: {note} (a new session: --session NAME)");
     }
+    if let (Cmd::Run { cwd: None, .. }, Some(note)) = (&cli.cmd, elsewhere_note(&open, &cwd)) {
+        eprintln!("heddle: {note}");
+    }
     let session = open["session"].clone();
     let (result, is_job) = match cli.cmd {
         Cmd::Up(_) | Cmd::Kept { .. } | Cmd::Mcp { .. } => unreachable!("handled above"),
@@ -640,4 +643,32 @@ fn print_output(client: &mut Client, session: &Value, job: u64, stream: &str) ->
 fn session_has_network(client: &mut Client, session: &serde_json::Value) -> bool {
     let d = client.call("describe", json!({"session": session})).unwrap_or_default();
     d["sessions"][0]["sandbox"]["network"] == json!(true)
+}
+
+/// For `heddle run` without `--cwd` in a session that already existed: a sentence when the job starts
+/// somewhere other than `here` (the session carries its cwd from its earlier calls, so a person who
+/// changed directory would otherwise see a command run in the old one without a word).
+fn elsewhere_note(open: &serde_json::Value, here: &std::path::Path) -> Option<String> {
+    let starts_in = open["starts_in"].as_str()?;
+    if open["attached"] != json!(true) {
+        return None;
+    }
+    let same = |a: &std::path::Path, b: &std::path::Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    if same(std::path::Path::new(starts_in), here) {
+        return None;
+    }
+    let name = open["session"].as_str().unwrap_or("default");
+    let here = here.display().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c);
+    let quoted = match here.chars().all(plain) {
+        true => here.clone(),
+        false => format!("'{}'", here.replace('\'', "'\\''")),
+    };
+    Some(format!(
+        "this runs in {starts_in}, where session '{name}' left off, not in this directory ({here}); to run it \
+         here, begin the command with `cd {quoted} &&`, or give it a session of its own (--session NAME)"
+    ))
 }

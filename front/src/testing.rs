@@ -170,10 +170,9 @@ impl FakeWorker {
                 uid,
                 bash,
                 bash_version: "5.2.15(1)-release".into(),
-                bash_id: "1:2:3:4:5".into(),
-                bash_probed: true,
                 cgroup: "/fake".into(),
             });
+            self.push(&Event::BashFile { id: "1:2:3:4:5".into(), probed: true });
         }
         let mut buf = Vec::new();
         while !self.stop.load(Ordering::SeqCst) {

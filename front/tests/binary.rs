@@ -168,15 +168,8 @@ fn echo_worker(region: Region, cmd_data: EventFd, evt_data: EventFd, stop: Arc<A
             evt_data.notify().unwrap();
         }
     };
-    push(Event::Hello {
-        pid: 9,
-        uid,
-        bash: "/bin/bash".into(),
-        bash_version: "5.2".into(),
-        bash_id: String::new(),
-        bash_probed: true,
-        cgroup: "/t/s".into(),
-    });
+    push(Event::Hello { pid: 9, uid, bash: "/bin/bash".into(), bash_version: "5.2".into(), cgroup: "/t/s".into() });
+    push(Event::BashFile { id: String::new(), probed: true });
     while !stop.load(Ordering::SeqCst) {
         match cmds.pop_msg::<Command>(&mut buf).unwrap() {
             Some(Command::Run(spec)) => {

@@ -361,12 +361,6 @@ pub enum Event {
         bash: String,
         /// `BASH_VERSION` of that bash.
         bash_version: String,
-        /// The identity of that bash's file (device, inode, size, modification and change times; empty
-        /// when it could not be read), which the front passes to later workers ([`crate::control::BashSeen`]).
-        bash_id: String,
-        /// The worker ran that bash to learn its version (`false`: it took the version a worker of the
-        /// same file reported earlier).
-        bash_probed: bool,
         /// The worker's session cgroup (path on the cgroup v2 mount).
         cgroup: String,
     },
@@ -443,4 +437,11 @@ pub enum Event {
     /// (`AF_INET`, …), `count` calls in all, each refused `EPERM` by the seccomp filter (precedes its
     /// `Exited`).
     NetworkRefused { job: JobId, count: u32, families: Vec<String> },
+    /// Right after `Hello`: the identity of its bash's file (device, inode, size, modification and change
+    /// times; empty when it could not be read), which the front passes to later workers
+    /// ([`crate::control::BashSeen`]), and whether the worker ran that bash to learn its version
+    /// (`false`: it took the version an earlier worker reported for the same file). An event of its own,
+    /// not fields of `Hello`: journals keep events (postcard, by position), and an earlier build's
+    /// journal must still read; a new variant goes last.
+    BashFile { id: String, probed: bool },
 }

@@ -963,3 +963,41 @@ fn a_job_whose_answer_found_its_client_gone_is_announced_by_the_next_call() {
     assert_eq!(announced, [1], "the end its client never read is announced: {next}");
     assert_eq!(next["announcements"][0]["last_lines"], json!(["unseen-end"]), "{next}");
 }
+
+/// A session carries its cwd from call to call, so `heddle run` typed in another directory runs where the
+/// session left off: the CLI says so on stderr (once it differs), and not when it runs right here.
+#[test]
+fn heddle_run_typed_in_another_directory_says_where_it_runs() {
+    let h = Heddle::start();
+    let (a, b) = (h.project.join("a"), h.project.join("b"));
+    for d in [&a, &b] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    }
+    let heddle = |dir: &std::path::Path, cmd: &str| {
+        let out = Command::new(bin_dir().join("heddle"))
+            .args(["--session", "moved", "run", "--", cmd])
+            .current_dir(dir)
+            .env("HEDDLE_SOCKET", &h.socket)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (out, err) = heddle(&a, "pwd");
+    assert!(out.contains(&format!("\n{}\n", a.display())) && !err.contains("runs in"), "opened here: {out}{err}");
+    let (out, err) = heddle(&b, "pwd");
+    assert!(out.contains(&format!("\n{}\n", a.display())), "the session's cwd, as before: {out}");
+    let told = format!(
+        "this runs in {}, where session 'moved' left off, not in this directory ({})",
+        a.display(),
+        b.display()
+    );
+    assert!(err.contains(&told) && err.contains(&format!("`cd {} &&`", b.display())), "{err}");
+    let (_, err) = heddle(&b, &format!("cd {}", b.display()));
+    assert!(err.contains("this runs in"), "still in a when this call starts: {err}");
+    let (out, err) = heddle(&b, "pwd");
+    assert!(out.contains(&format!("\n{}\n", b.display())) && !err.contains("runs in"), "now here: {out}{err}");
+    let (_, err) = heddle(&a, "true");
+    assert!(err.contains(&format!("this runs in {}, where", b.display())), "{err}");
+}

@@ -66,6 +66,8 @@ pub struct Settings {
     pub base_env: Vec<(String, String)>,
     /// The first event (`Event::Hello`).
     pub hello: Event,
+    /// Sent right after it (`Event::BashFile`).
+    pub bash_file: Option<Event>,
     /// Warnings to send right after `Hello` (e.g. the bash version probe failed).
     pub startup_warnings: Vec<String>,
     /// The session's sandbox (`None` in tests without one: jobs run unconfined).
@@ -188,6 +190,9 @@ impl<C: CgroupOps> Worker<C> {
         w.v1 = crate::limits::V1Session::detect();
         w.counters = crate::limits::Counters::open(&w.v1);
         w.out.emit(&settings.hello)?;
+        if let Some(b) = &settings.bash_file {
+            w.out.emit(b)?;
+        }
         if let Some(sb) = &settings.sandbox {
             w.out.emit(&Event::Sandbox(sb.info.clone()))?;
         }
@@ -365,7 +370,8 @@ mod tests {
             region: None,
         };
         let hello = Event::StreamsClosed { job: 0 };
-        let settings = Settings { base_env: Vec::new(), hello, startup_warnings: Vec::new(), sandbox: None };
+        let settings =
+            Settings { base_env: Vec::new(), hello, bash_file: None, startup_warnings: Vec::new(), sandbox: None };
         (Worker::new(ch, RecordingCgroups::default(), settings).unwrap(), evt_rx)
     }
 

@@ -133,11 +133,10 @@ impl Settings {
             uid: nix::unistd::geteuid().as_raw(),
             bash: launcher::BASH.to_owned(),
             bash_version,
-            bash_id: bash_id.unwrap_or_default(),
-            bash_probed,
             cgroup: cgroup.to_string_lossy().into_owned(),
         };
-        Settings { base_env, hello, startup_warnings, sandbox: None }
+        let bash_file = Some(Event::BashFile { id: bash_id.unwrap_or_default(), probed: bash_probed });
+        Settings { base_env, hello, bash_file, startup_warnings, sandbox: None }
     }
 }
 
@@ -156,7 +155,8 @@ mod tests {
     #[test]
     fn hello_names_the_session_cgroup() {
         let s = Settings::for_session(Path::new("/sys/fs/cgroup/x/session-a"), None);
-        let Event::Hello { pid, bash, cgroup, bash_version, bash_probed, .. } = s.hello else { panic!("not a Hello") };
+        let Event::Hello { pid, bash, cgroup, bash_version, .. } = s.hello else { panic!("not a Hello") };
+        let Some(Event::BashFile { probed: bash_probed, .. }) = s.bash_file else { panic!("no BashFile") };
         assert_eq!(
             (pid, bash.as_str(), cgroup.as_str()),
             (std::process::id(), "/bin/bash", "/sys/fs/cgroup/x/session-a")
@@ -168,9 +168,12 @@ mod tests {
 
     #[test]
     fn a_version_seen_is_taken_only_for_the_same_file() {
-        let hello = |seen: Option<(&str, &str)>| match Settings::for_session(Path::new("/x"), seen).hello {
-            Event::Hello { bash_version, bash_probed, bash_id, .. } => (bash_version, bash_probed, bash_id),
-            other => panic!("not a Hello: {other:?}"),
+        let hello = |seen: Option<(&str, &str)>| {
+            let s = Settings::for_session(Path::new("/x"), seen);
+            match (s.hello, s.bash_file) {
+                (Event::Hello { bash_version, .. }, Some(Event::BashFile { id, probed })) => (bash_version, probed, id),
+                other => panic!("not a Hello and a BashFile: {other:?}"),
+            }
         };
         let id = bash_id().expect("/bin/bash can be read");
         assert_eq!(hello(None).2, id, "Hello names the file");

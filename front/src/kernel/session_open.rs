@@ -327,10 +327,12 @@ fn open_new(
     k.registry().slots.insert(name.clone(), Slot::Open(s.clone()));
     k.registry_changed.notify_all();
     k.pump.add(s.clone(), end);
-    match wait_ready(k, &s) {
+    match wait_ready(k, &s, true) {
         Ok((shell, worker)) => {
             crate::sessions::prestart::hint(&s);
             k.files.ahead(&s);
+            // Apart: a lock taken inside the struct expression is held to its end.
+            let starts_in = starts_in(&s);
             Ok(SessionOpenResult {
                 session: name,
                 attached: false,
@@ -338,6 +340,7 @@ fn open_new(
                 shell,
                 worker,
                 cwd: s.spec().cwd.clone(),
+                starts_in,
                 note: dir_note,
                 announcements: Vec::new(),
                 persistent: s.spec().persistent,
@@ -362,10 +365,17 @@ fn prepare_dir(dir: &Path, keep: bool) -> std::io::Result<()> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir.join("jobs"))
 }
 
-/// Wait for the worker's hello; the shell and worker facts it brought.
-fn wait_ready(k: &Kernel, s: &Session) -> Result<(ShellInfo, WorkerInfo), RpcError> {
+/// Where `s`'s next job starts: the cwd its record carries, else the directory it was opened in.
+fn starts_in(s: &Session) -> String {
+    let carried = s.lock().record().items().get("cwd").map(|c| String::from_utf8_lossy(c).into_owned());
+    carried.unwrap_or_else(|| s.spec().cwd.clone())
+}
+
+/// Wait for the worker's hello; the shell and worker facts it brought. `fresh`: a worker this front just
+/// started, whose `BashFile` (right behind its `Hello`) is awaited too.
+fn wait_ready(k: &Kernel, s: &Session, fresh: bool) -> Result<(ShellInfo, WorkerInfo), RpcError> {
     let st = s.wait_until(s.lock(), deadline(HELLO_TIMEOUT), k.shutdown_flag(), |st| {
-        st.shell().is_some() || st.lost().is_some()
+        st.shell().is_some_and(|sh| !fresh || sh.probed.is_some()) || st.lost().is_some()
     });
     if let Some(lost) = st.lost() {
         return Err(open_failed(s.name(), &lost.note));
@@ -382,12 +392,13 @@ fn wait_ready(k: &Kernel, s: &Session) -> Result<(ShellInfo, WorkerInfo), RpcErr
 
 fn attach_existing(k: &Kernel, s: &Arc<Session>, gave_settings: bool) -> Result<SessionOpenResult, RpcError> {
     crate::kernel::revive::revive_if_worker_died(k, s)?;
-    let (shell, worker) = wait_ready(k, s)?;
+    let (shell, worker) = wait_ready(k, s, false)?;
     let note = gave_settings.then(|| {
         format!("session '{}' already existed, so its own cwd, env and policy are kept; the cwd, env and policy given here were not applied", s.name())
     });
     // Reattaching takes no announcements: they are for the next call that works in the session (the
     // CLI reattaches before every command, and would swallow what the command's result must show).
+    let starts_in = starts_in(s);
     let st = s.lock();
     Ok(SessionOpenResult {
         session: s.name().to_owned(),
@@ -396,6 +407,7 @@ fn attach_existing(k: &Kernel, s: &Arc<Session>, gave_settings: bool) -> Result<
         shell,
         worker,
         cwd: s.spec().cwd.clone(),
+        starts_in,
         note: join_notes(note),
         announcements: Vec::new(),
         persistent: s.spec().persistent,

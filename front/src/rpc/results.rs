@@ -23,8 +23,9 @@ pub struct ShellInfo {
     pub path: String,
     pub version: String,
     /// The worker ran bash to learn `version`; `false`: it took the version an earlier worker of this
-    /// server reported for the very same file (see worker/src/startup.rs).
-    pub probed: bool,
+    /// server reported for the very same file (see worker/src/startup.rs); `null` when the worker has
+    /// not said (a session carried over from an earlier build).
+    pub probed: Option<bool>,
     /// The identity of bash's file, as the worker read it (passed on to later workers, not shown).
     #[serde(skip)]
     pub id: String,
@@ -45,6 +46,8 @@ pub struct SessionOpenResult {
     pub shell: ShellInfo,
     pub worker: WorkerInfo,
     pub cwd: String,
+    /// Where the session's next job starts: the cwd its calls carried (after a `cd`), else `cwd`.
+    pub starts_in: String,
     pub note: Option<String>,
     pub announcements: Vec<Announcement>,
     /// A named persistent session (one long-lived bash, one command at a time).

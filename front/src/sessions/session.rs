@@ -580,6 +580,7 @@ impl SessionData {
             | Event::Warning { .. }
             | Event::Status { .. }
             | Event::Sandbox(_)
+            | Event::BashFile { .. }
             | Event::SpawnPath { .. } => None,
         };
         let job = match job_id {
@@ -679,9 +680,9 @@ impl SessionData {
                 crate::sessions::sandbox::explain_network(count, &families, self.worker.sandbox.as_ref()),
                 crate::sessions::sandbox::explain_network_briefly(count, &families),
             ),
-            (Event::Hello { pid, uid, bash, bash_version, bash_id, bash_probed, .. }, _) => {
+            (Event::Hello { pid, uid, bash, bash_version, .. }, _) => {
                 self.worker.shell =
-                    Some(ShellInfo { path: bash, version: bash_version, probed: bash_probed, id: bash_id });
+                    Some(ShellInfo { path: bash, version: bash_version, probed: None, id: String::new() });
                 self.worker.info = Some(WorkerInfo { pid, uid });
             }
             (Event::Warning { job, message }, _) => self.warn(job, message),
@@ -690,6 +691,11 @@ impl SessionData {
                 self.worker.sandbox = Some(info);
             }
             (Event::SpawnPath { path }, _) => self.worker.spawn_path = Some(path),
+            (Event::BashFile { id, probed }, _) => {
+                if let Some(shell) = self.worker.shell.as_mut() {
+                    (shell.id, shell.probed) = (id, Some(probed));
+                }
+            }
             (Event::FilesWritten { files, .. }, Some(j)) => j.on_files(files),
             (Event::Effects { project, .. }, Some(j)) => j.effects = Some(Box::new(project)),
             _ => {}

@@ -253,11 +253,10 @@ impl LocalWorker {
             uid: 0,
             bash: "/bin/bash".into(),
             bash_version: "test".into(),
-            bash_id: String::new(),
-            bash_probed: true,
             cgroup: "/fake".into(),
         };
-        let settings = worker::Settings { base_env, hello, startup_warnings: Vec::new(), sandbox: None };
+        let settings =
+            worker::Settings { base_env, hello, bash_file: None, startup_warnings: Vec::new(), sandbox: None };
         let cgroups = worker::cgroup::RecordingCgroups::default();
         let fake = cgroups.clone();
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
@@ -375,6 +374,9 @@ impl ProcessWorker {
         assert_eq!(*pid, w.child.as_ref().unwrap().id());
         assert_eq!((cgroup.as_str(), bash.as_str()), (w.dir.to_str().unwrap(), "/bin/bash"));
         assert!(bash_version.starts_with(|c: char| c.is_ascii_digit()), "{bash_version}");
+        // Then its bash's file: nothing was passed on, so the worker ran bash for the version.
+        let file = w.front.expect("BashFile");
+        assert!(matches!(&file, Event::BashFile { id, probed: true } if !id.is_empty()), "second event {file:?}");
         // Then the sandbox report: the worker confined itself and refuses nothing on this kernel.
         let sb = w.front.expect("Sandbox");
         let Event::Sandbox(info) = &sb else { panic!("second event {sb:?}") };
