@@ -28,12 +28,11 @@ pub const WORKER_PATH: &str = shm_proto::control::WORKER_PATH;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpawnError {
+    /// The cgroup directory the worker is cloned into, or a v1 `tasks` file it joins.
     #[error("cannot open {0}")]
     CgroupProcs(PathBuf, #[source] io::Error),
     #[error("cannot start {0}")]
     Spawn(&'static str, #[source] io::Error),
-    #[error("cannot open a pidfd for the new {0}")]
-    Pidfd(&'static str, #[source] io::Error),
     #[error(
         "cannot map the project {0} for the session's uid (an idmapped mount; the file system must support one: ext4, xfs, btrfs, tmpfs)"
     )]
