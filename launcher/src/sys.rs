@@ -150,52 +150,7 @@ pub(crate) enum CloneMode<'a> {
     LegacyClone,
 }
 
-/// `struct clone_args` as of Linux 5.7 (`CLONE_ARGS_SIZE_VER2`, 88 bytes).
-#[repr(C, align(8))]
-#[derive(Default)]
-pub(crate) struct CloneArgs {
-    pub flags: u64,
-    pub pidfd: u64,
-    pub child_tid: u64,
-    pub parent_tid: u64,
-    pub exit_signal: u64,
-    pub stack: u64,
-    pub stack_size: u64,
-    pub tls: u64,
-    pub set_tid: u64,
-    pub set_tid_size: u64,
-    pub cgroup: u64,
-}
-
-/// `CLONE_INTO_CGROUP` (Linux 5.7); spelled out because `libc` defines it for glibc targets only.
-pub(crate) const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// Signals blocked for the lifetime of this guard (the previous mask is restored on drop).
-pub(crate) struct BlockAll(libc::sigset_t);
-
-impl BlockAll {
-    pub(crate) fn new() -> BlockAll {
-        // SAFETY: `sigset_t` is plain data; both sets are initialised by sigfillset / pthread_sigmask before
-        // being read.
-        let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-        // SAFETY: `all` and `old` are valid, writable sigsets on our stack; pthread_sigmask with a full set
-        // cannot fail (SIG_SETMASK is a valid `how`).
-        unsafe {
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        }
-        BlockAll(old)
-    }
-}
-
-impl Drop for BlockAll {
-    fn drop(&mut self) {
-        // SAFETY: `self.0` is the mask pthread_sigmask returned in `new`, a valid sigset.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut());
-        }
-    }
-}
+pub(crate) use shm_proto::sys::{BlockAll, CloneArgs, CLONE_INTO_CGROUP};
 
 /// Create a child that runs `plan` and `execve`s; returns its pid and pidfd in the parent.
 ///

@@ -20,6 +20,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 pub use shm_proto::sys::{pidfd_open, pidfd_send_signal, wait_pidfd, Exit};
+use shm_proto::sys::{BlockAll, CloneArgs, CLONE_INTO_CGROUP};
 
 /// The lowest fd number used for the copies of the fds a child inherits, so that no copy can be one
 /// of the target numbers (3…7) when it is `dup2`ed into place.
@@ -374,53 +375,6 @@ pub fn spawn_child(setup: &ChildSetup<'_>) -> io::Result<(u32, OwnedFd)> {
     // Our own child, failed before exec: reap it (its pid cannot have been reused while unreaped).
     let _ = wait_pidfd(pidfd.as_fd(), false);
     Err(io::Error::from_raw_os_error(if got == errno.len() { i32::from_ne_bytes(errno) } else { libc::EIO }))
-}
-
-/// `struct clone_args` as of Linux 5.7 (`CLONE_ARGS_SIZE_VER2`, 88 bytes), as the launcher has it.
-#[repr(C, align(8))]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-/// `CLONE_INTO_CGROUP` (Linux 5.7); spelled out because `libc` defines it for glibc targets only.
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// Every signal blocked while this guard lives (the previous mask comes back on drop), so no handler of
-/// ours runs in a child between clone and exec.
-struct BlockAll(libc::sigset_t);
-
-impl BlockAll {
-    fn new() -> BlockAll {
-        // SAFETY: `sigset_t` is plain data; both sets are initialised by sigfillset / pthread_sigmask
-        // before being read.
-        let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-        // SAFETY: `all` and `old` are valid, writable sigsets on our stack; SIG_SETMASK is a valid `how`.
-        unsafe {
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        }
-        BlockAll(old)
-    }
-}
-
-impl Drop for BlockAll {
-    fn drop(&mut self) {
-        // SAFETY: `self.0` is the mask pthread_sigmask returned in `new`, a valid sigset.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut());
-        }
-    }
 }
 
 /// What the child execs, prepared before the clone.

@@ -107,8 +107,8 @@ pub trait SupervisorLink: Send + Sync {
         sandbox: &crate::sessions::sandbox::SandboxRequest,
         limits: &SessionLimits,
     ) -> Result<OpenedSession, LinkError>;
-    /// A worker's `Hello` named its bash (file identity and version): later opens pass it on, so their
-    /// workers need not run bash to learn the version (worker/src/startup.rs).
+    /// A new worker's `Hello` and `BashFile` named its bash (version, file identity): later opens pass it
+    /// on, so their workers need not run bash to learn the version (worker/src/startup.rs).
     fn saw_bash(&self, _seen: shm_proto::control::BashSeen) {}
     /// Kill and remove a session's cgroup subtree.
     fn close_session(&self, session: &str) -> Result<ClosedSession, LinkError>;
