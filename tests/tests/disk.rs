@@ -154,15 +154,36 @@ fn running_jobs_over_the_disk_budget_keep_their_newest_output_and_are_told() {
     let h = Heddle::start_with_env(&[], &[("HEDDLE_RETAIN_DISK_BYTES", &budget.to_string())]);
     let mut c = h.client();
     let s = h.open_session(&mut c);
-    // 13 MB, alone: nothing ended to remove, so the running job keeps its newest output.
+    // 13 MB, alone: nothing ended to remove, so the running job keeps its newest output. The job
+    // cannot end before the test lets it (it waits for `go`), so the budget is reached while it runs
+    // whatever the host's load: a 13 MB `seq` alone can end before the retention thread is scheduled,
+    // and then its output goes as the oldest ended output, rightly without the running job's note.
     let expect: String = (1..=999_999).map(|i| format!("line {i:07}\n")).collect();
-    let r = run(&mut c, &s, "seq -f 'line %07g' 1 999999");
+    let go = h.project.join("go");
+    let cmd = "seq -f 'line %07g' 1 999999; until [ -e go ]; do sleep 0.02; done";
+    let started = c.call("run", json!({"session": s, "cmd": cmd, "yield_ms": 200})).unwrap();
+    let job = started["job"].clone();
+    // Every byte arrived and the job files are back near the budget while the job still runs: only
+    // a pass over the running job can have done that (unclamped, they would take 13 MB and more).
+    // The output after the last pass (under a 32nd of the budget) may still be there.
+    let mut last = json!(null);
+    let clamped = heddle_tests::eventually(Duration::from_secs(30), || {
+        last = c.call("wait", json!({"session": s, "job": job, "yield_ms": 0})).unwrap();
+        last["stdout_bytes"].as_u64() == Some(expect.len() as u64) && stored(&h.state_dir) <= budget + (256 << 10)
+    });
+    assert!(
+        clamped,
+        "the running job's output was never trimmed to the budget: {} bytes on disk, {last}",
+        stored(&h.state_dir)
+    );
+    assert_eq!(last["state"], "running", "the job waits for the test: {last}");
+    std::fs::write(&go, "").unwrap();
+    let r = c.call("wait", json!({"session": s, "job": job, "yield_ms": 300_000})).unwrap();
+    assert_eq!(r["state"], "exited", "{r}");
     assert_eq!(r["stdout_bytes"].as_u64(), Some(expect.len() as u64), "{r}");
     let view = r["view"].as_str().unwrap();
     let first = view.lines().next().unwrap();
     assert!(first.starts_with("[… heddle: first "), "{first}");
-    // Removed while it ran (`reached by running jobs`), or, for the last part, once it had ended and
-    // was the oldest ended output: then it keeps what fits, its newest.
     assert!(first.contains("removed by retention (server disk budget 2.0 MiB"), "{first}");
     assert!(view.ends_with("line 0999999\n"), "the newest output stays: {view}");
     let note = r["note"].as_str().unwrap_or_default();
