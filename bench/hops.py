@@ -66,6 +66,56 @@ class Client:
         return answer["result"], t0, t1
 
 
+class Http:
+    """The HTTP door (`heddle up --http ADDR`), one kept-alive connection: `POST /rpc`, or with `mcp` the
+    MCP door `POST /mcp` (its session opened by `initialize`, `run` as the `run` tool)."""
+
+    def __init__(self, addr, mcp):
+        host, port = addr.rsplit(":", 1)
+        self.sock = socket.create_connection((host.strip("[]"), int(port)))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.mcp, self.session_id, self.next_id = mcp, None, 0
+
+    def post(self, path, body):
+        data = json.dumps(body).encode()
+        head = f"POST {path} HTTP/1.1\r\nHost: heddle\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+        if self.session_id:
+            head += f"Mcp-Session-Id: {self.session_id}\r\n"
+        t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        self.sock.sendall(head.encode() + b"\r\n" + data)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += self.sock.recv(65536)
+        head, rest = buf.split(b"\r\n\r\n", 1)
+        headers = {k.strip().lower(): v.strip() for k, v in (l.split(b":", 1) for l in head.split(b"\r\n")[1:])}
+        while len(rest) < int(headers.get(b"content-length", b"0")):
+            rest += self.sock.recv(65536)
+        t1 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        if b"mcp-session-id" in headers:
+            self.session_id = headers[b"mcp-session-id"].decode()
+        return json.loads(rest), t0, t1
+
+    def call(self, method, params):
+        self.next_id += 1
+        if not self.mcp:
+            answer, t0, t1 = self.post("/rpc", {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+            if "error" in answer:
+                raise RuntimeError(f"{method}: {answer['error']}")
+            return answer["result"], t0, t1
+        if method == "session.open":
+            init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "hops", "version": "0"}}
+            self.post(f"/mcp?cwd={params['cwd']}", {"jsonrpc": "2.0", "id": self.next_id, "method": "initialize", "params": init})
+            return {"session": None}, 0, 0
+        if method == "session.close":
+            return {}, 0, 0
+        args = {k: v for k, v in params.items() if k != "session"}
+        body = {"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {"name": method, "arguments": args}}
+        answer, t0, t1 = self.post("/mcp", body)
+        if "error" in answer or answer["result"]["isError"]:
+            raise RuntimeError(f"{method}: {answer}")
+        return answer["result"]["structuredContent"], t0, t1
+
+
 def descendants(root):
     """Every tid of `root`'s process tree now (processes found through their parent pid)."""
     parent = {}
@@ -245,8 +295,10 @@ def main():
     ap.add_argument("--pause-ms", type=int, default=50)
     ap.add_argument("--persistent", action="store_true", help="a named persistent session's run(\"true\")")
     ap.add_argument("--cmd", default="true")
+    ap.add_argument("--http", metavar="ADDR", help="call through the HTTP door at ADDR (`POST /rpc`) instead of the socket")
+    ap.add_argument("--mcp", action="store_true", help="with --http: through the MCP door, `POST /mcp`")
     a = ap.parse_args()
-    c = Client(a.socket)
+    c = Http(a.http, a.mcp) if a.http else Client(a.socket)
     params = {"cwd": "/tmp", "persistent": True} if a.persistent else {"cwd": "/tmp"}
     session = c.call("session.open", params)[0]["session"]
     for _ in range(10):
@@ -273,10 +325,11 @@ def main():
         ours |= descendants(a.root)
         events = parse(data)
     c.call("session.close", {"session": session})
+    door = ("HTTP /mcp" if a.mcp else "HTTP /rpc") if a.http else "socket"
     kind = "persistent session" if a.persistent else f"fresh job ({prestarted} of {a.calls} on a pre-started shell)"
     load = open("/proc/loadavg").read().split()[:3]
     report(analyse(events, ours, threading_tid(), windows),
-           f"run({a.cmd!r}), {kind}, {a.pause_ms} ms pause, load {' '.join(load)}")
+           f"run({a.cmd!r}) through the {door}, {kind}, {a.pause_ms} ms pause, load {' '.join(load)}")
 
 
 def threading_tid():
