@@ -216,12 +216,18 @@ type Admitted = (JobId, crate::shell::record::Restore, Option<Vec<String>>, Opti
 fn admit_job(s: &Session, cmd: &str) -> Result<Admitted, RpcError> {
     let mut st = crate::kernel::lock_for_new_job(s)?;
     let id = st.add_job(cmd.to_owned(), &s.jobs_dir());
-    let (version, base) = st.record().snapshot();
     let persistent = s.spec().persistent;
-    let restore = match persistent {
+    let (version, base, restore) = match persistent {
         // The persistent shell is started once and restored in place: everything goes by script.
-        true => crate::shell::record::Restore { script: crate::shell::record::restore_script(&base), env: Vec::new() },
-        false => crate::shell::record::restore(&base),
+        true => {
+            let (version, base) = st.record().snapshot();
+            let script = crate::shell::record::restore_script(&base);
+            (version, base, crate::shell::record::Restore { script, env: Vec::new() })
+        }
+        false => {
+            let (version, base, restore) = st.record().fresh_restore();
+            (version, base, crate::shell::record::Restore::clone(&restore))
+        }
     };
     // A command of the persistent shell is read against the record only while no earlier command of the
     // shell is unfinished: one still running or queued may define a function or an alias this command

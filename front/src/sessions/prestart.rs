@@ -49,12 +49,12 @@ pub(crate) fn next_hint(s: &Session, st: &SessionData) -> Option<Hint> {
     if !enabled() || s.spec().persistent || st.is_closing() || st.lost().is_some() {
         return None;
     }
-    let (version, base) = st.record().snapshot();
-    let key = (st.worker().map_or(0, |w| w.pid), version);
+    let key = (st.worker().map_or(0, |w| w.pid), st.record().version());
     if st.hinted() == Some(key) {
         return None;
     }
-    let restore = crate::shell::record::restore(&base);
+    let (_, base, restore) = st.record().fresh_restore();
+    let restore = crate::shell::record::Restore::clone(&restore);
     let spec = RunSpec {
         job: st.last_job() + 1,
         cmd: String::new(),

@@ -50,6 +50,10 @@ pub struct StateRecord {
     opened_in: Option<Vec<u8>>,
     /// What a fresh job shell starts with: the first record's summary names what the job added to it.
     fresh: Option<Arc<FreshEnv>>,
+    /// The restore of a fresh bash for `items` (see [`StateRecord::fresh_restore`]), with the items it
+    /// was made from: every job and every spare of a session starts from the same record until a job
+    /// changes it, and its restore costs 10–25 µs to make (the environment split, the script).
+    restore: std::sync::Mutex<Option<(Arc<Items>, Arc<Restore>)>>,
 }
 
 /// The environment a fresh job shell of a session starts with: the policy's allowlist (patterns such as
@@ -233,6 +237,20 @@ impl StateRecord {
         (self.version, Arc::clone(&self.items))
     }
 
+    /// [`StateRecord::snapshot`] and the restore of a fresh bash for it ([`restore`]), made once per
+    /// record: the cache holds the very items it was made from (an `Arc` of them, so they cannot be
+    /// changed in place under it: [`Arc::make_mut`] copies shared items), and is used only while the
+    /// record's items are those.
+    pub fn fresh_restore(&self) -> (u64, Arc<Items>, Arc<Restore>) {
+        let mut cache = self.restore.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((items, r)) = cache.as_ref().filter(|(items, _)| Arc::ptr_eq(items, &self.items)) {
+            return (self.version, Arc::clone(items), Arc::clone(r));
+        }
+        let r = Arc::new(restore(&self.items));
+        *cache = Some((Arc::clone(&self.items), Arc::clone(&r)));
+        (self.version, Arc::clone(&self.items), r)
+    }
+
     /// Apply the diff between `base` (the snapshot at `base_version`) and `captured`, the capture of `job`.
     pub fn apply(&mut self, base_version: u64, base: &Items, captured: Items, job: u64) -> Applied {
         let first_record = self.first.clone().filter(|_| base_version == 0);
@@ -380,7 +398,7 @@ pub fn expand_carried_aliases(items: &mut Items) {
 }
 
 /// A job's restore: the script bash evaluates and the entries added to its environment.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Restore {
     pub script: Vec<u8>,
     pub env: Vec<(String, String)>,
@@ -598,6 +616,37 @@ mod tests {
                 "+export VIRTUAL_ENV",
                 "+var x"
             ]
+        );
+    }
+
+    #[test]
+    fn a_records_restore_is_made_once_and_again_when_the_record_changes() {
+        let mut r = StateRecord::default();
+        let (v0, b0) = r.snapshot();
+        r.apply(v0, &b0, items(&[("cwd", "/w"), ("var:A", "declare -x A=\"1\""), ("alias:ll", "alias ll='ls -l'")]), 1);
+        let (v1, base, first) = r.fresh_restore();
+        let (again_v, _, again) = r.fresh_restore();
+        assert!(Arc::ptr_eq(&first, &again), "the same record, the same restore");
+        assert_eq!((v1, again_v), (r.version(), r.version()));
+        assert_eq!((first.script.clone(), first.env.clone()), (restore(&base).script, restore(&base).env));
+        // A job changes the record (its items are shared with the cache, so they are copied, not
+        // changed in place): the restore is made anew, from the new items.
+        let (v, b) = r.snapshot();
+        drop(b0);
+        r.apply(
+            v,
+            &b,
+            items(&[("cwd", "/w/sub"), ("var:A", "declare -x A=\"2\""), ("alias:ll", "alias ll='ls -l'")]),
+            2,
+        );
+        let (_, now, changed) = r.fresh_restore();
+        assert!(!Arc::ptr_eq(&first, &changed));
+        assert_eq!((changed.script.clone(), changed.env.clone()), (restore(&now).script, restore(&now).env));
+        assert_ne!(changed.script, first.script);
+        assert!(
+            String::from_utf8_lossy(&changed.script).contains("/w/sub"),
+            "{:?}",
+            String::from_utf8_lossy(&changed.script)
         );
     }
 
