@@ -199,6 +199,8 @@ impl Kernel {
     /// competes for a CPU with the call's own job while the client waits.
     pub fn after_answer(&self, s: &Arc<Session>) {
         self.record_session(s);
+        // A run's receipt, held back from the answer's path (`Db::write_later`), with the rows above.
+        self.db.flush();
         self.files.ahead(s);
     }
 
@@ -230,7 +232,7 @@ impl Kernel {
         let before = session.as_deref().and_then(|n| self.session(client, n).ok());
         let r = match method {
             m if crate::kernel::receipts::MUTATIONS.contains(&m) => {
-                encode(crate::kernel::receipts::mutate(self, client, m, params, on_job))
+                crate::kernel::receipts::mutate(self, client, m, params, on_job)
             }
             "receipt" => encode(crate::kernel::receipts::call(self, client, params)),
             "shutdown" => encode(crate::kernel::shutdown::call(self, client, params)),

@@ -232,6 +232,9 @@ impl std::fmt::Debug for Db {
 /// The database: a writer thread fed by a channel, plus a connection for the reads done at start.
 pub struct Db {
     tx: Sender<Msg>,
+    /// Writes held back until the next [`Db::write`], [`Db::flush`] or [`Db::sync`] (see
+    /// [`Db::write_later`]).
+    later: Mutex<Vec<Write>>,
     reader: Mutex<Connection>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Distinguishes this front's sessions from an earlier front's (serials restart at 1).
@@ -260,7 +263,7 @@ impl Db {
                 writer_loop(writer, rx, b)
             })
             .map_err(DbError::Thread)?;
-        Ok(Db { tx, reader: Mutex::new(conn), thread: Mutex::new(Some(thread)), boot })
+        Ok(Db { tx, later: Mutex::default(), reader: Mutex::new(conn), thread: Mutex::new(Some(thread)), boot })
     }
 
     /// This front's boot id (the `boot` column).
@@ -268,13 +271,33 @@ impl Db {
         &self.boot
     }
 
-    /// Queue a write; never blocks.
+    /// Queue a write; never blocks. Writes held back by [`Db::write_later`] go first, in their order.
     pub fn write(&self, w: Write) {
+        self.flush();
         let _ = self.tx.send(Msg::Write(Box::new(w)));
+    }
+
+    /// Queue a write without waking the writer thread now: it goes with the next [`Db::write`] (or
+    /// [`Db::flush`], [`Db::sync`]). A `run` admits its receipt so, just before its worker is told of
+    /// the job: waking the writer there put its commit on a CPU the job's start needed, and the call's
+    /// own rows follow its answer ([`crate::kernel::Kernel::after_answer`], which flushes), so the two
+    /// are committed together. Nothing is lost: the writer commits after the answer either way, and a
+    /// keyed run's receipt is in its session's journal before the worker hears of the job.
+    pub fn write_later(&self, w: Write) {
+        self.later.lock().unwrap_or_else(|e| e.into_inner()).push(w);
+    }
+
+    /// Queue the writes held back by [`Db::write_later`].
+    pub fn flush(&self) {
+        let held = std::mem::take(&mut *self.later.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in held {
+            let _ = self.tx.send(Msg::Write(Box::new(w)));
+        }
     }
 
     /// Wait until every write queued before this call is committed.
     pub fn sync(&self) {
+        self.flush();
         let (tx, rx) = crossbeam_channel::bounded(1);
         if self.tx.send(Msg::Sync(tx)).is_ok() {
             let _ = rx.recv();
@@ -566,6 +589,27 @@ mod tests {
         let db = Db::open(&path).unwrap();
         let rows = db.load_receipts(10).unwrap();
         assert_eq!(rows, [receipt("r1", Some("k")), receipt("r2", None)]);
+    }
+
+    #[test]
+    fn a_write_held_back_goes_before_the_next_write_and_is_never_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heddle.db");
+        let db = Db::open(&path).unwrap();
+        db.write_later(Write::Receipt(receipt("r1", None)));
+        assert_eq!(db.later.lock().unwrap().len(), 1, "held, not sent to the writer");
+        db.write(Write::Receipt(receipt("r2", None)));
+        assert!(db.later.lock().unwrap().is_empty(), "the next write takes it along");
+        db.sync();
+        let ids = |v: Vec<ReceiptRow>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
+        assert_eq!(ids(db.load_receipts(10).unwrap()), ["r1", "r2"], "in the order they were written");
+        db.write_later(Write::Receipt(receipt("r3", None)));
+        db.flush();
+        assert!(db.later.lock().unwrap().is_empty());
+        db.write_later(Write::Receipt(receipt("r4", None)));
+        drop(db);
+        let db = Db::open(&path).unwrap();
+        assert_eq!(ids(db.load_receipts(10).unwrap()), ["r1", "r2", "r3", "r4"], "a close writes what was held");
     }
 
     #[test]
