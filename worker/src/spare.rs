@@ -90,31 +90,31 @@ pub(crate) struct Spare {
     placed: bool,
 }
 
-/// Whether the spare's working directory is still the one a cold start would reach now, and if so ready
-/// its state memfd for the capture. The file system may have moved since the spare started: the session's
-/// directory removed (a cold start fails to enter it), or the restored directory removed, recreated or
-/// renamed (a cold start's `cd` goes elsewhere or fails). The spare wrote its logical `$PWD` and a NUL
-/// to its memfd after the restore script it read from there; it holds only if that path and `/proc/<pid>/cwd` name the same inode
-/// and the session's directory is still a directory. Then the memfd is emptied and rewound (the shell is
-/// blocked in `read`, not writing), so the capture starts at offset 0 as a cold job's does.
-fn where_cold_would_be(spare: &Spare, session_cwd: &[u8]) -> bool {
+/// Whether the spare's working directory is still the one a cold start would reach now, and if so where
+/// its capture will start in its state memfd. The file system may have moved since the spare started: the
+/// session's directory removed (a cold start fails to enter it), or the restored directory removed,
+/// recreated or renamed (a cold start's `cd` goes elsewhere or fails). The spare wrote its logical `$PWD`
+/// and a NUL to its memfd after the restore script it read from there; it holds only if that path and
+/// `/proc/<pid>/cwd` name the same inode and the session's directory is still a directory. The capture
+/// then follows that NUL (the shell is blocked in `read`, not writing, and the offset it shares with the
+/// worker is there), as a cold job's follows its restore script: the memfd is not emptied (a truncate freed
+/// its pages on the job's start path, ~10 µs).
+fn where_cold_would_be(spare: &Spare, session_cwd: &[u8]) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
-    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
-    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-    let Ok(n) = nix::sys::uio::pread(&spare.state, &mut buf, i64::try_from(spare.restore_len).unwrap_or(i64::MAX))
-    else {
-        return false;
+    let id = |m: &std::fs::Metadata| (m.dev(), m.ino());
+    let mut buf = [0u8; libc::PATH_MAX as usize + 1];
+    let n = nix::sys::uio::pread(&spare.state, &mut buf, i64::try_from(spare.restore_len).ok()?).ok()?;
+    let end = buf[..n].iter().position(|&b| b == 0)?;
+    let logical = &buf[..end];
+    let there = std::fs::metadata(std::ffi::OsStr::from_bytes(logical)).ok()?;
+    // The session's directory, statted once when the spare is in it (the usual case).
+    let session_dir = match logical == session_cwd {
+        true => there.is_dir(),
+        false => std::fs::metadata(std::ffi::OsStr::from_bytes(session_cwd)).is_ok_and(|m| m.is_dir()),
     };
-    let Some(end) = buf[..n].iter().position(|&b| b == 0) else { return false };
-    let logical = std::path::Path::new(std::ffi::OsStr::from_bytes(&buf[..end]));
-    let session_dir = std::fs::metadata(std::ffi::OsStr::from_bytes(session_cwd)).is_ok_and(|m| m.is_dir());
-    let here = std::fs::metadata(format!("/proc/{}/cwd", spare.child.pid)).map(id);
-    let there = std::fs::metadata(logical).map(id);
-    let same = matches!((here, there), (Ok(a), Ok(b)) if a == b);
-    same && session_dir
-        && nix::unistd::ftruncate(&spare.state, 0).is_ok()
-        && nix::unistd::lseek(&spare.state, 0, nix::unistd::Whence::SeekSet).is_ok()
+    let here = std::fs::metadata(format!("/proc/{}/cwd", spare.child.pid)).ok()?;
+    (session_dir && id(&here) == id(&there)).then_some(spare.restore_len + end as u64 + 1)
 }
 
 /// The worker's spare: what it should be, and what runs.
@@ -148,14 +148,12 @@ impl<C: CgroupOps> Worker<C> {
             return None; // a late `Run` of an earlier job: the spare waits for its own
         }
         let input = crate::state::spare_input(&spec.cmd, spec.capture_only.as_deref());
-        let usable = SpareKey::of(spec).as_ref() == Some(&spare.key)
-            && input.len() <= MAX_HANDOVER
-            && !spec.cmd.contains('\0')
-            && where_cold_would_be(spare, &spec.cwd);
-        if !usable {
+        let usable =
+            SpareKey::of(spec).as_ref() == Some(&spare.key) && input.len() <= MAX_HANDOVER && !spec.cmd.contains('\0');
+        let Some(capture_from) = usable.then(|| where_cold_would_be(spare, &spec.cwd)).flatten() else {
             self.discard_spare();
             return None;
-        }
+        };
         let spare = self.spares.spare.take()?;
         let _ = self.poll.registry().deregister(&mut SourceFd(&spare.child.pidfd.as_raw_fd()));
         let handed = nix::unistd::write(&spare.cmd_w, &input).ok() == Some(input.len());
@@ -164,7 +162,7 @@ impl<C: CgroupOps> Worker<C> {
             Self::end_spare(&mut self.cgroups, &mut self.spares.stale, spare.key.job, &spare.child);
             return None;
         }
-        match self.adopt(spec.job, spare.child, spare.out_r, spare.err_r, Some((spare.state, 0))) {
+        match self.adopt(spec.job, spare.child, spare.out_r, spare.err_r, Some((spare.state, capture_from))) {
             Ok(job) => Some(job),
             Err(_) => {
                 let _ = self.cgroups.remove(spec.job); // adopt killed and reaped it

@@ -123,7 +123,7 @@ pub const WRAPPER: &str = concat!(
 /// The wrapper of a pre-started shell (`bash -c SPARE_WRAPPER bash`, the restore in the state memfd, stdin a pipe only the
 /// worker writes; see [`crate::spare`]). It is [`WRAPPER`] with two differences: after the restore, it
 /// writes its logical working directory and a NUL to the state memfd (the worker checks at the hand-over
-/// that the path still names the directory the shell is in, and truncates the memfd; see
+/// that the path still names the directory the shell is in, and the capture follows the NUL; see
 /// [`crate::spare`]), reads the command from stdin up to end of file (`read -N` reads the pipe in 4 KiB
 /// blocks, not byte by byte; its status at end of file is 1, answered by an assignment, which no user
 /// function can shadow as one could `:`), and resets `SECONDS` (the shell has been waiting; a cold
@@ -150,8 +150,9 @@ pub(crate) struct StateFile {
     pub buf: Vec<u8>,
     /// More than `limit` bytes arrived: the capture is dropped.
     pub overflow: bool,
-    /// Where the capture starts: after the restore script the worker put before it (0 for the
-    /// persistent shell, whose restore comes on its control socket).
+    /// Where the capture starts: after the restore script the worker put before it (and, for a
+    /// pre-started shell, after the `$PWD` it wrote; 0 for the persistent shell, whose restore comes
+    /// on its control socket).
     from: u64,
 }
 
