@@ -225,6 +225,19 @@ impl Kernel {
         params: Value,
         on_job: &dyn Fn(u64),
     ) -> (Result<Box<RawValue>, RpcError>, Option<Arc<Session>>) {
+        self.answer_typed(client, method, params, on_job, None)
+    }
+
+    /// [`Kernel::answer_observed`], also handing a `run`'s result as it was before it became JSON to
+    /// `typed` (when given): the MCP doors render their text form from it instead of reading the JSON back.
+    pub fn answer_typed(
+        &self,
+        client: &Client,
+        method: &str,
+        params: Value,
+        on_job: &dyn Fn(u64),
+        typed: Option<&mut Option<Box<protocol::results::JobResult>>>,
+    ) -> (Result<Box<RawValue>, RpcError>, Option<Arc<Session>>) {
         if let Err(e) = crate::kernel::peer_check::admit(self, client, method, &params) {
             return (Err(e), None);
         }
@@ -232,7 +245,7 @@ impl Kernel {
         let before = session.as_deref().and_then(|n| self.session(client, n).ok());
         let r = match method {
             m if crate::kernel::receipts::MUTATIONS.contains(&m) => {
-                crate::kernel::receipts::mutate(self, client, m, params, on_job)
+                crate::kernel::receipts::mutate(self, client, m, params, on_job, typed)
             }
             "receipt" => encode(crate::kernel::receipts::call(self, client, params)),
             "shutdown" => encode(crate::kernel::shutdown::call(self, client, params)),

@@ -381,6 +381,7 @@ pub(crate) fn mutate(
     method: &str,
     mut params: Value,
     on_job: &dyn Fn(u64),
+    typed: Option<&mut Option<Box<protocol::results::JobResult>>>,
 ) -> Result<Box<RawValue>, RpcError> {
     let key = take_key(method, &mut params)?;
     let session = session_of(method, &params);
@@ -455,7 +456,13 @@ pub(crate) fn mutate(
             match done {
                 // Straight to the answer's bytes, the receipt beside the result's fields (no `Value` in
                 // between: it cost a run's answer ~20 µs).
-                Done::Run(result) => raw(&WithReceipt { result: &result, receipt: &entry.receipt }),
+                Done::Run(result) => {
+                    let answer = raw(&WithReceipt { result: &result, receipt: &entry.receipt });
+                    if let Some(t) = typed {
+                        *t = Some(result);
+                    }
+                    answer
+                }
                 Done::Other(mut value) => {
                     attach(&mut value, &entry.receipt);
                     raw(&value)

@@ -251,13 +251,7 @@ fn bad(tool: &str, why: &str) -> RpcError {
 /// the expected shape (then [`text`] renders it).
 pub fn text_raw(method: &str, raw: &str) -> Option<(String, Vec<u64>)> {
     match method {
-        "run" | "wait" | "kill" | "check" => serde_json::from_str::<JobResult>(raw).ok().map(|r| {
-            let mut jobs: Vec<u64> = r.announcements.iter().map(|a| a.job).collect();
-            if r.state.ended() {
-                jobs.push(r.job);
-            }
-            (protocol::text::job_result(&r), jobs)
-        }),
+        "run" | "wait" | "kill" | "check" => serde_json::from_str::<JobResult>(raw).ok().map(|r| job_text(&r)),
         "write" | "resize" => serde_json::from_str::<protocol::results::WriteResult>(raw)
             .ok()
             .map(|r| (protocol::text::write_result(&r), Vec::new())),
@@ -267,6 +261,16 @@ pub fn text_raw(method: &str, raw: &str) -> Option<(String, Vec<u64>)> {
         }),
         _ => None,
     }
+}
+
+/// A job result's text form and the jobs it reported (its own end, when it ended, and its
+/// announcements).
+pub fn job_text(r: &JobResult) -> (String, Vec<u64>) {
+    let mut jobs: Vec<u64> = r.announcements.iter().map(|a| a.job).collect();
+    if r.state.ended() {
+        jobs.push(r.job);
+    }
+    (protocol::text::job_result(r), jobs)
 }
 
 /// The jobs a result reported to its client: its job's end (a job result that is not `running`) and
