@@ -73,8 +73,16 @@ enum Cmd {
         #[arg(long)]
         grace: Option<u64>,
     },
-    /// List the session's jobs as a table (`--json` for the JSON).
-    Jobs,
+    /// List the session's jobs as a table (`--json` for the JSON): every job not yet ended and the
+    /// newest ended ones (50 unless `--limit`); a last line says how many older ones were left out.
+    Jobs {
+        /// How many ended jobs to list (at most 10000).
+        #[arg(long)]
+        limit: Option<u64>,
+        /// List only ended jobs older than this job id (the last line of a listing names it).
+        #[arg(long)]
+        before: Option<u64>,
+    },
     /// Run one of the project's checks (`.heddle/checks.toml`, else detected) as a job: the routing,
     /// the runner's counts and failing tests, then the output. Words after `--` are added as arguments.
     Check {
@@ -308,8 +316,10 @@ fn real_main(cli: Cli) -> Result<i32> {
     }
     // A command about jobs already run names its session; it does not open one (a typo in --session
     // opened an empty session and answered "no jobs in this session").
-    let about_jobs =
-        matches!(cli.cmd, Cmd::Wait { .. } | Cmd::Kill { .. } | Cmd::Jobs | Cmd::Output { .. } | Cmd::Keep { .. });
+    let about_jobs = matches!(
+        cli.cmd,
+        Cmd::Wait { .. } | Cmd::Kill { .. } | Cmd::Jobs { .. } | Cmd::Output { .. } | Cmd::Keep { .. }
+    );
     let open = match about_jobs {
         true => json!({"session": name}),
         false => client.call("session.open", open_params)?,
@@ -380,15 +390,31 @@ fn real_main(cli: Cli) -> Result<i32> {
             }
             (r, false)
         }
-        Cmd::Jobs => {
+        Cmd::Jobs { limit, before } => {
             // A person looking takes no announcements: they stay for the session's next call (an agent's).
-            let r = client.call("jobs", json!({"session": session, "announce": false}))?;
+            let mut params = json!({"session": session, "announce": false});
+            if let Some(n) = limit {
+                params["limit"] = json!(n);
+            }
+            if let Some(b) = before {
+                params["before"] = json!(b);
+            }
+            let r = client.call("jobs", params)?;
             if !cli.json {
                 let jobs: protocol::results::JobsResult =
                     serde_json::from_value(r).context("the jobs result is not in the protocol's shape")?;
+                let older = match jobs.older_before {
+                    Some(b) if jobs.older > 0 => format!(
+                        "… {} older ended job{} not listed: heddle jobs --before {b} [--limit N, up to 10000]\n",
+                        jobs.older,
+                        if jobs.older == 1 { "" } else { "s" }
+                    ),
+                    _ => String::new(),
+                };
                 out!(
-                    "{}{}",
+                    "{}{}{}",
                     protocol::text::jobs_table(&jobs.jobs),
+                    older,
                     protocol::text::announcements(&jobs.announcements)
                 );
                 return Ok(0);

@@ -371,6 +371,10 @@ pub struct JobsResult {
     pub session: String,
     pub jobs: Vec<JobSummary>,
     pub announcements: Vec<Announcement>,
+    /// Ended jobs older than those listed that this page leaves out (0: none).
+    pub older: u64,
+    /// The `before` that lists them (the oldest ended job listed), when `older` is not 0.
+    pub older_before: Option<u64>,
 }
 
 /// One entry of a result's `files`.

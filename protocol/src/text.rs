@@ -567,6 +567,17 @@ pub fn announcements_of(result: &Value) -> String {
 }
 
 /// A `jobs` listing as a table a person (or a model) reads: id, state, time, output, command.
+/// The line after a job listing that leaves older ended jobs out: how many, and how to list them.
+pub fn jobs_older(older: u64, before: Option<u64>) -> String {
+    match (older, before) {
+        (0, _) | (_, None) => String::new(),
+        (1, Some(b)) => format!("… 1 older ended job not listed: list it with before={b}\n"),
+        (n, Some(b)) => {
+            format!("… {n} older ended jobs not listed: list them with before={b} (and a limit up to 10000)\n")
+        }
+    }
+}
+
 pub fn jobs_table(jobs: &[JobSummary]) -> String {
     if jobs.is_empty() {
         return "no jobs in this session\n".to_owned();
@@ -857,6 +868,17 @@ mod tests {
         let s: Vec<Survivor> =
             (0..20).map(|i| Survivor { pid: i, cmdline: format!("worker {i}"), ..Default::default() }).collect();
         assert!(survivors(&s).ends_with("worker (pid 7), and 12 more"), "{}", survivors(&s));
+    }
+
+    #[test]
+    fn a_listing_that_leaves_older_jobs_out_says_how_many_and_how_to_list_them() {
+        assert_eq!(jobs_older(0, None), "");
+        assert_eq!(jobs_older(3, None), "", "no page to name: nothing to say");
+        assert_eq!(jobs_older(1, Some(9)), "… 1 older ended job not listed: list it with before=9\n");
+        assert_eq!(
+            jobs_older(1450, Some(51)),
+            "… 1450 older ended jobs not listed: list them with before=51 (and a limit up to 10000)\n"
+        );
     }
 
     #[test]

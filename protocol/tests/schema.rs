@@ -45,8 +45,8 @@ fn nested_objects_of_the_job_result_match_the_docs() {
 
 #[test]
 fn jobs_write_and_their_rows_match_the_docs() {
-    same("jobs", &keys(JobsResult::default()), &documented("### `jobs {session, announce?}` →"));
-    same("jobs[]", &keys(JobSummary::default()), &documented("Every job of the session, oldest first:"));
+    same("jobs", &keys(JobsResult::default()), &documented("### `jobs {session, limit?, before?, announce?}` →"));
+    same("jobs[]", &keys(JobSummary::default()), &documented("`heddle jobs --before 12 [--limit N]`. Each row:"));
     // `receipt` is added to every mutation's result by the receipts layer ("Receipts and idempotency").
     let mut write = keys(WriteResult::default());
     write.insert("receipt".into());

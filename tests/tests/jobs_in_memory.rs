@@ -105,3 +105,59 @@ fn jobs_let_go_from_memory_answer_as_they_did_and_the_session_holds_only_its_win
     assert!(k["note"].as_str().unwrap_or_default().contains("already ended"), "{k}");
     assert_eq!(answers(&mut c, &s, 1), held[0].1, "job 1 still answers the same after the kill");
 }
+
+#[test]
+fn a_long_sessions_listing_is_a_page_that_says_what_it_leaves_out() {
+    let h = Heddle::start_with_env(&[], &[("HEDDLE_JOBS_IN_MEMORY", "2")]);
+    let mut c = h.client();
+    let s = c.call("session.open", json!({"name": "long", "cwd": h.project})).unwrap()["session"].clone();
+    // The oldest job still runs: a listing always has it, however many ended jobs come after it.
+    let first = call(&mut c, "run", json!({"session": s, "cmd": "sleep 600", "yield_ms": 200}));
+    assert_eq!((first["job"].as_u64(), first["state"].as_str()), (Some(1), Some("running")), "{first}");
+    for _ in 0..60 {
+        call(&mut c, "run", json!({"session": s, "cmd": "true", "yield_ms": 60_000}));
+    }
+    let ids = |r: &Value| r["jobs"].as_array().unwrap().iter().map(|j| j["job"].as_u64().unwrap()).collect::<Vec<_>>();
+    // The first page: the running job and the newest 50 ended ones (12–61, most of them let go from
+    // memory and read back), oldest first; ten older ended ones are counted, with the `before` that
+    // lists them.
+    let page = call(&mut c, "jobs", json!({"session": s}));
+    let want: Vec<u64> = std::iter::once(1).chain(12..=61).collect();
+    assert_eq!(ids(&page), want, "{page}");
+    assert_eq!((page["older"].as_u64(), page["older_before"].as_u64()), (Some(10), Some(12)), "{page}");
+    assert_eq!(page["jobs"][0]["state"], "running");
+    let next = call(&mut c, "jobs", json!({"session": s, "before": 12}));
+    assert_eq!(ids(&next), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], "{next}");
+    assert_eq!((next["older"].as_u64(), next["older_before"].is_null()), (Some(0), true), "{next}");
+    let small = call(&mut c, "jobs", json!({"session": s, "before": 12, "limit": 5}));
+    assert_eq!(ids(&small), [1, 7, 8, 9, 10, 11], "{small}");
+    assert_eq!((small["older"].as_u64(), small["older_before"].as_u64()), (Some(5), Some(7)), "{small}");
+    let all = call(&mut c, "jobs", json!({"session": s, "limit": 10_000}));
+    assert_eq!(ids(&all), (1..=61).collect::<Vec<_>>(), "{all}");
+    for bad in [0, 10_001] {
+        let e = c.call("jobs", json!({"session": s, "limit": bad})).unwrap_err().to_string();
+        assert!(e.contains("limit must be between 1 and 10000"), "{e}");
+    }
+
+    // A person's `heddle jobs` prints the page and the line saying how to see the rest.
+    let heddle = |args: &[&str]| {
+        let out = std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
+            .args(["--session", "long", "jobs"])
+            .args(args)
+            .env("HEDDLE_SOCKET", &h.socket)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let table = heddle(&[]);
+    assert_eq!(table.lines().count(), 1 + 51 + 1, "a header, 51 jobs and the line: {table}");
+    assert!(
+        table.ends_with("… 10 older ended jobs not listed: heddle jobs --before 12 [--limit N, up to 10000]\n"),
+        "{table}"
+    );
+    let rest = heddle(&["--before", "12"]);
+    assert_eq!(rest.lines().count(), 1 + 11, "{rest}");
+    assert!(rest.lines().nth(11).unwrap().trim_start().starts_with("11 "), "{rest}");
+    call(&mut c, "kill", json!({"session": s, "job": 1}));
+}

@@ -379,6 +379,16 @@ impl SessionData {
         (1..=last).filter_map(move |id| self.job(id))
     }
 
+    /// The newest job id the session gave (in memory or let go; 0 before its first job).
+    pub fn last_id(&self) -> JobId {
+        self.jobs.last_key_value().map_or(0, |(id, _)| *id).max(self.retired.max_id())
+    }
+
+    /// Job `id` if it is held in memory (never read back from disk).
+    pub fn held_job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id).map(|j| &**j)
+    }
+
     /// How many jobs the session has (in memory and let go).
     pub fn job_count(&self) -> usize {
         self.jobs.values().filter(|j| !j.on_disk()).count() + self.retired.count()

@@ -114,8 +114,11 @@ pub fn list() -> Value {
         {
             "name": "jobs",
             "title": "List jobs",
-            "description": "List this session's jobs: id, state, duration, output size, command; running ones with liveness.",
-            "inputSchema": {"type": "object", "properties": {"session": session}, "additionalProperties": false},
+            "description": "List this session's jobs: id, state, duration, output size, command; running ones with liveness. Every job not yet ended is listed, and the newest `limit` ended ones (default 50); a last line says how many older ones were left out and the `before` that lists them.",
+            "inputSchema": {"type": "object", "properties": {
+                "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "How many ended jobs to list (default 50)."},
+                "before": {"type": "integer", "minimum": 1, "description": "List only ended jobs older than this job id (a listing's last line names it)."},
+                "session": session}, "additionalProperties": false},
             "annotations": {"readOnlyHint": true}
         },
         {
@@ -256,7 +259,9 @@ pub fn text_raw(method: &str, raw: &str) -> Option<(String, Vec<u64>)> {
             .ok()
             .map(|r| (protocol::text::write_result(&r), Vec::new())),
         "jobs" => serde_json::from_str::<JobsResult>(raw).ok().map(|r| {
-            let text = protocol::text::jobs_table(&r.jobs) + &protocol::text::announcements(&r.announcements);
+            let text = protocol::text::jobs_table(&r.jobs)
+                + &protocol::text::jobs_older(r.older, r.older_before)
+                + &protocol::text::announcements(&r.announcements);
             (text, r.announcements.iter().map(|a| a.job).collect())
         }),
         _ => None,
@@ -297,7 +302,11 @@ pub fn text(method: &str, result: &Value) -> String {
             Err(_) => pretty(result),
         },
         "jobs" => match serde_json::from_value::<JobsResult>(result.clone()) {
-            Ok(r) => protocol::text::jobs_table(&r.jobs) + &protocol::text::announcements(&r.announcements),
+            Ok(r) => {
+                protocol::text::jobs_table(&r.jobs)
+                    + &protocol::text::jobs_older(r.older, r.older_before)
+                    + &protocol::text::announcements(&r.announcements)
+            }
             Err(_) => pretty(result),
         },
         "output" => {

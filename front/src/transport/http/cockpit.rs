@@ -87,11 +87,11 @@ fn snapshot(kernel: &Kernel, client: &Client) -> Value {
     for facts in described["sessions"].as_array().into_iter().flatten() {
         let name = facts["session"].as_str().unwrap_or_default();
         // Listed as an onlooker: the page must not take the announcements meant for the agent's next call.
-        let jobs = crate::kernel::jobs_list::listing(kernel, client, name.to_owned(), false)
-            .ok()
-            .and_then(|r| serde_json::to_value(r.jobs).ok())
-            .unwrap_or(Value::Null);
-        sessions.push(json!({"facts": facts, "jobs": jobs}));
+        let page = crate::kernel::jobs_list::Page::first();
+        let listed = crate::kernel::jobs_list::listing(kernel, client, name.to_owned(), false, page).ok();
+        let older = listed.as_ref().map_or(0, |r| r.older);
+        let jobs = listed.and_then(|r| serde_json::to_value(r.jobs).ok()).unwrap_or(Value::Null);
+        sessions.push(json!({"facts": facts, "jobs": jobs, "older": older}));
     }
     json!({"uid": client.uid, "sessions": sessions, "overrides": overrides(kernel, client)})
 }

@@ -185,6 +185,8 @@ function renderSessions(snap) {
       }
     }
     sec.append(t);
+    // The page lists a session's running jobs and its newest ended ones; it says how many it leaves out.
+    if (s.older) sec.append(el("p", { class: "quiet" }, `… ${s.older} older ended job${s.older === 1 ? "" : "s"} not listed`));
     box.append(sec);
   }
 }
