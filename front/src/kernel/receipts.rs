@@ -248,9 +248,9 @@ impl Receipts {
         self.changed.notify_all();
     }
 
-    /// Record an admitted mutation (and wake retries waiting on its key).
-    /// Admit `entry`: held in memory at once, its row queued for the database (with `later`, by
-    /// [`Db::write_later`]: a `run`'s, written with the call's rows after its answer).
+    /// Record an admitted mutation (and wake retries waiting on its key): in memory at once, its row
+    /// queued for the database (with `later`, by [`Db::write_later`]: a `run`'s, written with the call's
+    /// rows after its answer).
     fn admit(&self, db: &Db, entry: Entry, later: bool) -> Arc<Entry> {
         let entry = Arc::new(entry);
         let write = if later { Db::write_later } else { Db::write };
