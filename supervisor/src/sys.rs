@@ -357,24 +357,17 @@ pub fn spawn_child(setup: &ChildSetup<'_>) -> io::Result<(u32, OwnedFd)> {
     // SAFETY: the kernel stored a fresh pidfd (close-on-exec) for the child it created; nothing else owns it.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     // The child writes its errno here when a step or the exec fails; an exec that succeeds closes the pipe.
-    let mut errno = [0u8; 4];
-    let mut got = 0;
-    let mut status = std::fs::File::from(status_r);
-    while got < errno.len() {
-        match std::io::Read::read(&mut status, &mut errno[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    // Up to end of file (`read_to_end` retries an interrupted read).
+    let mut got = Vec::with_capacity(4);
+    std::io::Read::read_to_end(&mut std::io::Read::take(std::fs::File::from(status_r), 4), &mut got)?;
     drop((exe, copies, null));
-    if got == 0 {
+    if got.is_empty() {
         return Ok((pid, pidfd));
     }
     // Our own child, failed before exec: reap it (its pid cannot have been reused while unreaped).
     let _ = wait_pidfd(pidfd.as_fd(), false);
-    Err(io::Error::from_raw_os_error(if got == errno.len() { i32::from_ne_bytes(errno) } else { libc::EIO }))
+    let errno = <[u8; 4]>::try_from(got.as_slice()).map_or(libc::EIO, i32::from_ne_bytes);
+    Err(io::Error::from_raw_os_error(errno))
 }
 
 /// What the child execs, prepared before the clone.

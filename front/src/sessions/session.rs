@@ -373,10 +373,11 @@ impl SessionData {
         self.jobs.range(first..).map(|(_, j)| &**j)
     }
 
-    /// Every job of the session, oldest first, those let go from memory read back from disk.
+    /// Every job of the session, oldest first, those let go from memory read back from disk (the tests'
+    /// view: a listing reads a page, `kernel::jobs_list`).
+    #[cfg(test)]
     pub fn all_jobs(&self) -> impl Iterator<Item = JobRef<'_>> {
-        let last = self.jobs.last_key_value().map_or(0, |(id, _)| *id).max(self.retired.max_id());
-        (1..=last).filter_map(move |id| self.job(id))
+        (1..=self.last_id()).filter_map(move |id| self.job(id))
     }
 
     /// The newest job id the session gave (in memory or let go; 0 before its first job).
