@@ -53,6 +53,11 @@ struct Args {
     /// `front::sessions::prestart`); `false`: every job's bash is spawned when its `run` arrives.
     #[arg(long, env = "HEDDLE_SPARES", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     spares: bool,
+    /// Once a session ran a job, its next pre-started bash waits for a free CPU (fewer runnable tasks on
+    /// the host than CPUs) for at most this long, ms; 0: it starts at once. In a burst of short sessions
+    /// the spare made after a job is most of the CPU the job costs, and is never used.
+    #[arg(long, env = "HEDDLE_SPARE_CPU_WAIT_MS", default_value_t = front::sessions::prestart::DEFAULT_CPU_WAIT_MS)]
+    spare_cpu_wait_ms: u32,
     /// How many of its newest jobs a session keeps in memory; older ones that are done with (ended,
     /// reported, settled) are read back from disk when looked at (`front::sessions::retired`).
     #[arg(long, env = "HEDDLE_JOBS_IN_MEMORY", default_value_t = front::sessions::retired::DEFAULT_WINDOW)]
@@ -94,7 +99,7 @@ fn run(args: Args) -> anyhow::Result<i32> {
             n => n,
         },
     });
-    front::sessions::prestart::set(args.spares);
+    front::sessions::prestart::set(args.spares, args.spare_cpu_wait_ms);
     front::sessions::retired::set_window(args.jobs_in_memory);
     front::transport::socket::set_limits(front::transport::socket::Limits {
         total: args.max_connections.max(1),

@@ -305,7 +305,7 @@ impl FakeWorker {
                 self.push(&Event::Status { job, probe, liveness });
             }
             Command::Forget { job } => self.push(&Event::Forgotten { job }),
-            Command::Prestart(_) | Command::Input { .. } | Command::Resize { .. } => {}
+            Command::Prestart { .. } | Command::Input { .. } | Command::Resize { .. } => {}
         }
     }
 

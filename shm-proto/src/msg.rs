@@ -286,8 +286,10 @@ pub enum Command {
     /// empty). The worker may start that bash now, in `job-<spec.job>`, with the state restored, and
     /// hand it the command if a `Run` for that id arrives with the same cwd, environment and restore;
     /// a `Run` that differs starts cold and the pre-started shell is discarded unseen. A later
-    /// `Prestart` replaces an earlier one.
-    Prestart(RunSpec),
+    /// `Prestart` replaces an earlier one. Once a job of the session has started, a spare waits for a free
+    /// CPU (fewer other runnable tasks on the host than CPUs) for at most `cpu_wait_ms` (0: it never
+    /// waits); the spare made as the session opens never waits.
+    Prestart { spec: RunSpec, cpu_wait_ms: u32 },
     /// Bytes for the job's stdin (a `Tty` or `Pipe` job), queued in order and written as the job reads
     /// them (never dropped); `eof`: after them, close a pipe's write end or type the terminal's EOF
     /// character (Ctrl-D). A job without such a stdin, or one that ended, gets a `Warning`.

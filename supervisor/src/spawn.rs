@@ -419,7 +419,8 @@ pub fn worker_env(
 }
 
 /// The front's whole environment: `PATH`, `HEDDLE_LOG`, `RUST_LOG`, `RUST_BACKTRACE` and the front's
-/// own settings (`HEDDLE_RETAIN_*`, `HEDDLE_SPARES`, `HEDDLE_MAX_CONNECTIONS*`, `HEDDLE_JOBS_IN_MEMORY`) from
+/// own settings (`HEDDLE_RETAIN_*`, `HEDDLE_SPARES`, `HEDDLE_SPARE_CPU_WAIT_MS`, `HEDDLE_MAX_CONNECTIONS*`,
+/// `HEDDLE_JOBS_IN_MEMORY`) from
 /// `inherited` when set.
 pub fn front_env(inherited: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
     let keep = |k: &OsString| {
@@ -428,6 +429,7 @@ pub fn front_env(inherited: impl IntoIterator<Item = (OsString, OsString)>) -> V
             || k.starts_with("HEDDLE_RETAIN_")
             || k.starts_with("HEDDLE_MAX_CONNECTIONS")
             || k == "HEDDLE_SPARES"
+            || k == "HEDDLE_SPARE_CPU_WAIT_MS"
             || k == "HEDDLE_JOBS_IN_MEMORY"
     };
     inherited.into_iter().filter(|(k, _)| keep(k)).collect()
@@ -522,8 +524,16 @@ mod tests {
     }
 
     #[test]
-    fn front_env_keeps_path_and_rust_diagnostics_only() {
-        let inherited = vars(&[("PATH", "/bin"), ("RUST_LOG", "debug"), ("HOME", "/root"), ("AWS_SECRET", "k")]);
-        assert_eq!(front_env(inherited), vars(&[("PATH", "/bin"), ("RUST_LOG", "debug")]));
+    fn front_env_keeps_path_rust_diagnostics_and_the_fronts_settings_only() {
+        let inherited = vars(&[
+            ("PATH", "/bin"),
+            ("RUST_LOG", "debug"),
+            ("HOME", "/root"),
+            ("AWS_SECRET", "k"),
+            ("HEDDLE_SPARE_CPU_WAIT_MS", "0"),
+            ("HEDDLE_SPARES_X", "1"),
+        ]);
+        let want = vars(&[("PATH", "/bin"), ("RUST_LOG", "debug"), ("HEDDLE_SPARE_CPU_WAIT_MS", "0")]);
+        assert_eq!(front_env(inherited), want);
     }
 }

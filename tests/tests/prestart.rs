@@ -7,6 +7,12 @@ use heddle_tests::{eventually, run_ok as ok, run_to_end as run, Client, Heddle};
 use serde_json::{json, Value};
 use std::time::Duration;
 
+/// A stack whose spares never wait for a free CPU: these tests check what a spare does, on a CI host whose
+/// CPUs other tests keep busy (the wait has a test of its own, below).
+fn stack() -> Heddle {
+    Heddle::start_with_env(&[], &[("HEDDLE_SPARE_CPU_WAIT_MS", "0")])
+}
+
 /// Run `cmd` after giving the worker time to start the next spare (an agent's think time is far longer).
 fn paced(c: &mut Client, s: &Value, cmd: &str) -> Value {
     std::thread::sleep(Duration::from_millis(150));
@@ -19,7 +25,7 @@ fn stdout(c: &mut Client, s: &Value, r: &Value) -> String {
 
 #[test]
 fn a_paced_call_runs_on_a_prestarted_shell_carrying_the_state_of_the_call_before() {
-    let h = Heddle::start();
+    let h = stack();
     let mut c = h.client();
     let s = h.open_session(&mut c);
     ok(&mut c, &s, "mkdir -p 'sub dir' && cd 'sub dir' && export HP_VAR='a b' && f() { echo fn-$1; }; shopt -s expand_aliases; alias al='echo alias'");
@@ -39,7 +45,7 @@ fn a_paced_call_runs_on_a_prestarted_shell_carrying_the_state_of_the_call_before
 #[test]
 fn a_prestarted_shell_hands_a_scoped_capture_over_and_the_next_call_sees_its_changes() {
     // The command travels to the spare after the line that scopes its capture (worker::state::spare_input).
-    let h = Heddle::start();
+    let h = stack();
     let mut c = h.client();
     let s = h.open_session(&mut c);
     ok(&mut c, &s, "export P1=1; g() { echo g; }; mkdir -p d");
@@ -56,7 +62,7 @@ fn a_prestarted_job_has_closed_stdin_fresh_seconds_and_the_same_fds_as_a_cold_on
     let probe =
         "read -r -t 5 line; echo read=$?; echo secs=$SECONDS; ls /proc/self/fd | sort -n | tr '\\n' ' '; echo; \
                  readlink /proc/$$/fd/0";
-    let h = Heddle::start();
+    let h = stack();
     let mut c = h.client();
     let s = h.open_session(&mut c);
     let warm = paced(&mut c, &s, "true");
@@ -81,7 +87,7 @@ fn a_prestarted_job_has_closed_stdin_fresh_seconds_and_the_same_fds_as_a_cold_on
 
 #[test]
 fn a_call_with_its_own_env_starts_cold_and_sees_that_env() {
-    let h = Heddle::start();
+    let h = stack();
     let mut c = h.client();
     let s = h.open_session(&mut c);
     ok(&mut c, &s, "true");
@@ -101,7 +107,7 @@ fn a_call_with_its_own_env_starts_cold_and_sees_that_env() {
 
 #[test]
 fn concurrent_calls_take_one_spare_and_the_rest_start_cold_with_the_same_state() {
-    let h = Heddle::start();
+    let h = stack();
     let mut c = h.client();
     let s = h.open_session(&mut c);
     ok(&mut c, &s, "export CC=7");
@@ -136,7 +142,7 @@ fn spares_off_means_every_job_starts_cold() {
 
 #[test]
 fn a_persistent_session_never_gets_a_spare() {
-    let h = Heddle::start();
+    let h = stack();
     let mut c = h.client();
     let r = c.call("session.open", json!({"cwd": h.project, "persistent": true})).expect("session.open");
     let s = r["session"].clone();
@@ -169,7 +175,7 @@ fn occupied(dir: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn the_spare_waits_in_its_own_job_cgroup_and_session_close_removes_it_and_its_shell() {
-    let h = Heddle::start();
+    let h = stack();
     let mut c = h.client();
     let s = h.open_session(&mut c);
     let r = paced(&mut c, &s, "true");
@@ -198,11 +204,58 @@ fn the_spare_waits_in_its_own_job_cgroup_and_session_close_removes_it_and_its_sh
 
 #[test]
 fn functions_named_like_the_spares_tools_do_not_run_before_the_command() {
-    let h = Heddle::start();
+    let h = stack();
     let mut c = h.client();
     let s = h.open_session(&mut c);
     ok(&mut c, &s, "command() { echo shadow-command; }; exec() { echo shadow-exec; }; :() { echo shadow-colon; }");
     let r = paced(&mut c, &s, "readlink /proc/$$/fd/0; declare -F | wc -l");
     assert_eq!((r["prestarted"].as_bool(), r["state_note"].is_null()), (Some(true), true), "{r}");
     assert_eq!(stdout(&mut c, &s, &r), "/dev/null\n3\n", "{r}");
+}
+
+/// Busy loops, one more than the host has CPUs, ended (by their pids) when dropped.
+struct Hogs(Vec<std::process::Child>);
+
+impl Hogs {
+    fn start() -> Hogs {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get()) + 2;
+        Hogs(
+            (0..n)
+                .map(|_| {
+                    std::process::Command::new("bash")
+                        .args(["--noprofile", "--norc", "-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("a busy loop")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for h in &mut self.0 {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
+    }
+}
+
+#[test]
+fn after_a_job_the_next_spare_waits_for_a_free_cpu_but_no_longer_than_its_bound() {
+    // Once a session ran a job, its next spare waits for a free CPU, here up to 1 s (by default 5 s).
+    let h = Heddle::start_with_env(&[], &[("HEDDLE_SPARE_CPU_WAIT_MS", "1000")]);
+    let mut c = h.client();
+    let s = h.open_session(&mut c);
+    std::thread::sleep(Duration::from_millis(150));
+    let hogs = Hogs::start();
+    run(&mut c, &s, "true");
+    // Every CPU stays busy: the spare for the next job waits, and that job starts cold.
+    let r = paced(&mut c, &s, "true");
+    assert_eq!(r["prestarted"], false, "a spare was started while every CPU was busy: {r}");
+    // Not past its bound: 1 s after that job, the spare starts though the host is still busy.
+    std::thread::sleep(Duration::from_millis(2500));
+    let r = run(&mut c, &s, "true");
+    assert_eq!(r["prestarted"], true, "the spare waited past its bound: {r}");
+    drop(hogs);
 }

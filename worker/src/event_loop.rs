@@ -302,7 +302,7 @@ impl<C: CgroupOps> Worker<C> {
                 Command::Run(spec) if spec.persistent => self.run_in_shell(spec)?,
                 Command::Run(spec) => self.start_job(spec)?,
                 Command::Kill { job, grace_ms } => self.kill_job(job, grace_ms)?,
-                Command::Prestart(spec) => self.prestart(spec),
+                Command::Prestart { spec, cpu_wait_ms } => self.prestart(spec, cpu_wait_ms),
                 Command::Shutdown => {
                     self.end_spares();
                     self.kill_all();

@@ -21,6 +21,16 @@
 //! logical `$PWD` no longer names its working directory, or the session's directory is gone: see
 //! [`where_cold_would_be`]). A `Prestart` that differs from the spare replaces it.
 //!
+//! Once a job of the session has started, a spare also waits for a free CPU: it starts when fewer tasks
+//! than CPUs are runnable on the host besides the worker (`/proc/loadavg`, looked at after 2 ms, then at
+//! doubling delays up to 512 ms: about 17 looks in 5 s), or when the `Prestart`'s `cpu_wait_ms` is used
+//! up (the front's `--spare-cpu-wait-ms`, default 5 s; 0: no wait). In a burst of short sessions on a
+//! busy host, the spare made after a session's job was three quarters of the CPU the job cost, and the
+//! session closed without using it (docs/performance.md, "Spares wait for a free CPU"). A call that comes
+//! while its spare waits starts cold: ~2 ms more on a host that is busy anyway, for a spare that saves
+//! about as much. The session's first spare does not wait: its call is on its way. On a quiet host an
+//! agent's spare is ready as before.
+//!
 //! Each job's start, on the spare or cold, moves the wanted spare on to the next job id ([`Worker::rearm`]),
 //! so the front sends a `Prestart` only when the session opens, its worker changed, or the state record
 //! moved. A spare that dies or cannot start is retried after the next job starts, never in a loop.
@@ -128,11 +138,76 @@ pub(crate) struct Spares {
     /// The last spare died or could not start: wait for the next job before trying again (at most one
     /// attempt per call, so a spare the OOM killer keeps ending never loops).
     paused: bool,
+    /// A job of this session has started: from now on a spare waits for a free CPU (see [`Spares::wait_for_cpu`]).
+    ran_job: bool,
+    /// How long a spare may wait for a free CPU (from the last `Prestart`).
+    cpu_wait: Duration,
+    /// The wanted spare is waiting for a free CPU: since when, and how long until the next look.
+    waiting: Option<(Instant, Duration)>,
+    host: Host,
+}
+
+/// The first look again at a busy host; each look doubles it, up to [`LAST_LOOK`].
+const FIRST_LOOK: Duration = Duration::from_millis(2);
+const LAST_LOOK: Duration = Duration::from_millis(512);
+
+/// What the host is doing: `/proc/loadavg`, kept open (a `pread` per look), and the CPUs this worker may
+/// run on. Where `/proc/loadavg` cannot be read, the host is never busy and spares never wait.
+struct Host {
+    loadavg: Option<std::fs::File>,
+    cpus: usize,
+}
+
+impl Default for Host {
+    fn default() -> Host {
+        Host {
+            loadavg: std::fs::File::open("/proc/loadavg").ok(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+impl Host {
+    /// Whether every CPU has a task to run besides the caller.
+    fn busy(&self) -> bool {
+        let Some(f) = &self.loadavg else { return false };
+        let mut buf = [0u8; 128];
+        let Ok(n) = std::os::unix::fs::FileExt::read_at(f, &mut buf, 0) else { return false };
+        runnable_others(&buf[..n]).is_some_and(|others| others >= self.cpus)
+    }
+}
+
+/// The host's runnable tasks other than the reader, from the text of `/proc/loadavg`
+/// (`0.19 1.17 1.50 3/412 12345`: its fourth field counts them at the moment of the read, reader included).
+fn runnable_others(text: &[u8]) -> Option<usize> {
+    let field = text.split(|&b| b == b' ').nth(3)?;
+    let running = field.split(|&b| b == b'/').next()?;
+    let running: usize = std::str::from_utf8(running).ok()?.parse().ok()?;
+    Some(running.saturating_sub(1))
+}
+
+impl Spares {
+    /// `Some(delay)` while the wanted spare waits for a free CPU (look again after `delay`); `None` once it
+    /// may start: the session's first spare, a free CPU, or the wait used up.
+    fn wait_for_cpu(&mut self, now: Instant) -> Option<Duration> {
+        if !self.ran_job || self.cpu_wait.is_zero() {
+            return None;
+        }
+        let (since, next) = *self.waiting.get_or_insert((now, FIRST_LOOK));
+        let waited = now.duration_since(since);
+        if waited >= self.cpu_wait || !self.host.busy() {
+            self.waiting = None;
+            return None;
+        }
+        self.waiting = Some((since, (next * 2).min(LAST_LOOK)));
+        Some(next.min(self.cpu_wait - waited))
+    }
 }
 
 impl<C: CgroupOps> Worker<C> {
     /// `Prestart(spec)`: keep the spare if it matches, else drop it; start the wanted one later.
-    pub(crate) fn prestart(&mut self, spec: RunSpec) {
+    pub(crate) fn prestart(&mut self, spec: RunSpec, cpu_wait_ms: u32) {
+        self.spares.cpu_wait = Duration::from_millis(cpu_wait_ms.into());
         let key = SpareKey::of(&spec);
         if self.spares.spare.as_ref().is_some_and(|s| Some(&s.key) != key.as_ref()) {
             self.discard_spare();
@@ -184,6 +259,9 @@ impl<C: CgroupOps> Worker<C> {
         if let Some(at) = youngest.filter(|at| now.duration_since(*at) < YOUNG_JOB) {
             return Some(YOUNG_JOB - now.duration_since(at));
         }
+        if let Some(again) = self.spares.wait_for_cpu(now) {
+            return Some(again);
+        }
         let spec = self.spares.want.take()?;
         if self.sandbox.as_ref().is_some_and(|s| s.refusal().is_some()) {
             return None;
@@ -214,6 +292,8 @@ impl<C: CgroupOps> Worker<C> {
             w.job = job + 1;
         }
         self.spares.paused = false;
+        self.spares.waiting = None;
+        self.spares.ran_job = true;
     }
 
     fn start_spare(&mut self, spec: &RunSpec) -> Result<Spare, StartError> {
@@ -294,5 +374,18 @@ impl<C: CgroupOps> Worker<C> {
             prestarted: true,
             cgroup: self.cgroups.cgroup_name(job),
         })?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_runnable_count_is_the_fourth_field_without_the_reader() {
+        assert_eq!(super::runnable_others(b"0.19 1.17 1.50 3/412 12345\n"), Some(2));
+        assert_eq!(super::runnable_others(b"0.00 0.00 0.00 1/80 7\n"), Some(0));
+        assert_eq!(super::runnable_others(b"0.00 0.00 0.00 0/80 7\n"), Some(0));
+        for garbage in [&b""[..], b"0.19 1.17", b"a b c x/y z", b"0.1 0.2 0.3 -1/5 9", b"1 2 3 \xff/4"] {
+            assert_eq!(super::runnable_others(garbage), None, "{garbage:?}");
+        }
     }
 }

@@ -11,7 +11,7 @@ use worker::cgroup::Call;
 
 /// Send `Prestart(spec)` and give the idle worker time to start the spare.
 fn prestart(w: &mut LocalWorker, spec: shm_proto::msg::RunSpec) {
-    w.front.send(&Command::Prestart(spec));
+    w.front.send(&Command::Prestart { spec, cpu_wait_ms: 0 });
     std::thread::sleep(Duration::from_millis(300));
 }
 

@@ -12,10 +12,11 @@
 //! a wrong job. Persistent sessions get no hints.
 //!
 //! `heddle-front --spares false` (or `HEDDLE_SPARES=0`, which the supervisor passes through) turns
-//! hints off: every job then starts cold.
+//! hints off: every job then starts cold. Each hint carries how long a spare may wait for a free CPU
+//! once the session ran a job (`--spare-cpu-wait-ms`, `HEDDLE_SPARE_CPU_WAIT_MS`; see `worker::spare`).
 //!
 //! ```
-//! front::sessions::prestart::set(false);
+//! front::sessions::prestart::set(false, 0);
 //! assert!(!front::sessions::prestart::enabled());
 //! ```
 
@@ -26,15 +27,25 @@ use shm_proto::msg::{Command, RunSpec, StdinMode};
 use std::sync::OnceLock;
 
 static ENABLED: OnceLock<bool> = OnceLock::new();
+static CPU_WAIT_MS: OnceLock<u32> = OnceLock::new();
 
-/// Set once at start (later calls change nothing).
-pub fn set(enabled: bool) {
+/// How long a spare waits for a free CPU by default, after the session's first job (ms).
+pub const DEFAULT_CPU_WAIT_MS: u32 = 5000;
+
+/// Set once at start (later calls change nothing): whether to send hints, and how long a spare may wait
+/// for a free CPU.
+pub fn set(enabled: bool, cpu_wait_ms: u32) {
     let _ = ENABLED.set(enabled);
+    let _ = CPU_WAIT_MS.set(cpu_wait_ms);
 }
 
 /// Whether the front sends hints (default: yes).
 pub fn enabled() -> bool {
     *ENABLED.get_or_init(|| true)
+}
+
+fn cpu_wait_ms() -> u32 {
+    *CPU_WAIT_MS.get_or_init(|| DEFAULT_CPU_WAIT_MS)
 }
 
 /// A hint to send: the spec, and the (worker pid, record version) it was made for.
@@ -74,7 +85,7 @@ pub(crate) fn next_hint(s: &Session, st: &SessionData) -> Option<Hint> {
 
 /// Send `hint` without waiting (skipped when the command ring is busy or full: the next call tries again).
 pub(crate) fn send(s: &Session, hint: Hint) {
-    if s.try_send(&Command::Prestart(hint.spec)) {
+    if s.try_send(&Command::Prestart { spec: hint.spec, cpu_wait_ms: cpu_wait_ms() }) {
         s.lock().set_hinted(hint.key);
     }
 }
