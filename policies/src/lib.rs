@@ -61,11 +61,22 @@ impl Policy {
         validate::validate(source_name, text, &raw)
     }
 
-    /// The builtin profile `name` (see [`Policy::names`]).
+    /// The builtin profile `name` (see [`Policy::names`]), parsed and validated once per process: the
+    /// front and the supervisor look it up for every session they open, and the parse was a tenth of the
+    /// front's work for an open.
     pub fn builtin(name: &str) -> Result<Policy, PolicyError> {
-        let (_, path, text) = builtin::find(name)
+        static PARSED: [std::sync::OnceLock<Policy>; builtin::BUILTIN.len()] =
+            [const { std::sync::OnceLock::new() }; builtin::BUILTIN.len()];
+        let at = builtin::BUILTIN
+            .iter()
+            .position(|(n, _, _)| *n == name)
             .ok_or_else(|| PolicyError::UnknownProfile { name: name.to_owned(), known: Policy::names().join(", ") })?;
-        Policy::from_toml(path, text)
+        if let Some(p) = PARSED[at].get() {
+            return Ok(p.clone());
+        }
+        let (_, path, text) = builtin::BUILTIN[at];
+        let policy = Policy::from_toml(path, text)?;
+        Ok(PARSED[at].get_or_init(|| policy).clone())
     }
 
     /// The TOML text of the builtin profile `name`, e.g. to start a custom profile from.
@@ -115,6 +126,18 @@ mod tests {
         assert_eq!(Policy::names()[0], DEFAULT_PROFILE);
         let err = Policy::builtin("workspce").unwrap_err();
         assert_eq!(err.to_string(), "no builtin policy named `workspce`; use one of: workspace, readonly");
+    }
+
+    #[test]
+    fn a_builtin_parsed_once_is_the_same_policy_every_time() {
+        for (name, path, text) in builtin::BUILTIN {
+            let fresh = Policy::from_toml(path, text).unwrap();
+            assert_eq!(Policy::builtin(name).unwrap(), fresh);
+            assert_eq!(Policy::builtin(name).unwrap(), fresh, "{name}, from the cache");
+        }
+        // An overlay changes the copy handed out, never the cached profile.
+        let _ = Policy::builtin("workspace").unwrap().with_network(true);
+        assert!(!Policy::builtin("workspace").unwrap().network);
     }
 
     #[test]
