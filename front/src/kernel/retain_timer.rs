@@ -34,7 +34,7 @@ pub fn start_timer(kernel: Weak<Kernel>) -> std::io::Result<()> {
                 None => std::thread::sleep(period),
             }
             let Some(k) = kernel.upgrade() else { return };
-            if crate::output::retention::take_written() == 0 && checked.elapsed() < period {
+            if !check_due(crate::output::retention::take_written(), checked.elapsed(), period) {
                 drop(k);
                 crate::sessions::trim::trim_if_wanted();
                 continue;
@@ -50,6 +50,11 @@ pub fn start_timer(kernel: Weak<Kernel>) -> std::io::Result<()> {
         }
     })?;
     Ok(())
+}
+
+/// Whether a wake checks the limits: output was written since the last check, or the period is up.
+fn check_due(written: u64, since_check: Duration, period: Duration) -> bool {
+    written > 0 || since_check >= period
 }
 
 /// Closed sessions' output counts against the disk budget as the oldest ended output there is: a closed
@@ -111,4 +116,17 @@ fn usage(dir: &std::path::Path) -> (u64, std::time::SystemTime) {
         }
     }
     (bytes, newest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wake_checks_only_after_output_or_when_the_period_is_up() {
+        let period = Duration::from_secs(60);
+        assert!(!check_due(0, Duration::from_millis(5), period), "a session let go: trim only");
+        assert!(check_due(1, Duration::from_millis(5), period), "output was written");
+        assert!(check_due(0, period, period), "the period is up, however often it was woken");
+    }
 }
