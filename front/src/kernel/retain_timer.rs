@@ -25,6 +25,7 @@ pub fn start_timer(kernel: Weak<Kernel>) -> std::io::Result<()> {
     std::thread::Builder::new().name("retention".into()).spawn(move || {
         let _ = shm_proto::sys::background_thread();
         let mut checked = Instant::now();
+        let mut closed_usage = ClosedUsage::default();
         loop {
             match &wake {
                 Some(rx) => match rx.recv_timeout(period.saturating_sub(checked.elapsed())) {
@@ -43,7 +44,7 @@ pub fn start_timer(kernel: Weak<Kernel>) -> std::io::Result<()> {
             let sessions = k.open_sessions();
             let totals: Vec<u64> = sessions.iter().map(|s| enforce(&mut s.lock(), config(), Instant::now())).collect();
             let budget = config().disk_bytes;
-            let closed = closed_within(&k, budget.saturating_sub(totals.iter().sum()));
+            let closed = closed_within(&k, budget.saturating_sub(totals.iter().sum()), &mut closed_usage);
             enforce_disk(&totals, |i| sessions.get(i).map(|s| s.lock()), budget.saturating_sub(closed));
             drop(sessions);
             crate::sessions::trim::trim_if_wanted();
@@ -61,19 +62,23 @@ fn check_due(written: u64, since_check: Duration, period: Duration) -> bool {
 /// session's directory (forgotten at `session.close`: no `session.json`, and no session of that name open
 /// or opening) holds output no call can read any more. While the closed ones take more than `room`, the
 /// least recently written directory goes, whole. Returns the bytes the closed ones still take. Done under
-/// the registry's lock, so no session of the name opens meanwhile.
-fn closed_within(k: &Kernel, room: u64) -> u64 {
+/// the registry's lock, so no session of the name opens meanwhile. A closed session's files are walked
+/// once: `usage` keeps what they took, for as long as the directory is the same one, unchanged since.
+fn closed_within(k: &Kernel, room: u64, usage: &mut ClosedUsage) -> u64 {
     let reg = k.registry();
     let mut closed: Vec<(std::time::SystemTime, u64, std::path::PathBuf)> = Vec::new();
+    let mut seen = ClosedUsage::default();
     for e in std::fs::read_dir(k.cfg.state_dir.join("sessions")).into_iter().flatten().flatten() {
         let dir = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
-        if reg.slots.contains_key(&name) || dir.join("session.json").exists() || !dir.is_dir() {
+        let Ok(meta) = std::fs::metadata(&dir) else { continue };
+        if reg.slots.contains_key(&name) || !meta.is_dir() || dir.join("session.json").exists() {
             continue;
         }
-        let (bytes, newest) = usage(&dir);
+        let (bytes, newest) = usage.of(&dir, &meta, &mut seen);
         closed.push((newest, bytes, dir));
     }
+    *usage = seen;
     drop(reg);
     closed.sort();
     let mut total: u64 = closed.iter().map(|c| c.1).sum();
@@ -97,6 +102,34 @@ fn closed_within(k: &Kernel, room: u64) -> u64 {
         }
     }
     total
+}
+
+/// What closed sessions' directories take on disk, by directory, each with the directory's identity and
+/// change time when its files were walked. Closing a session removes its `session.json` and opening one
+/// creates it, so a directory whose inode and change time are as they were holds the same files.
+#[derive(Default)]
+struct ClosedUsage(std::collections::HashMap<std::path::PathBuf, (DirStamp, (u64, std::time::SystemTime))>);
+
+type DirStamp = (u64, u64, i64, i64);
+
+impl ClosedUsage {
+    /// `dir`'s bytes and newest write: remembered if `meta` says it is unchanged, else walked. Recorded in
+    /// `seen` (the next pass keeps only the directories this one saw).
+    fn of(
+        &self,
+        dir: &std::path::Path,
+        meta: &std::fs::Metadata,
+        seen: &mut ClosedUsage,
+    ) -> (u64, std::time::SystemTime) {
+        use std::os::unix::fs::MetadataExt;
+        let stamp = (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec());
+        let found = match self.0.get(dir) {
+            Some((s, found)) if *s == stamp => *found,
+            _ => usage(dir),
+        };
+        seen.0.insert(dir.to_owned(), (stamp, found));
+        found
+    }
 }
 
 /// Bytes the files under `dir` take on disk, and when the newest of them was written.
@@ -128,5 +161,33 @@ mod tests {
         assert!(!check_due(0, Duration::from_millis(5), period), "a session let go: trim only");
         assert!(check_due(1, Duration::from_millis(5), period), "output was written");
         assert!(check_due(0, period, period), "the period is up, however often it was woken");
+    }
+
+    #[test]
+    fn a_closed_sessions_files_are_walked_again_only_when_its_directory_changed() {
+        use std::io::Write;
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("s1");
+        std::fs::create_dir_all(dir.join("jobs")).unwrap();
+        std::fs::File::create(dir.join("jobs/1.log")).unwrap().write_all(&[b'x'; 10_000]).unwrap();
+        let meta = || std::fs::metadata(&dir).unwrap();
+        let mut known = ClosedUsage::default();
+        let mut seen = ClosedUsage::default();
+        let (bytes, _) = known.of(&dir, &meta(), &mut seen);
+        assert!(bytes >= 10_000, "{bytes}");
+        known = seen;
+        // Below an unchanged directory the walk is remembered, not done again.
+        std::fs::File::create(dir.join("jobs/2.log")).unwrap().write_all(&[b'y'; 50_000]).unwrap();
+        let mut seen = ClosedUsage::default();
+        assert_eq!(known.of(&dir, &meta(), &mut seen).0, bytes, "remembered");
+        known = seen;
+        // A session of the name opening and closing again changes the directory: walked again.
+        std::fs::write(dir.join("session.json"), "{}").unwrap();
+        std::fs::remove_file(dir.join("session.json")).unwrap();
+        let mut seen = ClosedUsage::default();
+        assert!(known.of(&dir, &meta(), &mut seen).0 >= 60_000, "walked again");
+        // A pass keeps only the directories it saw.
+        assert_eq!(seen.0.len(), 1);
+        assert_eq!(ClosedUsage::default().0.len(), 0);
     }
 }
