@@ -142,9 +142,17 @@ pub(crate) struct Spares {
     ran_job: bool,
     /// How long a spare may wait for a free CPU (from the last `Prestart`).
     cpu_wait: Duration,
-    /// The wanted spare is waiting for a free CPU: since when, and how long until the next look.
-    waiting: Option<(Instant, Duration)>,
+    /// The wanted spare is waiting for a free CPU.
+    waiting: Option<Wait>,
     host: Host,
+}
+
+/// A spare's wait for a free CPU: since when, when to look at the host next, and the delay after that.
+#[derive(Clone, Copy)]
+struct Wait {
+    since: Instant,
+    look_at: Instant,
+    delay: Duration,
 }
 
 /// The first look again at a busy host; each look doubles it, up to [`LAST_LOOK`].
@@ -189,18 +197,26 @@ fn runnable_others(text: &[u8]) -> Option<usize> {
 impl Spares {
     /// `Some(delay)` while the wanted spare waits for a free CPU (look again after `delay`); `None` once it
     /// may start: the session's first spare, a free CPU, or the wait used up.
+    /// The loop calls it whenever it has nothing else to do; it reads the host only when a look is due.
     fn wait_for_cpu(&mut self, now: Instant) -> Option<Duration> {
         if !self.ran_job || self.cpu_wait.is_zero() {
             return None;
         }
-        let (since, next) = *self.waiting.get_or_insert((now, FIRST_LOOK));
-        let waited = now.duration_since(since);
-        if waited >= self.cpu_wait || !self.host.busy() {
+        let w = *self.waiting.get_or_insert(Wait { since: now, look_at: now, delay: FIRST_LOOK });
+        let left = self.cpu_wait.checked_sub(now.duration_since(w.since)).filter(|d| !d.is_zero());
+        let Some(left) = left else {
+            self.waiting = None;
+            return None;
+        };
+        if now < w.look_at {
+            return Some((w.look_at - now).min(left));
+        }
+        if !self.host.busy() {
             self.waiting = None;
             return None;
         }
-        self.waiting = Some((since, (next * 2).min(LAST_LOOK)));
-        Some(next.min(self.cpu_wait - waited))
+        self.waiting = Some(Wait { look_at: now + w.delay, delay: (w.delay * 2).min(LAST_LOOK), ..w });
+        Some(w.delay.min(left))
     }
 }
 
@@ -379,6 +395,52 @@ impl<C: CgroupOps> Worker<C> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Spares that have run a job, waiting up to 1 s, on a host whose `/proc/loadavg` is `file`.
+    fn waiting_spares(file: &std::path::Path) -> Spares {
+        Spares {
+            ran_job: true,
+            cpu_wait: Duration::from_secs(1),
+            host: Host { loadavg: Some(std::fs::File::open(file).unwrap()), cpus: 2 },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_spare_waits_while_every_cpu_is_busy_looks_only_when_due_and_not_past_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("loadavg");
+        let busy = |b: bool| std::fs::write(&file, if b { "3.0 1.0 1.0 3/200 9\n" } else { "0.1 0.1 0.1 2/200 9\n" });
+        busy(true).unwrap();
+        let mut s = waiting_spares(&file);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(s.wait_for_cpu(t0), Some(ms(2)), "busy: look again after 2 ms");
+        busy(false).unwrap();
+        assert_eq!(s.wait_for_cpu(t0 + ms(1)), Some(ms(1)), "no look before it is due");
+        assert_eq!(s.wait_for_cpu(t0 + ms(2)), None, "a CPU is free: the spare starts");
+        // Busy for good: the delays double, and the wait ends at its bound.
+        busy(true).unwrap();
+        let mut s = waiting_spares(&file);
+        let mut at = t0;
+        let mut delays = Vec::new();
+        while let Some(d) = s.wait_for_cpu(at) {
+            delays.push(d.as_millis());
+            at += d;
+        }
+        assert_eq!(delays[..5], [2, 4, 8, 16, 32]);
+        assert!(delays.iter().all(|&d| d <= 512), "{delays:?}");
+        assert_eq!(at - t0, Duration::from_secs(1), "{delays:?}");
+        // The session's first spare, or no bound, never waits.
+        let mut s = waiting_spares(&file);
+        s.ran_job = false;
+        assert_eq!(s.wait_for_cpu(t0), None);
+        let mut s = waiting_spares(&file);
+        s.cpu_wait = Duration::ZERO;
+        assert_eq!(s.wait_for_cpu(t0), None);
+    }
+
     #[test]
     fn the_runnable_count_is_the_fourth_field_without_the_reader() {
         assert_eq!(super::runnable_others(b"0.19 1.17 1.50 3/412 12345\n"), Some(2));
