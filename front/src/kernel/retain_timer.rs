@@ -17,8 +17,9 @@ pub fn timer_period(r: Retention) -> Duration {
 /// Also woken by the output path once a 32nd of the disk budget was written since the last check
 /// (see [`crate::output::retention::wrote`]): then the server's disk budget is enforced too. A wake with
 /// nothing written since the last check and before the period is up (a session let go, asking for its
-/// memory back) only trims: the check walks every closed session's files, and a burst of closes woke
-/// it once per close (two thirds of the front's CPU while 200 sessions closed).
+/// memory back) only trims: the check looks at every closed session's directory, and a burst of closes
+/// woke it once per close (two thirds of the front's CPU while 200 sessions closed, when each check also
+/// walked every closed session's files).
 pub fn start_timer(kernel: Weak<Kernel>) -> std::io::Result<()> {
     let period = timer_period(config());
     let wake = crate::output::retention::wake_channel();
