@@ -31,14 +31,18 @@ pub(super) fn env(src: &Src<'_>, raw: &RawEnv) -> Result<EnvPolicy, PolicyError>
         let key = format!("env.allow[{i}]");
         let matcher = matcher(src, entry, &key)?;
         for (j, (prev, prev_span)) in allow.iter().enumerate() {
-            let line = src.line(prev_span.clone());
+            // Lines are counted only for an error: counting is a walk of the text up to the span.
+            let line = || src.line(prev_span.clone());
             if prev.matcher == matcher {
-                let problem = Problem::DuplicateEnvRule { rule: matcher.to_string(), first_line: line };
+                let problem = Problem::DuplicateEnvRule { rule: matcher.to_string(), first_line: line() };
                 return Err(src.invalid(entry.span(), key, problem));
             }
             if covers(&prev.matcher, &matcher) {
-                let problem =
-                    Problem::RedundantEnvRule { rule: matcher.to_string(), covered_by: prev.matcher.to_string(), line };
+                let problem = Problem::RedundantEnvRule {
+                    rule: matcher.to_string(),
+                    covered_by: prev.matcher.to_string(),
+                    line: line(),
+                };
                 return Err(src.invalid(entry.span(), key, problem));
             }
             if covers(&matcher, &prev.matcher) {

@@ -14,6 +14,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use toml::Spanned;
 
@@ -27,16 +28,17 @@ use crate::syscalls::{self, PTRACE_FAMILY};
 pub(super) fn seccomp(src: &Src<'_>, raw: &Spanned<RawSeccomp>) -> Result<SeccompPolicy, PolicyError> {
     let r = raw.get_ref();
     let mut deny = Vec::new();
-    let mut groups: HashMap<String, usize> = HashMap::new();
-    let mut first_line: HashMap<&'static str, usize> = HashMap::new();
+    // Where each group and syscall was first named: its span, turned into a line only for an error.
+    let mut groups: HashMap<String, Range<usize>> = HashMap::new();
+    let mut first_line: HashMap<&'static str, Range<usize>> = HashMap::new();
     for (i, entry) in r.deny.iter().enumerate() {
         let key = format!("seccomp.deny[{i}]");
         let group = src.name(&entry.get_ref().group, format!("{key}.group"))?;
-        if let Some(&line) = groups.get(&group) {
-            let problem = Problem::DuplicateGroup { name: group, first_line: line };
+        if let Some(span) = groups.get(&group) {
+            let problem = Problem::DuplicateGroup { name: group, first_line: src.line(span.clone()) };
             return Err(src.invalid(entry.get_ref().group.span(), format!("{key}.group"), problem));
         }
-        groups.insert(group.clone(), src.line(entry.get_ref().group.span()));
+        groups.insert(group.clone(), entry.get_ref().group.span());
         let reason = src.reason(entry.span(), &key, &entry.get_ref().reason)?;
         for (name, nr) in group_syscalls(src, entry, &key, &mut first_line)? {
             deny.push(SyscallRule { name, nr, group: group.clone(), reason: reason.clone() });
@@ -85,7 +87,7 @@ fn group_syscalls(
     src: &Src<'_>,
     entry: &Spanned<RawDenyGroup>,
     key: &str,
-    first_line: &mut HashMap<&'static str, usize>,
+    first_line: &mut HashMap<&'static str, Range<usize>>,
 ) -> Result<Vec<(&'static str, libc::c_long)>, PolicyError> {
     let list = &entry.get_ref().syscalls;
     if list.is_empty() {
@@ -101,10 +103,11 @@ fn group_syscalls(
         let Some(&(known, nr)) = syscalls::TABLE.iter().find(|(n, _)| n == name.get_ref()) else {
             return Err(invalid(Problem::UnknownSyscall(name.get_ref().clone())));
         };
-        if let Some(&line) = first_line.get(known) {
+        if let Some(span) = first_line.get(known) {
+            let line = src.line(span.clone());
             return Err(invalid(Problem::DuplicateSyscall { name: known.to_owned(), first_line: line }));
         }
-        first_line.insert(known, src.line(name.span()));
+        first_line.insert(known, name.span());
         out.push((known, nr));
     }
     Ok(out)

@@ -48,13 +48,14 @@ pub(super) fn writable(src: &Src<'_>, raw: &[Spanned<RawWritable>]) -> Result<Ve
 
 /// How `new` overlaps the earlier root `prev` (written at `prev_span`), if it does.
 fn overlap(src: &Src<'_>, prev: &PathTemplate, prev_span: Range<usize>, new: &PathTemplate) -> Option<Problem> {
-    let line = src.line(prev_span);
+    // Counted only for an error: counting is a walk of the text up to the span.
+    let line = || src.line(prev_span.clone());
     if prev == new {
-        Some(Problem::DuplicateRoot { path: new.to_string(), first_line: line })
+        Some(Problem::DuplicateRoot { path: new.to_string(), first_line: line() })
     } else if prev.contains(new) {
-        Some(Problem::NestedRoot { path: new.to_string(), outer: prev.to_string(), outer_line: line })
+        Some(Problem::NestedRoot { path: new.to_string(), outer: prev.to_string(), outer_line: line() })
     } else if new.contains(prev) {
-        Some(Problem::ContainsRoot { path: new.to_string(), inner: prev.to_string(), inner_line: line })
+        Some(Problem::ContainsRoot { path: new.to_string(), inner: prev.to_string(), inner_line: line() })
     } else {
         None
     }
