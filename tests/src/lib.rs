@@ -165,6 +165,15 @@ impl Heddle {
         Client::connect(&self.socket).expect("connect to heddle")
     }
 
+    /// The `heddle` CLI run as a person types it, against this stack's socket: its status and output.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(bin_dir().join("heddle"))
+            .args(args)
+            .env("HEDDLE_SOCKET", &self.socket)
+            .output()
+            .expect("run the heddle CLI")
+    }
+
     /// Open a fresh session whose jobs start in the project folder; returns its id.
     pub fn open_session(&self, c: &mut Client) -> Value {
         let r = c.call("session.open", json!({"cwd": self.project})).expect("session.open");

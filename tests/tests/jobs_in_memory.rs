@@ -141,12 +141,7 @@ fn a_long_sessions_listing_is_a_page_that_says_what_it_leaves_out() {
 
     // A person's `heddle jobs` prints the page and the line saying how to see the rest.
     let heddle = |args: &[&str]| {
-        let out = std::process::Command::new(heddle_tests::bin_dir().join("heddle"))
-            .args(["--session", "long", "jobs"])
-            .args(args)
-            .env("HEDDLE_SOCKET", &h.socket)
-            .output()
-            .unwrap();
+        let out = h.cli(&[&["--session", "long", "jobs"], args].concat());
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };

@@ -666,12 +666,7 @@ fn a_person_looking_at_an_agents_session_takes_no_announcement() {
         "the job ended"
     );
     let person = |args: &[&str]| {
-        let o = Command::new(bin_dir().join("heddle"))
-            .args(["--session", s.as_str().unwrap()])
-            .args(args)
-            .env("HEDDLE_SOCKET", &h.socket)
-            .output()
-            .unwrap();
+        let o = h.cli(&[&["--session", s.as_str().unwrap()], args].concat());
         assert_eq!(o.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
